@@ -1,0 +1,389 @@
+//! Configuration: one [`LensConfig`], read from `NEMO_LENS_*` variables.
+//!
+//! The fields, defaults, variable names and parsing rules are those of the Python
+//! `NemoLensConfig` (NeMo Lens 0.1.0 / main), so one set of environment variables configures a
+//! job that mixes Python and Rust processes:
+//!
+//! * every key is read from `<PREFIX>_<KEY>`, stripped of surrounding white space; an empty value
+//!   means *unset*; with a fallback prefix (`MEGATRON_OTEL` falling back to `NEMO_LENS`) an unset
+//!   primary variable is looked up under the fallback prefix;
+//! * booleans accept `1/0`, `true/false`, `yes/no`, `on/off` in any case;
+//! * `service_name` comes from the bare `OTEL_SERVICE_NAME`, `wandb_*` from the bare
+//!   `WANDB_ENTITY` / `WANDB_PROJECT`, and the user from `<PREFIX>_USER_ID`.
+//!
+//! Unlike Python, a bad value is rejected when the environment is read (a typed [`LensError`]
+//! that names the variable), so a job fails at start-up rather than on its exporting rank only.
+//!
+//! ```
+//! use nemo_lens::{ExporterKind, LensConfig};
+//! let env = [("NEMO_LENS_ENABLED", "yes"), ("NEMO_LENS_EXPORTER", "console")];
+//! let cfg = LensConfig::from_lookup("NEMO_LENS", None, |k| {
+//!     env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+//! })
+//! .unwrap();
+//! assert!(cfg.enabled);
+//! assert_eq!(cfg.exporter, ExporterKind::Console);
+//! assert_eq!(cfg.export_strategy, "single_rank");
+//! ```
+
+use std::ffi::OsString;
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::{LensError, Result};
+
+/// The default environment prefix.
+pub const DEFAULT_PREFIX: &str = "NEMO_LENS";
+
+/// Where finished spans (and later metrics and logs) go.
+///
+/// ```
+/// use nemo_lens::ExporterKind;
+/// assert_eq!("Console".parse::<ExporterKind>().unwrap(), ExporterKind::Console);
+/// assert!("zipkin".parse::<ExporterKind>().is_err());
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ExporterKind {
+    /// OTLP to a collector (the default).
+    #[default]
+    Otlp,
+    /// Compact JSONL, one object per line, to stdout or a file.
+    Console,
+}
+
+impl ExporterKind {
+    /// The name used in configuration (`otlp`, `console`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExporterKind::Otlp => "otlp",
+            ExporterKind::Console => "console",
+        }
+    }
+}
+
+impl fmt::Display for ExporterKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ExporterKind {
+    type Err = LensError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "otlp" => Ok(ExporterKind::Otlp),
+            "console" => Ok(ExporterKind::Console),
+            _ => Err(LensError::UnknownExporter {
+                var: "exporter".into(),
+                value: s.to_string(),
+            }),
+        }
+    }
+}
+
+/// The configuration of one process, as the Python `NemoLensConfig`.
+///
+/// Construct it with [`LensConfig::default`] and struct update syntax, or read it from the
+/// environment with [`LensConfig::from_env`] / [`LensConfig::from_env_with_fallback`].
+///
+/// ```
+/// use nemo_lens::LensConfig;
+/// let cfg = LensConfig { enabled: true, export_strategy: "all_ranks".into(), ..LensConfig::default() };
+/// assert_eq!(cfg.service_name, "nemo");
+/// assert_eq!(cfg.span_groups, "default");
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct LensConfig {
+    /// Master switch (`<P>_ENABLED`, default `false`).
+    pub enabled: bool,
+    /// `service.name` (bare `OTEL_SERVICE_NAME`, default `nemo`).
+    pub service_name: String,
+    /// Name of the export strategy (`<P>_EXPORT_STRATEGY`, default `single_rank`); looked up in
+    /// the [strategy registry](crate::strategy) at setup.
+    pub export_strategy: String,
+    /// Rank that exports under `single_rank` (`<P>_EXPORT_RANK`, default `-1` = last rank).
+    pub export_rank: i64,
+    /// Fraction of ranks that export under `sampled` and under the rank sampler
+    /// (`<P>_EXPORT_SAMPLE_RATE`, default `1.0`, must lie in `[0, 1]`).
+    pub export_sample_rate: f64,
+    /// Apply rank-aware sampling (`<P>_SAMPLER_ENABLED`, default `false`).
+    pub sampler_enabled: bool,
+    /// Build the trace pipeline (`<P>_TRACES_ENABLED`, default `true`).
+    pub traces_enabled: bool,
+    /// Build the metric pipeline (`<P>_METRICS_ENABLED`, default `true`).
+    pub metrics_enabled: bool,
+    /// Build the log pipeline (`<P>_LOGS_ENABLED`, default `false`).
+    pub logs_enabled: bool,
+    /// Comma-separated, case-insensitive span groups and presets (`<P>_SPAN_GROUPS`, default
+    /// `default`).
+    pub span_groups: String,
+    /// Exporter (`<P>_EXPORTER`, default `otlp`).
+    pub exporter: ExporterKind,
+    /// Run id (`<P>_RUN_ID`); empty means `SLURM_JOB_ID`, else 12 random hex characters, chosen
+    /// at setup.
+    pub run_id: String,
+    /// `nemo.user.id` (`<P>_USER_ID`).
+    pub user: String,
+    /// `wandb.entity` (bare `WANDB_ENTITY`).
+    pub wandb_entity: String,
+    /// `wandb.project` (bare `WANDB_PROJECT`).
+    pub wandb_project: String,
+    /// Which variable each string-valued, setup-validated field came from, for error messages.
+    pub(crate) origin: Origin,
+}
+
+/// Names of the variables that string fields validated at setup were read from.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub(crate) struct Origin {
+    pub(crate) export_strategy: Option<String>,
+    pub(crate) span_groups: Option<String>,
+}
+
+impl Default for LensConfig {
+    fn default() -> Self {
+        LensConfig {
+            enabled: false,
+            service_name: "nemo".into(),
+            export_strategy: "single_rank".into(),
+            export_rank: -1,
+            export_sample_rate: 1.0,
+            sampler_enabled: false,
+            traces_enabled: true,
+            metrics_enabled: true,
+            logs_enabled: false,
+            span_groups: "default".into(),
+            exporter: ExporterKind::Otlp,
+            run_id: String::new(),
+            user: String::new(),
+            wandb_entity: String::new(),
+            wandb_project: String::new(),
+            origin: Origin::default(),
+        }
+    }
+}
+
+/// Reads one variable from the process environment: `Ok(None)` when unset, an error naming it
+/// when it is not UTF-8.
+pub(crate) fn env_var(name: &str) -> Result<Option<String>> {
+    match std::env::var_os(name) {
+        None => Ok(None),
+        Some(v) => os_to_string(name, v).map(Some),
+    }
+}
+
+fn os_to_string(name: &str, v: OsString) -> Result<String> {
+    v.into_string().map_err(|v| LensError::NotUnicode {
+        var: name.to_string(),
+        value: v.to_string_lossy().into_owned(),
+    })
+}
+
+/// Parses the boolean vocabulary of the Python library.
+///
+/// ```
+/// use nemo_lens::config::parse_bool;
+/// assert_eq!(parse_bool("NEMO_LENS_ENABLED", " ON ").unwrap(), true);
+/// assert_eq!(parse_bool("NEMO_LENS_ENABLED", "0").unwrap(), false);
+/// assert!(parse_bool("NEMO_LENS_ENABLED", "2").is_err());
+/// ```
+pub fn parse_bool(var: &str, value: &str) -> Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(LensError::InvalidBool {
+            var: var.to_string(),
+            value: value.to_string(),
+        }),
+    }
+}
+
+/// Parses an integer as Python's `int()` does for plain decimal text (surrounding white space,
+/// an optional sign, `_` between digits).
+///
+/// ```
+/// use nemo_lens::config::parse_int;
+/// assert_eq!(parse_int("NEMO_LENS_EXPORT_RANK", " -1 ").unwrap(), -1);
+/// assert_eq!(parse_int("NEMO_LENS_EXPORT_RANK", "1_000").unwrap(), 1000);
+/// assert!(parse_int("NEMO_LENS_EXPORT_RANK", "1.5").is_err());
+/// ```
+pub fn parse_int(var: &str, value: &str) -> Result<i64> {
+    let err = || LensError::InvalidInt {
+        var: var.to_string(),
+        value: value.to_string(),
+    };
+    let t = value.trim();
+    let digits = t.strip_prefix(['+', '-']).unwrap_or(t);
+    if digits.is_empty()
+        || digits.starts_with('_')
+        || digits.ends_with('_')
+        || digits.contains("__")
+        || !digits.chars().all(|c| c.is_ascii_digit() || c == '_')
+    {
+        return Err(err());
+    }
+    t.replace('_', "").parse::<i64>().map_err(|_| err())
+}
+
+/// Parses a finite float (Python's `float()` also accepts `inf`/`nan`; they are rejected here
+/// because no field can use them).
+///
+/// ```
+/// use nemo_lens::config::parse_float;
+/// assert_eq!(parse_float("NEMO_LENS_EXPORT_SAMPLE_RATE", "0.25").unwrap(), 0.25);
+/// assert!(parse_float("NEMO_LENS_EXPORT_SAMPLE_RATE", "nan").is_err());
+/// ```
+pub fn parse_float(var: &str, value: &str) -> Result<f64> {
+    match value.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        _ => Err(LensError::InvalidFloat {
+            var: var.to_string(),
+            value: value.to_string(),
+        }),
+    }
+}
+
+/// Checks a sample rate: in `[0, 1]` and not NaN.
+pub(crate) fn check_rate(var: &str, rate: f64) -> Result<f64> {
+    if (0.0..=1.0).contains(&rate) {
+        Ok(rate)
+    } else {
+        Err(LensError::SampleRateOutOfRange {
+            var: var.to_string(),
+            value: rate,
+        })
+    }
+}
+
+impl LensConfig {
+    /// Reads the configuration from `NEMO_LENS_*` (and the bare `OTEL_SERVICE_NAME`,
+    /// `WANDB_ENTITY`, `WANDB_PROJECT`).
+    ///
+    /// ```
+    /// let cfg = nemo_lens::LensConfig::from_env().unwrap();
+    /// # let _ = cfg;
+    /// ```
+    pub fn from_env() -> Result<Self> {
+        Self::from_env_with_fallback(DEFAULT_PREFIX, None)
+    }
+
+    /// Reads `<prefix>_*`, falling back to `<fallback>_*` for keys the primary prefix leaves
+    /// empty, as `from_env(prefix="MEGATRON_OTEL", fallback_prefix="NEMO_LENS")` does.
+    ///
+    /// ```
+    /// let cfg = nemo_lens::LensConfig::from_env_with_fallback("MEGATRON_OTEL", Some("NEMO_LENS")).unwrap();
+    /// # let _ = cfg;
+    /// ```
+    pub fn from_env_with_fallback(prefix: &str, fallback: Option<&str>) -> Result<Self> {
+        // Read through `var_os` so that a non-UTF-8 value is an error that names the variable.
+        let mut first_err = None;
+        let cfg = Self::from_lookup(prefix, fallback, |k| match env_var(k) {
+            Ok(v) => v,
+            Err(e) => {
+                first_err.get_or_insert(e);
+                None
+            }
+        });
+        match first_err {
+            Some(e) => Err(e),
+            None => cfg,
+        }
+    }
+
+    /// Reads the configuration through `lookup` instead of the process environment (tests, or
+    /// configuration forwarded from a launcher). Same rules as [`LensConfig::from_env`].
+    pub fn from_lookup(
+        prefix: &str,
+        fallback: Option<&str>,
+        mut lookup: impl FnMut(&str) -> Option<String>,
+    ) -> Result<Self> {
+        let mut get = |key: &str| -> Option<(String, String)> {
+            let primary = format!("{prefix}_{key}");
+            if let Some(v) = lookup(&primary).map(|v| v.trim().to_string())
+                && !v.is_empty()
+            {
+                return Some((primary, v));
+            }
+            let fb = fallback?;
+            let name = format!("{fb}_{key}");
+            lookup(&name)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+                .map(|v| (name, v))
+        };
+        // Errors name the primary variable, as the Python library does.
+        let primary = |key: &str| format!("{prefix}_{key}");
+        let mut cfg = LensConfig::default();
+        let mut boolean = |key: &str, slot: &mut bool| -> Result<()> {
+            if let Some((_, v)) = get(key) {
+                *slot = parse_bool(&primary(key), &v)?;
+            }
+            Ok(())
+        };
+        boolean("ENABLED", &mut cfg.enabled)?;
+        boolean("SAMPLER_ENABLED", &mut cfg.sampler_enabled)?;
+        boolean("TRACES_ENABLED", &mut cfg.traces_enabled)?;
+        boolean("METRICS_ENABLED", &mut cfg.metrics_enabled)?;
+        boolean("LOGS_ENABLED", &mut cfg.logs_enabled)?;
+        if let Some((var, v)) = get("EXPORT_STRATEGY") {
+            cfg.export_strategy = v;
+            cfg.origin.export_strategy = Some(var);
+        }
+        if let Some((_, v)) = get("EXPORT_RANK") {
+            cfg.export_rank = parse_int(&primary("EXPORT_RANK"), &v)?;
+        }
+        if let Some((_, v)) = get("EXPORT_SAMPLE_RATE") {
+            let var = primary("EXPORT_SAMPLE_RATE");
+            cfg.export_sample_rate = check_rate(&var, parse_float(&var, &v)?)?;
+        }
+        if let Some((var, v)) = get("SPAN_GROUPS") {
+            cfg.span_groups = v;
+            cfg.origin.span_groups = Some(var);
+        }
+        if let Some((var, v)) = get("EXPORTER") {
+            cfg.exporter = v.parse().map_err(|_| LensError::UnknownExporter { var, value: v })?;
+        }
+        if let Some((_, v)) = get("RUN_ID") {
+            cfg.run_id = v;
+        }
+        if let Some((_, v)) = get("USER_ID") {
+            cfg.user = v;
+        }
+        if let Some(v) = lookup("OTEL_SERVICE_NAME").map(|v| v.trim().to_string())
+            && !v.is_empty()
+        {
+            cfg.service_name = v;
+        }
+        // Bare and not stripped, as in the reference.
+        cfg.wandb_entity = lookup("WANDB_ENTITY").unwrap_or_default();
+        cfg.wandb_project = lookup("WANDB_PROJECT").unwrap_or_default();
+        Ok(cfg)
+    }
+
+    /// Checks the invariants a directly constructed config may break (the sample rate range).
+    ///
+    /// ```
+    /// use nemo_lens::LensConfig;
+    /// let bad = LensConfig { export_sample_rate: 1.5, ..LensConfig::default() };
+    /// assert!(bad.validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        check_rate("export_sample_rate", self.export_sample_rate)?;
+        Ok(())
+    }
+
+    /// The variable (or field) the export strategy came from, for error messages.
+    pub(crate) fn strategy_origin(&self) -> String {
+        self.origin
+            .export_strategy
+            .clone()
+            .unwrap_or_else(|| "export_strategy".into())
+    }
+
+    /// The variable (or field) the span-group spec came from, for error messages.
+    pub(crate) fn span_groups_origin(&self) -> String {
+        self.origin
+            .span_groups
+            .clone()
+            .unwrap_or_else(|| "span_groups".into())
+    }
+}

@@ -1,0 +1,2 @@
+//! Exporters: where finished spans go.
+pub mod console;
