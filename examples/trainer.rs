@@ -1,1 +1,124 @@
-fn main(){}
+//! A simulated data-parallel trainer instrumented with `#[tracing::instrument]`.
+//!
+//! ```sh
+//! NEMO_LENS_ENABLED=1 NEMO_LENS_EXPORTER=console \
+//!     cargo run --release --example trainer -- --rank 0 --world-size 1
+//! ```
+//!
+//! prints one JSON line per finished span (the `job` span and `checkpoint` spans with the
+//! default span groups; add `NEMO_LENS_SPAN_GROUPS=per_step` for `step`, `forward_backward` and
+//! `optimizer`). Configuration comes from the `NEMO_LENS_*` environment variables; a rank the
+//! export strategy excludes prints nothing and exits 0. A bad variable prints the error and exits
+//! with status 2.
+
+use std::process::ExitCode;
+use std::thread::sleep;
+use std::time::Duration;
+
+use clap::Parser;
+use nemo_lens::{LensConfig, Telemetry};
+use rand_chacha::ChaCha8Rng;
+use rand_core::{Rng, SeedableRng};
+use tracing::instrument;
+use tracing_subscriber::prelude::*;
+
+/// Simulated data-parallel training with nemo-lens telemetry.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// This process's rank.
+    #[arg(long, default_value_t = 0)]
+    rank: u32,
+    /// Number of ranks in the job.
+    #[arg(long, default_value_t = 1)]
+    world_size: u32,
+    /// Training steps to run (0 = run until interrupted).
+    #[arg(long, default_value_t = 5)]
+    steps: u64,
+    /// Simulated compute per step, in milliseconds.
+    #[arg(long, default_value_t = 10)]
+    step_ms: u64,
+    /// Seed of the trainer's own random generator (seed every rank alike: IDs still differ).
+    #[arg(long, default_value_t = 1234)]
+    seed: u64,
+    /// Save a checkpoint every N steps.
+    #[arg(long, default_value_t = 5)]
+    checkpoint_every: u64,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let config = match LensConfig::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("trainer: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let telemetry = match Telemetry::builder(config)
+        .rank(args.rank)
+        .world_size(args.world_size)
+        .build()
+    {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("trainer: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::registry()
+        .with(telemetry.layer())
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(tracing_subscriber::EnvFilter::new(
+                    std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+                )),
+        )
+        .init();
+
+    train(&args);
+
+    if let Err(e) = telemetry.shutdown(Duration::from_secs(10)) {
+        eprintln!("trainer: {e}");
+    }
+    ExitCode::SUCCESS
+}
+
+#[instrument(skip_all, fields(nemo.group.job, dl.rank = args.rank, dl.world_size = args.world_size))]
+fn train(args: &Args) {
+    let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
+    let mut step = 1;
+    while args.steps == 0 || step <= args.steps {
+        let loss = train_step(step, args.step_ms, &mut rng);
+        tracing::debug!(loss, step, "step finished");
+        if args.checkpoint_every > 0 && step % args.checkpoint_every == 0 {
+            save_checkpoint(step);
+        }
+        step += 1;
+    }
+}
+
+#[instrument(skip(rng), fields(nemo.group.step, dl.loss = tracing::field::Empty))]
+fn train_step(step: u64, step_ms: u64, rng: &mut ChaCha8Rng) -> f64 {
+    forward_backward(step_ms * 2 / 3);
+    optimizer_step(step_ms / 3);
+    let loss = 2.0 / (step as f64).sqrt() + (rng.next_u32() % 100) as f64 / 1000.0;
+    tracing::Span::current().record("dl.loss", loss);
+    loss
+}
+
+#[instrument(fields(nemo.group.forward_backward))]
+fn forward_backward(ms: u64) {
+    sleep(Duration::from_millis(ms));
+}
+
+#[instrument(fields(nemo.group.optimizer))]
+fn optimizer_step(ms: u64) {
+    sleep(Duration::from_millis(ms));
+}
+
+#[instrument(fields(nemo.group.checkpoint))]
+fn save_checkpoint(step: u64) {
+    tracing::info!(path = %format!("/tmp/ckpt/step{step}"), "checkpoint saved");
+}

@@ -128,15 +128,29 @@ pub struct LensConfig {
     pub wandb_entity: String,
     /// `wandb.project` (bare `WANDB_PROJECT`).
     pub wandb_project: String,
-    /// Which variable each string-valued, setup-validated field came from, for error messages.
-    pub(crate) origin: Origin,
+    /// Rust only: with `exporter = console`, write JSONL to this file instead of stdout
+    /// (`<P>_CONSOLE_PATH`); `{rank}` is replaced by the rank, so ranks never interleave.
+    pub console_path: Option<String>,
+    /// Which variables the fields validated at setup were read from (for error messages);
+    /// empty for a config built in code.
+    pub sources: ConfigSources,
 }
 
-/// Names of the variables that string fields validated at setup were read from.
+/// The environment variables that setup-validated fields were read from, so that an error at
+/// setup names the variable to fix.
+///
+/// ```
+/// let cfg = nemo_lens::LensConfig::from_lookup("MEGATRON_OTEL", Some("NEMO_LENS"), |k| {
+///     (k == "NEMO_LENS_SPAN_GROUPS").then(|| "per_step".to_string())
+/// }).unwrap();
+/// assert_eq!(cfg.sources.span_groups.as_deref(), Some("NEMO_LENS_SPAN_GROUPS"));
+/// ```
 #[derive(Clone, Debug, PartialEq, Default)]
-pub(crate) struct Origin {
-    pub(crate) export_strategy: Option<String>,
-    pub(crate) span_groups: Option<String>,
+pub struct ConfigSources {
+    /// The variable `export_strategy` came from.
+    pub export_strategy: Option<String>,
+    /// The variable `span_groups` came from.
+    pub span_groups: Option<String>,
 }
 
 impl Default for LensConfig {
@@ -157,7 +171,8 @@ impl Default for LensConfig {
             user: String::new(),
             wandb_entity: String::new(),
             wandb_project: String::new(),
-            origin: Origin::default(),
+            console_path: None,
+            sources: ConfigSources::default(),
         }
     }
 }
@@ -326,7 +341,7 @@ impl LensConfig {
         boolean("LOGS_ENABLED", &mut cfg.logs_enabled)?;
         if let Some((var, v)) = get("EXPORT_STRATEGY") {
             cfg.export_strategy = v;
-            cfg.origin.export_strategy = Some(var);
+            cfg.sources.export_strategy = Some(var);
         }
         if let Some((_, v)) = get("EXPORT_RANK") {
             cfg.export_rank = parse_int(&primary("EXPORT_RANK"), &v)?;
@@ -337,7 +352,7 @@ impl LensConfig {
         }
         if let Some((var, v)) = get("SPAN_GROUPS") {
             cfg.span_groups = v;
-            cfg.origin.span_groups = Some(var);
+            cfg.sources.span_groups = Some(var);
         }
         if let Some((var, v)) = get("EXPORTER") {
             cfg.exporter = v.parse().map_err(|_| LensError::UnknownExporter { var, value: v })?;
@@ -347,6 +362,9 @@ impl LensConfig {
         }
         if let Some((_, v)) = get("USER_ID") {
             cfg.user = v;
+        }
+        if let Some((_, v)) = get("CONSOLE_PATH") {
+            cfg.console_path = Some(v);
         }
         if let Some(v) = lookup("OTEL_SERVICE_NAME").map(|v| v.trim().to_string())
             && !v.is_empty()
@@ -373,7 +391,7 @@ impl LensConfig {
 
     /// The variable (or field) the export strategy came from, for error messages.
     pub(crate) fn strategy_origin(&self) -> String {
-        self.origin
+        self.sources
             .export_strategy
             .clone()
             .unwrap_or_else(|| "export_strategy".into())
@@ -381,7 +399,7 @@ impl LensConfig {
 
     /// The variable (or field) the span-group spec came from, for error messages.
     pub(crate) fn span_groups_origin(&self) -> String {
-        self.origin
+        self.sources
             .span_groups
             .clone()
             .unwrap_or_else(|| "span_groups".into())

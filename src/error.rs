@@ -105,6 +105,9 @@ pub enum LensError {
          (TelemetryBuilder::allow_reinit_for_testing(true) overrides this, for tests only)."
     )]
     AlreadyInitialized,
+    /// Flushing or shutting down did not complete cleanly (timeout or exporter error).
+    #[error("telemetry flush/shutdown incomplete: {0}")]
+    Shutdown(String),
     /// The console exporter could not open its output file.
     #[error("cannot open console output file '{path}' (from {var}): {source}")]
     OutputFile {

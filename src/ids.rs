@@ -1,0 +1,147 @@
+//! Trace and span IDs that stay unique across identically seeded ranks and forked workers.
+//!
+//! Training code seeds every random generator it knows of, often identically on all
+//! data-parallel ranks. IDs drawn from such a generator collide across ranks. The
+//! [`ChaChaIdGenerator`] therefore draws from a private ChaCha20 stream per thread, seeded from
+//! the operating system (`getrandom`) the first time the thread asks, and never touched by the
+//! trainer's seeding.
+//!
+//! * **Fork**: a `pthread_atfork` child handler bumps a process-wide generation counter; a
+//!   thread whose stream belongs to an older generation re-seeds before its next ID, so a forked
+//!   data-loader worker never repeats its parent's IDs.
+//! * **Hot path**: one thread-local access, one relaxed atomic load and a ChaCha block read: no
+//!   lock, no syscall (`getpid` would cost more than the span).
+//! * **Never zero**: an all-zero ID is invalid in W3C Trace Context; it is replaced by 1.
+//! * **Random flag**: the IDs are random in the sense of W3C Trace Context Level 2
+//!   ([`TRACE_IDS_ARE_RANDOM`]). opentelemetry-sdk 0.33 builds a root span's trace flags from
+//!   its empty parent and offers no hook to set the Level 2 `random` bit (0x02), so the flag is
+//!   not carried on the wire; consumers that need the fact can rely on this constant.
+//!
+//! ```
+//! use nemo_lens::ids::ChaChaIdGenerator;
+//! use opentelemetry_sdk::trace::IdGenerator;
+//! let ids = ChaChaIdGenerator::new();
+//! assert_ne!(ids.new_span_id(), ids.new_span_id());
+//! assert_ne!(ids.new_trace_id(), opentelemetry::trace::TraceId::INVALID);
+//! ```
+
+use std::cell::RefCell;
+use std::sync::Once;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use opentelemetry::trace::{SpanId, TraceId};
+use opentelemetry_sdk::trace::IdGenerator;
+use rand_chacha::ChaCha20Rng;
+use rand_core::{Rng, SeedableRng};
+
+/// The trace IDs are random (W3C Trace Context Level 2 meaning), as the Python
+/// `SeedIndependentIdGenerator.is_trace_id_random()` says.
+pub const TRACE_IDS_ARE_RANDOM: bool = true;
+
+static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
+static ATFORK: Once = Once::new();
+
+extern "C" fn bump_generation_in_child() {
+    // Async-signal-safe: one atomic add, nothing else.
+    FORK_GENERATION.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Registers the fork handler once per process.
+pub(crate) fn install_fork_handler() {
+    ATFORK.call_once(|| {
+        // SAFETY: the handler only performs an atomic add; registering it has no preconditions.
+        unsafe {
+            libc::pthread_atfork(None, None, Some(bump_generation_in_child));
+        }
+    });
+}
+
+/// The current fork generation: it changes in a child after `fork()`.
+pub(crate) fn fork_generation() -> u64 {
+    FORK_GENERATION.load(Ordering::Relaxed)
+}
+
+thread_local! {
+    static STREAM: RefCell<Option<(u64, ChaCha20Rng)>> = const { RefCell::new(None) };
+}
+
+fn seeded() -> ChaCha20Rng {
+    ChaCha20Rng::try_from_rng(&mut getrandom::SysRng).unwrap_or_else(|_| {
+        // No OS entropy (exotic sandbox): fall back to std's randomly keyed hasher mixed with
+        // the time, the pid and the thread, which is still independent of the trainer's seeds.
+        use std::hash::{BuildHasher, Hasher};
+        let mut seed = [0u8; 32];
+        let salt = &seed as *const _ as usize;
+        for (i, chunk) in seed.chunks_mut(8).enumerate() {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0),
+            );
+            h.write_u32(std::process::id());
+            h.write_usize(i);
+            h.write_usize(salt);
+            chunk.copy_from_slice(&h.finish().to_le_bytes());
+        }
+        ChaCha20Rng::from_seed(seed)
+    })
+}
+
+#[inline]
+fn with_stream<T>(f: impl FnOnce(&mut ChaCha20Rng) -> T) -> T {
+    let generation = fork_generation();
+    STREAM.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        match slot.as_mut() {
+            Some((g, rng)) if *g == generation => f(rng),
+            _ => {
+                let (_, rng) = slot.insert((generation, seeded()));
+                f(rng)
+            }
+        }
+    })
+}
+
+/// Draws a random non-zero `u64` from the private stream.
+#[inline]
+pub(crate) fn next_u64() -> u64 {
+    with_stream(|r| r.next_u64()).max(1)
+}
+
+/// The OpenTelemetry [`IdGenerator`] of nemo-lens: OS-seeded ChaCha20 per thread, re-seeded
+/// after `fork`, never zero.
+///
+/// ```
+/// use nemo_lens::ids::ChaChaIdGenerator;
+/// let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+///     .with_id_generator(ChaChaIdGenerator::new())
+///     .build();
+/// # let _ = provider;
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ChaChaIdGenerator {
+    _private: (),
+}
+
+impl ChaChaIdGenerator {
+    /// Creates the generator (and registers the process's fork handler).
+    pub fn new() -> Self {
+        install_fork_handler();
+        ChaChaIdGenerator { _private: () }
+    }
+}
+
+impl IdGenerator for ChaChaIdGenerator {
+    #[inline]
+    fn new_trace_id(&self) -> TraceId {
+        let v = with_stream(|r| (u128::from(r.next_u64()) << 64) | u128::from(r.next_u64()));
+        TraceId::from(v.max(1))
+    }
+
+    #[inline]
+    fn new_span_id(&self) -> SpanId {
+        SpanId::from(next_u64())
+    }
+}

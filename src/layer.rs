@@ -1,0 +1,624 @@
+//! [`LensLayer`]: the `tracing` layer that turns spans and events into OpenTelemetry spans.
+//!
+//! The layer is a [`tracing_subscriber::Layer`] with its own per-layer filter, so it composes
+//! with whatever the application already has (`fmt`, `EnvFilter`, other exporters) and never
+//! disables callsites for them:
+//!
+//! ```
+//! use tracing_subscriber::prelude::*;
+//! let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+//! let subscriber = tracing_subscriber::registry()
+//!     .with(tracing_subscriber::fmt::layer().with_writer(std::io::sink))
+//!     .with(telemetry.layer());
+//! tracing::subscriber::with_default(subscriber, || {
+//!     tracing::info_span!("step").in_scope(|| {});
+//! });
+//! ```
+//!
+//! # What becomes what
+//!
+//! | `tracing` | OpenTelemetry |
+//! |---|---|
+//! | span (name, fields) | span (name, attributes); started when the span is created, ended when it closes |
+//! | parent span (explicit or current) | parent; a span without one takes the current OpenTelemetry context (an attached remote parent) or the launcher's `TRACEPARENT` |
+//! | `i64`/`u64`/`bool`/`f64`/`&str` field | attribute of that type (`u64` above `i64::MAX` becomes a string) |
+//! | `?debug` / `%display` field | string attribute |
+//! | event inside a span | span event named by its message |
+//! | `ERROR` event, `#[instrument(err)]` | status `ERROR` with the message, plus an `exception` event |
+//! | `follows_from` | link |
+//! | field `otel.name` / `otel.kind` / `otel.status_code` / `otel.status_description` | span name / kind / status |
+//! | field named `nemo.group.<g>` | the span's [group](crate::groups); not exported |
+//!
+//! String values of fields named `prompt`, `input_text`, `output_text`, `text`, `password`,
+//! `token`, `secret` or `key` are replaced with `[REDACTED]` ([`DEFAULT_REDACT_KEYS`]).
+//!
+//! # Cost
+//!
+//! Which callsites the layer records is decided by [`LensFilter`] once per callsite; on a
+//! non-exporting rank or for a disabled group the callsite is `Interest::never` and a span costs
+//! what a disabled callsite costs. Events outside any span are ignored by this layer.
+
+use std::any::TypeId;
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use opentelemetry::trace::{
+    Span as _, SpanBuilder, SpanContext, SpanKind, Status, TraceContextExt, Tracer as _,
+};
+use opentelemetry::{Context, Key, KeyValue, Value};
+use opentelemetry_sdk::trace::{SdkTracer, Span as SdkSpan};
+use tracing_core::field::{Field, Visit};
+use tracing_core::span::{Attributes, Id, Record};
+use tracing_core::{Dispatch, Event, Interest, Level, LevelFilter, Metadata, Subscriber};
+use tracing_subscriber::filter::Filtered;
+use tracing_subscriber::layer::{Context as LayerContext, Layer};
+use tracing_subscriber::registry::LookupSpan;
+
+use crate::closer::{self, OpenSpans, WithSpanFn};
+use crate::filter::LensFilter;
+use crate::groups::GROUP_FIELD_PREFIX;
+
+/// Keys whose string values are replaced with `[REDACTED]` (exact, case-sensitive match), as the
+/// Python `DEFAULT_REDACT_KEYS`.
+pub const DEFAULT_REDACT_KEYS: [&str; 8] = [
+    "prompt",
+    "input_text",
+    "output_text",
+    "text",
+    "password",
+    "token",
+    "secret",
+    "key",
+];
+
+/// The replacement for redacted values.
+pub const REDACTED: &str = "[REDACTED]";
+
+#[inline]
+fn is_redacted(key: &str) -> bool {
+    DEFAULT_REDACT_KEYS.contains(&key)
+}
+
+/// What the layer shares with the telemetry handle on an exporting rank.
+#[derive(Debug)]
+pub(crate) struct Pipeline {
+    pub(crate) tracer: SdkTracer,
+    pub(crate) open: OpenSpans,
+    /// Parent of root spans (from `TRACEPARENT`), if the launcher gave one.
+    pub(crate) default_parent: Option<Context>,
+}
+
+/// The lens state of one `tracing` span.
+pub(crate) struct LensSpan {
+    span: Option<SdkSpan>,
+    cx: SpanContext,
+    open_key: Option<usize>,
+}
+
+impl LensSpan {
+    pub(crate) fn span_context(&self) -> &SpanContext {
+        &self.cx
+    }
+
+    /// Ends the span as truncated; `false` if it had already ended.
+    pub(crate) fn truncate(&mut self, reason: &'static str) -> bool {
+        self.open_key = None;
+        match self.span.take() {
+            Some(mut span) => {
+                closer::end_truncated(&mut span, reason);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Drop for LensSpan {
+    fn drop(&mut self) {
+        // The subscriber dropped the span without closing it (e.g. the subscriber itself was
+        // dropped): the SDK would export it as if it had finished; say what happened.
+        self.truncate(closer::REASON_DROPPED);
+    }
+}
+
+/// Lets [`crate::LensSpanExt`] reach the lens data of a `tracing::Span` through the dispatcher.
+pub(crate) struct WithLens {
+    pub(crate) with_span: WithSpanFn,
+}
+
+/// The inner, unfiltered layer. Users get it wrapped in [`LensLayer`].
+pub struct SpanLayer<S> {
+    pipeline: Option<Arc<Pipeline>>,
+    with_lens: WithLens,
+    _subscriber: PhantomData<fn(S)>,
+}
+
+impl<S> fmt::Debug for SpanLayer<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SpanLayer")
+            .field("exporting", &self.pipeline.is_some())
+            .finish()
+    }
+}
+
+fn with_span<S>(dispatch: &Dispatch, id: &Id, f: &mut dyn FnMut(&mut LensSpan))
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let Some(subscriber) = dispatch.downcast_ref::<S>() else {
+        return;
+    };
+    let Some(span) = subscriber.span(id) else {
+        return;
+    };
+    let mut ext = span.extensions_mut();
+    if let Some(data) = ext.get_mut::<LensSpan>() {
+        f(data);
+    }
+}
+
+impl<S> SpanLayer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn new(pipeline: Option<Arc<Pipeline>>) -> Self {
+        SpanLayer {
+            pipeline,
+            with_lens: WithLens {
+                with_span: with_span::<S>,
+            },
+            _subscriber: PhantomData,
+        }
+    }
+
+    fn parent_context(&self, attrs: &Attributes<'_>, ctx: &LayerContext<'_, S>) -> Context {
+        let parent = if let Some(id) = attrs.parent() {
+            ctx.span(id)
+        } else if attrs.is_contextual() {
+            ctx.lookup_current()
+        } else {
+            return Context::new();
+        };
+        if let Some(parent) = parent {
+            if let Some(data) = parent.extensions().get::<LensSpan>() {
+                return Context::new().with_remote_span_context(data.cx.clone());
+            }
+        }
+        let current = Context::current();
+        if current.has_active_span() {
+            return current;
+        }
+        match self.pipeline.as_ref().and_then(|p| p.default_parent.as_ref()) {
+            Some(cx) => cx.clone(),
+            None => Context::new(),
+        }
+    }
+}
+
+/// Span-level settings carried by reserved fields.
+#[derive(Default)]
+struct Reserved {
+    name: Option<String>,
+    kind: Option<SpanKind>,
+    status_code: Option<bool>,
+    status_description: Option<String>,
+}
+
+impl Reserved {
+    fn status(&mut self) -> Option<Status> {
+        match (self.status_code, self.status_description.take()) {
+            (Some(true), _) => Some(Status::Ok),
+            (Some(false), d) | (None, d @ Some(_)) => Some(Status::error(d.unwrap_or_default())),
+            (None, None) => None,
+        }
+    }
+}
+
+/// Collects span fields as attributes.
+struct SpanVisitor<'a> {
+    attributes: &'a mut Vec<KeyValue>,
+    reserved: &'a mut Reserved,
+}
+
+impl SpanVisitor<'_> {
+    #[inline]
+    fn push(&mut self, field: &Field, value: Value) {
+        let name = field.name();
+        if name.starts_with("otel.") || name.starts_with(GROUP_FIELD_PREFIX) {
+            self.reserved(name, value);
+            return;
+        }
+        self.attributes
+            .push(KeyValue::new(Key::from_static_str(name), value));
+    }
+
+    #[cold]
+    fn reserved(&mut self, name: &'static str, value: Value) {
+        match name {
+            "otel.name" => self.reserved.name = Some(value.to_string()),
+            "otel.kind" => {
+                self.reserved.kind = match value.as_str().to_ascii_lowercase().as_str() {
+                    "server" => Some(SpanKind::Server),
+                    "client" => Some(SpanKind::Client),
+                    "producer" => Some(SpanKind::Producer),
+                    "consumer" => Some(SpanKind::Consumer),
+                    "internal" => Some(SpanKind::Internal),
+                    _ => None,
+                }
+            }
+            "otel.status_code" => {
+                self.reserved.status_code = match value.as_str().to_ascii_lowercase().as_str() {
+                    "ok" => Some(true),
+                    "error" => Some(false),
+                    _ => None,
+                }
+            }
+            "otel.status_description" => {
+                self.reserved.status_description = Some(value.to_string())
+            }
+            _ if name.starts_with(GROUP_FIELD_PREFIX) => {}
+            _ => self
+                .attributes
+                .push(KeyValue::new(Key::from_static_str(name), value)),
+        }
+    }
+}
+
+fn str_value(field: &Field, value: String) -> Value {
+    if is_redacted(field.name()) {
+        Value::from(REDACTED)
+    } else {
+        Value::from(value)
+    }
+}
+
+fn u64_value(v: u64) -> Value {
+    match i64::try_from(v) {
+        Ok(v) => Value::I64(v),
+        Err(_) => Value::from(v.to_string()),
+    }
+}
+
+impl Visit for SpanVisitor<'_> {
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.push(field, Value::F64(value));
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.push(field, Value::I64(value));
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.push(field, u64_value(value));
+    }
+    fn record_i128(&mut self, field: &Field, value: i128) {
+        let v = i64::try_from(value).map_or_else(|_| Value::from(value.to_string()), Value::I64);
+        self.push(field, v);
+    }
+    fn record_u128(&mut self, field: &Field, value: u128) {
+        let v = i64::try_from(value).map_or_else(|_| Value::from(value.to_string()), Value::I64);
+        self.push(field, v);
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.push(field, Value::Bool(value));
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        let v = if is_redacted(field.name()) {
+            Value::from(REDACTED)
+        } else {
+            Value::from(value.to_string())
+        };
+        self.push(field, v);
+    }
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        self.push(field, str_value(field, value.to_string()));
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.push(field, str_value(field, format!("{value:?}")));
+    }
+}
+
+/// Collects an event: its message, fields and error text.
+#[derive(Default)]
+struct EventVisitor {
+    message: Option<String>,
+    error: Option<String>,
+    attributes: Vec<KeyValue>,
+}
+
+impl EventVisitor {
+    fn push(&mut self, field: &Field, value: Value) {
+        let name = field.name();
+        if name.starts_with(GROUP_FIELD_PREFIX) || name.starts_with("log.") {
+            return;
+        }
+        self.attributes
+            .push(KeyValue::new(Key::from_static_str(name), value));
+    }
+    fn text(&mut self, field: &Field, value: String) {
+        match field.name() {
+            "message" => self.message = Some(value),
+            "error" => {
+                self.error = Some(value.clone());
+                self.push(field, Value::from(value));
+            }
+            _ => self.push(field, str_value(field, value)),
+        }
+    }
+}
+
+impl Visit for EventVisitor {
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.push(field, Value::F64(value));
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.push(field, Value::I64(value));
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.push(field, u64_value(value));
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.push(field, Value::Bool(value));
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.text(field, value.to_string());
+    }
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        let text = value.to_string();
+        if self.error.is_none() {
+            self.error = Some(text.clone());
+        }
+        if field.name() != "error" {
+            self.push(field, str_value(field, text));
+        } else {
+            self.push(field, Value::from(text));
+        }
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.text(field, format!("{value:?}"));
+    }
+}
+
+impl<S> Layer<S> for SpanLayer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_register_dispatch(&self, subscriber: &Dispatch) {
+        if let Some(p) = &self.pipeline {
+            p.open.register_subscriber(subscriber, with_span::<S>);
+        }
+    }
+
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: LayerContext<'_, S>) {
+        let Some(pipeline) = &self.pipeline else {
+            return;
+        };
+        let Some(span_ref) = ctx.span(id) else {
+            return;
+        };
+        let meta = attrs.metadata();
+        let mut attributes = Vec::with_capacity(meta.fields().len());
+        let mut reserved = Reserved::default();
+        attrs.record(&mut SpanVisitor {
+            attributes: &mut attributes,
+            reserved: &mut reserved,
+        });
+        let parent_cx = self.parent_context(attrs, &ctx);
+        let mut builder = SpanBuilder::from_name(match reserved.name.take() {
+            Some(name) => Cow::Owned(name),
+            None => Cow::Borrowed(meta.name()),
+        });
+        builder.attributes = Some(attributes);
+        builder.span_kind = reserved.kind.take();
+        let mut span = pipeline.tracer.build_with_context(builder, &parent_cx);
+        if let Some(status) = reserved.status() {
+            span.set_status(status);
+        }
+        let cx = span.span_context().clone();
+        let open_key = span
+            .is_recording()
+            .then(|| pipeline.open.insert(id.clone()));
+        span_ref.extensions_mut().insert(LensSpan {
+            span: Some(span),
+            cx,
+            open_key,
+        });
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: LayerContext<'_, S>) {
+        let Some(span_ref) = ctx.span(id) else {
+            return;
+        };
+        let mut ext = span_ref.extensions_mut();
+        let Some(data) = ext.get_mut::<LensSpan>() else {
+            return;
+        };
+        let Some(span) = data.span.as_mut() else {
+            return;
+        };
+        let mut attributes = Vec::new();
+        let mut reserved = Reserved::default();
+        values.record(&mut SpanVisitor {
+            attributes: &mut attributes,
+            reserved: &mut reserved,
+        });
+        if let Some(name) = reserved.name.take() {
+            span.update_name(name);
+        }
+        if let Some(status) = reserved.status() {
+            span.set_status(status);
+        }
+        span.set_attributes(attributes);
+    }
+
+    fn on_follows_from(&self, id: &Id, follows: &Id, ctx: LayerContext<'_, S>) {
+        let Some(follows_cx) = ctx
+            .span(follows)
+            .and_then(|s| s.extensions().get::<LensSpan>().map(|d| d.cx.clone()))
+        else {
+            return;
+        };
+        let Some(span_ref) = ctx.span(id) else {
+            return;
+        };
+        if let Some(span) = span_ref
+            .extensions_mut()
+            .get_mut::<LensSpan>()
+            .and_then(|d| d.span.as_mut())
+        {
+            span.add_link(follows_cx, Vec::new());
+        }
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: LayerContext<'_, S>) {
+        let Some(span_ref) = ctx.event_span(event) else {
+            return;
+        };
+        let mut ext = span_ref.extensions_mut();
+        let Some(span) = ext.get_mut::<LensSpan>().and_then(|d| d.span.as_mut()) else {
+            return;
+        };
+        let mut v = EventVisitor::default();
+        event.record(&mut v);
+        let meta = event.metadata();
+        if *meta.level() == Level::ERROR {
+            let description = v
+                .message
+                .clone()
+                .or_else(|| v.error.clone())
+                .unwrap_or_default();
+            let mut attributes = v.attributes;
+            attributes.push(KeyValue::new("exception.message", description.clone()));
+            if let Some(message) = v.message {
+                attributes.push(KeyValue::new("message", message));
+            }
+            span.add_event("exception", attributes);
+            span.set_status(Status::error(description));
+        } else {
+            let name: Cow<'static, str> = match v.message {
+                Some(m) => Cow::Owned(m),
+                None => Cow::Borrowed(meta.name()),
+            };
+            span.add_event(name, v.attributes);
+        }
+    }
+
+    fn on_close(&self, id: Id, ctx: LayerContext<'_, S>) {
+        let Some(span_ref) = ctx.span(&id) else {
+            return;
+        };
+        let data = span_ref.extensions_mut().remove::<LensSpan>();
+        if let Some(mut data) = data {
+            if let (Some(key), Some(p)) = (data.open_key.take(), &self.pipeline) {
+                p.open.remove(key);
+            }
+            if let Some(mut span) = data.span.take() {
+                span.end();
+            }
+        }
+    }
+
+    unsafe fn downcast_raw(&self, id: TypeId) -> Option<*const ()> {
+        if id == TypeId::of::<Self>() {
+            Some(self as *const Self as *const ())
+        } else if id == TypeId::of::<WithLens>() {
+            Some(&self.with_lens as *const WithLens as *const ())
+        } else {
+            None
+        }
+    }
+}
+
+/// The nemo-lens layer: spans and events of a `tracing` subscriber, exported through
+/// OpenTelemetry, behind the rank / group / sampling [`LensFilter`].
+///
+/// Get one from [`Telemetry::layer`](crate::Telemetry::layer) and add it to any
+/// `tracing_subscriber::registry()`-based subscriber.
+///
+/// ```
+/// use tracing_subscriber::prelude::*;
+/// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+/// let _subscriber = tracing_subscriber::registry().with(telemetry.layer());
+/// ```
+pub struct LensLayer<S> {
+    inner: Filtered<SpanLayer<S>, LensFilter, S>,
+}
+
+impl<S> fmt::Debug for LensLayer<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LensLayer")
+            .field("filter", self.inner.filter())
+            .finish()
+    }
+}
+
+impl<S> LensLayer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    pub(crate) fn new(pipeline: Option<Arc<Pipeline>>, filter: LensFilter) -> Self {
+        LensLayer {
+            inner: SpanLayer::new(pipeline).with_filter(filter),
+        }
+    }
+
+    /// The filter that decides which callsites this layer records.
+    pub fn filter(&self) -> &LensFilter {
+        self.inner.filter()
+    }
+}
+
+impl<S> Layer<S> for LensLayer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_register_dispatch(&self, subscriber: &Dispatch) {
+        self.inner.on_register_dispatch(subscriber)
+    }
+    fn on_layer(&mut self, subscriber: &mut S) {
+        self.inner.on_layer(subscriber)
+    }
+    fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
+        self.inner.register_callsite(metadata)
+    }
+    fn enabled(&self, metadata: &Metadata<'_>, ctx: LayerContext<'_, S>) -> bool {
+        self.inner.enabled(metadata, ctx)
+    }
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: LayerContext<'_, S>) {
+        self.inner.on_new_span(attrs, id, ctx)
+    }
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        self.inner.max_level_hint()
+    }
+    fn on_record(&self, span: &Id, values: &Record<'_>, ctx: LayerContext<'_, S>) {
+        self.inner.on_record(span, values, ctx)
+    }
+    fn on_follows_from(&self, span: &Id, follows: &Id, ctx: LayerContext<'_, S>) {
+        self.inner.on_follows_from(span, follows, ctx)
+    }
+    fn event_enabled(&self, event: &Event<'_>, ctx: LayerContext<'_, S>) -> bool {
+        self.inner.event_enabled(event, ctx)
+    }
+    fn on_event(&self, event: &Event<'_>, ctx: LayerContext<'_, S>) {
+        self.inner.on_event(event, ctx)
+    }
+    fn on_enter(&self, id: &Id, ctx: LayerContext<'_, S>) {
+        self.inner.on_enter(id, ctx)
+    }
+    fn on_exit(&self, id: &Id, ctx: LayerContext<'_, S>) {
+        self.inner.on_exit(id, ctx)
+    }
+    fn on_close(&self, id: Id, ctx: LayerContext<'_, S>) {
+        self.inner.on_close(id, ctx)
+    }
+    fn on_id_change(&self, old: &Id, new: &Id, ctx: LayerContext<'_, S>) {
+        self.inner.on_id_change(old, new, ctx)
+    }
+    unsafe fn downcast_raw(&self, id: TypeId) -> Option<*const ()> {
+        if id == TypeId::of::<Self>() {
+            return Some(self as *const Self as *const ());
+        }
+        // SAFETY: forwarded to the wrapped layer, which upholds the contract.
+        unsafe { self.inner.downcast_raw(id) }
+    }
+}

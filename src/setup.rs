@@ -1,0 +1,551 @@
+//! Setup: [`TelemetryBuilder`] builds the pipelines of one process; [`Telemetry`] is the handle.
+//!
+//! The builder mirrors the Python `setup_telemetry(config, rank, world_size,
+//! resource_attributes, span_exporter, metric_reader, export_strategy)`:
+//!
+//! 1. a second *enabled* setup in one process is an error ([`LensError::AlreadyInitialized`]);
+//! 2. an empty `run_id` becomes `SLURM_JOB_ID` or 12 random hex characters;
+//! 3. the export strategy decides whether this rank exports (evaluated even when disabled, so an
+//!    unknown strategy fails on every rank);
+//! 4. disabled, or enabled on a non-exporting rank: **nothing is built**: no provider, no thread,
+//!    no socket, and the layer is inert (every callsite `Interest::never`);
+//! 5. exporting: resource, tracer provider (ChaCha IDs, optional rank sampler, extra
+//!    processors, then the exporter's batch processor), optional meter provider, the W3C
+//!    TraceContext + Baggage propagator and the global tracer provider.
+//!
+//! ```
+//! use nemo_lens::{LensConfig, Telemetry};
+//! use tracing_subscriber::prelude::*;
+//!
+//! let config = LensConfig::from_env().unwrap();
+//! let telemetry = Telemetry::builder(config).rank(0).world_size(1).build().unwrap();
+//! let _guard = tracing_subscriber::registry().with(telemetry.layer()).set_default();
+//! tracing::info_span!("train").in_scope(|| { /* ... */ });
+//! telemetry.shutdown(std::time::Duration::from_secs(5)).unwrap();
+//! ```
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use opentelemetry::global::{self, BoxedTracer};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::trace::noop::NoopTracer;
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
+use opentelemetry_sdk::trace::{
+    BatchSpanProcessor, SdkTracerProvider, SimpleSpanProcessor, Span, SpanData, SpanExporter,
+    SpanProcessor,
+};
+use tracing_subscriber::registry::LookupSpan;
+
+use crate::config::{ExporterKind, LensConfig};
+use crate::error::{LensError, Result};
+use crate::export::console::ConsoleSpanExporter;
+use crate::export::otlp::{self, OtlpProtocol, Signal};
+use crate::filter::LensFilter;
+use crate::groups::{self, GroupGate};
+use crate::ids::ChaChaIdGenerator;
+use crate::layer::{LensLayer, Pipeline};
+use crate::propagation;
+use crate::resource;
+use crate::sampling::RankAwareSampler;
+use crate::strategy::{self, ExportStrategy};
+
+static INITIALIZED: AtomicBool = AtomicBool::new(false);
+
+/// The instrumentation scope of spans created by the lens layer and by [`Telemetry::tracer`].
+pub const SCOPE_NAME: &str = "nemo.lens";
+
+type ProcessorFactory = Box<dyn FnOnce(bool) -> BoxedProcessor + Send>;
+type ReaderFactory = Box<dyn FnOnce(MeterProviderBuilder) -> MeterProviderBuilder + Send>;
+type Lookup = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// A span processor behind a box (the SDK builder wants a concrete type).
+struct BoxedProcessor(Box<dyn SpanProcessor>);
+
+impl fmt::Debug for BoxedProcessor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl SpanProcessor for BoxedProcessor {
+    fn on_start(&self, span: &mut Span, cx: &Context) {
+        self.0.on_start(span, cx)
+    }
+    fn on_end(&self, span: SpanData) {
+        self.0.on_end(span)
+    }
+    fn force_flush(&self) -> OTelSdkResult {
+        self.0.force_flush()
+    }
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.0.shutdown_with_timeout(timeout)
+    }
+    fn shutdown(&self) -> OTelSdkResult {
+        self.0.shutdown()
+    }
+    fn set_resource(&mut self, resource: &Resource) {
+        self.0.set_resource(resource)
+    }
+}
+
+fn exporter_processor<E: SpanExporter + 'static>(exporter: E, synchronous: bool) -> BoxedProcessor {
+    if synchronous {
+        BoxedProcessor(Box::new(SimpleSpanProcessor::new(exporter)))
+    } else {
+        BoxedProcessor(Box::new(BatchSpanProcessor::builder(exporter).build()))
+    }
+}
+
+/// Builds a [`Telemetry`]; see the [module docs](self).
+pub struct TelemetryBuilder {
+    config: LensConfig,
+    rank: u32,
+    world_size: u32,
+    resource_attributes: Vec<KeyValue>,
+    span_exporter: Option<ProcessorFactory>,
+    span_processors: Vec<Box<dyn FnOnce() -> BoxedProcessor + Send>>,
+    metric_reader: Option<ReaderFactory>,
+    export_strategy: Option<ExportStrategy>,
+    synchronous: bool,
+    allow_reinit: bool,
+    lookup: Lookup,
+}
+
+impl fmt::Debug for TelemetryBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TelemetryBuilder")
+            .field("config", &self.config)
+            .field("rank", &self.rank)
+            .field("world_size", &self.world_size)
+            .field("custom_span_exporter", &self.span_exporter.is_some())
+            .field("extra_span_processors", &self.span_processors.len())
+            .field("custom_metric_reader", &self.metric_reader.is_some())
+            .field("synchronous", &self.synchronous)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TelemetryBuilder {
+    fn new(config: LensConfig) -> Self {
+        TelemetryBuilder {
+            config,
+            rank: 0,
+            world_size: 1,
+            resource_attributes: Vec::new(),
+            span_exporter: None,
+            span_processors: Vec::new(),
+            metric_reader: None,
+            export_strategy: None,
+            synchronous: false,
+            allow_reinit: false,
+            lookup: Box::new(resource::process_env),
+        }
+    }
+
+    /// This process's rank (default 0).
+    pub fn rank(mut self, rank: u32) -> Self {
+        self.rank = rank;
+        self
+    }
+
+    /// The number of ranks (default 1).
+    pub fn world_size(mut self, world_size: u32) -> Self {
+        self.world_size = world_size;
+        self
+    }
+
+    /// Extra resource attributes (detected host/SLURM/Kubernetes values win on collision, as in
+    /// the Python library).
+    pub fn resource_attributes(mut self, attributes: impl IntoIterator<Item = KeyValue>) -> Self {
+        self.resource_attributes.extend(attributes);
+        self
+    }
+
+    /// Sends spans to `exporter` instead of the configured console/OTLP exporter (traces only;
+    /// metrics keep theirs). It is wrapped in a batch processor, built only on an exporting rank.
+    ///
+    /// ```
+    /// use opentelemetry_sdk::trace::InMemorySpanExporter;
+    /// let exporter = InMemorySpanExporter::default();
+    /// let builder = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default())
+    ///     .span_exporter(exporter.clone());
+    /// # let _ = builder;
+    /// ```
+    pub fn span_exporter<E: SpanExporter + 'static>(mut self, exporter: E) -> Self {
+        self.span_exporter = Some(Box::new(move |sync| exporter_processor(exporter, sync)));
+        self
+    }
+
+    /// Adds a span processor, built by `make` only on an exporting rank, registered before the
+    /// exporter's processor (the counterpart of `add_span_processor` after Python setup).
+    pub fn span_processor<P, F>(mut self, make: F) -> Self
+    where
+        P: SpanProcessor + 'static,
+        F: FnOnce() -> P + Send + 'static,
+    {
+        self.span_processors
+            .push(Box::new(move || BoxedProcessor(Box::new(make()))));
+        self
+    }
+
+    /// Reads metrics with `make()` (e.g. a `ManualReader` in tests) on an exporting rank.
+    pub fn metric_reader<R, F>(mut self, make: F) -> Self
+    where
+        R: opentelemetry_sdk::metrics::reader::MetricReader,
+        F: FnOnce() -> R + Send + 'static,
+    {
+        self.metric_reader = Some(Box::new(move |b| b.with_reader(make())));
+        self
+    }
+
+    /// Decides with `strategy` instead of the registry entry named by `export_strategy`.
+    ///
+    /// ```
+    /// let builder = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default())
+    ///     .export_strategy(|_cfg, rank, _ws| rank % 8 == 0);
+    /// # let _ = builder;
+    /// ```
+    pub fn export_strategy(
+        mut self,
+        strategy: impl Fn(&LensConfig, u32, u32) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.export_strategy = Some(ExportStrategy::custom(strategy));
+        self
+    }
+
+    /// Exports every span on the thread that ends it instead of batching (tests, debugging).
+    pub fn synchronous_export(mut self, synchronous: bool) -> Self {
+        self.synchronous = synchronous;
+        self
+    }
+
+    /// Reads environment variables (`SLURM_*`, `OTEL_*`, …) through `lookup` instead of the
+    /// process environment.
+    pub fn env_lookup(mut self, lookup: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Self {
+        self.lookup = Box::new(lookup);
+        self
+    }
+
+    /// **Tests only**: allows a second enabled setup in this process.
+    pub fn allow_reinit_for_testing(mut self, allow: bool) -> Self {
+        self.allow_reinit = allow;
+        self
+    }
+
+    /// Builds the pipelines (or nothing, on a disabled or non-exporting rank).
+    pub fn build(self) -> Result<Telemetry> {
+        let TelemetryBuilder {
+            mut config,
+            rank,
+            world_size,
+            resource_attributes,
+            span_exporter,
+            span_processors,
+            metric_reader,
+            export_strategy,
+            synchronous,
+            allow_reinit,
+            lookup,
+        } = self;
+        config.validate()?;
+        if world_size == 0 || rank >= world_size {
+            return Err(LensError::InvalidArgument(format!(
+                "rank must be below world_size (rank {rank}, world_size {world_size})"
+            )));
+        }
+        if config.enabled && !allow_reinit && INITIALIZED.load(Ordering::SeqCst) {
+            return Err(LensError::AlreadyInitialized);
+        }
+        config.run_id = resource::resolve_run_id(&config.run_id, &*lookup);
+        let strategy = match export_strategy {
+            Some(s) => s,
+            None => strategy::get_export_strategy(&config.export_strategy, &config.strategy_origin())?,
+        };
+        let decision = strategy.decide(&config, rank, world_size)?;
+        let resolved_groups = if config.enabled {
+            groups::resolve(&config.span_groups, &config.span_groups_origin())?
+        } else {
+            Default::default()
+        };
+        let exporting = config.enabled && decision;
+        let sampler = RankAwareSampler::new(rank, world_size, config.export_sample_rate);
+        let recording = exporting && config.traces_enabled && (!config.sampler_enabled || sampler.is_sampled());
+
+        let gate = Arc::new(GroupGate::new(if exporting { resolved_groups } else { Default::default() }));
+        let mut built = Built::default();
+        if exporting {
+            let resource =
+                resource::build_resource(&config, rank, world_size, &resource_attributes, &*lookup);
+            if config.traces_enabled {
+                let mut builder = SdkTracerProvider::builder()
+                    .with_resource(resource.clone())
+                    .with_id_generator(ChaChaIdGenerator::new());
+                if config.sampler_enabled {
+                    builder = builder.with_sampler(sampler.clone());
+                }
+                for make in span_processors {
+                    builder = builder.with_span_processor(make());
+                }
+                let exporter = match span_exporter {
+                    Some(make) => make(synchronous),
+                    None => match config.exporter {
+                        ExporterKind::Console => {
+                            let exporter = match &config.console_path {
+                                Some(template) => ConsoleSpanExporter::to_path(template, rank)
+                                    .map_err(|source| LensError::OutputFile {
+                                        var: "NEMO_LENS_CONSOLE_PATH".into(),
+                                        path: crate::export::console::resolve_path(template, rank)
+                                            .display()
+                                            .to_string(),
+                                        source,
+                                    })?,
+                                None => ConsoleSpanExporter::stdout(),
+                            };
+                            exporter_processor(exporter, synchronous)
+                        }
+                        ExporterKind::Otlp => {
+                            let protocol = otlp::protocol_for(Signal::Traces, &*lookup)?;
+                            if protocol == OtlpProtocol::Grpc && built.runtime.is_none() {
+                                built.runtime = Some(otlp::grpc_runtime()?);
+                            }
+                            let exporter = otlp::span_exporter(protocol, built.runtime.as_ref())?;
+                            exporter_processor(exporter, synchronous)
+                        }
+                    },
+                };
+                let provider = builder.with_span_processor(exporter).build();
+                global::set_tracer_provider(provider.clone());
+                if recording {
+                    built.pipeline = Some(Arc::new(Pipeline {
+                        tracer: provider.tracer(SCOPE_NAME),
+                        open: Default::default(),
+                        default_parent: propagation::env_parent(&*lookup),
+                    }));
+                }
+                built.tracer_provider = Some(provider);
+            }
+            if config.metrics_enabled {
+                if let Some(add_reader) = metric_reader {
+                    let provider =
+                        add_reader(SdkMeterProvider::builder().with_resource(resource.clone())).build();
+                    global::set_meter_provider(provider.clone());
+                    built.meter_provider = Some(provider);
+                }
+            }
+            propagation::install_global_propagator();
+            built.resource = Some(resource);
+        }
+        if config.enabled {
+            groups::install_process_gate(gate.clone());
+            INITIALIZED.store(true, Ordering::SeqCst);
+        }
+        Ok(Telemetry {
+            inner: Arc::new(Inner {
+                filter: LensFilter::new(built.pipeline.is_none(), gate.clone()),
+                config,
+                rank,
+                world_size,
+                exporting,
+                groups: gate,
+                built,
+                shutdown_done: AtomicBool::new(false),
+            }),
+        })
+    }
+}
+
+#[derive(Default)]
+struct Built {
+    pipeline: Option<Arc<Pipeline>>,
+    tracer_provider: Option<SdkTracerProvider>,
+    meter_provider: Option<SdkMeterProvider>,
+    resource: Option<Resource>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+struct Inner {
+    config: LensConfig,
+    rank: u32,
+    world_size: u32,
+    exporting: bool,
+    groups: Arc<GroupGate>,
+    filter: LensFilter,
+    built: Built,
+    shutdown_done: AtomicBool,
+}
+
+/// The handle of one process's telemetry: the layer, the tracer, flush and shutdown.
+///
+/// Cloning is cheap (shared). Call [`Telemetry::shutdown`] before the process exits (a
+/// `finally`-style path): spans still open are ended as truncated and everything queued is
+/// exported. Dropping the last clone shuts down with a 5-second timeout.
+#[derive(Clone)]
+pub struct Telemetry {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("enabled", &self.inner.config.enabled)
+            .field("rank", &self.inner.rank)
+            .field("world_size", &self.inner.world_size)
+            .field("exporting", &self.inner.exporting)
+            .field("recording", &self.inner.built.pipeline.is_some())
+            .field("run_id", &self.inner.config.run_id)
+            .finish()
+    }
+}
+
+impl Telemetry {
+    /// Starts a builder for `config`.
+    ///
+    /// ```
+    /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// assert!(!telemetry.is_exporting());
+    /// ```
+    pub fn builder(config: LensConfig) -> TelemetryBuilder {
+        TelemetryBuilder::new(config)
+    }
+
+    /// A new lens layer for a `tracing` subscriber. On a rank that records nothing the layer is
+    /// inert: every callsite is `Interest::never` for it.
+    pub fn layer<S>(&self) -> LensLayer<S>
+    where
+        S: tracing_core::Subscriber + for<'a> LookupSpan<'a>,
+    {
+        LensLayer::new(self.inner.built.pipeline.clone(), self.inner.filter.clone())
+    }
+
+    /// Whether this rank exports (enabled and chosen by the export strategy).
+    pub fn is_exporting(&self) -> bool {
+        self.inner.exporting
+    }
+
+    /// The configuration, with the run id resolved.
+    pub fn config(&self) -> &LensConfig {
+        &self.inner.config
+    }
+
+    /// The run id (`nemo.run.id`).
+    pub fn run_id(&self) -> &str {
+        &self.inner.config.run_id
+    }
+
+    /// The resource spans are exported with (`None` on a non-exporting rank).
+    pub fn resource(&self) -> Option<&Resource> {
+        self.inner.built.resource.as_ref()
+    }
+
+    /// An OpenTelemetry tracer for code that uses the OpenTelemetry API directly (a no-op
+    /// tracer on a non-exporting rank). Spans made with it skip the lens layer (no groups, no
+    /// truncation at shutdown).
+    pub fn tracer(&self) -> BoxedTracer {
+        match &self.inner.built.tracer_provider {
+            Some(p) => BoxedTracer::new(Box::new(p.tracer(SCOPE_NAME))),
+            None => BoxedTracer::new(Box::new(NoopTracer::new())),
+        }
+    }
+
+    /// The meter provider, when metrics are exported from this rank.
+    pub fn meter_provider(&self) -> Option<&SdkMeterProvider> {
+        self.inner.built.meter_provider.as_ref()
+    }
+
+    /// Whether `group` is enabled for this telemetry.
+    pub fn is_span_group_enabled(&self, group: &str) -> bool {
+        self.inner.groups.is_enabled(group)
+    }
+
+    /// Number of spans the lens layer has started and not yet ended.
+    pub fn open_spans(&self) -> usize {
+        self.inner.built.pipeline.as_ref().map_or(0, |p| p.open.len())
+    }
+
+    /// Exports everything queued, without closing live spans.
+    pub fn force_flush(&self) -> Result<()> {
+        let mut errors = Vec::new();
+        if let Some(p) = &self.inner.built.tracer_provider {
+            if let Err(e) = p.force_flush() {
+                errors.push(format!("traces: {e}"));
+            }
+        }
+        if let Some(p) = &self.inner.built.meter_provider {
+            if let Err(e) = p.force_flush() {
+                errors.push(format!("metrics: {e}"));
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(LensError::Shutdown(errors.join("; ")))
+        }
+    }
+
+    /// Ends open spans as truncated, flushes and shuts the providers down, returning within
+    /// `timeout` (plus scheduling slack) even when an exporter hangs. A second call does nothing.
+    pub fn shutdown(&self, timeout: Duration) -> Result<()> {
+        self.inner.shutdown(timeout)
+    }
+}
+
+impl Inner {
+    fn shutdown(&self, timeout: Duration) -> Result<()> {
+        if self.shutdown_done.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let deadline = Instant::now() + timeout;
+        if let Some(p) = &self.built.pipeline {
+            p.open.close_all();
+        }
+        let tracer = self.built.tracer_provider.clone();
+        let meter = self.built.meter_provider.clone();
+        if tracer.is_none() && meter.is_none() {
+            return Ok(());
+        }
+        let (tx, rx) = mpsc::channel();
+        let worker = std::thread::Builder::new()
+            .name("nemo-lens-shutdown".into())
+            .spawn(move || {
+                let mut errors = Vec::new();
+                let remaining = || deadline.saturating_duration_since(Instant::now());
+                if let Some(t) = tracer {
+                    if let Err(e) = t.shutdown_with_timeout(remaining()) {
+                        errors.push(format!("traces: {e}"));
+                    }
+                }
+                if let Some(m) = meter {
+                    if let Err(e) = m.shutdown_with_timeout(remaining()) {
+                        errors.push(format!("metrics: {e}"));
+                    }
+                }
+                let _ = tx.send(errors);
+            });
+        let result = match worker {
+            Err(e) => Err(LensError::Shutdown(format!("cannot start the shutdown thread: {e}"))),
+            Ok(_) => match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(errors) if errors.is_empty() => Ok(()),
+                Ok(errors) => Err(LensError::Shutdown(errors.join("; "))),
+                Err(_) => Err(LensError::Shutdown(format!(
+                    "timed out after {timeout:?}; data still queued was abandoned"
+                ))),
+            },
+        };
+        result
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let _ = self.shutdown(Duration::from_secs(5));
+        if let Some(rt) = self.built.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
