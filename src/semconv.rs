@@ -1,0 +1,366 @@
+//! Attribute names (semantic conventions) used by NeMo Lens and its consumers.
+//!
+//! Every constant is a plain `&'static str`, so it works anywhere an OpenTelemetry key is
+//! accepted (`KeyValue::new`, `Key::from_static_str`) and as a `tracing` field name in
+//! documentation and tests. The names are byte-for-byte those of the Python package
+//! (`nemo.lens.semconv`), so spans and resources from Rust and Python processes of one job can
+//! be filtered with the same collector queries.
+//!
+//! # Naming
+//!
+//! A constant is the attribute name upper-cased with `.` replaced by `_`:
+//! `dl.rank` → [`DL_RANK`], `nv.dl.rank` → [`NV_DL_RANK`], `slurm.job.id` → [`SLURM_JOB_ID`].
+//! (The Python package spells the `gen_ai.*` constants `GENAI_*`; here they are
+//! [`GEN_AI_OPERATION_NAME`] and so on, as in the upstream Rust semantic-conventions crate.)
+//!
+//! # Stability
+//!
+//! The constants follow OpenTelemetry semantic conventions [`SEMCONV_VERSION`] where an upstream
+//! name exists:
+//!
+//! * `gen_ai.*` — upstream OpenTelemetry, **experimental** upstream (may still change there);
+//! * `k8s.*` — upstream OpenTelemetry, stable;
+//! * `service.*`, `host.*`, `process.*`, `deployment.*`, `telemetry.sdk.*` — upstream
+//!   OpenTelemetry resource names, used as literals by the Python package;
+//! * `dl.*`, `nv.dl.*`, `nv.gpu.*`, `rl.*`, `gym.*`, `slurm.*`, `nemo.*`, `wandb.*`,
+//!   `inverted.*` — NeMo custom, stable within the NeMo ecosystem: they change only in a major
+//!   release.
+//!
+//! # Releases
+//!
+//! * The 0.1.0 names are the ones this crate emits: the resource built by [`crate::resource`]
+//!   uses `service.*`, `dl.rank`, `dl.world_size`, `nemo.*`, `wandb.*`, `deployment.environment`,
+//!   `host.*`, `process.pid`, the seven 0.1.0 `slurm.*` names and `k8s.*`.
+//! * The *nightly* names (`nv.dl.*`, `nv.gpu.*`, `inverted.*` and the extended `slurm.*` set) are
+//!   provided so that code can already tag data with them; this crate does not derive them
+//!   itself. [`SLURM_CLUSTER`], [`SLURM_NODELIST`] and [`SLURM_TORCHELASTIC_RESTART_COUNT`] are
+//!   retired in nightly (kept, never emitted there).
+//!
+//! # Where an attribute belongs
+//!
+//! Stable for the life of the process (rank, parallel sizes, cluster, job) → resource attribute;
+//! categorical and per span → span attribute; numeric and time-varying (loss, throughput) →
+//! metric; free text → a span event or nowhere (it may hold personal data).
+//!
+//! # Example
+//!
+//! ```
+//! use nemo_lens::semconv;
+//! use opentelemetry::{KeyValue, Value};
+//!
+//! let kv = KeyValue::new(semconv::DL_RANK, 3_i64);
+//! assert_eq!(kv.key.as_str(), "dl.rank");
+//! assert_eq!(kv.value, Value::I64(3));
+//! assert_eq!(semconv::NV_DL_RANK, "nv.dl.rank");
+//! ```
+
+/// Upstream OpenTelemetry semantic-conventions version of the `gen_ai.*` and `k8s.*` names.
+pub const SEMCONV_VERSION: &str = "1.29.0";
+
+// ------------------------------------------------------------------------------------------
+// Standard OpenTelemetry resource attributes (literals in the Python package)
+// ------------------------------------------------------------------------------------------
+
+/// `service.name`: logical name of the service (from the configuration, default `nemo`).
+pub const SERVICE_NAME: &str = "service.name";
+/// `service.version`: version of the instrumentation (this crate's version).
+pub const SERVICE_VERSION: &str = "service.version";
+/// `service.instance.id`: unique id of one process, `"{run_id}-rank{rank}"` in Lens.
+pub const SERVICE_INSTANCE_ID: &str = "service.instance.id";
+/// `deployment.environment`: deployment tier, from `DEPLOYMENT_ENV` or `ENVIRONMENT`.
+pub const DEPLOYMENT_ENVIRONMENT: &str = "deployment.environment";
+/// `host.name`: host name of the machine (`gethostname`).
+pub const HOST_NAME: &str = "host.name";
+/// `process.pid`: operating-system process id (integer).
+pub const PROCESS_PID: &str = "process.pid";
+/// `host.gpu.count`: number of GPUs visible to the process (integer).
+pub const HOST_GPU_COUNT: &str = "host.gpu.count";
+/// `telemetry.sdk.name`: name of the OpenTelemetry SDK (`opentelemetry`).
+pub const TELEMETRY_SDK_NAME: &str = "telemetry.sdk.name";
+/// `telemetry.sdk.language`: language of the OpenTelemetry SDK (`rust`).
+pub const TELEMETRY_SDK_LANGUAGE: &str = "telemetry.sdk.language";
+/// `telemetry.sdk.version`: version of the OpenTelemetry SDK (the `opentelemetry_sdk` crate).
+pub const TELEMETRY_SDK_VERSION: &str = "telemetry.sdk.version";
+
+// ------------------------------------------------------------------------------------------
+// Distributed learning (dl.*) — NeMo custom
+// ------------------------------------------------------------------------------------------
+
+/// `dl.rank`: global rank of the process (integer resource attribute).
+pub const DL_RANK: &str = "dl.rank";
+/// `dl.world_size`: number of ranks in the job (integer resource attribute).
+pub const DL_WORLD_SIZE: &str = "dl.world_size";
+/// `dl.local_rank`: rank of the process on its node.
+pub const DL_LOCAL_RANK: &str = "dl.local_rank";
+/// `dl.data_parallel.rank`: rank within the data-parallel group.
+pub const DL_DATA_PARALLEL_RANK: &str = "dl.data_parallel.rank";
+/// `dl.data_parallel.size`: size of the data-parallel group.
+pub const DL_DATA_PARALLEL_SIZE: &str = "dl.data_parallel.size";
+/// `dl.tensor_parallel.rank`: rank within the tensor-parallel group.
+pub const DL_TENSOR_PARALLEL_RANK: &str = "dl.tensor_parallel.rank";
+/// `dl.tensor_parallel.size`: size of the tensor-parallel group.
+pub const DL_TENSOR_PARALLEL_SIZE: &str = "dl.tensor_parallel.size";
+/// `dl.pipeline_parallel.rank`: rank within the pipeline-parallel group.
+pub const DL_PIPELINE_PARALLEL_RANK: &str = "dl.pipeline_parallel.rank";
+/// `dl.pipeline_parallel.size`: size of the pipeline-parallel group.
+pub const DL_PIPELINE_PARALLEL_SIZE: &str = "dl.pipeline_parallel.size";
+/// `dl.iteration`: training iteration (step) number.
+pub const DL_ITERATION: &str = "dl.iteration";
+/// `dl.loss`: training loss.
+pub const DL_LOSS: &str = "dl.loss";
+/// `dl.grad_norm`: gradient norm.
+pub const DL_GRAD_NORM: &str = "dl.grad_norm";
+/// `dl.learning_rate`: learning rate.
+pub const DL_LEARNING_RATE: &str = "dl.learning_rate";
+/// `dl.throughput_tflops`: achieved throughput in TFLOP/s.
+pub const DL_THROUGHPUT_TFLOPS: &str = "dl.throughput_tflops";
+/// `dl.throughput_tokens_per_sec`: achieved throughput in tokens per second.
+pub const DL_THROUGHPUT_TOKENS_PER_SEC: &str = "dl.throughput_tokens_per_sec";
+/// `dl.batch_size`: batch size.
+pub const DL_BATCH_SIZE: &str = "dl.batch_size";
+/// `dl.sequence_length`: sequence length.
+pub const DL_SEQUENCE_LENGTH: &str = "dl.sequence_length";
+/// `dl.microbatch_id`: index of the micro-batch within the step.
+pub const DL_MICROBATCH_ID: &str = "dl.microbatch_id";
+
+// ------------------------------------------------------------------------------------------
+// Generative AI (gen_ai.*) — upstream OpenTelemetry, experimental
+// ------------------------------------------------------------------------------------------
+
+/// `gen_ai.operation.name`: name of the generative-AI operation (e.g. `chat`).
+pub const GEN_AI_OPERATION_NAME: &str = "gen_ai.operation.name";
+/// `gen_ai.provider.name`: provider of the model (e.g. `openai`, `vllm`).
+pub const GEN_AI_PROVIDER_NAME: &str = "gen_ai.provider.name";
+/// `gen_ai.request.model`: name of the model requested.
+pub const GEN_AI_REQUEST_MODEL: &str = "gen_ai.request.model";
+/// `gen_ai.token.type`: kind of token counted (`input` or `output`).
+pub const GEN_AI_TOKEN_TYPE: &str = "gen_ai.token.type";
+
+// ------------------------------------------------------------------------------------------
+// Reinforcement learning (rl.*) — NeMo custom
+// ------------------------------------------------------------------------------------------
+
+/// `rl.algorithm`: RL algorithm (e.g. `grpo`, `dpo`).
+pub const RL_ALGORITHM: &str = "rl.algorithm";
+/// `rl.reward`: reward of one rollout.
+pub const RL_REWARD: &str = "rl.reward";
+/// `rl.reward.mean`: mean reward over a batch.
+pub const RL_REWARD_MEAN: &str = "rl.reward.mean";
+/// `rl.kl_divergence`: KL divergence to the reference policy.
+pub const RL_KL_DIVERGENCE: &str = "rl.kl_divergence";
+/// `rl.policy_loss`: policy loss.
+pub const RL_POLICY_LOSS: &str = "rl.policy_loss";
+/// `rl.value_loss`: value-function loss.
+pub const RL_VALUE_LOSS: &str = "rl.value_loss";
+/// `rl.entropy`: policy entropy.
+pub const RL_ENTROPY: &str = "rl.entropy";
+/// `rl.generation.backend`: generation backend (e.g. `vllm`, `megatron`).
+pub const RL_GENERATION_BACKEND: &str = "rl.generation.backend";
+/// `rl.num_rollouts`: number of rollouts.
+pub const RL_NUM_ROLLOUTS: &str = "rl.num_rollouts";
+/// `rl.response_length.mean`: mean response length.
+pub const RL_RESPONSE_LENGTH_MEAN: &str = "rl.response_length.mean";
+/// `rl.grad_norm`: gradient norm of the policy update (main).
+pub const RL_GRAD_NORM: &str = "rl.grad_norm";
+/// `rl.learning_rate`: learning rate of the policy update (main).
+pub const RL_LEARNING_RATE: &str = "rl.learning_rate";
+/// `rl.throughput.tokens_per_sec`: generation throughput in tokens per second (main).
+pub const RL_THROUGHPUT_TOKENS_PER_SEC: &str = "rl.throughput.tokens_per_sec";
+
+// ------------------------------------------------------------------------------------------
+// NeMo Gym (gym.*) — NeMo custom
+// ------------------------------------------------------------------------------------------
+
+/// `gym.server.name`: name of the Gym environment server.
+pub const GYM_SERVER_NAME: &str = "gym.server.name";
+/// `gym.server.type`: type of the Gym environment server.
+pub const GYM_SERVER_TYPE: &str = "gym.server.type";
+/// `gym.num_servers`: number of Gym servers.
+pub const GYM_NUM_SERVERS: &str = "gym.num_servers";
+/// `gym.rollout.batch_size`: rollout batch size.
+pub const GYM_ROLLOUT_BATCH_SIZE: &str = "gym.rollout.batch_size";
+/// `gym.verify.success_rate`: fraction of successful verifications.
+pub const GYM_VERIFY_SUCCESS_RATE: &str = "gym.verify.success_rate";
+
+// ------------------------------------------------------------------------------------------
+// SLURM (slurm.*) — NeMo custom; 0.1.0 names (emitted by `crate::resource`)
+// ------------------------------------------------------------------------------------------
+
+/// `slurm.job.id`: SLURM job id (`SLURM_JOB_ID`).
+pub const SLURM_JOB_ID: &str = "slurm.job.id";
+/// `slurm.job.name`: SLURM job name (`SLURM_JOB_NAME`).
+pub const SLURM_JOB_NAME: &str = "slurm.job.name";
+/// `slurm.nodelist`: nodes allocated to the job (`SLURM_NODELIST`; retired in nightly).
+pub const SLURM_NODELIST: &str = "slurm.nodelist";
+/// `slurm.nnodes`: number of nodes (`SLURM_NNODES`; string in 0.1.0, integer in nightly).
+pub const SLURM_NNODES: &str = "slurm.nnodes";
+/// `slurm.ntasks`: number of tasks (`SLURM_NTASKS`; string in 0.1.0, integer in nightly).
+pub const SLURM_NTASKS: &str = "slurm.ntasks";
+/// `slurm.partition`: SLURM partition (`SLURM_PARTITION`).
+pub const SLURM_PARTITION: &str = "slurm.partition";
+/// `slurm.cluster.name`: SLURM cluster name (`SLURM_CLUSTER_NAME`).
+pub const SLURM_CLUSTER_NAME: &str = "slurm.cluster.name";
+
+// ------------------------------------------------------------------------------------------
+// SLURM (slurm.*) — nightly additions
+// ------------------------------------------------------------------------------------------
+
+/// `slurm.job.id.raw`: the raw `SLURM_JOB_ID`, even for an array task (nightly).
+pub const SLURM_JOB_ID_RAW: &str = "slurm.job.id.raw";
+/// `slurm.array.job_id`: id of the job array, or the job id outside an array (nightly).
+pub const SLURM_ARRAY_JOB_ID: &str = "slurm.array.job_id";
+/// `slurm.array.task_id`: index of the array task, `"0"` outside an array (nightly).
+pub const SLURM_ARRAY_TASK_ID: &str = "slurm.array.task_id";
+/// `slurm.array.count`: number of tasks in the job array (integer; nightly).
+pub const SLURM_ARRAY_COUNT: &str = "slurm.array.count";
+/// `slurm.sluid`: launcher-assigned unique id of the job (nightly).
+pub const SLURM_SLUID: &str = "slurm.sluid";
+/// `slurm.array.sluid`: launcher-assigned unique id of the job array (nightly).
+pub const SLURM_ARRAY_SLUID: &str = "slurm.array.sluid";
+/// `slurm.head_node.name`: node running the batch script, outside a step (nightly).
+pub const SLURM_HEAD_NODE_NAME: &str = "slurm.head_node.name";
+/// `slurm.restart_count`: number of times SLURM requeued the job (integer; nightly).
+pub const SLURM_RESTART_COUNT: &str = "slurm.restart_count";
+/// `slurm.job.user`: user that owns the job (nightly).
+pub const SLURM_JOB_USER: &str = "slurm.job.user";
+/// `slurm.job.account`: account charged for the job (nightly).
+pub const SLURM_JOB_ACCOUNT: &str = "slurm.job.account";
+/// `slurm.job.qos`: quality of service of the job (nightly).
+pub const SLURM_JOB_QOS: &str = "slurm.job.qos";
+/// `slurm.job.reservation`: reservation the job runs in (nightly).
+pub const SLURM_JOB_RESERVATION: &str = "slurm.job.reservation";
+/// `slurm.segment`: segment size of the allocation (nightly).
+pub const SLURM_SEGMENT: &str = "slurm.segment";
+/// `slurm.topology.addr`: topology address of the node (nightly).
+pub const SLURM_TOPOLOGY_ADDR: &str = "slurm.topology.addr";
+/// `slurm.topology.addr_pattern`: pattern of the topology address (nightly).
+pub const SLURM_TOPOLOGY_ADDR_PATTERN: &str = "slurm.topology.addr_pattern";
+/// `slurm.cluster`: retired in nightly (constant kept, never emitted); use [`SLURM_CLUSTER_NAME`].
+pub const SLURM_CLUSTER: &str = "slurm.cluster";
+/// `slurm.torchelastic.restart_count`: retired in nightly (constant kept, never emitted).
+pub const SLURM_TORCHELASTIC_RESTART_COUNT: &str = "slurm.torchelastic.restart_count";
+
+// ------------------------------------------------------------------------------------------
+// Run identification and span bookkeeping (nemo.*) — NeMo custom
+// ------------------------------------------------------------------------------------------
+
+/// `nemo.run.id`: id of the run, shared by all ranks of a job.
+pub const NEMO_RUN_ID: &str = "nemo.run.id";
+/// `nemo.user.id`: user that launched the run.
+pub const NEMO_USER_ID: &str = "nemo.user.id";
+/// `nemo.span.truncated`: `true` on a span Lens ended at shutdown (also the event's name).
+pub const NEMO_SPAN_TRUNCATED: &str = "nemo.span.truncated";
+/// `nemo.span.truncated.reason`: why a span was truncated (on the `nemo.span.truncated` event).
+pub const NEMO_SPAN_TRUNCATED_REASON: &str = "nemo.span.truncated.reason";
+
+// ------------------------------------------------------------------------------------------
+// Weights & Biases Weave (wandb.*) — NeMo custom
+// ------------------------------------------------------------------------------------------
+
+/// `wandb.entity`: W&B entity (team or user), required when exporting to Weave.
+pub const WANDB_ENTITY: &str = "wandb.entity";
+/// `wandb.project`: W&B project, required when exporting to Weave.
+pub const WANDB_PROJECT: &str = "wandb.project";
+
+// ------------------------------------------------------------------------------------------
+// Kubernetes (k8s.*) — upstream OpenTelemetry, stable
+// ------------------------------------------------------------------------------------------
+
+/// `k8s.namespace.name`: namespace of the pod (`K8S_NAMESPACE`).
+pub const K8S_NAMESPACE_NAME: &str = "k8s.namespace.name";
+/// `k8s.pod.name`: name of the pod (`K8S_POD_NAME`, else `HOSTNAME`).
+pub const K8S_POD_NAME: &str = "k8s.pod.name";
+/// `k8s.pod.uid`: UID of the pod (`K8S_POD_UID`).
+pub const K8S_POD_UID: &str = "k8s.pod.uid";
+/// `k8s.node.name`: node the pod runs on (`K8S_NODE_NAME`).
+pub const K8S_NODE_NAME: &str = "k8s.node.name";
+/// `k8s.container.name`: name of the container (`K8S_CONTAINER_NAME`).
+pub const K8S_CONTAINER_NAME: &str = "k8s.container.name";
+/// `k8s.job.name`: name of the Kubernetes job (`K8S_JOB_NAME`).
+pub const K8S_JOB_NAME: &str = "k8s.job.name";
+
+// ------------------------------------------------------------------------------------------
+// Participant identity (nv.dl.*) — NeMo custom, nightly
+// ------------------------------------------------------------------------------------------
+
+/// `nv.dl.rank`: global rank of the participant (integer resource attribute; nightly).
+pub const NV_DL_RANK: &str = "nv.dl.rank";
+/// `nv.dl.world_size`: number of participants (integer resource attribute; nightly).
+pub const NV_DL_WORLD_SIZE: &str = "nv.dl.world_size";
+/// `nv.dl.local_rank`: rank of the participant on its node (integer; nightly).
+pub const NV_DL_LOCAL_RANK: &str = "nv.dl.local_rank";
+/// `nv.dl.role`: kind of process (`trainer`, `ckpt_worker`, `launcher`, `generator`; nightly).
+pub const NV_DL_ROLE: &str = "nv.dl.role";
+/// `nv.dl.job.uuid`: the job as submitted, stable across restarts and requeues (nightly).
+pub const NV_DL_JOB_UUID: &str = "nv.dl.job.uuid";
+/// `nv.dl.run.uuid`: one incarnation of the job, changes on every restart (nightly).
+pub const NV_DL_RUN_UUID: &str = "nv.dl.run.uuid";
+/// `nv.dl.provider.name`: execution engine running the workload (`mcore`, `vllm`; nightly).
+pub const NV_DL_PROVIDER_NAME: &str = "nv.dl.provider.name";
+/// `nv.dl.launch.container.image`: container image name, tag and digest (nightly).
+pub const NV_DL_LAUNCH_CONTAINER_IMAGE: &str = "nv.dl.launch.container.image";
+/// `nv.dl.software.cuda`: CUDA version PyTorch was built against (nightly).
+pub const NV_DL_SOFTWARE_CUDA: &str = "nv.dl.software.cuda";
+/// `nv.dl.software.nccl`: NCCL version (nightly).
+pub const NV_DL_SOFTWARE_NCCL: &str = "nv.dl.software.nccl";
+/// `nv.dl.software.torch`: PyTorch version (nightly).
+pub const NV_DL_SOFTWARE_TORCH: &str = "nv.dl.software.torch";
+/// `nv.dl.software.transformer_engine`: Transformer Engine version (nightly).
+pub const NV_DL_SOFTWARE_TRANSFORMER_ENGINE: &str = "nv.dl.software.transformer_engine";
+/// `nv.dl.topology.size.tp`: tensor-parallel size (integer; nightly).
+pub const NV_DL_TOPOLOGY_SIZE_TP: &str = "nv.dl.topology.size.tp";
+/// `nv.dl.topology.size.pp`: pipeline-parallel size (integer; nightly).
+pub const NV_DL_TOPOLOGY_SIZE_PP: &str = "nv.dl.topology.size.pp";
+/// `nv.dl.topology.size.dp`: data-parallel size (integer; nightly).
+pub const NV_DL_TOPOLOGY_SIZE_DP: &str = "nv.dl.topology.size.dp";
+/// `nv.dl.training.config.global_batch_size`: global batch size (integer; nightly).
+pub const NV_DL_TRAINING_CONFIG_GLOBAL_BATCH_SIZE: &str = "nv.dl.training.config.global_batch_size";
+/// `nv.dl.training.config.micro_batch_size`: micro-batch size (integer; nightly).
+pub const NV_DL_TRAINING_CONFIG_MICRO_BATCH_SIZE: &str = "nv.dl.training.config.micro_batch_size";
+/// `nv.dl.training.config.optimizer`: optimizer name (nightly).
+pub const NV_DL_TRAINING_CONFIG_OPTIMIZER: &str = "nv.dl.training.config.optimizer";
+/// `nv.dl.training.config.recompute_granularity`: activation-recompute granularity (nightly).
+pub const NV_DL_TRAINING_CONFIG_RECOMPUTE_GRANULARITY: &str =
+    "nv.dl.training.config.recompute_granularity";
+/// `nv.dl.training.config.sequence_length`: sequence length (integer; nightly).
+pub const NV_DL_TRAINING_CONFIG_SEQUENCE_LENGTH: &str = "nv.dl.training.config.sequence_length";
+/// `nv.dl.training.target.train_iters`: planned number of iterations (integer; nightly).
+pub const NV_DL_TRAINING_TARGET_TRAIN_ITERS: &str = "nv.dl.training.target.train_iters";
+/// `nv.dl.training.target.train_samples`: planned number of samples (integer; nightly).
+pub const NV_DL_TRAINING_TARGET_TRAIN_SAMPLES: &str = "nv.dl.training.target.train_samples";
+/// `nv.dl.training.target.train_tokens`: planned number of tokens (integer; nightly).
+pub const NV_DL_TRAINING_TARGET_TRAIN_TOKENS: &str = "nv.dl.training.target.train_tokens";
+
+// ------------------------------------------------------------------------------------------
+// GPU identity (nv.gpu.*) — NeMo custom, nightly
+// ------------------------------------------------------------------------------------------
+
+/// `nv.gpu.index`: physical index of the GPU used by the process (integer; nightly).
+pub const NV_GPU_INDEX: &str = "nv.gpu.index";
+/// `nv.gpu.model`: GPU model name (nightly).
+pub const NV_GPU_MODEL: &str = "nv.gpu.model";
+/// `nv.gpu.uuid`: GPU UUID (nightly).
+pub const NV_GPU_UUID: &str = "nv.gpu.uuid";
+/// `nv.gpu.serial`: GPU board serial number (nightly).
+pub const NV_GPU_SERIAL: &str = "nv.gpu.serial";
+/// `nv.gpu.pci_bus_id`: PCI bus id of the GPU (nightly).
+pub const NV_GPU_PCI_BUS_ID: &str = "nv.gpu.pci_bus_id";
+/// `nv.gpu.compute_capability`: compute capability as `"major.minor"` (nightly).
+pub const NV_GPU_COMPUTE_CAPABILITY: &str = "nv.gpu.compute_capability";
+/// `nv.gpu.memory_total`: total GPU memory in bytes (integer; nightly).
+pub const NV_GPU_MEMORY_TOTAL: &str = "nv.gpu.memory_total";
+/// `nv.gpu.driver_version`: NVIDIA driver version (nightly).
+pub const NV_GPU_DRIVER_VERSION: &str = "nv.gpu.driver_version";
+
+// ------------------------------------------------------------------------------------------
+// Inverted spans (inverted.*) — NeMo custom, nightly
+// ------------------------------------------------------------------------------------------
+
+/// `inverted.skew`: `true` when a supplied end preceded the start and was clamped (nightly).
+pub const INVERTED_SKEW: &str = "inverted.skew";
+/// `inverted.start_epoch_seconds`: supplied start, epoch seconds, before clamping (nightly).
+pub const INVERTED_START_EPOCH_SECONDS: &str = "inverted.start_epoch_seconds";
+/// `inverted.end_epoch_seconds`: supplied end, epoch seconds, before clamping (nightly).
+pub const INVERTED_END_EPOCH_SECONDS: &str = "inverted.end_epoch_seconds";
+/// `inverted.delta_seconds`: start minus end in seconds, always positive (string; nightly).
+pub const INVERTED_DELTA_SECONDS: &str = "inverted.delta_seconds";
