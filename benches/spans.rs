@@ -1,1 +1,123 @@
-fn main(){}
+//! Cost of one span (create + enter + exit + close, one field) under each wiring, in one run.
+//!
+//! Run: `cargo bench --bench spans`. Results are pasted below after each change.
+//!
+//! RESULTS-PLACEHOLDER
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use nemo_lens::{LensConfig, Telemetry};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+use tracing_subscriber::prelude::*;
+
+/// Drops every batch: measures the pipeline, not an exporter.
+#[derive(Debug)]
+struct Discard;
+
+impl SpanExporter for Discard {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        black_box(batch);
+        Ok(())
+    }
+}
+
+fn lens(config: LensConfig, rank: u32, world_size: u32) -> Telemetry {
+    Telemetry::builder(config)
+        .rank(rank)
+        .world_size(world_size)
+        .span_exporter(Discard)
+        .allow_reinit_for_testing(true)
+        .build()
+        .expect("valid bench config")
+}
+
+fn exporting_config(groups: &str) -> LensConfig {
+    LensConfig {
+        enabled: true,
+        export_strategy: "all_ranks".into(),
+        span_groups: groups.into(),
+        metrics_enabled: false,
+        ..LensConfig::default()
+    }
+}
+
+fn bench_spans(c: &mut Criterion) {
+    let mut g = c.benchmark_group("span");
+
+    g.bench_function("no_subscriber", |b| {
+        b.iter(|| {
+            let span = tracing::info_span!("step", step = black_box(1_i64));
+            let _e = span.enter();
+        })
+    });
+
+    {
+        // single_rank, world 8: rank 0 does not export.
+        let t = lens(LensConfig { enabled: true, ..LensConfig::default() }, 0, 8);
+        assert!(!t.is_exporting());
+        let subscriber = tracing_subscriber::registry().with(t.layer());
+        tracing::subscriber::with_default(subscriber, || {
+            g.bench_function("lens_non_exporting_rank", |b| {
+                b.iter(|| {
+                    let span = tracing::info_span!("step", step = black_box(1_i64));
+                    let _e = span.enter();
+                })
+            });
+        });
+    }
+
+    {
+        let t = lens(exporting_config("default"), 0, 1);
+        let subscriber = tracing_subscriber::registry().with(t.layer());
+        tracing::subscriber::with_default(subscriber, || {
+            g.bench_function("lens_disabled_group", |b| {
+                b.iter(|| {
+                    let span = tracing::info_span!("step", nemo.group.step = tracing::field::Empty, step = black_box(1_i64));
+                    let _e = span.enter();
+                })
+            });
+        });
+        let _ = t.shutdown(Duration::from_secs(5));
+    }
+
+    {
+        let t = lens(exporting_config("all"), 0, 1);
+        let subscriber = tracing_subscriber::registry().with(t.layer());
+        tracing::subscriber::with_default(subscriber, || {
+            g.bench_function("lens_exported", |b| {
+                b.iter(|| {
+                    let span = tracing::info_span!("step", step = black_box(1_i64));
+                    let _e = span.enter();
+                })
+            });
+        });
+        let _ = t.shutdown(Duration::from_secs(5));
+    }
+
+    {
+        let provider = SdkTracerProvider::builder().with_batch_exporter(Discard).build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("bench")));
+        tracing::subscriber::with_default(subscriber, || {
+            g.bench_function("plain_tracing_opentelemetry", |b| {
+                b.iter(|| {
+                    let span = tracing::info_span!("step", step = black_box(1_i64));
+                    let _e = span.enter();
+                })
+            });
+        });
+        let _ = provider.shutdown();
+    }
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+    targets = bench_spans
+}
+criterion_main!(benches);

@@ -83,7 +83,7 @@ impl OpenSpans {
     /// Ends every open span, innermost first, as truncated. Returns how many were ended.
     pub(crate) fn close_all(&self) -> usize {
         let mut entries: Vec<Entry> = self.slots.lock().drain().collect();
-        entries.sort_by(|a, b| b.seq.cmp(&a.seq));
+        entries.sort_by_key(|e| std::cmp::Reverse(e.seq));
         let subscribers: Vec<(Dispatch, WithSpanFn)> = self
             .subscribers
             .lock()

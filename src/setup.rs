@@ -463,6 +463,21 @@ impl Telemetry {
         self.inner.groups.is_enabled(group)
     }
 
+    /// Replaces the enabled span groups of this telemetry (a spec like `NEMO_LENS_SPAN_GROUPS`)
+    /// and re-evaluates every callsite. An unknown name is an error and changes nothing; on a
+    /// non-exporting rank nothing is recorded whatever the groups.
+    ///
+    /// ```
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// t.set_span_groups("per_step").unwrap();
+    /// assert!(t.set_span_groups("warp").is_err());
+    /// ```
+    pub fn set_span_groups(&self, spec: &str) -> Result<()> {
+        let set = groups::resolve(spec, "set_span_groups")?;
+        self.inner.groups.set(set);
+        Ok(())
+    }
+
     /// Number of spans the lens layer has started and not yet ended.
     pub fn open_spans(&self) -> usize {
         self.inner.built.pipeline.as_ref().map_or(0, |p| p.open.len())
@@ -527,7 +542,7 @@ impl Inner {
                 }
                 let _ = tx.send(errors);
             });
-        let result = match worker {
+        match worker {
             Err(e) => Err(LensError::Shutdown(format!("cannot start the shutdown thread: {e}"))),
             Ok(_) => match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(errors) if errors.is_empty() => Ok(()),
@@ -536,8 +551,7 @@ impl Inner {
                     "timed out after {timeout:?}; data still queued was abandoned"
                 ))),
             },
-        };
-        result
+        }
     }
 }
 

@@ -1,0 +1,115 @@
+//! Span groups: specs, presets, library registration and per-callsite gating.
+
+use nemo_lens::testing::SpanCapture;
+use nemo_lens::{LensConfig, LensError, groups};
+
+fn capture(spec: &str) -> SpanCapture {
+    SpanCapture::with_config(LensConfig {
+        span_groups: spec.into(),
+        ..LensConfig::default()
+    })
+    .unwrap()
+}
+
+#[tracing::instrument(fields(nemo.group.step))]
+fn step() {
+    forward_backward();
+    optimizer();
+}
+
+#[tracing::instrument(fields(nemo.group.forward_backward))]
+fn forward_backward() {}
+
+#[tracing::instrument(fields(nemo.group.optimizer))]
+fn optimizer() {}
+
+#[tracing::instrument]
+fn ungrouped() {}
+
+fn names(c: &SpanCapture) -> Vec<String> {
+    let mut v: Vec<_> = c.spans().iter().map(|s| s.name.to_string()).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn presets_resolve_as_in_python() {
+    let d = groups::resolve("default", "X").unwrap();
+    assert_eq!(d.iter().map(String::as_str).collect::<Vec<_>>(), ["checkpoint", "evaluate", "job"]);
+    let p = groups::resolve("PER_STEP", "X").unwrap();
+    for g in groups::BUILTIN_GROUPS {
+        assert!(p.contains(g), "{g}");
+    }
+    assert!(groups::resolve("all", "X").unwrap().is_superset(&p));
+    assert!(groups::resolve(" , ", "X").unwrap().is_empty());
+    let err = groups::resolve("step,nonsense", "NEMO_LENS_SPAN_GROUPS").unwrap_err();
+    assert!(matches!(err, LensError::UnknownSpanGroup { ref name, .. } if name == "nonsense"));
+    let msg = err.to_string();
+    assert!(msg.contains("NEMO_LENS_SPAN_GROUPS") && msg.contains("forward_backward") && msg.contains("per_step"));
+}
+
+#[test]
+fn only_enabled_groups_are_exported_and_ungrouped_spans_always_are() {
+    let c = capture("step,optimizer");
+    c.in_scope(|| {
+        step();
+        ungrouped();
+    });
+    assert_eq!(names(&c), ["optimizer", "step", "ungrouped"]);
+    // The group marker field is not an attribute.
+    let s = c.span("step").unwrap();
+    assert!(s.attributes.iter().all(|kv| !kv.key.as_str().starts_with("nemo.group")));
+    // The optimizer's parent is step even though forward_backward (a sibling) was gated.
+    assert_eq!(c.span("optimizer").unwrap().parent_span_id, s.span_context.span_id());
+}
+
+#[test]
+fn a_child_of_a_gated_span_attaches_to_the_nearest_recorded_ancestor() {
+    let c = capture("job,optimizer");
+    c.in_scope(|| {
+        tracing::info_span!("job", nemo.group.job = tracing::field::Empty).in_scope(step);
+    });
+    assert_eq!(names(&c), ["job", "optimizer"]);
+    assert_eq!(
+        c.span("optimizer").unwrap().parent_span_id,
+        c.span("job").unwrap().span_context.span_id()
+    );
+}
+
+#[test]
+fn libraries_register_groups_and_presets_union() {
+    groups::register_span_groups(&["Microbatch", "communication"], &[("per_step", &["microbatch"]), ("comms", &["communication"])])
+        .unwrap();
+    let per_step = groups::resolve("per_step", "X").unwrap();
+    assert!(per_step.contains("microbatch") && per_step.contains("step"), "presets union");
+    assert!(groups::resolve("comms", "X").unwrap().contains("communication"));
+    assert!(groups::registered_presets().contains(&"comms".to_string()));
+    assert!(groups::register_span_groups(&[""], &[]).is_err());
+
+    let c = capture("comms");
+    c.in_scope(|| {
+        tracing::info_span!("allreduce", nemo.group.communication = tracing::field::Empty).in_scope(|| {});
+        tracing::info_span!("mb", nemo.group.microbatch = tracing::field::Empty).in_scope(|| {});
+    });
+    assert_eq!(names(&c), ["allreduce"]);
+}
+
+#[test]
+fn is_span_group_enabled_reflects_the_last_setup() {
+    let c = capture("default");
+    assert!(c.telemetry().is_span_group_enabled("job"));
+    assert!(!c.telemetry().is_span_group_enabled("step"));
+}
+
+#[test]
+fn changing_the_groups_at_run_time_re_evaluates_callsites() {
+    let c = capture("job");
+    let emit = || tracing::info_span!("late_step", nemo.group.step = tracing::field::Empty).in_scope(|| {});
+    c.in_scope(emit);
+    assert!(c.span("late_step").is_none());
+    c.telemetry().set_span_groups("job,step").unwrap();
+    c.in_scope(emit);
+    assert!(c.span("late_step").is_some());
+    assert!(c.telemetry().set_span_groups("bogus").is_err());
+    assert!(c.telemetry().is_span_group_enabled("step"), "a bad spec changes nothing");
+}

@@ -1,0 +1,134 @@
+//! Disabled, or enabled on a non-exporting rank: nothing is built, no thread starts, no file or
+//! socket opens, and every callsite is disabled for the layer.
+//!
+//! Each scenario runs in a fresh child process (this test binary re-executed), so the thread and
+//! descriptor counts see nothing but the scenario.
+
+use std::process::Command;
+
+use nemo_lens::{LensConfig, Telemetry};
+use tracing_subscriber::prelude::*;
+
+const CHILD: &str = "NEMO_LENS_INERT_TEST_CHILD";
+
+fn threads() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// Runs test `name` of this binary in a child process and checks it passed there.
+fn in_child(name: &str) -> bool {
+    if std::env::var_os(CHILD).is_some() {
+        return true;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "child {name} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    false
+}
+
+/// Builds `config` on `rank` of `world_size`, returning (telemetry, new threads, new descriptors).
+fn build(config: LensConfig, rank: u32, world_size: u32) -> (Telemetry, isize, isize) {
+    let (t0, f0) = (threads(), descriptors());
+    let telemetry = Telemetry::builder(config)
+        .rank(rank)
+        .world_size(world_size)
+        .build()
+        .unwrap();
+    // Give any thread a started provider would spawn the time to appear.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let (t1, f1) = (threads(), descriptors());
+    (telemetry, t1 as isize - t0 as isize, f1 as isize - f0 as isize)
+}
+
+fn assert_inert(telemetry: &Telemetry) {
+    assert!(telemetry.resource().is_none(), "no resource, no providers");
+    assert!(telemetry.meter_provider().is_none());
+    let layer = telemetry.layer::<tracing_subscriber::Registry>();
+    assert!(layer.filter().is_inert());
+    let subscriber = tracing_subscriber::registry().with(layer);
+    tracing::subscriber::with_default(subscriber, || {
+        assert!(!tracing::span_enabled!(tracing::Level::ERROR));
+        assert!(!tracing::event_enabled!(tracing::Level::ERROR));
+    });
+}
+
+#[test]
+fn disabled_builds_nothing() {
+    if in_child("disabled_builds_nothing") {
+        let (t, threads, fds) = build(LensConfig::default(), 0, 1);
+        assert!(!t.is_exporting());
+        assert_eq!((threads, fds), (0, 0), "new threads, new descriptors");
+        assert_inert(&t);
+    }
+}
+
+#[test]
+fn non_exporting_rank_builds_nothing() {
+    if in_child("non_exporting_rank_builds_nothing") {
+        // single_rank: only rank 7 of 8 exports. OTLP/gRPC would start a runtime if built.
+        let config = LensConfig {
+            enabled: true,
+            ..LensConfig::default()
+        };
+        let (t, threads, fds) = build(config, 0, 8);
+        assert!(!t.is_exporting());
+        assert_eq!((threads, fds), (0, 0), "new threads, new descriptors");
+        assert_inert(&t);
+        assert!(!nemo_lens::is_span_group_enabled("job"));
+    }
+}
+
+#[test]
+fn unsampled_rank_records_nothing() {
+    if in_child("unsampled_rank_records_nothing") {
+        // all_ranks + sampler at 0.1: rank 0 (md5 value 0.785) is not sampled. Metrics are
+        // off, so nothing at all is built; traces are built but the layer is inert.
+        let config = LensConfig {
+            enabled: true,
+            export_strategy: "all_ranks".into(),
+            sampler_enabled: true,
+            export_sample_rate: 0.1,
+            metrics_enabled: false,
+            exporter: nemo_lens::ExporterKind::Console,
+            ..LensConfig::default()
+        };
+        let (t, _, _) = build(config, 0, 8);
+        assert!(t.is_exporting());
+        assert!(t.layer::<tracing_subscriber::Registry>().filter().is_inert());
+    }
+}
+
+#[test]
+fn an_exporting_rank_does_start_its_pipeline() {
+    // The counterpart that shows the counts above can fail.
+    if in_child("an_exporting_rank_does_start_its_pipeline") {
+        let config = LensConfig {
+            enabled: true,
+            exporter: nemo_lens::ExporterKind::Console,
+            ..LensConfig::default()
+        };
+        let (t, threads, _) = build(config, 0, 1);
+        assert!(t.is_exporting());
+        assert!(threads >= 1, "the batch processor thread");
+        assert!(!t.layer::<tracing_subscriber::Registry>().filter().is_inert());
+    }
+}

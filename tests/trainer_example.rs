@@ -1,0 +1,121 @@
+//! The example trainer as a user runs it: a real process, configured by environment only.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// `target/<profile>/examples/trainer`, built by `cargo test` alongside this test.
+fn trainer() -> PathBuf {
+    let exe = std::env::current_exe().unwrap(); // target/<profile>/deps/trainer_example-…
+    let path = exe.parent().unwrap().parent().unwrap().join("examples").join("trainer");
+    assert!(path.exists(), "example binary missing at {}", path.display());
+    path
+}
+
+fn run(env: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut cmd = Command::new(trainer());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("NEMO_LENS_") || k.starts_with("OTEL_") || k == "TRACEPARENT" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.envs(env.iter().copied()).args(args).output().unwrap()
+}
+
+fn lines(out: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+#[test]
+fn console_exporter_prints_one_json_span_per_line() {
+    let out = run(
+        &[
+            ("NEMO_LENS_ENABLED", "1"),
+            ("NEMO_LENS_EXPORTER", "console"),
+            ("NEMO_LENS_SPAN_GROUPS", "per_step"),
+            ("NEMO_LENS_RUN_ID", "ci-run"),
+        ],
+        &["--rank", "0", "--world-size", "1", "--steps", "3", "--step-ms", "1", "--checkpoint-every", "3"],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let spans = lines(&out.stdout);
+    let count = |n: &str| spans.iter().filter(|s| s["name"] == n).count();
+    assert_eq!(count("train_step"), 3);
+    assert_eq!(count("forward_backward"), 3);
+    assert_eq!(count("optimizer_step"), 3);
+    assert_eq!(count("save_checkpoint"), 1);
+    assert_eq!(count("train"), 1);
+    let train = spans.iter().find(|s| s["name"] == "train").unwrap();
+    assert!(train["parent_id"].is_null());
+    assert_eq!(train["resource"]["attributes"]["nemo.run.id"], "ci-run");
+    assert_eq!(train["resource"]["attributes"]["service.instance.id"], "ci-run-rank0");
+    let step = spans.iter().find(|s| s["name"] == "train_step").unwrap();
+    assert_eq!(step["parent_id"], train["context"]["span_id"]);
+    assert!(step["attributes"]["dl.loss"].is_f64());
+    assert!(step["attributes"]["step"].is_i64());
+}
+
+#[test]
+fn default_groups_export_job_and_checkpoint_only() {
+    let out = run(
+        &[("NEMO_LENS_ENABLED", "true"), ("NEMO_LENS_EXPORTER", "console")],
+        &["--steps", "2", "--step-ms", "1", "--checkpoint-every", "1"],
+    );
+    assert!(out.status.success());
+    let mut names: Vec<String> = lines(&out.stdout)
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["save_checkpoint", "save_checkpoint", "train"]);
+}
+
+#[test]
+fn a_rank_the_strategy_excludes_prints_nothing_and_exits_0() {
+    let out = run(
+        &[("NEMO_LENS_ENABLED", "1"), ("NEMO_LENS_EXPORTER", "console"), ("NEMO_LENS_SPAN_GROUPS", "all")],
+        &["--rank", "0", "--world-size", "4", "--steps", "2", "--step-ms", "1"],
+    );
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[test]
+fn per_rank_files_do_not_interleave() {
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("lens_rank{rank}.jsonl");
+    for rank in 0..2 {
+        let out = run(
+            &[
+                ("NEMO_LENS_ENABLED", "1"),
+                ("NEMO_LENS_EXPORTER", "console"),
+                ("NEMO_LENS_EXPORT_STRATEGY", "all_ranks"),
+                ("NEMO_LENS_CONSOLE_PATH", template.to_str().unwrap()),
+            ],
+            &["--rank", &rank.to_string(), "--world-size", "2", "--steps", "1", "--step-ms", "1"],
+        );
+        assert!(out.status.success());
+        assert!(out.stdout.is_empty(), "spans went to the file, not stdout");
+    }
+    for rank in 0..2_i64 {
+        let text = std::fs::read_to_string(dir.path().join(format!("lens_rank{rank}.jsonl"))).unwrap();
+        let spans = lines(text.as_bytes());
+        assert!(!spans.is_empty());
+        assert!(spans.iter().all(|s| s["resource"]["attributes"]["dl.rank"] == rank));
+    }
+}
+
+#[test]
+fn a_bad_variable_is_reported_and_exits_non_zero() {
+    let out = run(&[("NEMO_LENS_ENABLED", "maybe")], &["--steps", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("NEMO_LENS_ENABLED") && stderr.contains("'maybe'"), "{stderr}");
+    assert!(out.stdout.is_empty());
+
+    let out = run(&[("NEMO_LENS_ENABLED", "1"), ("NEMO_LENS_EXPORTER", "zipkin")], &["--steps", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NEMO_LENS_EXPORTER"));
+}
