@@ -102,7 +102,7 @@ fn exporter_processor<E: SpanExporter + 'static>(exporter: E, synchronous: bool)
     }
 }
 
-/// Builds a [`Telemetry`]; see the [module docs](self).
+/// Builds a [`Telemetry`]; see the [module docs](crate::setup).
 pub struct TelemetryBuilder {
     config: LensConfig,
     rank: u32,
@@ -227,7 +227,10 @@ impl TelemetryBuilder {
 
     /// Reads environment variables (`SLURM_*`, `OTEL_*`, …) through `lookup` instead of the
     /// process environment.
-    pub fn env_lookup(mut self, lookup: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Self {
+    pub fn env_lookup(
+        mut self,
+        lookup: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
         self.lookup = Box::new(lookup);
         self
     }
@@ -265,7 +268,9 @@ impl TelemetryBuilder {
         config.run_id = resource::resolve_run_id(&config.run_id, &*lookup);
         let strategy = match export_strategy {
             Some(s) => s,
-            None => strategy::get_export_strategy(&config.export_strategy, &config.strategy_origin())?,
+            None => {
+                strategy::get_export_strategy(&config.export_strategy, &config.strategy_origin())?
+            }
         };
         let decision = strategy.decide(&config, rank, world_size)?;
         let resolved_groups = if config.enabled {
@@ -275,9 +280,14 @@ impl TelemetryBuilder {
         };
         let exporting = config.enabled && decision;
         let sampler = RankAwareSampler::new(rank, world_size, config.export_sample_rate);
-        let recording = exporting && config.traces_enabled && (!config.sampler_enabled || sampler.is_sampled());
+        let recording =
+            exporting && config.traces_enabled && (!config.sampler_enabled || sampler.is_sampled());
 
-        let gate = Arc::new(GroupGate::new(if exporting { resolved_groups } else { Default::default() }));
+        let gate = Arc::new(GroupGate::new(if exporting {
+            resolved_groups
+        } else {
+            Default::default()
+        }));
         let mut built = Built::default();
         if exporting {
             let resource =
@@ -333,7 +343,8 @@ impl TelemetryBuilder {
             if config.metrics_enabled {
                 if let Some(add_reader) = metric_reader {
                     let provider =
-                        add_reader(SdkMeterProvider::builder().with_resource(resource.clone())).build();
+                        add_reader(SdkMeterProvider::builder().with_resource(resource.clone()))
+                            .build();
                     global::set_meter_provider(provider.clone());
                     built.meter_provider = Some(provider);
                 }
@@ -480,7 +491,11 @@ impl Telemetry {
 
     /// Number of spans the lens layer has started and not yet ended.
     pub fn open_spans(&self) -> usize {
-        self.inner.built.pipeline.as_ref().map_or(0, |p| p.open.len())
+        self.inner
+            .built
+            .pipeline
+            .as_ref()
+            .map_or(0, |p| p.open.len())
     }
 
     /// Exports everything queued, without closing live spans.
@@ -543,7 +558,9 @@ impl Inner {
                 let _ = tx.send(errors);
             });
         match worker {
-            Err(e) => Err(LensError::Shutdown(format!("cannot start the shutdown thread: {e}"))),
+            Err(e) => Err(LensError::Shutdown(format!(
+                "cannot start the shutdown thread: {e}"
+            ))),
             Ok(_) => match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                 Ok(errors) if errors.is_empty() => Ok(()),
                 Ok(errors) => Err(LensError::Shutdown(errors.join("; "))),
