@@ -57,7 +57,14 @@ fn bench_spans(c: &mut Criterion) {
 
     {
         // single_rank, world 8: rank 0 does not export.
-        let t = lens(LensConfig { enabled: true, ..LensConfig::default() }, 0, 8);
+        let t = lens(
+            LensConfig {
+                enabled: true,
+                ..LensConfig::default()
+            },
+            0,
+            8,
+        );
         assert!(!t.is_exporting());
         let subscriber = tracing_subscriber::registry().with(t.layer());
         tracing::subscriber::with_default(subscriber, || {
@@ -76,7 +83,11 @@ fn bench_spans(c: &mut Criterion) {
         tracing::subscriber::with_default(subscriber, || {
             g.bench_function("lens_disabled_group", |b| {
                 b.iter(|| {
-                    let span = tracing::info_span!("step", nemo.group.step = tracing::field::Empty, step = black_box(1_i64));
+                    let span = tracing::info_span!(
+                        "step",
+                        nemo.group.step = tracing::field::Empty,
+                        step = black_box(1_i64)
+                    );
                     let _e = span.enter();
                 })
             });
@@ -99,7 +110,9 @@ fn bench_spans(c: &mut Criterion) {
     }
 
     {
-        let provider = SdkTracerProvider::builder().with_batch_exporter(Discard).build();
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(Discard)
+            .build();
         let subscriber = tracing_subscriber::registry()
             .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("bench")));
         tracing::subscriber::with_default(subscriber, || {

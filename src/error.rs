@@ -28,7 +28,9 @@ pub enum LensError {
         value: String,
     },
     /// An integer variable does not parse as a (signed, 64-bit) integer.
-    #[error("Invalid integer for {var}: '{value}'. Expected a base-10 integer such as '-1' or '7'.")]
+    #[error(
+        "Invalid integer for {var}: '{value}'. Expected a base-10 integer such as '-1' or '7'."
+    )]
     InvalidInt {
         /// The variable.
         var: String,
@@ -68,7 +70,9 @@ pub enum LensError {
         value: String,
     },
     /// The export strategy is not registered.
-    #[error("Unknown export_strategy '{name}' (from {var}). Registered strategies: {registered:?}.")]
+    #[error(
+        "Unknown export_strategy '{name}' (from {var}). Registered strategies: {registered:?}."
+    )]
     UnknownStrategy {
         /// Where the name came from.
         var: String,
@@ -88,7 +92,9 @@ pub enum LensError {
         valid: Vec<String>,
     },
     /// `LOCAL_RANK` (read by `first_rank_per_node`) is not an integer.
-    #[error("Invalid integer for LOCAL_RANK: '{value}'. Expected a base-10 integer (read by the first_rank_per_node strategy).")]
+    #[error(
+        "Invalid integer for LOCAL_RANK: '{value}'. Expected a base-10 integer (read by the first_rank_per_node strategy)."
+    )]
     InvalidLocalRank {
         /// The value found.
         value: String,

@@ -29,7 +29,8 @@ use tracing_subscriber::layer::{Context, Filter};
 use crate::groups::{GroupGate, declared_group};
 
 /// Target prefixes whose callsites the lens layer never records (feedback-loop guard).
-pub const INTERNAL_TARGETS: [&str; 6] = ["opentelemetry", "hyper", "tonic", "h2", "reqwest", "tower"];
+pub const INTERNAL_TARGETS: [&str; 6] =
+    ["opentelemetry", "hyper", "tonic", "h2", "reqwest", "tower"];
 
 /// The per-layer filter of [`LensLayer`](crate::LensLayer).
 #[derive(Clone)]
@@ -66,7 +67,10 @@ impl LensFilter {
         let target = meta.target();
         if INTERNAL_TARGETS.iter().any(|p| {
             target.starts_with(p)
-                && matches!(target.as_bytes().get(p.len()), None | Some(b':' | b'_' | b'-'))
+                && matches!(
+                    target.as_bytes().get(p.len()),
+                    None | Some(b':' | b'_' | b'-')
+                )
         }) {
             return false;
         }

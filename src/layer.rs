@@ -190,7 +190,11 @@ where
         if current.has_active_span() {
             return current;
         }
-        match self.pipeline.as_ref().and_then(|p| p.default_parent.as_ref()) {
+        match self
+            .pipeline
+            .as_ref()
+            .and_then(|p| p.default_parent.as_ref())
+        {
             Some(cx) => cx.clone(),
             None => Context::new(),
         }
@@ -255,9 +259,7 @@ impl SpanVisitor<'_> {
                     _ => None,
                 }
             }
-            "otel.status_description" => {
-                self.reserved.status_description = Some(value.to_string())
-            }
+            "otel.status_description" => self.reserved.status_description = Some(value.to_string()),
             _ if name.starts_with(GROUP_FIELD_PREFIX) => {}
             _ => self
                 .attributes

@@ -1,7 +1,7 @@
 //! [`LensSpanExt`]: the OpenTelemetry identity of a `tracing::Span` recorded by the lens layer.
 
-use opentelemetry::trace::{SpanContext, TraceContextExt};
 use opentelemetry::Context;
+use opentelemetry::trace::{SpanContext, TraceContextExt};
 
 use crate::layer::WithLens;
 
@@ -26,7 +26,9 @@ impl LensSpanExt for tracing::Span {
         let mut out = None;
         self.with_subscriber(|(id, dispatch)| {
             if let Some(with) = dispatch.downcast_ref::<WithLens>() {
-                (with.with_span)(dispatch, id, &mut |data| out = Some(data.span_context().clone()));
+                (with.with_span)(dispatch, id, &mut |data| {
+                    out = Some(data.span_context().clone())
+                });
             }
         });
         out

@@ -109,9 +109,9 @@ impl ExportStrategy {
                 i64::from(rank) == target
             }
             ExportStrategy::Sampled => rank_is_sampled(rank, config.export_sample_rate),
-            ExportStrategy::FirstRankPerNode => local_rank_is_zero(crate::config::env_var(
-                "LOCAL_RANK",
-            )?)?,
+            ExportStrategy::FirstRankPerNode => {
+                local_rank_is_zero(crate::config::env_var("LOCAL_RANK")?)?
+            }
             ExportStrategy::Custom(f) => f(config, rank, world_size),
         })
     }

@@ -22,21 +22,44 @@ fn open_spans_are_ended_innermost_first_with_their_data() {
 
     let spans = capture.finish();
     let names: Vec<_> = spans.iter().map(|s| s.name.to_string()).collect();
-    assert_eq!(names, ["done", "step", "job"], "innermost first after the closed ones");
+    assert_eq!(
+        names,
+        ["done", "step", "job"],
+        "innermost first after the closed ones"
+    );
 
     for name in ["step", "job"] {
         let s = spans.iter().find(|s| s.name == name).unwrap();
-        assert_eq!(SpanCapture::attribute(s, "nemo.span.truncated"), Some(Value::Bool(true)));
+        assert_eq!(
+            SpanCapture::attribute(s, "nemo.span.truncated"),
+            Some(Value::Bool(true))
+        );
         assert_eq!(s.status, Status::Unset, "truncation is not an error");
-        let ev = s.events.iter().find(|e| e.name == "nemo.span.truncated").unwrap();
+        let ev = s
+            .events
+            .iter()
+            .find(|e| e.name == "nemo.span.truncated")
+            .unwrap();
         assert_eq!(ev.attributes[0].key.as_str(), "nemo.span.truncated.reason");
-        assert_eq!(ev.attributes[0].value, Value::from("still open at telemetry shutdown"));
+        assert_eq!(
+            ev.attributes[0].value,
+            Value::from("still open at telemetry shutdown")
+        );
     }
     let step_span = spans.iter().find(|s| s.name == "step").unwrap();
-    assert_eq!(SpanCapture::attribute(step_span, "step"), Some(Value::I64(3)));
-    assert_eq!(step_span.events.events[0].name, "checkpoint.saved", "events recorded before shutdown are kept");
+    assert_eq!(
+        SpanCapture::attribute(step_span, "step"),
+        Some(Value::I64(3))
+    );
+    assert_eq!(
+        step_span.events.events[0].name, "checkpoint.saved",
+        "events recorded before shutdown are kept"
+    );
     let job_span = spans.iter().find(|s| s.name == "job").unwrap();
-    assert_eq!(SpanCapture::attribute(job_span, "model"), Some(Value::from("gpt")));
+    assert_eq!(
+        SpanCapture::attribute(job_span, "model"),
+        Some(Value::from("gpt"))
+    );
     assert!(SpanCapture::attribute(&spans[0], "nemo.span.truncated").is_none());
     assert_eq!(capture.telemetry().open_spans(), 0);
 
@@ -64,8 +87,14 @@ fn shutdown_is_idempotent() {
     let capture = SpanCapture::new();
     let _guard = capture.set_default();
     let _open = tracing::info_span!("open").entered();
-    capture.telemetry().shutdown(Duration::from_secs(5)).unwrap();
-    capture.telemetry().shutdown(Duration::from_secs(5)).unwrap();
+    capture
+        .telemetry()
+        .shutdown(Duration::from_secs(5))
+        .unwrap();
+    capture
+        .telemetry()
+        .shutdown(Duration::from_secs(5))
+        .unwrap();
     assert_eq!(capture.spans().len(), 1);
 }
 
@@ -97,10 +126,17 @@ fn shutdown_returns_within_its_timeout_when_the_exporter_hangs() {
         let started = Instant::now();
         let result = telemetry.shutdown(Duration::from_millis(300));
         // Bounded: far below the 30 s the exporter would take (a functional bound, not a timing).
-        assert!(started.elapsed() < Duration::from_secs(10), "took {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "took {:?}",
+            started.elapsed()
+        );
         let err = result.expect_err("a hung exporter is reported");
         let text = err.to_string().to_lowercase();
         assert!(matches!(err, nemo_lens::LensError::Shutdown(_)), "{err}");
-        assert!(text.contains("timeout") || text.contains("timed out"), "{err}");
+        assert!(
+            text.contains("timeout") || text.contains("timed out"),
+            "{err}"
+        );
     });
 }

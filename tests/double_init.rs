@@ -18,9 +18,13 @@ fn enabled() -> LensConfig {
 fn a_second_enabled_setup_is_an_error_unless_allowed_for_tests() {
     // Disabled setups never arm the guard.
     Telemetry::builder(LensConfig::default()).build().unwrap();
-    let first = Telemetry::builder(enabled()).span_exporter(CollectingExporter::default()).build();
+    let first = Telemetry::builder(enabled())
+        .span_exporter(CollectingExporter::default())
+        .build();
     let first = first.expect("first enabled setup");
-    let second = Telemetry::builder(enabled()).span_exporter(CollectingExporter::default()).build();
+    let second = Telemetry::builder(enabled())
+        .span_exporter(CollectingExporter::default())
+        .build();
     assert!(matches!(second, Err(LensError::AlreadyInitialized)));
     let msg = second.unwrap_err().to_string();
     assert!(msg.contains("already been initialised") && msg.contains("allow_reinit_for_testing"));
@@ -33,4 +37,3 @@ fn a_second_enabled_setup_is_an_error_unless_allowed_for_tests() {
         .unwrap();
     first.shutdown(Duration::from_secs(1)).unwrap();
 }
-

@@ -35,7 +35,10 @@ fn names(c: &SpanCapture) -> Vec<String> {
 #[test]
 fn presets_resolve_as_in_python() {
     let d = groups::resolve("default", "X").unwrap();
-    assert_eq!(d.iter().map(String::as_str).collect::<Vec<_>>(), ["checkpoint", "evaluate", "job"]);
+    assert_eq!(
+        d.iter().map(String::as_str).collect::<Vec<_>>(),
+        ["checkpoint", "evaluate", "job"]
+    );
     let p = groups::resolve("PER_STEP", "X").unwrap();
     for g in groups::BUILTIN_GROUPS {
         assert!(p.contains(g), "{g}");
@@ -45,7 +48,11 @@ fn presets_resolve_as_in_python() {
     let err = groups::resolve("step,nonsense", "NEMO_LENS_SPAN_GROUPS").unwrap_err();
     assert!(matches!(err, LensError::UnknownSpanGroup { ref name, .. } if name == "nonsense"));
     let msg = err.to_string();
-    assert!(msg.contains("NEMO_LENS_SPAN_GROUPS") && msg.contains("forward_backward") && msg.contains("per_step"));
+    assert!(
+        msg.contains("NEMO_LENS_SPAN_GROUPS")
+            && msg.contains("forward_backward")
+            && msg.contains("per_step")
+    );
 }
 
 #[test]
@@ -58,9 +65,16 @@ fn only_enabled_groups_are_exported_and_ungrouped_spans_always_are() {
     assert_eq!(names(&c), ["optimizer", "step", "ungrouped"]);
     // The group marker field is not an attribute.
     let s = c.span("step").unwrap();
-    assert!(s.attributes.iter().all(|kv| !kv.key.as_str().starts_with("nemo.group")));
+    assert!(
+        s.attributes
+            .iter()
+            .all(|kv| !kv.key.as_str().starts_with("nemo.group"))
+    );
     // The optimizer's parent is step even though forward_backward (a sibling) was gated.
-    assert_eq!(c.span("optimizer").unwrap().parent_span_id, s.span_context.span_id());
+    assert_eq!(
+        c.span("optimizer").unwrap().parent_span_id,
+        s.span_context.span_id()
+    );
 }
 
 #[test]
@@ -78,17 +92,31 @@ fn a_child_of_a_gated_span_attaches_to_the_nearest_recorded_ancestor() {
 
 #[test]
 fn libraries_register_groups_and_presets_union() {
-    groups::register_span_groups(&["Microbatch", "communication"], &[("per_step", &["microbatch"]), ("comms", &["communication"])])
-        .unwrap();
+    groups::register_span_groups(
+        &["Microbatch", "communication"],
+        &[("per_step", &["microbatch"]), ("comms", &["communication"])],
+    )
+    .unwrap();
     let per_step = groups::resolve("per_step", "X").unwrap();
-    assert!(per_step.contains("microbatch") && per_step.contains("step"), "presets union");
-    assert!(groups::resolve("comms", "X").unwrap().contains("communication"));
+    assert!(
+        per_step.contains("microbatch") && per_step.contains("step"),
+        "presets union"
+    );
+    assert!(
+        groups::resolve("comms", "X")
+            .unwrap()
+            .contains("communication")
+    );
     assert!(groups::registered_presets().contains(&"comms".to_string()));
     assert!(groups::register_span_groups(&[""], &[]).is_err());
 
     let c = capture("comms");
     c.in_scope(|| {
-        tracing::info_span!("allreduce", nemo.group.communication = tracing::field::Empty).in_scope(|| {});
+        tracing::info_span!(
+            "allreduce",
+            nemo.group.communication = tracing::field::Empty
+        )
+        .in_scope(|| {});
         tracing::info_span!("mb", nemo.group.microbatch = tracing::field::Empty).in_scope(|| {});
     });
     assert_eq!(names(&c), ["allreduce"]);
@@ -104,12 +132,17 @@ fn is_span_group_enabled_reflects_the_last_setup() {
 #[test]
 fn changing_the_groups_at_run_time_re_evaluates_callsites() {
     let c = capture("job");
-    let emit = || tracing::info_span!("late_step", nemo.group.step = tracing::field::Empty).in_scope(|| {});
+    let emit = || {
+        tracing::info_span!("late_step", nemo.group.step = tracing::field::Empty).in_scope(|| {})
+    };
     c.in_scope(emit);
     assert!(c.span("late_step").is_none());
     c.telemetry().set_span_groups("job,step").unwrap();
     c.in_scope(emit);
     assert!(c.span("late_step").is_some());
     assert!(c.telemetry().set_span_groups("bogus").is_err());
-    assert!(c.telemetry().is_span_group_enabled("step"), "a bad spec changes nothing");
+    assert!(
+        c.telemetry().is_span_group_enabled("step"),
+        "a bad spec changes nothing"
+    );
 }

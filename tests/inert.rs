@@ -56,7 +56,11 @@ fn build(config: LensConfig, rank: u32, world_size: u32) -> (Telemetry, isize, i
     // Give any thread a started provider would spawn the time to appear.
     std::thread::sleep(std::time::Duration::from_millis(100));
     let (t1, f1) = (threads(), descriptors());
-    (telemetry, t1 as isize - t0 as isize, f1 as isize - f0 as isize)
+    (
+        telemetry,
+        t1 as isize - t0 as isize,
+        f1 as isize - f0 as isize,
+    )
 }
 
 fn assert_inert(telemetry: &Telemetry) {
@@ -113,7 +117,11 @@ fn unsampled_rank_records_nothing() {
         };
         let (t, _, _) = build(config, 0, 8);
         assert!(t.is_exporting());
-        assert!(t.layer::<tracing_subscriber::Registry>().filter().is_inert());
+        assert!(
+            t.layer::<tracing_subscriber::Registry>()
+                .filter()
+                .is_inert()
+        );
     }
 }
 
@@ -129,6 +137,10 @@ fn an_exporting_rank_does_start_its_pipeline() {
         let (t, threads, _) = build(config, 0, 1);
         assert!(t.is_exporting());
         assert!(threads >= 1, "the batch processor thread");
-        assert!(!t.layer::<tracing_subscriber::Registry>().filter().is_inert());
+        assert!(
+            !t.layer::<tracing_subscriber::Registry>()
+                .filter()
+                .is_inert()
+        );
     }
 }

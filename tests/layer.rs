@@ -69,7 +69,10 @@ fn parents_follow_the_tracing_tree() {
     let outer_id = outer.span_context.span_id();
     assert_eq!(contextual.parent_span_id, outer_id);
     assert_eq!(explicit.parent_span_id, outer_id);
-    assert_eq!(contextual.span_context.trace_id(), outer.span_context.trace_id());
+    assert_eq!(
+        contextual.span_context.trace_id(),
+        outer.span_context.trace_id()
+    );
     assert_eq!(root.parent_span_id, opentelemetry::trace::SpanId::INVALID);
     assert_ne!(root.span_context.trace_id(), outer.span_context.trace_id());
     assert!(!contextual.parent_span_is_remote);
@@ -145,8 +148,13 @@ fn error_events_set_status_with_their_message() {
 fn redact_keys_hide_string_values_only() {
     let capture = SpanCapture::new();
     capture.in_scope(|| {
-        let _s = tracing::info_span!("gen", prompt = "my secret prompt", token = 42_i64, api_key = "visible")
-            .entered();
+        let _s = tracing::info_span!(
+            "gen",
+            prompt = "my secret prompt",
+            token = 42_i64,
+            api_key = "visible"
+        )
+        .entered();
         tracing::info!(text = "user text", "generated");
     });
     let span = capture.span("gen").unwrap();
@@ -154,7 +162,10 @@ fn redact_keys_hide_string_values_only() {
     // As in Python: only string values are redacted, and only exact keys.
     assert_eq!(attr(&span, "token"), Some(Value::I64(42)));
     assert_eq!(attr(&span, "api_key"), Some(Value::from("visible")));
-    assert_eq!(span.events.events[0].attributes[0].value, Value::from("[REDACTED]"));
+    assert_eq!(
+        span.events.events[0].attributes[0].value,
+        Value::from("[REDACTED]")
+    );
 }
 
 #[test]
@@ -173,7 +184,11 @@ fn reserved_otel_fields_set_name_kind_and_status() {
     let span = capture.span("serve_request").expect("renamed span");
     assert_eq!(span.span_kind, SpanKind::Server);
     assert_eq!(span.status, Status::error("overloaded"));
-    assert!(span.attributes.iter().all(|kv| !kv.key.as_str().starts_with("otel.")));
+    assert!(
+        span.attributes
+            .iter()
+            .all(|kv| !kv.key.as_str().starts_with("otel."))
+    );
 }
 
 #[test]
@@ -187,7 +202,10 @@ fn follows_from_becomes_a_link() {
     let a = capture.span("stage0").unwrap();
     let b = capture.span("stage1").unwrap();
     assert_eq!(b.links.links.len(), 1);
-    assert_eq!(b.links.links[0].span_context.span_id(), a.span_context.span_id());
+    assert_eq!(
+        b.links.links[0].span_context.span_id(),
+        a.span_context.span_id()
+    );
 }
 
 #[test]
@@ -263,11 +281,17 @@ fn composes_with_fmt_and_leaves_its_callsites_alone() {
     });
     let printed = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
     assert!(printed.contains("inside step"), "fmt output: {printed}");
-    assert!(printed.contains("step"), "fmt sees the gated span: {printed}");
+    assert!(
+        printed.contains("step"),
+        "fmt sees the gated span: {printed}"
+    );
     let names: Vec<_> = capture.spans().iter().map(|s| s.name.to_string()).collect();
     assert_eq!(names, ["job"]);
     // The event inside the gated span lands on the nearest recorded ancestor.
-    assert_eq!(capture.span("job").unwrap().events.events[0].name, "inside step");
+    assert_eq!(
+        capture.span("job").unwrap().events.events[0].name,
+        "inside step"
+    );
 }
 
 #[test]
@@ -291,7 +315,8 @@ fn spans_from_many_threads_are_all_exported_once() {
     }
     let spans = capture.spans();
     assert_eq!(spans.len(), 1000);
-    let ids: std::collections::HashSet<_> = spans.iter().map(|s| s.span_context.span_id()).collect();
+    let ids: std::collections::HashSet<_> =
+        spans.iter().map(|s| s.span_context.span_id()).collect();
     assert_eq!(ids.len(), 1000);
 }
 

@@ -30,7 +30,12 @@ fn unknown_strategy_fails_even_when_disabled_and_names_the_variable() {
     let err = Telemetry::builder(config).build().unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, LensError::UnknownStrategy { .. }));
-    assert!(msg.contains("NEMO_LENS_EXPORT_STRATEGY") && msg.contains("fastest_rank") && msg.contains("single_rank"), "{msg}");
+    assert!(
+        msg.contains("NEMO_LENS_EXPORT_STRATEGY")
+            && msg.contains("fastest_rank")
+            && msg.contains("single_rank"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -41,21 +46,41 @@ fn unknown_span_group_names_the_variable_and_the_options() {
         _ => None,
     })
     .unwrap();
-    let err = Telemetry::builder(config).allow_reinit_for_testing(true).build().unwrap_err();
+    let err = Telemetry::builder(config)
+        .allow_reinit_for_testing(true)
+        .build()
+        .unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("NEMO_LENS_SPAN_GROUPS") && msg.contains("'warp_drive'") && msg.contains("per_step"), "{msg}");
+    assert!(
+        msg.contains("NEMO_LENS_SPAN_GROUPS")
+            && msg.contains("'warp_drive'")
+            && msg.contains("per_step"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn rank_must_be_below_world_size() {
-    let err = Telemetry::builder(LensConfig::default()).rank(8).world_size(8).build().unwrap_err();
+    let err = Telemetry::builder(LensConfig::default())
+        .rank(8)
+        .world_size(8)
+        .build()
+        .unwrap_err();
     assert!(err.to_string().contains("rank 8, world_size 8"));
-    assert!(Telemetry::builder(LensConfig::default()).world_size(0).build().is_err());
+    assert!(
+        Telemetry::builder(LensConfig::default())
+            .world_size(0)
+            .build()
+            .is_err()
+    );
 }
 
 #[test]
 fn sample_rate_of_a_config_built_in_code_is_checked() {
-    let config = LensConfig { export_sample_rate: -0.5, ..LensConfig::default() };
+    let config = LensConfig {
+        export_sample_rate: -0.5,
+        ..LensConfig::default()
+    };
     assert!(matches!(
         Telemetry::builder(config).build(),
         Err(LensError::SampleRateOutOfRange { .. })
@@ -64,7 +89,10 @@ fn sample_rate_of_a_config_built_in_code_is_checked() {
 
 #[test]
 fn single_rank_exports_from_the_last_rank_by_default() {
-    let cfg = LensConfig { enabled: true, ..LensConfig::default() };
+    let cfg = LensConfig {
+        enabled: true,
+        ..LensConfig::default()
+    };
     for rank in 0..4 {
         let t = Telemetry::builder(cfg.clone())
             .rank(rank)
@@ -80,14 +108,17 @@ fn single_rank_exports_from_the_last_rank_by_default() {
 #[test]
 fn a_strategy_closure_overrides_the_registry() {
     for rank in 0..4 {
-        let t = Telemetry::builder(LensConfig { enabled: true, ..LensConfig::default() })
-            .rank(rank)
-            .world_size(4)
-            .export_strategy(|_, r, _| r % 2 == 0)
-            .span_exporter(CollectingExporter::default())
-            .allow_reinit_for_testing(true)
-            .build()
-            .unwrap();
+        let t = Telemetry::builder(LensConfig {
+            enabled: true,
+            ..LensConfig::default()
+        })
+        .rank(rank)
+        .world_size(4)
+        .export_strategy(|_, r, _| r % 2 == 0)
+        .span_exporter(CollectingExporter::default())
+        .allow_reinit_for_testing(true)
+        .build()
+        .unwrap();
         assert_eq!(t.is_exporting(), rank % 2 == 0);
     }
 }
@@ -129,23 +160,30 @@ fn extra_processors_see_every_span_and_the_exporter_still_gets_them() {
     t.shutdown(Duration::from_secs(5)).unwrap();
     assert_eq!(counting.started.load(Ordering::SeqCst), 2);
     assert_eq!(counting.ended.load(Ordering::SeqCst), 2);
-    assert_eq!(exporter.spans().len(), 2, "batch processor flushed at shutdown");
+    assert_eq!(
+        exporter.spans().len(),
+        2,
+        "batch processor flushed at shutdown"
+    );
 }
 
 #[test]
 fn processors_are_not_built_on_a_non_exporting_rank() {
     let built = Arc::new(AtomicUsize::new(0));
     let b = built.clone();
-    let t = Telemetry::builder(LensConfig { enabled: true, ..LensConfig::default() })
-        .rank(0)
-        .world_size(2)
-        .span_processor(move || {
-            b.fetch_add(1, Ordering::SeqCst);
-            Counting::default()
-        })
-        .allow_reinit_for_testing(true)
-        .build()
-        .unwrap();
+    let t = Telemetry::builder(LensConfig {
+        enabled: true,
+        ..LensConfig::default()
+    })
+    .rank(0)
+    .world_size(2)
+    .span_processor(move || {
+        b.fetch_add(1, Ordering::SeqCst);
+        Counting::default()
+    })
+    .allow_reinit_for_testing(true)
+    .build()
+    .unwrap();
     assert!(!t.is_exporting());
     assert_eq!(built.load(Ordering::SeqCst), 0);
     assert!(t.resource().is_none());
@@ -153,13 +191,16 @@ fn processors_are_not_built_on_a_non_exporting_rank() {
 
 #[test]
 fn the_resource_carries_rank_and_run_identity() {
-    let t = Telemetry::builder(LensConfig { run_id: "demo42".into(), ..enabled() })
-        .rank(3)
-        .world_size(8)
-        .span_exporter(CollectingExporter::default())
-        .allow_reinit_for_testing(true)
-        .build()
-        .unwrap();
+    let t = Telemetry::builder(LensConfig {
+        run_id: "demo42".into(),
+        ..enabled()
+    })
+    .rank(3)
+    .world_size(8)
+    .span_exporter(CollectingExporter::default())
+    .allow_reinit_for_testing(true)
+    .build()
+    .unwrap();
     let r = t.resource().unwrap();
     let get = |k: &str| r.get(&opentelemetry::Key::from(k.to_string()));
     assert_eq!(get("dl.rank"), Some(opentelemetry::Value::I64(3)));
@@ -180,7 +221,11 @@ fn exporting_ranks_install_the_w3c_propagator() {
     let step = capture.span("step").unwrap();
     assert_eq!(
         carrier["traceparent"],
-        format!("00-{}-{}-01", step.span_context.trace_id(), step.span_context.span_id())
+        format!(
+            "00-{}-{}-01",
+            step.span_context.trace_id(),
+            step.span_context.span_id()
+        )
     );
 }
 
@@ -191,7 +236,8 @@ fn launcher_traceparent_parents_every_root_span() {
         .span_exporter(exporter.clone())
         .synchronous_export(true)
         .env_lookup(|k| {
-            (k == "TRACEPARENT").then(|| "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_string())
+            (k == "TRACEPARENT")
+                .then(|| "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_string())
         })
         .allow_reinit_for_testing(true)
         .build()
@@ -201,7 +247,10 @@ fn launcher_traceparent_parents_every_root_span() {
     });
     let spans = exporter.spans();
     let train = spans.iter().find(|s| s.name == "train").unwrap();
-    assert_eq!(train.span_context.trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(
+        train.span_context.trace_id().to_string(),
+        "4bf92f3577b34da6a3ce929d0e0e4736"
+    );
     assert_eq!(train.parent_span_id.to_string(), "00f067aa0ba902b7");
     let step = spans.iter().find(|s| s.name == "step").unwrap();
     assert_eq!(step.parent_span_id, train.span_context.span_id());

@@ -6,8 +6,18 @@ use std::process::{Command, Output};
 /// `target/<profile>/examples/trainer`, built by `cargo test` alongside this test.
 fn trainer() -> PathBuf {
     let exe = std::env::current_exe().unwrap(); // target/<profile>/deps/trainer_example-…
-    let path = exe.parent().unwrap().parent().unwrap().join("examples").join("trainer");
-    assert!(path.exists(), "example binary missing at {}", path.display());
+    let path = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join("trainer");
+    assert!(
+        path.exists(),
+        "example binary missing at {}",
+        path.display()
+    );
     path
 }
 
@@ -37,9 +47,24 @@ fn console_exporter_prints_one_json_span_per_line() {
             ("NEMO_LENS_SPAN_GROUPS", "per_step"),
             ("NEMO_LENS_RUN_ID", "ci-run"),
         ],
-        &["--rank", "0", "--world-size", "1", "--steps", "3", "--step-ms", "1", "--checkpoint-every", "3"],
+        &[
+            "--rank",
+            "0",
+            "--world-size",
+            "1",
+            "--steps",
+            "3",
+            "--step-ms",
+            "1",
+            "--checkpoint-every",
+            "3",
+        ],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let spans = lines(&out.stdout);
     let count = |n: &str| spans.iter().filter(|s| s["name"] == n).count();
     assert_eq!(count("train_step"), 3);
@@ -50,7 +75,10 @@ fn console_exporter_prints_one_json_span_per_line() {
     let train = spans.iter().find(|s| s["name"] == "train").unwrap();
     assert!(train["parent_id"].is_null());
     assert_eq!(train["resource"]["attributes"]["nemo.run.id"], "ci-run");
-    assert_eq!(train["resource"]["attributes"]["service.instance.id"], "ci-run-rank0");
+    assert_eq!(
+        train["resource"]["attributes"]["service.instance.id"],
+        "ci-run-rank0"
+    );
     let step = spans.iter().find(|s| s["name"] == "train_step").unwrap();
     assert_eq!(step["parent_id"], train["context"]["span_id"]);
     assert!(step["attributes"]["dl.loss"].is_f64());
@@ -60,7 +88,10 @@ fn console_exporter_prints_one_json_span_per_line() {
 #[test]
 fn default_groups_export_job_and_checkpoint_only() {
     let out = run(
-        &[("NEMO_LENS_ENABLED", "true"), ("NEMO_LENS_EXPORTER", "console")],
+        &[
+            ("NEMO_LENS_ENABLED", "true"),
+            ("NEMO_LENS_EXPORTER", "console"),
+        ],
         &["--steps", "2", "--step-ms", "1", "--checkpoint-every", "1"],
     );
     assert!(out.status.success());
@@ -75,11 +106,28 @@ fn default_groups_export_job_and_checkpoint_only() {
 #[test]
 fn a_rank_the_strategy_excludes_prints_nothing_and_exits_0() {
     let out = run(
-        &[("NEMO_LENS_ENABLED", "1"), ("NEMO_LENS_EXPORTER", "console"), ("NEMO_LENS_SPAN_GROUPS", "all")],
-        &["--rank", "0", "--world-size", "4", "--steps", "2", "--step-ms", "1"],
+        &[
+            ("NEMO_LENS_ENABLED", "1"),
+            ("NEMO_LENS_EXPORTER", "console"),
+            ("NEMO_LENS_SPAN_GROUPS", "all"),
+        ],
+        &[
+            "--rank",
+            "0",
+            "--world-size",
+            "4",
+            "--steps",
+            "2",
+            "--step-ms",
+            "1",
+        ],
     );
     assert!(out.status.success());
-    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]
@@ -94,16 +142,30 @@ fn per_rank_files_do_not_interleave() {
                 ("NEMO_LENS_EXPORT_STRATEGY", "all_ranks"),
                 ("NEMO_LENS_CONSOLE_PATH", template.to_str().unwrap()),
             ],
-            &["--rank", &rank.to_string(), "--world-size", "2", "--steps", "1", "--step-ms", "1"],
+            &[
+                "--rank",
+                &rank.to_string(),
+                "--world-size",
+                "2",
+                "--steps",
+                "1",
+                "--step-ms",
+                "1",
+            ],
         );
         assert!(out.status.success());
         assert!(out.stdout.is_empty(), "spans went to the file, not stdout");
     }
     for rank in 0..2_i64 {
-        let text = std::fs::read_to_string(dir.path().join(format!("lens_rank{rank}.jsonl"))).unwrap();
+        let text =
+            std::fs::read_to_string(dir.path().join(format!("lens_rank{rank}.jsonl"))).unwrap();
         let spans = lines(text.as_bytes());
         assert!(!spans.is_empty());
-        assert!(spans.iter().all(|s| s["resource"]["attributes"]["dl.rank"] == rank));
+        assert!(
+            spans
+                .iter()
+                .all(|s| s["resource"]["attributes"]["dl.rank"] == rank)
+        );
     }
 }
 
@@ -112,10 +174,16 @@ fn a_bad_variable_is_reported_and_exits_non_zero() {
     let out = run(&[("NEMO_LENS_ENABLED", "maybe")], &["--steps", "1"]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("NEMO_LENS_ENABLED") && stderr.contains("'maybe'"), "{stderr}");
+    assert!(
+        stderr.contains("NEMO_LENS_ENABLED") && stderr.contains("'maybe'"),
+        "{stderr}"
+    );
     assert!(out.stdout.is_empty());
 
-    let out = run(&[("NEMO_LENS_ENABLED", "1"), ("NEMO_LENS_EXPORTER", "zipkin")], &["--steps", "1"]);
+    let out = run(
+        &[("NEMO_LENS_ENABLED", "1"), ("NEMO_LENS_EXPORTER", "zipkin")],
+        &["--steps", "1"],
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("NEMO_LENS_EXPORTER"));
 }

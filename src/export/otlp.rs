@@ -104,7 +104,10 @@ impl Signal {
 /// assert!(err.contains("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") && err.contains("http/protobuf"));
 /// assert_eq!(protocol_for(Signal::Logs, &|_| None).unwrap(), OtlpProtocol::Grpc);
 /// ```
-pub fn protocol_for(signal: Signal, lookup: &dyn Fn(&str) -> Option<String>) -> Result<OtlpProtocol> {
+pub fn protocol_for(
+    signal: Signal,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<OtlpProtocol> {
     let specific = format!("OTEL_EXPORTER_OTLP_{}_PROTOCOL", signal.upper());
     for var in [specific.as_str(), "OTEL_EXPORTER_OTLP_PROTOCOL"] {
         if let Some(v) = lookup(var).filter(|v| !v.trim().is_empty()) {
