@@ -1,9 +1,10 @@
-//! The example trainer as a user runs it: a real process, configured by environment only.
+//! The examples as a user runs them: real processes, configured by environment only.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-/// `target/<profile>/examples/trainer`, built by `cargo test` alongside this test.
+/// `target/<profile>/examples/trainer`, built by `cargo test` alongside this test (a
+/// `cargo test --test examples` alone does not build examples: run `cargo build --examples` first).
 fn trainer() -> PathBuf {
     let exe = std::env::current_exe().unwrap(); // target/<profile>/deps/trainer_example-…
     let path = exe
@@ -186,4 +187,27 @@ fn a_bad_variable_is_reported_and_exits_non_zero() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("NEMO_LENS_EXPORTER"));
+}
+
+#[test]
+fn custom_exporter_example_receives_every_span() {
+    let exe = trainer().with_file_name("custom_exporter");
+    let out = Command::new(exe).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("my-backend-demo | train_step | "))
+            .count(),
+        3
+    );
+    assert!(lines[3].starts_with("my-backend-demo | job | "), "{text}");
+    assert!(lines[0].ends_with("step=0"), "{text}");
 }
