@@ -83,6 +83,7 @@
 //! single `write_all` plus one `flush` for the whole batch. Pair it with a batching span processor
 //! to get few, large writes.
 
+use std::cell::Cell;
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::future::Future;
@@ -875,11 +876,23 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 fn write_hex(out: &mut Vec<u8>, bytes: &[u8]) {
     let mut text = [0u8; 32];
     for (pair, &b) in text.chunks_exact_mut(2).zip(bytes) {
-        pair[0] = HEX[usize::from(b >> 4)];
-        pair[1] = HEX[usize::from(b & 0xf)];
+        let i = usize::from(b) * 2;
+        pair.copy_from_slice(&HEX_PAIRS[i..i + 2]);
     }
     out.extend_from_slice(&text[..2 * bytes.len().min(16)]);
 }
+
+/// "00" "01" … "ff": both hex digits of a byte with one lookup.
+static HEX_PAIRS: [u8; 512] = {
+    let mut table = [0u8; 512];
+    let mut i = 0;
+    while i < 256 {
+        table[2 * i] = HEX[i >> 4];
+        table[2 * i + 1] = HEX[i & 0xf];
+        i += 1;
+    }
+    table
+};
 
 /// 0: byte passes through; otherwise the escape to use (`u` means `\u00XX`).
 static ESCAPE: [u8; 256] = {
@@ -974,10 +987,35 @@ fn unix_micros(t: SystemTime) -> i64 {
 /// Writes `"YYYY-MM-DDTHH:MM:SS.ffffffZ"` (with the quotes), UTC.
 fn write_time(out: &mut Vec<u8>, t: SystemTime) {
     let micros = unix_micros(t);
-    let secs = micros.div_euclid(1_000_000);
-    let frac = micros.rem_euclid(1_000_000) as u32;
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400) as u32;
+    let (days, sod, frac) = if micros >= 0 {
+        // Common case, in cheaper unsigned arithmetic.
+        let micros = micros as u64;
+        let secs = micros / 1_000_000;
+        (
+            (secs / 86_400) as i64,
+            (secs % 86_400) as u32,
+            (micros % 1_000_000) as u32,
+        )
+    } else {
+        let secs = micros.div_euclid(1_000_000);
+        (
+            secs.div_euclid(86_400),
+            secs.rem_euclid(86_400) as u32,
+            micros.rem_euclid(1_000_000) as u32,
+        )
+    };
+    let mut text = *b"\"YYYY-MM-DDTHH:MM:SS.ffffffZ\"";
+    // Consecutive timestamps almost always share the day: reuse its rendering.
+    let cached = LAST_DATE.with(|last| {
+        let (last_days, date) = last.get();
+        (last_days == days).then_some(date)
+    });
+    if let Some(date) = cached {
+        text[1..11].copy_from_slice(&date);
+        put_clock(&mut text[12..], sod, frac);
+        out.extend_from_slice(&text);
+        return;
+    }
     let (year, month, day) = civil_from_days(days);
     if !(0..=9999).contains(&year) {
         // Python cannot represent these at all; keep the shape with a longer year.
@@ -993,15 +1031,27 @@ fn write_time(out: &mut Vec<u8>, t: SystemTime) {
         out.extend_from_slice(&rest);
         return;
     }
-    let mut text = *b"\"YYYY-MM-DDTHH:MM:SS.ffffffZ\"";
     put_digits(&mut text[1..5], year as u32);
     put_digits(&mut text[6..8], month);
     put_digits(&mut text[9..11], day);
-    put_digits(&mut text[12..14], sod / 3600);
-    put_digits(&mut text[15..17], sod / 60 % 60);
-    put_digits(&mut text[18..20], sod % 60);
-    put_digits(&mut text[21..27], frac);
+    let mut date = [0u8; 10];
+    date.copy_from_slice(&text[1..11]);
+    LAST_DATE.with(|last| last.set((days, date)));
+    put_clock(&mut text[12..], sod, frac);
     out.extend_from_slice(&text);
+}
+
+thread_local! {
+    /// The last rendered `YYYY-MM-DD` and its day number (`i64::MIN`: none yet).
+    static LAST_DATE: Cell<(i64, [u8; 10])> = const { Cell::new((i64::MIN, [0; 10])) };
+}
+
+/// Fills `HH:MM:SS.ffffff` at the start of `slot`.
+fn put_clock(slot: &mut [u8], sod: u32, frac: u32) {
+    put_digits(&mut slot[0..2], sod / 3600);
+    put_digits(&mut slot[3..5], sod / 60 % 60);
+    put_digits(&mut slot[6..8], sod % 60);
+    put_digits(&mut slot[9..15], frac);
 }
 
 /// Fills `slot` with the last `slot.len()` decimal digits of `n`, zero-padded.
