@@ -66,6 +66,9 @@ thread_local! {
 }
 
 fn seeded() -> ChaCha20Rng {
+    // Every stream is seeded before its first draw: register the fork handler here, so a
+    // generator made with `Default` (or the crate-internal draws) re-seeds after fork too.
+    install_fork_handler();
     ChaCha20Rng::try_from_rng(&mut getrandom::SysRng).unwrap_or_else(|_| {
         // No OS entropy (exotic sandbox): fall back to std's randomly keyed hasher mixed with
         // the time, the pid and the thread, which is still independent of the trainer's seeds.
