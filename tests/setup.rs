@@ -255,3 +255,41 @@ fn launcher_traceparent_parents_every_root_span() {
     let step = spans.iter().find(|s| s.name == "step").unwrap();
     assert_eq!(step.parent_span_id, train.span_context.span_id());
 }
+
+#[test]
+fn an_injected_metric_reader_gets_the_metrics_and_the_span_exporter_only_traces() {
+    use opentelemetry::metrics::MeterProvider as _;
+    use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader};
+    let metrics = InMemoryMetricExporter::default();
+    let spans = CollectingExporter::default();
+    let m = metrics.clone();
+    let t = Telemetry::builder(enabled())
+        .span_exporter(spans.clone())
+        .metric_reader(move || PeriodicReader::builder(m).build())
+        .allow_reinit_for_testing(true)
+        .build()
+        .unwrap();
+    let meter = t
+        .meter_provider()
+        .expect("meter provider on an exporting rank")
+        .meter("test");
+    meter.u64_counter("steps").build().add(3, &[]);
+    tracing::subscriber::with_default(tracing_subscriber::registry().with(t.layer()), || {
+        tracing::info_span!("step").in_scope(|| {});
+    });
+    t.shutdown(Duration::from_secs(5)).unwrap();
+    let exported = metrics.get_finished_metrics().unwrap();
+    let names: Vec<String> = exported
+        .iter()
+        .flat_map(|rm| rm.scope_metrics())
+        .flat_map(|sm| sm.metrics())
+        .map(|m| m.name().to_string())
+        .collect();
+    assert!(names.contains(&"steps".to_string()), "{names:?}");
+    let resource = exported[0].resource();
+    assert_eq!(
+        resource.get(&opentelemetry::Key::from_static_str("dl.rank")),
+        Some(opentelemetry::Value::I64(0))
+    );
+    assert_eq!(spans.spans().len(), 1);
+}
