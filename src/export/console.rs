@@ -45,7 +45,8 @@
 //!   there is no insertion order to reproduce; sorting keeps the output stable).
 //! - A non-empty `trace_state` is rendered like Python's `repr(TraceState)`:
 //!   `"['{key=vendor, value=abc}']"`.
-//! - Times are rounded to the nearest microsecond, as Python's `datetime.fromtimestamp` does.
+//! - Times are rounded to the nearest microsecond, as Python's `datetime.fromtimestamp` does;
+//!   instants before 1970 or after 9999 are clamped to those bounds.
 //!
 //! # Picking stdout or a file
 //!
@@ -83,7 +84,6 @@
 //! single `write_all` plus one `flush` for the whole batch. Pair it with a batching span processor
 //! to get few, large writes.
 
-use std::cell::Cell;
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::future::Future;
@@ -92,7 +92,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use opentelemetry::trace::{SpanContext, SpanKind, Status};
+use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status};
 use opentelemetry::{Array, KeyValue, Value};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
@@ -474,13 +474,10 @@ pub fn write_span_json(span: &SpanData, resource_json: &str, out: &mut Vec<u8>) 
         SpanKind::Consumer => b"CONSUMER\"",
     });
     out.extend_from_slice(b", \"parent_id\": ");
-    let parent = span.parent_span_id.to_bytes();
-    if parent == [0; 8] {
+    if span.parent_span_id == SpanId::INVALID {
         out.extend_from_slice(b"null");
     } else {
-        out.extend_from_slice(b"\"0x");
-        write_hex(out, &parent);
-        out.push(b'"');
+        let _ = write!(out, "\"0x{}\"", span.parent_span_id);
     }
     out.extend_from_slice(b", \"start_time\": ");
     write_time(out, span.start_time);
@@ -531,11 +528,13 @@ pub fn write_span_json(span: &SpanData, resource_json: &str, out: &mut Vec<u8>) 
 }
 
 fn write_context(out: &mut Vec<u8>, cx: &SpanContext) {
-    out.extend_from_slice(b"{\"trace_id\": \"0x");
-    write_hex(out, &cx.trace_id().to_bytes());
-    out.extend_from_slice(b"\", \"span_id\": \"0x");
-    write_hex(out, &cx.span_id().to_bytes());
-    out.extend_from_slice(b"\", \"trace_state\": ");
+    // Writing into a Vec cannot fail. The ids' Display is zero-padded lowercase hex.
+    let _ = write!(
+        out,
+        "{{\"trace_id\": \"0x{}\", \"span_id\": \"0x{}\", \"trace_state\": ",
+        cx.trace_id(),
+        cx.span_id()
+    );
     let mut entries = cx.trace_state().into_iter().peekable();
     if entries.peek().is_none() {
         out.extend_from_slice(b"\"[]\"");
@@ -642,21 +641,7 @@ fn write_bool(out: &mut Vec<u8>, b: bool) {
 }
 
 fn write_i64(out: &mut Vec<u8>, n: i64) {
-    let mut tmp = [0u8; 20];
-    let mut pos = tmp.len();
-    let mut m = n.unsigned_abs();
-    loop {
-        pos -= 1;
-        tmp[pos] = b'0' + (m % 10) as u8;
-        m /= 10;
-        if m == 0 {
-            break;
-        }
-    }
-    if n < 0 {
-        out.push(b'-');
-    }
-    out.extend_from_slice(&tmp[pos..]);
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// Writes a float the way Python's `repr(float)` (and so `json.dumps`) does: shortest round-trip
@@ -873,27 +858,6 @@ impl<const N: usize> fmt::Write for StackBuf<N> {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-fn write_hex(out: &mut Vec<u8>, bytes: &[u8]) {
-    let mut text = [0u8; 32];
-    for (pair, &b) in text.chunks_exact_mut(2).zip(bytes) {
-        let i = usize::from(b) * 2;
-        pair.copy_from_slice(&HEX_PAIRS[i..i + 2]);
-    }
-    out.extend_from_slice(&text[..2 * bytes.len().min(16)]);
-}
-
-/// "00" "01" … "ff": both hex digits of a byte with one lookup.
-static HEX_PAIRS: [u8; 512] = {
-    let mut table = [0u8; 512];
-    let mut i = 0;
-    while i < 256 {
-        table[2 * i] = HEX[i >> 4];
-        table[2 * i + 1] = HEX[i & 0xf];
-        i += 1;
-    }
-    table
-};
-
 /// 0: byte passes through; otherwise the escape to use (`u` means `\u00XX`).
 static ESCAPE: [u8; 256] = {
     let mut table = [0u8; 256];
@@ -963,136 +927,21 @@ fn write_u_escape(out: &mut Vec<u8>, unit: u16) {
     ]);
 }
 
-/// Microseconds since the Unix epoch, rounded to nearest (ties to even), like Python's
-/// `datetime.fromtimestamp`. Saturates far outside the representable range.
-fn unix_micros(t: SystemTime) -> i64 {
-    let (negative, d) = match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => (false, d),
-        Err(e) => (true, e.duration()),
-    };
-    // Half-even rounding is symmetric, so round the magnitude and then apply the sign.
-    let nanos = d.subsec_nanos();
-    let (mut us, rest) = (i64::from(nanos / 1000), nanos % 1000);
-    if rest > 500 || (rest == 500 && us % 2 == 1) {
-        us += 1;
-    }
-    let magnitude = i64::try_from(d.as_secs())
-        .ok()
-        .and_then(|s| s.checked_mul(1_000_000))
-        .and_then(|m| m.checked_add(us))
-        .unwrap_or(i64::MAX);
-    if negative { -magnitude } else { magnitude }
-}
+/// The last instant RFC 3339 (and Python) can write: 9999-12-31T23:59:59.999999Z.
+const MAX_MICROS: u128 = 253_402_300_799_999_999;
 
-/// Writes `"YYYY-MM-DDTHH:MM:SS.ffffffZ"` (with the quotes), UTC.
+/// Writes `"YYYY-MM-DDTHH:MM:SS.ffffffZ"` (with the quotes), UTC, rounded to the nearest
+/// microsecond with ties to even, as Python's `datetime.fromtimestamp` rounds. Instants before
+/// 1970 or after 9999 are clamped to those bounds (the formatter cannot write them).
 fn write_time(out: &mut Vec<u8>, t: SystemTime) {
-    let micros = unix_micros(t);
-    let (days, sod, frac) = if micros >= 0 {
-        // Common case, in cheaper unsigned arithmetic.
-        let micros = micros as u64;
-        let secs = micros / 1_000_000;
-        (
-            (secs / 86_400) as i64,
-            (secs % 86_400) as u32,
-            (micros % 1_000_000) as u32,
-        )
-    } else {
-        let secs = micros.div_euclid(1_000_000);
-        (
-            secs.div_euclid(86_400),
-            secs.rem_euclid(86_400) as u32,
-            micros.rem_euclid(1_000_000) as u32,
-        )
-    };
-    let mut text = *b"\"YYYY-MM-DDTHH:MM:SS.ffffffZ\"";
-    // Consecutive timestamps almost always share the day: reuse its rendering.
-    let cached = LAST_DATE.with(|last| {
-        let (last_days, date) = last.get();
-        (last_days == days).then_some(date)
-    });
-    if let Some(date) = cached {
-        text[1..11].copy_from_slice(&date);
-        put_clock(&mut text[12..], sod, frac);
-        out.extend_from_slice(&text);
-        return;
+    let nanos = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let (mut micros, rest) = (nanos / 1000, nanos % 1000);
+    if rest > 500 || (rest == 500 && micros % 2 == 1) {
+        micros += 1;
     }
-    let (year, month, day) = civil_from_days(days);
-    if !(0..=9999).contains(&year) {
-        // Python cannot represent these at all; keep the shape with a longer year.
-        out.push(b'"');
-        write_i64(out, year);
-        let mut rest = *b"-MM-DDTHH:MM:SS.ffffffZ\"";
-        put_digits(&mut rest[1..3], month);
-        put_digits(&mut rest[4..6], day);
-        put_digits(&mut rest[7..9], sod / 3600);
-        put_digits(&mut rest[10..12], sod / 60 % 60);
-        put_digits(&mut rest[13..15], sod % 60);
-        put_digits(&mut rest[16..22], frac);
-        out.extend_from_slice(&rest);
-        return;
-    }
-    put_digits(&mut text[1..5], year as u32);
-    put_digits(&mut text[6..8], month);
-    put_digits(&mut text[9..11], day);
-    let mut date = [0u8; 10];
-    date.copy_from_slice(&text[1..11]);
-    LAST_DATE.with(|last| last.set((days, date)));
-    put_clock(&mut text[12..], sod, frac);
-    out.extend_from_slice(&text);
-}
-
-thread_local! {
-    /// The last rendered `YYYY-MM-DD` and its day number (`i64::MIN`: none yet).
-    static LAST_DATE: Cell<(i64, [u8; 10])> = const { Cell::new((i64::MIN, [0; 10])) };
-}
-
-/// Fills `HH:MM:SS.ffffff` at the start of `slot`.
-fn put_clock(slot: &mut [u8], sod: u32, frac: u32) {
-    put_digits(&mut slot[0..2], sod / 3600);
-    put_digits(&mut slot[3..5], sod / 60 % 60);
-    put_digits(&mut slot[6..8], sod % 60);
-    put_digits(&mut slot[9..15], frac);
-}
-
-/// Fills `slot` with the last `slot.len()` decimal digits of `n`, zero-padded.
-fn put_digits(slot: &mut [u8], mut n: u32) {
-    let mut end = slot.len();
-    while end >= 2 {
-        let pair = (n % 100) as usize * 2;
-        slot[end - 2..end].copy_from_slice(&DIGIT_PAIRS[pair..pair + 2]);
-        n /= 100;
-        end -= 2;
-    }
-    if end == 1 {
-        slot[0] = b'0' + (n % 10) as u8;
-    }
-}
-
-/// "00" "01" … "99", for formatting two digits per division.
-static DIGIT_PAIRS: [u8; 200] = {
-    let mut table = [0u8; 200];
-    let mut i = 0;
-    while i < 100 {
-        table[2 * i] = b'0' + (i / 10) as u8;
-        table[2 * i + 1] = b'0' + (i % 10) as u8;
-        i += 1;
-    }
-    table
-};
-
-/// Days since 1970-01-01 → (year, month, day) in the proleptic Gregorian calendar
-/// (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+    let micros = micros.min(MAX_MICROS) as u64;
+    let t = UNIX_EPOCH + Duration::from_micros(micros);
+    let _ = write!(out, "\"{}\"", humantime::format_rfc3339_micros(t));
 }
 
 #[cfg(test)]
@@ -1112,8 +961,12 @@ mod tests {
     }
 
     fn time(nanos: u64) -> String {
+        time_at(UNIX_EPOCH + Duration::from_nanos(nanos))
+    }
+
+    fn time_at(t: SystemTime) -> String {
         let mut out = Vec::new();
-        write_time(&mut out, UNIX_EPOCH + Duration::from_nanos(nanos));
+        write_time(&mut out, t);
         String::from_utf8(out).unwrap()
     }
 
@@ -1174,15 +1027,6 @@ mod tests {
     }
 
     #[test]
-    fn integers() {
-        for n in [0, 7, -7, 10, i64::MAX, i64::MIN, 22201] {
-            let mut out = Vec::new();
-            write_i64(&mut out, n);
-            assert_eq!(String::from_utf8(out).unwrap(), n.to_string());
-        }
-    }
-
-    #[test]
     fn times_are_utc_micro_iso() {
         assert_eq!(time(0), r#""1970-01-01T00:00:00.000000Z""#);
         assert_eq!(
@@ -1212,14 +1056,15 @@ mod tests {
             time(1_735_689_599_999_999_000),
             r#""2024-12-31T23:59:59.999999Z""#
         );
-        // Agrees with humantime for a spread of instants.
-        for secs in (0..4_000_000_000u64).step_by(86_399_917) {
-            let t = UNIX_EPOCH + Duration::new(secs, 123_456_000);
-            let mut out = Vec::new();
-            write_time(&mut out, t);
-            let want = format!("\"{}\"", humantime::format_rfc3339_micros(t));
-            assert_eq!(String::from_utf8(out).unwrap(), want);
-        }
+        // Outside what RFC 3339 can write: clamped, never a panic.
+        assert_eq!(
+            time_at(UNIX_EPOCH - Duration::from_secs(5)),
+            r#""1970-01-01T00:00:00.000000Z""#
+        );
+        assert_eq!(
+            time_at(UNIX_EPOCH + Duration::from_secs(300_000_000_000)),
+            r#""9999-12-31T23:59:59.999999Z""#
+        );
     }
 
     #[test]
