@@ -102,12 +102,6 @@ impl OpenSpans {
         }
         closed
     }
-
-    /// Forgets every tracked span without ending it (a forked child: they belong to the parent).
-    #[allow(dead_code)]
-    pub(crate) fn forget_all(&self) {
-        self.slots.lock().clear();
-    }
 }
 
 /// Marks `span` as truncated and ends it now.

@@ -186,8 +186,8 @@ where
                 return Context::new().with_remote_span_context(data.cx.clone());
             }
         }
-        let current = Context::current();
-        if current.has_active_span() {
+        // An attached remote parent (clone the context only when it has one).
+        if let Some(current) = Context::map_current(|cx| cx.has_active_span().then(|| cx.clone())) {
             return current;
         }
         match self
@@ -220,24 +220,69 @@ impl Reserved {
     }
 }
 
+/// Where the typed values of a span's or an event's fields go. [`Fields`] turns `tracing`'s
+/// typed callbacks into these two calls, so both kinds of record share one conversion.
+trait FieldSink {
+    /// A typed (non-text) value.
+    fn value(&mut self, field: &Field, value: Value);
+    /// A text value (`&str`, `Debug`, `Display`, `Error`), before redaction.
+    fn text(&mut self, field: &Field, text: String);
+}
+
+/// The `Visit` adapter over a [`FieldSink`].
+struct Fields<'a, T>(&'a mut T);
+
+fn int_value<T: TryInto<i64> + ToString + Copy>(v: T) -> Value {
+    v.try_into()
+        .map_or_else(|_| Value::from(v.to_string()), Value::I64)
+}
+
+impl<T: FieldSink> Visit for Fields<'_, T> {
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.0.value(field, Value::F64(value));
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.0.value(field, Value::I64(value));
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.0.value(field, int_value(value));
+    }
+    fn record_i128(&mut self, field: &Field, value: i128) {
+        self.0.value(field, int_value(value));
+    }
+    fn record_u128(&mut self, field: &Field, value: u128) {
+        self.0.value(field, int_value(value));
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.0.value(field, Value::Bool(value));
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.text(field, value.to_string());
+    }
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        self.0.text(field, value.to_string());
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.0.text(field, format!("{value:?}"));
+    }
+}
+
+/// A text value, or `[REDACTED]` under a redact key.
+fn redacted(field: &Field, text: String) -> Value {
+    if is_redacted(field.name()) {
+        Value::from(REDACTED)
+    } else {
+        Value::from(text)
+    }
+}
+
 /// Collects span fields as attributes.
-struct SpanVisitor<'a> {
+struct SpanFields<'a> {
     attributes: &'a mut Vec<KeyValue>,
     reserved: &'a mut Reserved,
 }
 
-impl SpanVisitor<'_> {
-    #[inline]
-    fn push(&mut self, field: &Field, value: Value) {
-        let name = field.name();
-        if name.starts_with("otel.") || name.starts_with(GROUP_FIELD_PREFIX) {
-            self.reserved(name, value);
-            return;
-        }
-        self.attributes
-            .push(KeyValue::new(Key::from_static_str(name), value));
-    }
-
+impl SpanFields<'_> {
     #[cold]
     fn reserved(&mut self, name: &'static str, value: Value) {
         match name {
@@ -268,68 +313,33 @@ impl SpanVisitor<'_> {
     }
 }
 
-fn str_value(field: &Field, value: String) -> Value {
-    if is_redacted(field.name()) {
-        Value::from(REDACTED)
-    } else {
-        Value::from(value)
+impl FieldSink for SpanFields<'_> {
+    #[inline]
+    fn value(&mut self, field: &Field, value: Value) {
+        let name = field.name();
+        if name.starts_with("otel.") || name.starts_with(GROUP_FIELD_PREFIX) {
+            self.reserved(name, value);
+            return;
+        }
+        self.attributes
+            .push(KeyValue::new(Key::from_static_str(name), value));
     }
-}
 
-fn u64_value(v: u64) -> Value {
-    match i64::try_from(v) {
-        Ok(v) => Value::I64(v),
-        Err(_) => Value::from(v.to_string()),
-    }
-}
-
-impl Visit for SpanVisitor<'_> {
-    fn record_f64(&mut self, field: &Field, value: f64) {
-        self.push(field, Value::F64(value));
-    }
-    fn record_i64(&mut self, field: &Field, value: i64) {
-        self.push(field, Value::I64(value));
-    }
-    fn record_u64(&mut self, field: &Field, value: u64) {
-        self.push(field, u64_value(value));
-    }
-    fn record_i128(&mut self, field: &Field, value: i128) {
-        let v = i64::try_from(value).map_or_else(|_| Value::from(value.to_string()), Value::I64);
-        self.push(field, v);
-    }
-    fn record_u128(&mut self, field: &Field, value: u128) {
-        let v = i64::try_from(value).map_or_else(|_| Value::from(value.to_string()), Value::I64);
-        self.push(field, v);
-    }
-    fn record_bool(&mut self, field: &Field, value: bool) {
-        self.push(field, Value::Bool(value));
-    }
-    fn record_str(&mut self, field: &Field, value: &str) {
-        let v = if is_redacted(field.name()) {
-            Value::from(REDACTED)
-        } else {
-            Value::from(value.to_string())
-        };
-        self.push(field, v);
-    }
-    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
-        self.push(field, str_value(field, value.to_string()));
-    }
-    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.push(field, str_value(field, format!("{value:?}")));
+    fn text(&mut self, field: &Field, text: String) {
+        self.value(field, redacted(field, text));
     }
 }
 
 /// Collects an event: its message, fields and error text.
 #[derive(Default)]
-struct EventVisitor {
+struct EventFields {
     message: Option<String>,
     error: Option<String>,
     attributes: Vec<KeyValue>,
 }
 
-impl EventVisitor {
-    fn push(&mut self, field: &Field, value: Value) {
+impl FieldSink for EventFields {
+    fn value(&mut self, field: &Field, value: Value) {
         let name = field.name();
         if name.starts_with(GROUP_FIELD_PREFIX) || name.starts_with("log.") {
             return;
@@ -337,47 +347,16 @@ impl EventVisitor {
         self.attributes
             .push(KeyValue::new(Key::from_static_str(name), value));
     }
-    fn text(&mut self, field: &Field, value: String) {
-        match field.name() {
-            "message" => self.message = Some(value),
-            "error" => {
-                self.error = Some(value.clone());
-                self.push(field, Value::from(value));
-            }
-            _ => self.push(field, str_value(field, value)),
-        }
-    }
-}
 
-impl Visit for EventVisitor {
-    fn record_f64(&mut self, field: &Field, value: f64) {
-        self.push(field, Value::F64(value));
-    }
-    fn record_i64(&mut self, field: &Field, value: i64) {
-        self.push(field, Value::I64(value));
-    }
-    fn record_u64(&mut self, field: &Field, value: u64) {
-        self.push(field, u64_value(value));
-    }
-    fn record_bool(&mut self, field: &Field, value: bool) {
-        self.push(field, Value::Bool(value));
-    }
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.text(field, value.to_string());
-    }
-    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
-        let text = value.to_string();
-        if self.error.is_none() {
-            self.error = Some(text.clone());
+    fn text(&mut self, field: &Field, text: String) {
+        match field.name() {
+            "message" => self.message = Some(text),
+            "error" => {
+                self.error = Some(text.clone());
+                self.value(field, Value::from(text));
+            }
+            _ => self.value(field, redacted(field, text)),
         }
-        if field.name() != "error" {
-            self.push(field, str_value(field, text));
-        } else {
-            self.push(field, Value::from(text));
-        }
-    }
-    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.text(field, format!("{value:?}"));
     }
 }
 
@@ -401,10 +380,10 @@ where
         let meta = attrs.metadata();
         let mut attributes = Vec::with_capacity(meta.fields().len());
         let mut reserved = Reserved::default();
-        attrs.record(&mut SpanVisitor {
+        attrs.record(&mut Fields(&mut SpanFields {
             attributes: &mut attributes,
             reserved: &mut reserved,
-        });
+        }));
         let parent_cx = self.parent_context(attrs, &ctx);
         let mut builder = SpanBuilder::from_name(match reserved.name.take() {
             Some(name) => Cow::Owned(name),
@@ -440,10 +419,10 @@ where
         };
         let mut attributes = Vec::new();
         let mut reserved = Reserved::default();
-        values.record(&mut SpanVisitor {
+        values.record(&mut Fields(&mut SpanFields {
             attributes: &mut attributes,
             reserved: &mut reserved,
-        });
+        }));
         if let Some(name) = reserved.name.take() {
             span.update_name(name);
         }
@@ -480,8 +459,8 @@ where
         let Some(span) = ext.get_mut::<LensSpan>().and_then(|d| d.span.as_mut()) else {
             return;
         };
-        let mut v = EventVisitor::default();
-        event.record(&mut v);
+        let mut v = EventFields::default();
+        event.record(&mut Fields(&mut v));
         let meta = event.metadata();
         if *meta.level() == Level::ERROR {
             let description = v
