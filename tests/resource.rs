@@ -408,20 +408,20 @@ fn kubernetes_pod_name_falls_back_to_hostname() {
 }
 
 #[test]
-fn kubernetes_inactive_without_service_host() {
-    if std::path::Path::new("/var/run/secrets/kubernetes.io").exists() {
-        eprintln!("running inside Kubernetes: detection is always active here, skipping");
-        return;
-    }
+fn kubernetes_needs_a_service_host_or_the_service_account_directory() {
+    // Outside a pod (no service-account directory) an empty or missing KUBERNETES_SERVICE_HOST
+    // means no k8s.* attributes; inside one, the directory alone activates detection.
+    let in_pod = std::path::Path::new("/var/run/secrets/kubernetes.io").exists();
     for host in [None, Some("")] {
         let mut map = env(&[("K8S_NAMESPACE", "training"), ("HOSTNAME", "trainer-7")]);
         if let Some(h) = host {
             map.insert("KUBERNETES_SERVICE_HOST".into(), h.into());
         }
         let res = build(&config("r"), 0, 1, &[], &map);
-        assert!(
-            res.iter().all(|(k, _)| !k.as_str().starts_with("k8s.")),
-            "KUBERNETES_SERVICE_HOST = {host:?}"
+        let has_k8s = res.iter().any(|(k, _)| k.as_str().starts_with("k8s."));
+        assert_eq!(
+            has_k8s, in_pod,
+            "KUBERNETES_SERVICE_HOST = {host:?}, in pod: {in_pod}"
         );
     }
 }
@@ -569,11 +569,8 @@ mod nvidia_smi {
         install(dir.path(), "#!/bin/sh\nexec sleep 30\n");
         let start = Instant::now();
         assert_eq!(gpu_count(&smi_env(dir.path())), None);
+        // Functional bound: it gave up instead of waiting out the 30 s hang.
         let took = start.elapsed();
-        assert!(
-            took >= Duration::from_millis(4900),
-            "gave up after {took:?}"
-        );
-        assert!(took < Duration::from_secs(10), "blocked for {took:?}");
+        assert!(took < Duration::from_secs(25), "blocked for {took:?}");
     }
 }
