@@ -114,6 +114,10 @@ pub struct LensConfig {
     pub metrics_enabled: bool,
     /// Build the log pipeline (`<P>_LOGS_ENABLED`, default `false`).
     pub logs_enabled: bool,
+    /// Rust only: the least severe `tracing` level bridged into log records
+    /// (`<P>_LOGS_LEVEL`, default `info`, as the Python `setup_logging_bridge(level=INFO)`).
+    /// Accepts `trace`, `debug`, `info`, `warn`/`warning`, `error` (any case) and `off`.
+    pub logs_level: tracing_core::LevelFilter,
     /// Comma-separated, case-insensitive span groups and presets (`<P>_SPAN_GROUPS`, default
     /// `default`).
     pub span_groups: String,
@@ -165,6 +169,7 @@ impl Default for LensConfig {
             traces_enabled: true,
             metrics_enabled: true,
             logs_enabled: false,
+            logs_level: tracing_core::LevelFilter::INFO,
             span_groups: "default".into(),
             exporter: ExporterKind::Otlp,
             run_id: String::new(),
@@ -255,6 +260,34 @@ pub fn parse_float(var: &str, value: &str) -> Result<f64> {
             value: value.to_string(),
         }),
     }
+}
+
+/// Parses a log level threshold: `trace`, `debug`, `info`, `warn` (or Python's `warning`),
+/// `error` or `off`, in any case.
+///
+/// ```
+/// use nemo_lens::config::parse_level;
+/// use tracing_core::LevelFilter;
+/// assert_eq!(parse_level("NEMO_LENS_LOGS_LEVEL", "WARNING").unwrap(), LevelFilter::WARN);
+/// let err = parse_level("NEMO_LENS_LOGS_LEVEL", "loud").unwrap_err().to_string();
+/// assert!(err.contains("NEMO_LENS_LOGS_LEVEL") && err.contains("'debug'"));
+/// ```
+pub fn parse_level(var: &str, value: &str) -> Result<tracing_core::LevelFilter> {
+    use tracing_core::LevelFilter;
+    Ok(match value.trim().to_ascii_lowercase().as_str() {
+        "trace" => LevelFilter::TRACE,
+        "debug" => LevelFilter::DEBUG,
+        "info" => LevelFilter::INFO,
+        "warn" | "warning" => LevelFilter::WARN,
+        "error" => LevelFilter::ERROR,
+        "off" => LevelFilter::OFF,
+        _ => {
+            return Err(LensError::InvalidLevel {
+                var: var.to_string(),
+                value: value.to_string(),
+            });
+        }
+    })
 }
 
 /// Checks a sample rate: in `[0, 1]` and not NaN.
@@ -364,6 +397,9 @@ impl LensConfig {
         }
         if let Some((_, v)) = get("USER_ID") {
             cfg.user = v;
+        }
+        if let Some((_, v)) = get("LOGS_LEVEL") {
+            cfg.logs_level = parse_level(&primary("LOGS_LEVEL"), &v)?;
         }
         if let Some((_, v)) = get("CONSOLE_PATH") {
             cfg.console_path = Some(v);

@@ -53,6 +53,16 @@ pub enum LensError {
         /// A lossy rendering of the value.
         value: String,
     },
+    /// A log level variable names no level.
+    #[error(
+        "Invalid log level for {var}: '{value}'. Expected one of 'trace', 'debug', 'info', 'warn' (or 'warning'), 'error', 'off'."
+    )]
+    InvalidLevel {
+        /// The variable.
+        var: String,
+        /// The value found.
+        value: String,
+    },
     /// `export_sample_rate` outside `[0.0, 1.0]`.
     #[error("export_sample_rate must be in [0.0, 1.0], got {value} (from {var}).")]
     SampleRateOutOfRange {

@@ -32,6 +32,18 @@ use crate::groups::{GroupGate, declared_group};
 pub const INTERNAL_TARGETS: [&str; 6] =
     ["opentelemetry", "hyper", "tonic", "h2", "reqwest", "tower"];
 
+/// `true` for a target of the exporters' own stacks ([`INTERNAL_TARGETS`], as a whole path
+/// segment or crate-name prefix: `tonic`, `tonic::transport`, `opentelemetry_sdk`, `hyper-util`).
+pub(crate) fn is_internal_target(target: &str) -> bool {
+    INTERNAL_TARGETS.iter().any(|p| {
+        target.starts_with(p)
+            && matches!(
+                target.as_bytes().get(p.len()),
+                None | Some(b':' | b'_' | b'-')
+            )
+    })
+}
+
 /// The per-layer filter of [`LensLayer`](crate::LensLayer).
 #[derive(Clone)]
 pub struct LensFilter {
@@ -64,14 +76,7 @@ impl LensFilter {
         if self.inert {
             return false;
         }
-        let target = meta.target();
-        if INTERNAL_TARGETS.iter().any(|p| {
-            target.starts_with(p)
-                && matches!(
-                    target.as_bytes().get(p.len()),
-                    None | Some(b':' | b'_' | b'-')
-                )
-        }) {
+        if is_internal_target(meta.target()) {
             return false;
         }
         match declared_group(meta) {

@@ -53,12 +53,13 @@ use tracing_core::field::{Field, Visit};
 use tracing_core::span::{Attributes, Id, Record};
 use tracing_core::{Dispatch, Event, Interest, Level, LevelFilter, Metadata, Subscriber};
 use tracing_subscriber::filter::Filtered;
-use tracing_subscriber::layer::{Context as LayerContext, Layer};
+use tracing_subscriber::layer::{Context as LayerContext, Layer, Layered};
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::closer::{self, OpenSpans, WithSpanFn};
 use crate::filter::LensFilter;
 use crate::groups::GROUP_FIELD_PREFIX;
+use crate::logs::{LensLoggerProvider, LogFilter, LogLayer};
 
 /// Keys whose string values are replaced with `[REDACTED]` (exact, case-sensitive match), as the
 /// Python `DEFAULT_REDACT_KEYS`.
@@ -77,7 +78,7 @@ pub const DEFAULT_REDACT_KEYS: [&str; 8] = [
 pub const REDACTED: &str = "[REDACTED]";
 
 #[inline]
-fn is_redacted(key: &str) -> bool {
+pub(crate) fn is_redacted(key: &str) -> bool {
     DEFAULT_REDACT_KEYS.contains(&key)
 }
 
@@ -88,6 +89,18 @@ pub(crate) struct Pipeline {
     pub(crate) open: OpenSpans,
     /// Parent of root spans (from `TRACEPARENT`), if the launcher gave one.
     pub(crate) default_parent: Option<Context>,
+}
+
+/// The span context of the innermost span around `event` that the lens layer records.
+pub(crate) fn recorded_span_context<S>(
+    event: &Event<'_>,
+    ctx: &LayerContext<'_, S>,
+) -> Option<SpanContext>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    ctx.event_scope(event)?
+        .find_map(|span| span.extensions().get::<LensSpan>().map(|d| d.cx.clone()))
 }
 
 /// The lens state of one `tracing` span.
@@ -522,13 +535,20 @@ where
 /// let _subscriber = tracing_subscriber::registry().with(telemetry.layer());
 /// ```
 pub struct LensLayer<S> {
-    inner: Filtered<SpanLayer<S>, LensFilter, S>,
+    filter: LensFilter,
+    logs: Option<LogFilter>,
+    inner: Layered<
+        Option<Filtered<LogLayer<S>, LogFilter, S>>,
+        Filtered<SpanLayer<S>, LensFilter, S>,
+        S,
+    >,
 }
 
 impl<S> fmt::Debug for LensLayer<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LensLayer")
-            .field("filter", self.inner.filter())
+            .field("filter", &self.filter)
+            .field("logs", &self.logs)
             .finish()
     }
 }
@@ -537,15 +557,30 @@ impl<S> LensLayer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    pub(crate) fn new(pipeline: Option<Arc<Pipeline>>, filter: LensFilter) -> Self {
+    pub(crate) fn new(
+        pipeline: Option<Arc<Pipeline>>,
+        filter: LensFilter,
+        logs: Option<(&LensLoggerProvider, LogFilter)>,
+    ) -> Self {
+        let log_filter = logs.as_ref().map(|(_, f)| f.clone());
+        let log_layer = logs.map(|(provider, f)| LogLayer::filtered(provider, f));
         LensLayer {
-            inner: SpanLayer::new(pipeline).with_filter(filter),
+            filter: filter.clone(),
+            logs: log_filter,
+            inner: SpanLayer::new(pipeline)
+                .with_filter(filter)
+                .and_then(log_layer),
         }
     }
 
-    /// The filter that decides which callsites this layer records.
+    /// The filter that decides which callsites this layer records as spans and span events.
     pub fn filter(&self) -> &LensFilter {
-        self.inner.filter()
+        &self.filter
+    }
+
+    /// The filter of the log bridge, when this rank bridges logs (`logs_enabled`).
+    pub fn log_filter(&self) -> Option<&LogFilter> {
+        self.logs.as_ref()
     }
 }
 

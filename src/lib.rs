@@ -83,6 +83,7 @@ pub mod filter;
 pub mod groups;
 pub mod ids;
 pub mod layer;
+pub mod logs;
 pub mod propagation;
 pub mod resource;
 pub mod sampling;

@@ -35,6 +35,7 @@ use opentelemetry::trace::noop::NoopTracer;
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::logs::{LogExporter, SdkLoggerProvider};
 use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
 use opentelemetry_sdk::trace::{
     BatchSpanProcessor, SdkTracerProvider, SimpleSpanProcessor, Span, SpanData, SpanExporter,
@@ -45,11 +46,13 @@ use tracing_subscriber::registry::LookupSpan;
 use crate::config::{ExporterKind, LensConfig};
 use crate::error::{LensError, Result};
 use crate::export::console::ConsoleSpanExporter;
+use crate::export::console_logs::ConsoleLogExporter;
 use crate::export::otlp::{self, OtlpProtocol, Signal};
 use crate::filter::LensFilter;
 use crate::groups::{self, GroupGate};
 use crate::ids::ChaChaIdGenerator;
 use crate::layer::{LensLayer, Pipeline};
+use crate::logs::{LensLoggerProvider, LogFilter};
 use crate::propagation;
 use crate::resource;
 use crate::sampling::RankAwareSampler;
@@ -61,6 +64,7 @@ static INITIALIZED: AtomicBool = AtomicBool::new(false);
 pub const SCOPE_NAME: &str = "nemo.lens";
 
 type ProcessorFactory = Box<dyn FnOnce(bool) -> BoxedProcessor + Send>;
+type LogExporterFactory = Box<dyn FnOnce(Resource, bool) -> SdkLoggerProvider + Send>;
 type ReaderFactory = Box<dyn FnOnce(MeterProviderBuilder) -> MeterProviderBuilder + Send>;
 type Lookup = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
@@ -94,6 +98,20 @@ impl SpanProcessor for BoxedProcessor {
     }
 }
 
+/// A logger provider for `exporter`: batched (`OTEL_BLRP_*`), or synchronous.
+fn log_provider<E: LogExporter + 'static>(
+    exporter: E,
+    resource: Resource,
+    synchronous: bool,
+) -> SdkLoggerProvider {
+    let builder = SdkLoggerProvider::builder().with_resource(resource);
+    if synchronous {
+        builder.with_simple_exporter(exporter).build()
+    } else {
+        builder.with_batch_exporter(exporter).build()
+    }
+}
+
 fn exporter_processor<E: SpanExporter + 'static>(exporter: E, synchronous: bool) -> BoxedProcessor {
     if synchronous {
         BoxedProcessor(Box::new(SimpleSpanProcessor::new(exporter)))
@@ -111,6 +129,7 @@ pub struct TelemetryBuilder {
     span_exporter: Option<ProcessorFactory>,
     span_processors: Vec<Box<dyn FnOnce() -> BoxedProcessor + Send>>,
     metric_reader: Option<ReaderFactory>,
+    log_exporter: Option<LogExporterFactory>,
     export_strategy: Option<ExportStrategy>,
     synchronous: bool,
     allow_reinit: bool,
@@ -141,6 +160,7 @@ impl TelemetryBuilder {
             span_exporter: None,
             span_processors: Vec::new(),
             metric_reader: None,
+            log_exporter: None,
             export_strategy: None,
             synchronous: false,
             allow_reinit: false,
@@ -204,6 +224,24 @@ impl TelemetryBuilder {
         self
     }
 
+    /// Sends log records to `exporter` instead of the configured console/OTLP exporter (logs
+    /// only). It is wrapped in a batch processor, built only on an exporting rank with
+    /// `logs_enabled`.
+    ///
+    /// ```
+    /// use opentelemetry_sdk::logs::InMemoryLogExporter;
+    /// let exporter = InMemoryLogExporter::default();
+    /// let builder = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default())
+    ///     .log_exporter(exporter.clone());
+    /// # let _ = builder;
+    /// ```
+    pub fn log_exporter<E: LogExporter + 'static>(mut self, exporter: E) -> Self {
+        self.log_exporter = Some(Box::new(move |resource, sync| {
+            log_provider(exporter, resource, sync)
+        }));
+        self
+    }
+
     /// Decides with `strategy` instead of the registry entry named by `export_strategy`.
     ///
     /// ```
@@ -251,6 +289,7 @@ impl TelemetryBuilder {
             span_exporter,
             span_processors,
             metric_reader,
+            log_exporter,
             export_strategy,
             synchronous,
             allow_reinit,
@@ -349,6 +388,36 @@ impl TelemetryBuilder {
                     built.meter_provider = Some(provider);
                 }
             }
+            if config.logs_enabled {
+                let provider = match log_exporter {
+                    Some(make) => make(resource.clone(), synchronous),
+                    None => match config.exporter {
+                        ExporterKind::Console => {
+                            let exporter = match &config.console_path {
+                                Some(template) => ConsoleLogExporter::to_path(template, rank)
+                                    .map_err(|source| LensError::OutputFile {
+                                        var: "NEMO_LENS_CONSOLE_PATH".into(),
+                                        path: crate::export::console::resolve_path(template, rank)
+                                            .display()
+                                            .to_string(),
+                                        source,
+                                    })?,
+                                None => ConsoleLogExporter::stdout(),
+                            };
+                            log_provider(exporter, resource.clone(), synchronous)
+                        }
+                        ExporterKind::Otlp => {
+                            let protocol = otlp::protocol_for(Signal::Logs, &*lookup)?;
+                            if protocol == OtlpProtocol::Grpc && built.runtime.is_none() {
+                                built.runtime = Some(otlp::grpc_runtime()?);
+                            }
+                            let exporter = otlp::log_exporter(protocol, built.runtime.as_ref())?;
+                            log_provider(exporter, resource.clone(), synchronous)
+                        }
+                    },
+                };
+                built.logger_provider = Some(LensLoggerProvider::new(provider));
+            }
             propagation::install_global_propagator();
             built.resource = Some(resource);
         }
@@ -376,6 +445,7 @@ struct Built {
     pipeline: Option<Arc<Pipeline>>,
     tracer_provider: Option<SdkTracerProvider>,
     meter_provider: Option<SdkMeterProvider>,
+    logger_provider: Option<LensLoggerProvider>,
     resource: Option<Resource>,
     runtime: Option<tokio::runtime::Runtime>,
 }
@@ -431,7 +501,21 @@ impl Telemetry {
     where
         S: tracing_core::Subscriber + for<'a> LookupSpan<'a>,
     {
-        LensLayer::new(self.inner.built.pipeline.clone(), self.inner.filter.clone())
+        let logs = self.inner.built.logger_provider.as_ref().map(|p| {
+            (
+                p,
+                LogFilter::new(
+                    self.inner.config.logs_level,
+                    self.inner.built.pipeline.is_some(),
+                    self.inner.groups.clone(),
+                ),
+            )
+        });
+        LensLayer::new(
+            self.inner.built.pipeline.clone(),
+            self.inner.filter.clone(),
+            logs,
+        )
     }
 
     /// Whether this rank exports (enabled and chosen by the export strategy).
@@ -511,6 +595,11 @@ impl Telemetry {
                 errors.push(format!("metrics: {e}"));
             }
         }
+        if let Some(p) = &self.inner.built.logger_provider {
+            if let Err(e) = p.sdk().force_flush() {
+                errors.push(format!("logs: {e}"));
+            }
+        }
         if errors.is_empty() {
             Ok(())
         } else {
@@ -536,7 +625,8 @@ impl Inner {
         }
         let tracer = self.built.tracer_provider.clone();
         let meter = self.built.meter_provider.clone();
-        if tracer.is_none() && meter.is_none() {
+        let logger = self.built.logger_provider.as_ref().map(|p| p.sdk().clone());
+        if tracer.is_none() && meter.is_none() && logger.is_none() {
             return Ok(());
         }
         let (tx, rx) = mpsc::channel();
@@ -553,6 +643,11 @@ impl Inner {
                 if let Some(m) = meter {
                     if let Err(e) = m.shutdown_with_timeout(remaining()) {
                         errors.push(format!("metrics: {e}"));
+                    }
+                }
+                if let Some(l) = logger {
+                    if let Err(e) = l.shutdown_with_timeout(remaining()) {
+                        errors.push(format!("logs: {e}"));
                     }
                 }
                 let _ = tx.send(errors);

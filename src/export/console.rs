@@ -636,18 +636,18 @@ fn write_array<T>(out: &mut Vec<u8>, items: &[T], mut item: impl FnMut(&mut Vec<
     out.push(b']');
 }
 
-fn write_bool(out: &mut Vec<u8>, b: bool) {
+pub(crate) fn write_bool(out: &mut Vec<u8>, b: bool) {
     out.extend_from_slice(if b { b"true" } else { b"false" });
 }
 
-fn write_i64(out: &mut Vec<u8>, n: i64) {
+pub(crate) fn write_i64(out: &mut Vec<u8>, n: i64) {
     out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// Writes a float the way Python's `repr(float)` (and so `json.dumps`) does: shortest round-trip
 /// digits, positional notation for decimal exponents in `-5..16`, otherwise `1e-05` / `1.5e+16`.
 /// Non-finite values become the strings `"NaN"`, `"Infinity"`, `"-Infinity"`.
-fn write_f64(out: &mut Vec<u8>, f: f64) {
+pub(crate) fn write_f64(out: &mut Vec<u8>, f: f64) {
     if f.is_nan() {
         out.extend_from_slice(b"\"NaN\"");
         return;
@@ -882,7 +882,7 @@ static ESCAPE: [u8; 256] = {
 /// Writes `s` as a JSON string exactly like Python's `json.dumps` (`ensure_ascii=True`): `"` and
 /// `\` backslash-escaped, `\n \r \t \b \f` short forms, other control characters, DEL and all
 /// non-ASCII characters as lowercase `\uXXXX` (UTF-16 surrogate pairs above U+FFFF).
-fn write_json_str(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn write_json_str(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
@@ -933,7 +933,7 @@ const MAX_MICROS: u128 = 253_402_300_799_999_999;
 /// Writes `"YYYY-MM-DDTHH:MM:SS.ffffffZ"` (with the quotes), UTC, rounded to the nearest
 /// microsecond with ties to even, as Python's `datetime.fromtimestamp` rounds. Instants before
 /// 1970 or after 9999 are clamped to those bounds (the formatter cannot write them).
-fn write_time(out: &mut Vec<u8>, t: SystemTime) {
+pub(crate) fn write_time(out: &mut Vec<u8>, t: SystemTime) {
     let nanos = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let (mut micros, rest) = (nanos / 1000, nanos % 1000);
     if rest > 500 || (rest == 500 && micros % 2 == 1) {

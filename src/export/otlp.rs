@@ -135,34 +135,55 @@ pub(crate) fn grpc_runtime() -> Result<tokio::runtime::Runtime> {
         })
 }
 
+/// Builds one signal's OTLP exporter: gRPC inside `runtime` (tonic spawns its channel worker
+/// there), HTTP with the blocking client (no runtime needed). Endpoint, headers, timeout and
+/// compression come from the `OTEL_EXPORTER_OTLP_*` variables, read by the exporter builders.
+macro_rules! build_exporter {
+    ($builder:path, $signal:literal, $protocol:expr, $runtime:expr) => {{
+        let protocol: OtlpProtocol = $protocol;
+        let err = |e: opentelemetry_otlp::ExporterBuildError| LensError::Exporter {
+            signal: $signal,
+            message: e.to_string(),
+        };
+        match protocol {
+            OtlpProtocol::Grpc => {
+                let rt = $runtime.ok_or_else(|| LensError::Exporter {
+                    signal: $signal,
+                    message: "gRPC needs the private runtime".into(),
+                })?;
+                let _guard = rt.enter();
+                <$builder>::builder()
+                    .with_tonic()
+                    .with_protocol(protocol.sdk())
+                    .build()
+                    .map_err(err)
+            }
+            OtlpProtocol::HttpProtobuf | OtlpProtocol::HttpJson => <$builder>::builder()
+                .with_http()
+                .with_protocol(protocol.sdk())
+                .build()
+                .map_err(err),
+        }
+    }};
+}
+
 /// Builds the OTLP span exporter for `protocol`; gRPC is built inside `runtime`.
 pub(crate) fn span_exporter(
     protocol: OtlpProtocol,
     runtime: Option<&tokio::runtime::Runtime>,
 ) -> Result<opentelemetry_otlp::SpanExporter> {
-    let err = |e: opentelemetry_otlp::ExporterBuildError| LensError::Exporter {
-        signal: "traces",
-        message: e.to_string(),
-    };
-    match protocol {
-        OtlpProtocol::Grpc => {
-            let rt = runtime.ok_or_else(|| LensError::Exporter {
-                signal: "traces",
-                message: "gRPC needs the private runtime".into(),
-            })?;
-            let _guard = rt.enter();
-            opentelemetry_otlp::SpanExporter::builder()
-                .with_tonic()
-                .with_protocol(protocol.sdk())
-                .build()
-                .map_err(err)
-        }
-        OtlpProtocol::HttpProtobuf | OtlpProtocol::HttpJson => {
-            opentelemetry_otlp::SpanExporter::builder()
-                .with_http()
-                .with_protocol(protocol.sdk())
-                .build()
-                .map_err(err)
-        }
-    }
+    build_exporter!(
+        opentelemetry_otlp::SpanExporter,
+        "traces",
+        protocol,
+        runtime
+    )
+}
+
+/// Builds the OTLP log exporter for `protocol`; gRPC is built inside `runtime`.
+pub(crate) fn log_exporter(
+    protocol: OtlpProtocol,
+    runtime: Option<&tokio::runtime::Runtime>,
+) -> Result<opentelemetry_otlp::LogExporter> {
+    build_exporter!(opentelemetry_otlp::LogExporter, "logs", protocol, runtime)
 }

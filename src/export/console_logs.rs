@@ -1,0 +1,296 @@
+//! Console log exporter: one compact JSON line per log record, in the layout of the Python SDK's
+//! `LogRecord.to_json(indent=None)` that NeMo Lens's console exporter writes.
+//!
+//! ```text
+//! {"body": "loss spiked", "severity_number": 13, "severity_text": "WARN",
+//!  "attributes": {"loss": 7.5, "code.namespace": "trainer", ...}, "dropped_attributes": 0,
+//!  "timestamp": "2026-11-29T23:59:01.123456Z", "observed_timestamp": "2026-11-29T23:59:01.123460Z",
+//!  "trace_id": "0x5b8e…", "span_id": "0x0e1f…", "trace_flags": 1,
+//!  "resource": {"attributes": {...}, "schema_url": ""}, "event_name": "event src/main.rs:42"}
+//! ```
+//! (one line in the output; wrapped here). As in Python, a record outside any span has the
+//! all-zero trace and span ids and `trace_flags` 0, `attributes` is `null` when empty, and a record
+//! without a timestamp has `"timestamp": null`. Bytes values are base64 strings (Python's
+//! `BytesEncoder`); floats, strings and times are written exactly like span lines (see
+//! [`console`](super::console)).
+//!
+//! Lines go to stdout, or (with [`ConsoleLogExporter::to_path`]) appended to the same per-rank
+//! file as the spans: every export call is one `write` of whole lines on a file opened with
+//! `O_APPEND`, so span and log lines never split each other.
+//!
+//! ```
+//! use nemo_lens::export::console_logs::ConsoleLogExporter;
+//! use opentelemetry::logs::{Logger, LoggerProvider, LogRecord, Severity};
+//! use opentelemetry_sdk::logs::SdkLoggerProvider;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let template = dir.path().join("rank{rank}.jsonl");
+//! let provider = SdkLoggerProvider::builder()
+//!     .with_simple_exporter(ConsoleLogExporter::to_path(template.to_str().unwrap(), 2)?)
+//!     .build();
+//! let logger = provider.logger("demo");
+//! let mut record = logger.create_log_record();
+//! record.set_severity_number(Severity::Warn);
+//! record.set_severity_text("WARN");
+//! record.set_body("loss spiked".into());
+//! logger.emit(record);
+//! provider.shutdown()?;
+//! let text = std::fs::read_to_string(dir.path().join("rank2.jsonl"))?;
+//! assert!(text.starts_with(r#"{"body": "loss spiked", "severity_number": 13, "severity_text": "WARN""#));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::fmt;
+use std::fs::OpenOptions;
+use std::future::Future;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use base64::Engine as _;
+use opentelemetry::Key;
+use opentelemetry::logs::AnyValue;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::logs::{LogBatch, LogExporter, SdkLogRecord};
+use parking_lot::Mutex;
+
+use super::console::{
+    resolve_path, resource_json, write_bool, write_f64, write_i64, write_json_str, write_time,
+};
+
+const EMPTY_RESOURCE_JSON: &str = r#"{"attributes": {}, "schema_url": ""}"#;
+
+struct Sink {
+    out: Box<dyn Write + Send>,
+    buf: Vec<u8>,
+}
+
+/// OpenTelemetry log exporter writing Python-compatible JSON lines; see the
+/// [module docs](self).
+pub struct ConsoleLogExporter {
+    sink: Mutex<Sink>,
+    path: Option<PathBuf>,
+    resource_json: String,
+    is_shutdown: AtomicBool,
+}
+
+impl fmt::Debug for ConsoleLogExporter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsoleLogExporter")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConsoleLogExporter {
+    fn with_sink(out: Box<dyn Write + Send>, path: Option<PathBuf>) -> Self {
+        ConsoleLogExporter {
+            sink: Mutex::new(Sink {
+                out,
+                buf: Vec::with_capacity(4096),
+            }),
+            path,
+            resource_json: EMPTY_RESOURCE_JSON.to_owned(),
+            is_shutdown: AtomicBool::new(false),
+        }
+    }
+
+    /// Writes to the process's stdout.
+    ///
+    /// ```
+    /// let exporter = nemo_lens::export::console_logs::ConsoleLogExporter::stdout();
+    /// assert!(exporter.path().is_none());
+    /// ```
+    pub fn stdout() -> Self {
+        Self::with_sink(Box::new(io::stdout()), None)
+    }
+
+    /// Writes to any writer (a pipe, a socket, a test buffer).
+    ///
+    /// ```
+    /// let exporter = nemo_lens::export::console_logs::ConsoleLogExporter::to_writer(std::io::sink());
+    /// # let _ = exporter;
+    /// ```
+    pub fn to_writer(w: impl Write + Send + 'static) -> Self {
+        Self::with_sink(Box::new(w), None)
+    }
+
+    /// Appends to the file named by `template` with `{rank}` replaced (the span exporter's
+    /// file, when both come from `NEMO_LENS_CONSOLE_PATH`).
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let t = dir.path().join("r{rank}.jsonl");
+    /// let exporter = nemo_lens::export::console_logs::ConsoleLogExporter::to_path(t.to_str().unwrap(), 1)?;
+    /// assert_eq!(exporter.path(), Some(dir.path().join("r1.jsonl").as_path()));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Any I/O error from creating the directories or opening the file.
+    pub fn to_path(template: &str, rank: u32) -> io::Result<Self> {
+        let path = resolve_path(template, rank);
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)?;
+        }
+        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        Ok(Self::with_sink(Box::new(file), Some(path)))
+    }
+
+    /// The file written to, or `None` for stdout and custom writers.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    fn label(&self) -> String {
+        self.path
+            .as_ref()
+            .map_or_else(|| "stdout".to_owned(), |p| p.display().to_string())
+    }
+
+    fn export_batch(&self, batch: &LogBatch<'_>) -> OTelSdkResult {
+        if self.is_shutdown.load(Ordering::Acquire) {
+            return Err(OTelSdkError::AlreadyShutdown);
+        }
+        let mut sink = self.sink.lock();
+        let Sink { out, buf } = &mut *sink;
+        buf.clear();
+        for (record, _scope) in batch.iter() {
+            write_log_json(record, &self.resource_json, buf);
+            buf.push(b'\n');
+        }
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let result = out.write_all(buf).and_then(|()| out.flush());
+        if buf.capacity() > 4 << 20 {
+            buf.clear();
+            buf.shrink_to(64 * 1024);
+        }
+        result.map_err(|e| {
+            OTelSdkError::InternalFailure(format!(
+                "console log exporter ({}): write failed: {e}",
+                self.label()
+            ))
+        })
+    }
+}
+
+impl LogExporter for ConsoleLogExporter {
+    fn export(&self, batch: LogBatch<'_>) -> impl Future<Output = OTelSdkResult> + Send {
+        std::future::ready(self.export_batch(&batch))
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        if self.is_shutdown.swap(true, Ordering::AcqRel) {
+            return Err(OTelSdkError::AlreadyShutdown);
+        }
+        self.sink.lock().out.flush().map_err(|e| {
+            OTelSdkError::InternalFailure(format!(
+                "console log exporter ({}): flush failed: {e}",
+                self.label()
+            ))
+        })
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.resource_json = resource_json(resource);
+    }
+}
+
+/// Writes one record in the Python `LogRecord.to_json(indent=None)` layout (no newline).
+pub fn write_log_json(record: &SdkLogRecord, resource_json: &str, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"{\"body\": ");
+    match record.body() {
+        Some(body) => write_any(out, body),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b", \"severity_number\": ");
+    match record.severity_number() {
+        Some(s) => write_i64(out, s as i64),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b", \"severity_text\": ");
+    match record.severity_text() {
+        Some(t) => write_json_str(out, t),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b", \"attributes\": ");
+    let attributes: Vec<&(Key, AnyValue)> = record.attributes_iter().collect();
+    if attributes.is_empty() {
+        out.extend_from_slice(b"null");
+    } else {
+        write_map(out, attributes.iter().map(|(k, v)| (k.as_str(), v)));
+    }
+    out.extend_from_slice(b", \"dropped_attributes\": 0, \"timestamp\": ");
+    match record.timestamp() {
+        Some(t) => write_time(out, t),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b", \"observed_timestamp\": ");
+    match record.observed_timestamp().or(record.timestamp()) {
+        Some(t) => write_time(out, t),
+        None => out.extend_from_slice(b"null"),
+    }
+    let (trace_id, span_id, flags) = match record.trace_context() {
+        Some(cx) => (
+            format!("{}", cx.trace_id),
+            format!("{}", cx.span_id),
+            cx.trace_flags.map_or(0, |f| f.to_u8()),
+        ),
+        None => ("0".repeat(32), "0".repeat(16), 0),
+    };
+    out.extend_from_slice(b", \"trace_id\": \"0x");
+    out.extend_from_slice(trace_id.as_bytes());
+    out.extend_from_slice(b"\", \"span_id\": \"0x");
+    out.extend_from_slice(span_id.as_bytes());
+    out.extend_from_slice(b"\", \"trace_flags\": ");
+    write_i64(out, i64::from(flags));
+    out.extend_from_slice(b", \"resource\": ");
+    out.extend_from_slice(resource_json.as_bytes());
+    out.extend_from_slice(b", \"event_name\": ");
+    write_json_str(out, record.event_name().unwrap_or(""));
+    out.push(b'}');
+}
+
+fn write_map<'a>(out: &mut Vec<u8>, entries: impl Iterator<Item = (&'a str, &'a AnyValue)>) {
+    out.push(b'{');
+    for (i, (k, v)) in entries.enumerate() {
+        if i > 0 {
+            out.extend_from_slice(b", ");
+        }
+        write_json_str(out, k);
+        out.extend_from_slice(b": ");
+        write_any(out, v);
+    }
+    out.push(b'}');
+}
+
+fn write_any(out: &mut Vec<u8>, value: &AnyValue) {
+    match value {
+        AnyValue::Int(n) => write_i64(out, *n),
+        AnyValue::Double(f) => write_f64(out, *f),
+        AnyValue::String(s) => write_json_str(out, s.as_str()),
+        AnyValue::Boolean(b) => write_bool(out, *b),
+        AnyValue::Bytes(bytes) => write_json_str(
+            out,
+            &base64::engine::general_purpose::STANDARD.encode(&**bytes),
+        ),
+        AnyValue::ListAny(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.extend_from_slice(b", ");
+                }
+                write_any(out, item);
+            }
+            out.push(b']');
+        }
+        AnyValue::Map(map) => write_map(out, map.iter().map(|(k, v)| (k.as_str(), v))),
+        // Future kinds: their debug text.
+        other => write_json_str(out, &format!("{other:?}")),
+    }
+}

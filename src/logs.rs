@@ -1,0 +1,329 @@
+//! Log bridge: `tracing` events (and `log` records) become OpenTelemetry log records.
+//!
+//! With `logs_enabled` (`NEMO_LENS_LOGS_ENABLED=1`) an exporting rank builds a logger provider
+//! with a batch processor (`OTEL_BLRP_*` sizes) and the console or OTLP log exporter, and
+//! [`Telemetry::layer`](crate::Telemetry::layer) gains a bridge. In the Python library
+//! `setup_logging_bridge()` has to be called by hand; in Rust the layer you already add is the
+//! bridge, so there is nothing else to call.
+//!
+//! What a record carries:
+//!
+//! * the severity (`TRACE` … `ERROR`), the target, the `message` as body and every other field as
+//!   an attribute, plus `code.namespace` / `code.filepath` / `code.lineno` (the Python
+//!   `LoggingHandler` adds the same `code.*` attributes);
+//! * the trace and span id of the innermost span the lens layer records, so a log line links to
+//!   its step in the trace;
+//! * string values under the [redaction keys](crate::layer::DEFAULT_REDACT_KEYS) replaced with
+//!   `[REDACTED]`, as for span attributes.
+//!
+//! Which events are bridged is decided once per callsite by [`LogFilter`]: events at or above
+//! `logs_level` (`NEMO_LENS_LOGS_LEVEL`, default `info`), never those of the exporters' own
+//! stacks ([`INTERNAL_TARGETS`](crate::filter::INTERNAL_TARGETS), also checked on the original
+//! target of `log` records), so an exporter logging its own failure cannot feed records back into
+//! the pipeline. Spans are never bridged.
+//!
+//! `log` crate records arrive once the application forwards them to `tracing` with
+//! `tracing_log::LogTracer::init()` (what `tracing_subscriber`'s `init()` does by default).
+//!
+//! ```
+//! use nemo_lens::{LensConfig, Telemetry};
+//! use tracing_subscriber::prelude::*;
+//!
+//! let config = LensConfig { enabled: true, logs_enabled: true, ..LensConfig::default() };
+//! # let config = LensConfig { exporter: nemo_lens::ExporterKind::Console, ..config };
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let config = LensConfig { console_path: Some(dir.path().join("r{rank}.jsonl").display().to_string()), ..config };
+//! let telemetry = Telemetry::builder(config).allow_reinit_for_testing(true).build().unwrap();
+//! let _guard = tracing_subscriber::registry().with(telemetry.layer()).set_default();
+//! tracing::info_span!("train_step").in_scope(|| {
+//!     tracing::warn!(loss = 7.5, "loss spiked"); // a log record carrying train_step's ids
+//! });
+//! telemetry.shutdown(std::time::Duration::from_secs(5)).unwrap();
+//! ```
+
+use std::borrow::Cow;
+use std::cell::Cell;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use opentelemetry::logs::{AnyValue, LogRecord, Logger, LoggerProvider, Severity};
+use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId};
+use opentelemetry::{InstrumentationScope, Key};
+use opentelemetry_appender_tracing::layer::OpenTelemetryTracingBridge;
+use opentelemetry_sdk::logs::{SdkLogRecord, SdkLogger, SdkLoggerProvider};
+use tracing_core::span::{Attributes, Id, Record};
+use tracing_core::{Event, Interest, LevelFilter, Metadata, Subscriber};
+use tracing_log::NormalizeEvent;
+use tracing_subscriber::Layer;
+use tracing_subscriber::filter::Filtered;
+use tracing_subscriber::layer::{Context as LayerContext, Filter};
+use tracing_subscriber::registry::LookupSpan;
+
+use crate::filter::is_internal_target;
+use crate::groups::{GroupGate, declared_group};
+use crate::layer::{REDACTED, is_redacted, recorded_span_context};
+
+thread_local! {
+    /// The span context of the event being bridged on this thread (set around the bridge call).
+    static EVENT_SPAN: Cell<Option<(TraceId, SpanId, TraceFlags)>> = const { Cell::new(None) };
+}
+
+/// A logger provider that hands out [`LensLogger`]s: the SDK provider plus redaction and span
+/// correlation.
+#[derive(Clone, Debug)]
+pub struct LensLoggerProvider {
+    inner: SdkLoggerProvider,
+}
+
+impl LensLoggerProvider {
+    /// Wraps an SDK logger provider.
+    ///
+    /// ```
+    /// let sdk = opentelemetry_sdk::logs::SdkLoggerProvider::builder().build();
+    /// let provider = nemo_lens::logs::LensLoggerProvider::new(sdk);
+    /// # let _ = provider;
+    /// ```
+    pub fn new(inner: SdkLoggerProvider) -> Self {
+        LensLoggerProvider { inner }
+    }
+
+    /// The SDK provider (flush, shutdown).
+    pub fn sdk(&self) -> &SdkLoggerProvider {
+        &self.inner
+    }
+}
+
+impl LoggerProvider for LensLoggerProvider {
+    type Logger = LensLogger;
+    fn logger_with_scope(&self, scope: InstrumentationScope) -> LensLogger {
+        LensLogger {
+            inner: self.inner.logger_with_scope(scope),
+        }
+    }
+}
+
+/// The logger behind the bridge: creates [`LensLogRecord`]s and stamps them with the span the
+/// event happened in.
+#[derive(Clone, Debug)]
+pub struct LensLogger {
+    inner: SdkLogger,
+}
+
+impl Logger for LensLogger {
+    type LogRecord = LensLogRecord;
+
+    fn create_log_record(&self) -> LensLogRecord {
+        let mut record = self.inner.create_log_record();
+        // The time of the event, as Python's `LogRecord.created`.
+        record.set_timestamp(SystemTime::now());
+        LensLogRecord(record)
+    }
+
+    fn emit(&self, mut record: LensLogRecord) {
+        if let Some((trace_id, span_id, flags)) = EVENT_SPAN.with(Cell::get) {
+            record.0.set_trace_context(trace_id, span_id, Some(flags));
+        }
+        self.inner.emit(record.0)
+    }
+
+    fn event_enabled(&self, level: Severity, target: &str, name: Option<&str>) -> bool {
+        self.inner.event_enabled(level, target, name)
+    }
+}
+
+/// An SDK log record whose string attributes under a redaction key become `[REDACTED]`.
+#[derive(Debug)]
+pub struct LensLogRecord(SdkLogRecord);
+
+impl LogRecord for LensLogRecord {
+    fn set_event_name(&mut self, name: &'static str) {
+        self.0.set_event_name(name)
+    }
+    fn set_target<T>(&mut self, target: T)
+    where
+        T: Into<Cow<'static, str>>,
+    {
+        self.0.set_target(target)
+    }
+    fn set_timestamp(&mut self, timestamp: SystemTime) {
+        self.0.set_timestamp(timestamp)
+    }
+    fn set_observed_timestamp(&mut self, timestamp: SystemTime) {
+        self.0.set_observed_timestamp(timestamp)
+    }
+    fn set_severity_text(&mut self, text: &'static str) {
+        self.0.set_severity_text(text)
+    }
+    fn set_severity_number(&mut self, number: Severity) {
+        self.0.set_severity_number(number)
+    }
+    fn set_body(&mut self, body: AnyValue) {
+        self.0.set_body(body)
+    }
+    fn add_attributes<I, K, V>(&mut self, attributes: I)
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<Key>,
+        V: Into<AnyValue>,
+    {
+        for (k, v) in attributes {
+            self.add_attribute(k, v);
+        }
+    }
+    fn add_attribute<K, V>(&mut self, key: K, value: V)
+    where
+        K: Into<Key>,
+        V: Into<AnyValue>,
+    {
+        let key = key.into();
+        let value = value.into();
+        if matches!(value, AnyValue::String(_)) && is_redacted(key.as_str()) {
+            self.0.add_attribute(key, AnyValue::from(REDACTED));
+        } else {
+            self.0.add_attribute(key, value);
+        }
+    }
+    fn set_trace_context(
+        &mut self,
+        trace_id: TraceId,
+        span_id: SpanId,
+        trace_flags: Option<TraceFlags>,
+    ) {
+        self.0.set_trace_context(trace_id, span_id, trace_flags)
+    }
+}
+
+/// The per-layer filter of the log bridge: level threshold, feedback-loop guard, span groups.
+#[derive(Clone)]
+pub struct LogFilter {
+    level: LevelFilter,
+    spans: bool,
+    groups: Arc<GroupGate>,
+}
+
+impl fmt::Debug for LogFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LogFilter")
+            .field("level", &self.level)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LogFilter {
+    /// `spans`: whether the lens layer records spans (so records can carry their ids).
+    pub(crate) fn new(level: LevelFilter, spans: bool, groups: Arc<GroupGate>) -> Self {
+        LogFilter {
+            level,
+            spans,
+            groups,
+        }
+    }
+
+    /// The least severe level bridged.
+    pub fn level(&self) -> LevelFilter {
+        self.level
+    }
+
+    fn allows(&self, meta: &Metadata<'_>) -> bool {
+        // Spans the lens layer records are enabled here too (whatever their level): a per-layer
+        // filter hides disabled spans from its layer, and the bridge needs to see the span an
+        // event happened in to stamp its ids.
+        let level_ok = if meta.is_span() {
+            self.spans
+        } else {
+            self.level >= *meta.level()
+        };
+        level_ok
+            && !is_internal_target(meta.target())
+            && declared_group(meta).is_none_or(|g| self.groups.is_enabled(g))
+    }
+}
+
+impl<S> Filter<S> for LogFilter {
+    fn enabled(&self, meta: &Metadata<'_>, _cx: &LayerContext<'_, S>) -> bool {
+        self.allows(meta)
+    }
+
+    fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
+        if self.allows(meta) {
+            Interest::always()
+        } else {
+            Interest::never()
+        }
+    }
+
+    fn event_enabled(&self, event: &Event<'_>, _cx: &LayerContext<'_, S>) -> bool {
+        // `log` records all share the callsites of `tracing-log` (target "log"): check the
+        // record's own target here, once per record.
+        match event.normalized_metadata() {
+            Some(meta) => !is_internal_target(meta.target()),
+            None => true,
+        }
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        if self.spans { None } else { Some(self.level) }
+    }
+}
+
+/// The bridge layer: the `opentelemetry-appender-tracing` bridge, fed the lens span of each event.
+pub struct LogLayer<S> {
+    bridge: OpenTelemetryTracingBridge<LensLoggerProvider, LensLogger>,
+    _subscriber: PhantomData<fn(S)>,
+}
+
+impl<S> fmt::Debug for LogLayer<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LogLayer").finish_non_exhaustive()
+    }
+}
+
+impl<S> LogLayer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    pub(crate) fn new(provider: &LensLoggerProvider) -> Self {
+        LogLayer {
+            bridge: OpenTelemetryTracingBridge::new(provider),
+            _subscriber: PhantomData,
+        }
+    }
+
+    pub(crate) fn filtered(
+        provider: &LensLoggerProvider,
+        filter: LogFilter,
+    ) -> Filtered<Self, LogFilter, S> {
+        Self::new(provider).with_filter(filter)
+    }
+}
+
+/// Clears the thread's event span even if the bridge unwinds.
+struct EventSpanGuard;
+
+impl Drop for EventSpanGuard {
+    fn drop(&mut self) {
+        EVENT_SPAN.with(|c| c.set(None));
+    }
+}
+
+fn ids(cx: &SpanContext) -> (TraceId, SpanId, TraceFlags) {
+    (cx.trace_id(), cx.span_id(), cx.trace_flags())
+}
+
+impl<S> Layer<S> for LogLayer<S>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(&self, _attrs: &Attributes<'_>, _id: &Id, _ctx: LayerContext<'_, S>) {}
+
+    fn on_record(&self, _id: &Id, _values: &Record<'_>, _ctx: LayerContext<'_, S>) {}
+
+    fn on_event(&self, event: &Event<'_>, ctx: LayerContext<'_, S>) {
+        let span = recorded_span_context(event, &ctx).map(|cx| ids(&cx));
+        EVENT_SPAN.with(|c| c.set(span));
+        let _reset = EventSpanGuard;
+        self.bridge.on_event(event, ctx);
+    }
+}

@@ -1,0 +1,172 @@
+//! OTLP export to a real collector (rotel) over loopback, for each protocol, configured through
+//! environment variables only, as a user would.
+//!
+//! Each test starts a collector, then runs a rank as a child process (this test binary
+//! re-executed in the `child` role) with `NEMO_LENS_*` / `OTEL_*` variables and nothing else. The
+//! child records a step with an event and a log line, leaves one span open, and shuts down. The
+//! test then reads what the collector printed.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::collector::{Collector, Item, items};
+
+const ROLE: &str = "NEMO_LENS_OTLP_TEST_ROLE";
+
+/// The child: a user's program, configured from the environment only.
+fn child() {
+    use nemo_lens::{LensConfig, Telemetry};
+    use tracing_subscriber::prelude::*;
+
+    let config = LensConfig::from_env().expect("config");
+    let telemetry = Telemetry::builder(config).build().expect("setup");
+    assert!(telemetry.is_exporting());
+    let _guard = tracing_subscriber::registry()
+        .with(telemetry.layer())
+        .set_default();
+    let train = tracing::info_span!("train", dl.model = "gpt-test");
+    let _train = train.enter();
+    tracing::info_span!("train_step", dl.step = 7_i64, loss = 0.5_f64).in_scope(|| {
+        tracing::info!(tokens = 4096_i64, "step done");
+        tracing::warn!(grad_norm = 12.5_f64, "loss spiked");
+    });
+    // Still open at shutdown: exported as truncated.
+    let prefetch = tracing::info_span!("prefetch", batch = 8_i64);
+    let _prefetch = prefetch.enter();
+    telemetry
+        .shutdown(Duration::from_secs(20))
+        .expect("shutdown");
+}
+
+fn run_child(envs: &[(&str, String)]) {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["child_role", "--exact", "--nocapture", "--test-threads=1"]);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("NEMO_LENS_") || k.starts_with("OTEL_") || k == "TRACEPARENT" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env(ROLE, "child");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "child failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn child_role() {
+    if std::env::var(ROLE).as_deref() == Ok("child") {
+        child();
+    }
+}
+
+fn base_env(service: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("NEMO_LENS_ENABLED", "1".into()),
+        ("NEMO_LENS_EXPORTER", "otlp".into()),
+        ("NEMO_LENS_LOGS_ENABLED", "1".into()),
+        ("NEMO_LENS_RUN_ID", format!("run-{service}")),
+        ("OTEL_SERVICE_NAME", service.into()),
+    ]
+}
+
+fn span<'a>(spans: &'a [Item], name: &str) -> &'a Item {
+    spans
+        .iter()
+        .find(|s| s.field("Name").as_deref() == Some(name))
+        .unwrap_or_else(|| panic!("no span {name} among {spans:#?}"))
+}
+
+/// Checks what one child sent: spans with resource, attributes, parents and the truncated span;
+/// log records with severity, body, attributes and the step's trace/span ids.
+fn check_traces_and_logs(collector: &Collector, service: &str) {
+    let out = collector.wait_for("3 spans and 2 log records", Duration::from_secs(30), |o| {
+        items(o, "Span #").len() >= 3 && items(o, "LogRecord #").len() >= 2
+    });
+    let spans = items(&out, "Span #");
+    assert_eq!(spans.len(), 3, "{spans:#?}");
+    let train = span(&spans, "train");
+    let step = span(&spans, "train_step");
+    let prefetch = span(&spans, "prefetch");
+    for s in [train, step, prefetch] {
+        assert_eq!(
+            s.resource_attr("service.name"),
+            Some(format!("Str({service})"))
+        );
+        assert_eq!(s.resource_attr("dl.rank"), Some("Int(0)".into()));
+        assert_eq!(
+            s.resource_attr("nemo.run.id"),
+            Some(format!("Str(run-{service})"))
+        );
+        assert_eq!(s.field("Trace ID"), train.field("Trace ID"));
+    }
+    assert_eq!(step.field("Parent ID"), train.field("ID"));
+    assert_eq!(prefetch.field("Parent ID"), train.field("ID"));
+    assert_eq!(step.attr("dl.step"), Some("Int(7)".into()));
+    assert_eq!(step.attr("loss"), Some("Double(0.5)".into()));
+    assert_eq!(train.attr("dl.model"), Some("Str(gpt-test)".into()));
+    assert_eq!(
+        prefetch.attr("nemo.span.truncated"),
+        Some("Bool(true)".into())
+    );
+    assert_eq!(step.attr("nemo.span.truncated"), None);
+    let prefetch_text = prefetch.lines.join("\n");
+    assert!(
+        prefetch_text.contains("nemo.span.truncated.reason"),
+        "truncation event missing: {prefetch_text}"
+    );
+
+    let logs = items(&out, "LogRecord #");
+    let warn = logs
+        .iter()
+        .find(|l| l.field("Body").is_some_and(|b| b.contains("loss spiked")))
+        .unwrap_or_else(|| panic!("no warn record among {logs:#?}"));
+    assert!(
+        warn.field("SeverityNumber").unwrap().contains("13"),
+        "{warn:#?}"
+    );
+    assert_eq!(warn.attr("grad_norm"), Some("Double(12.5)".into()));
+    assert_eq!(
+        warn.resource_attr("service.name"),
+        Some(format!("Str({service})"))
+    );
+    assert_eq!(warn.resource_attr("dl.rank"), Some("Int(0)".into()));
+    let step_trace = step.field("Trace ID").unwrap();
+    let step_id = step.field("ID").unwrap();
+    assert_eq!(warn.field("Trace ID"), Some(step_trace));
+    assert_eq!(warn.field("Span ID"), Some(step_id));
+}
+
+fn run_protocol(protocol: &str) {
+    let collector = Collector::start();
+    let service = format!("otlp-{}", protocol.replace('/', "-"));
+    let mut env = base_env(&service);
+    env.push(("OTEL_EXPORTER_OTLP_PROTOCOL", protocol.into()));
+    env.push(("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint(protocol)));
+    run_child(&env);
+    check_traces_and_logs(&collector, &service);
+}
+
+#[test]
+fn grpc_delivers_spans_and_logs() {
+    run_protocol("grpc");
+}
+
+#[test]
+fn http_protobuf_delivers_spans_and_logs() {
+    run_protocol("http/protobuf");
+}
+
+#[test]
+fn http_json_delivers_spans_and_logs() {
+    run_protocol("http/json");
+}
