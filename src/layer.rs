@@ -523,6 +523,10 @@ where
     }
 }
 
+/// The span part and the optional log part, as one layer.
+type Parts<S> =
+    Layered<Option<Filtered<LogLayer<S>, LogFilter, S>>, Filtered<SpanLayer<S>, LensFilter, S>, S>;
+
 /// The nemo-lens layer: spans and events of a `tracing` subscriber, exported through
 /// OpenTelemetry, behind the rank / group / sampling [`LensFilter`].
 ///
@@ -537,11 +541,7 @@ where
 pub struct LensLayer<S> {
     filter: LensFilter,
     logs: Option<LogFilter>,
-    inner: Layered<
-        Option<Filtered<LogLayer<S>, LogFilter, S>>,
-        Filtered<SpanLayer<S>, LensFilter, S>,
-        S,
-    >,
+    inner: Parts<S>,
 }
 
 impl<S> fmt::Debug for LensLayer<S> {
