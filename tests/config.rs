@@ -107,6 +107,7 @@ fn every_field_from_the_environment() {
             ("NEMO_LENS_TRACES_ENABLED", "off"),
             ("NEMO_LENS_METRICS_ENABLED", "0"),
             ("NEMO_LENS_LOGS_ENABLED", "on"),
+            ("NEMO_LENS_LOGS_LEVEL", " Warning "),
             ("NEMO_LENS_EXPORT_STRATEGY", " sampled "),
             ("NEMO_LENS_EXPORT_RANK", " 5 "),
             ("NEMO_LENS_EXPORT_SAMPLE_RATE", "0.25"),
@@ -130,6 +131,7 @@ fn every_field_from_the_environment() {
         traces_enabled: false,
         metrics_enabled: false,
         logs_enabled: true,
+        logs_level: tracing_core::LevelFilter::WARN,
         span_groups: "per_step,Checkpoint".into(),
         exporter: ExporterKind::Console,
         run_id: "run-42".into(),
@@ -324,6 +326,21 @@ fn bad_int_and_float_name_the_primary_variable_even_from_the_fallback() {
             other => panic!("expected InvalidInt, got {other:?}"),
         }
         assert!(err.to_string().contains("MEGATRON_OTEL_EXPORT_RANK"));
+    }
+    for set in ["MEGATRON_OTEL_LOGS_LEVEL", "NEMO_LENS_LOGS_LEVEL"] {
+        let err = load_err("MEGATRON_OTEL", Some("NEMO_LENS"), &[(set, "chatty")]);
+        match &err {
+            LensError::InvalidLevel { var, value } => {
+                assert_eq!(var, "MEGATRON_OTEL_LOGS_LEVEL", "set {set}");
+                assert_eq!(value, "chatty");
+            }
+            other => panic!("expected InvalidLevel, got {other:?}"),
+        }
+        let text = err.to_string();
+        assert!(
+            text.contains("MEGATRON_OTEL_LOGS_LEVEL") && text.contains("'warn'"),
+            "{text}"
+        );
     }
     for set in [
         "MEGATRON_OTEL_EXPORT_SAMPLE_RATE",
