@@ -1,0 +1,219 @@
+//! The log bridge: `tracing` events become OTel log records with the Python console layout,
+//! carrying the ids of the span they happened in, filtered by level, redacted.
+
+use std::time::Duration;
+
+use nemo_lens::{ExporterKind, LensConfig, Telemetry};
+use serde_json::Value;
+use tracing_subscriber::prelude::*;
+
+fn console_config(dir: &tempfile::TempDir) -> LensConfig {
+    LensConfig {
+        enabled: true,
+        logs_enabled: true,
+        metrics_enabled: false,
+        exporter: ExporterKind::Console,
+        console_path: Some(dir.path().join("rank{rank}.jsonl").display().to_string()),
+        ..LensConfig::default()
+    }
+}
+
+/// Runs `body` under a console-exporting telemetry on rank 2 of 4 (exporting with
+/// `export_rank = 2`) and returns the parsed lines of its file.
+fn run(config: LensConfig, dir: &tempfile::TempDir, body: impl FnOnce()) -> Vec<Value> {
+    let config = LensConfig {
+        export_rank: 2,
+        ..config
+    };
+    let telemetry = Telemetry::builder(config)
+        .rank(2)
+        .world_size(4)
+        .allow_reinit_for_testing(true)
+        .build()
+        .unwrap();
+    assert!(
+        telemetry
+            .layer::<tracing_subscriber::Registry>()
+            .log_filter()
+            .is_some()
+    );
+    {
+        let _guard = tracing_subscriber::registry()
+            .with(telemetry.layer())
+            .set_default();
+        body();
+    }
+    telemetry.shutdown(Duration::from_secs(10)).unwrap();
+    let text = std::fs::read_to_string(dir.path().join("rank2.jsonl")).unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+fn logs(lines: &[Value]) -> Vec<&Value> {
+    lines.iter().filter(|l| l.get("body").is_some()).collect()
+}
+
+fn spans(lines: &[Value]) -> Vec<&Value> {
+    lines
+        .iter()
+        .filter(|l| l.get("context").is_some())
+        .collect()
+}
+
+#[test]
+fn records_have_the_python_layout_and_the_span_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = run(console_config(&dir), &dir, || {
+        tracing::info_span!("train_step", step = 3_i64).in_scope(|| {
+            tracing::warn!(loss = 7.5_f64, retries = 2_i64, "loss spiked");
+        });
+        tracing::error!("outside any span");
+    });
+    let logs = logs(&lines);
+    assert_eq!(logs.len(), 2, "{lines:#?}");
+    let warn = logs[0];
+    let keys: Vec<&str> = warn
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "body",
+            "severity_number",
+            "severity_text",
+            "attributes",
+            "dropped_attributes",
+            "timestamp",
+            "observed_timestamp",
+            "trace_id",
+            "span_id",
+            "trace_flags",
+            "resource",
+            "event_name"
+        ]
+    );
+    assert_eq!(warn["body"], "loss spiked");
+    assert_eq!(warn["severity_number"], 13);
+    assert_eq!(warn["severity_text"], "WARN");
+    assert_eq!(warn["attributes"]["loss"], 7.5);
+    assert_eq!(warn["attributes"]["retries"], 2);
+    assert_eq!(warn["attributes"]["code.namespace"], "logs");
+    assert_eq!(warn["trace_flags"], 1);
+    assert_eq!(warn["resource"]["attributes"]["dl.rank"], 2);
+    let ts = warn["timestamp"].as_str().unwrap();
+    assert!(
+        ts.ends_with('Z') && ts.len() == "2026-11-29T23:59:01.123456Z".len(),
+        "{ts}"
+    );
+    let step = spans(&lines)
+        .into_iter()
+        .find(|s| s["name"] == "train_step")
+        .expect("step span");
+    assert_eq!(warn["trace_id"], step["context"]["trace_id"]);
+    assert_eq!(warn["span_id"], step["context"]["span_id"]);
+
+    let outside = logs[1];
+    assert_eq!(outside["severity_text"], "ERROR");
+    assert_eq!(outside["trace_id"], format!("0x{}", "0".repeat(32)));
+    assert_eq!(outside["span_id"], format!("0x{}", "0".repeat(16)));
+    assert_eq!(outside["trace_flags"], 0);
+}
+
+#[test]
+fn level_threshold_defaults_to_info_and_is_configurable() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = run(console_config(&dir), &dir, || {
+        tracing::debug!("debug detail");
+        tracing::info!("info line");
+    });
+    let bodies: Vec<&Value> = logs(&lines).iter().map(|l| &l["body"]).collect();
+    assert_eq!(bodies, ["info line"]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = LensConfig::from_lookup("NEMO_LENS", None, |k| {
+        (k == "NEMO_LENS_LOGS_LEVEL").then(|| "error".to_string())
+    })
+    .unwrap();
+    let config = LensConfig {
+        logs_level: config.logs_level,
+        ..console_config(&dir)
+    };
+    let lines = run(config, &dir, || {
+        tracing::warn!("warn line");
+        tracing::error!("error line");
+    });
+    let bodies: Vec<&Value> = logs(&lines).iter().map(|l| &l["body"]).collect();
+    assert_eq!(bodies, ["error line"]);
+}
+
+#[test]
+fn redact_keys_apply_to_log_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = run(console_config(&dir), &dir, || {
+        tracing::info!(
+            token = "hunter2",
+            api_key = "visible",
+            prompt = "secret prompt",
+            "request"
+        );
+    });
+    let record = logs(&lines)[0];
+    assert_eq!(record["attributes"]["token"], "[REDACTED]");
+    assert_eq!(record["attributes"]["prompt"], "[REDACTED]");
+    assert_eq!(record["attributes"]["api_key"], "visible");
+    assert!(!lines.iter().any(|l| l.to_string().contains("hunter2")));
+}
+
+#[test]
+fn exporter_stack_targets_are_never_bridged() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = run(console_config(&dir), &dir, || {
+        tracing::warn!(target: "opentelemetry_sdk", "sdk says");
+        tracing::warn!(target: "opentelemetry-otlp", "otlp says");
+        tracing::error!(target: "tonic::transport", "tonic says");
+        tracing::error!(target: "hyper_util::client", "hyper says");
+        tracing::error!(target: "h2::proto", "h2 says");
+        tracing::error!(target: "reqwest::connect", "reqwest says");
+        tracing::error!(target: "tower::buffer", "tower says");
+        tracing::warn!(target: "hyperparameters", "user target sharing a prefix");
+    });
+    let bodies: Vec<&Value> = logs(&lines).iter().map(|l| &l["body"]).collect();
+    assert_eq!(bodies, ["user target sharing a prefix"]);
+}
+
+#[test]
+fn no_log_bridge_without_logs_enabled_or_on_a_non_exporting_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let off = Telemetry::builder(LensConfig {
+        logs_enabled: false,
+        ..console_config(&dir)
+    })
+    .allow_reinit_for_testing(true)
+    .build()
+    .unwrap();
+    assert!(
+        off.layer::<tracing_subscriber::Registry>()
+            .log_filter()
+            .is_none()
+    );
+    let other_rank = Telemetry::builder(LensConfig {
+        export_rank: 0,
+        ..console_config(&dir)
+    })
+    .rank(1)
+    .world_size(2)
+    .allow_reinit_for_testing(true)
+    .build()
+    .unwrap();
+    assert!(
+        other_rank
+            .layer::<tracing_subscriber::Registry>()
+            .log_filter()
+            .is_none()
+    );
+    assert!(!dir.path().join("rank1.jsonl").exists());
+}
