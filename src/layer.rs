@@ -53,7 +53,7 @@ use tracing_core::field::{Field, Visit};
 use tracing_core::span::{Attributes, Id, Record};
 use tracing_core::{Dispatch, Event, Interest, Level, LevelFilter, Metadata, Subscriber};
 use tracing_subscriber::filter::Filtered;
-use tracing_subscriber::layer::{Context as LayerContext, Layer, Layered};
+use tracing_subscriber::layer::{Context as LayerContext, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::closer::{self, OpenSpans, WithSpanFn};
@@ -113,6 +113,17 @@ pub(crate) struct LensSpan {
 impl LensSpan {
     pub(crate) fn span_context(&self) -> &SpanContext {
         &self.cx
+    }
+
+    /// Adds a link to `cx` (a span of another rank or stage); `false` if the span has ended.
+    pub(crate) fn add_link(&mut self, cx: SpanContext, attributes: Vec<KeyValue>) -> bool {
+        match &mut self.span {
+            Some(span) => {
+                span.add_link(cx, attributes);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Ends the span as truncated; `false` if it had already ended.
@@ -523,10 +534,6 @@ where
     }
 }
 
-/// The span part and the optional log part, as one layer.
-type Parts<S> =
-    Layered<Option<Filtered<LogLayer<S>, LogFilter, S>>, Filtered<SpanLayer<S>, LensFilter, S>, S>;
-
 /// The nemo-lens layer: spans and events of a `tracing` subscriber, exported through
 /// OpenTelemetry, behind the rank / group / sampling [`LensFilter`].
 ///
@@ -540,8 +547,9 @@ type Parts<S> =
 /// ```
 pub struct LensLayer<S> {
     filter: LensFilter,
-    logs: Option<LogFilter>,
-    inner: Parts<S>,
+    logs: LogFilter,
+    spans: Filtered<SpanLayer<S>, LensFilter, S>,
+    logs_layer: Filtered<LogLayer<S>, LogFilter, S>,
 }
 
 impl<S> fmt::Debug for LensLayer<S> {
@@ -560,16 +568,14 @@ where
     pub(crate) fn new(
         pipeline: Option<Arc<Pipeline>>,
         filter: LensFilter,
-        logs: Option<(&LensLoggerProvider, LogFilter)>,
+        logs: (Option<&LensLoggerProvider>, LogFilter),
     ) -> Self {
-        let log_filter = logs.as_ref().map(|(_, f)| f.clone());
-        let log_layer = logs.map(|(provider, f)| LogLayer::filtered(provider, f));
+        let (provider, log_filter) = logs;
         LensLayer {
             filter: filter.clone(),
+            logs_layer: LogLayer::filtered(provider, log_filter.clone()),
             logs: log_filter,
-            inner: SpanLayer::new(pipeline)
-                .with_filter(filter)
-                .and_then(log_layer),
+            spans: SpanLayer::new(pipeline).with_filter(filter),
         }
     }
 
@@ -580,61 +586,86 @@ where
 
     /// The filter of the log bridge, when this rank bridges logs (`logs_enabled`).
     pub fn log_filter(&self) -> Option<&LogFilter> {
-        self.logs.as_ref()
+        Some(&self.logs).filter(|f| f.is_on())
     }
 }
 
+// Two per-layer-filtered parts in one layer. `Layered` cannot be used here: for `S = Registry`
+// it believes its inner part *is* the registry and keeps only the outer part's level hint, so
+// an inert log part (hint OFF) would switch every callsite off. The combination below follows
+// tracing-subscriber's rules for two filtered layers: the registry merges the per-layer
+// interests, and the level hint is the most verbose of the two (`None` if either has none).
 impl<S> Layer<S> for LensLayer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     fn on_register_dispatch(&self, subscriber: &Dispatch) {
-        self.inner.on_register_dispatch(subscriber)
+        self.spans.on_register_dispatch(subscriber);
+        self.logs_layer.on_register_dispatch(subscriber);
     }
     fn on_layer(&mut self, subscriber: &mut S) {
-        self.inner.on_layer(subscriber)
+        self.spans.on_layer(subscriber);
+        self.logs_layer.on_layer(subscriber);
     }
     fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
-        self.inner.register_callsite(metadata)
+        // Each filtered part records its own interest for the registry to merge.
+        self.logs_layer.register_callsite(metadata);
+        self.spans.register_callsite(metadata)
     }
     fn enabled(&self, metadata: &Metadata<'_>, ctx: LayerContext<'_, S>) -> bool {
-        self.inner.enabled(metadata, ctx)
+        self.logs_layer.enabled(metadata, ctx.clone()) && self.spans.enabled(metadata, ctx)
     }
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: LayerContext<'_, S>) {
-        self.inner.on_new_span(attrs, id, ctx)
+        self.spans.on_new_span(attrs, id, ctx.clone());
+        self.logs_layer.on_new_span(attrs, id, ctx);
     }
     fn max_level_hint(&self) -> Option<LevelFilter> {
-        self.inner.max_level_hint()
+        Some(
+            self.spans
+                .max_level_hint()?
+                .max(self.logs_layer.max_level_hint()?),
+        )
     }
     fn on_record(&self, span: &Id, values: &Record<'_>, ctx: LayerContext<'_, S>) {
-        self.inner.on_record(span, values, ctx)
+        self.spans.on_record(span, values, ctx.clone());
+        self.logs_layer.on_record(span, values, ctx);
     }
     fn on_follows_from(&self, span: &Id, follows: &Id, ctx: LayerContext<'_, S>) {
-        self.inner.on_follows_from(span, follows, ctx)
+        self.spans.on_follows_from(span, follows, ctx.clone());
+        self.logs_layer.on_follows_from(span, follows, ctx);
     }
     fn event_enabled(&self, event: &Event<'_>, ctx: LayerContext<'_, S>) -> bool {
-        self.inner.event_enabled(event, ctx)
+        self.logs_layer.event_enabled(event, ctx.clone()) && self.spans.event_enabled(event, ctx)
     }
     fn on_event(&self, event: &Event<'_>, ctx: LayerContext<'_, S>) {
-        self.inner.on_event(event, ctx)
+        self.spans.on_event(event, ctx.clone());
+        self.logs_layer.on_event(event, ctx);
     }
     fn on_enter(&self, id: &Id, ctx: LayerContext<'_, S>) {
-        self.inner.on_enter(id, ctx)
+        self.spans.on_enter(id, ctx.clone());
+        self.logs_layer.on_enter(id, ctx);
     }
     fn on_exit(&self, id: &Id, ctx: LayerContext<'_, S>) {
-        self.inner.on_exit(id, ctx)
+        self.spans.on_exit(id, ctx.clone());
+        self.logs_layer.on_exit(id, ctx);
     }
     fn on_close(&self, id: Id, ctx: LayerContext<'_, S>) {
-        self.inner.on_close(id, ctx)
+        self.spans.on_close(id.clone(), ctx.clone());
+        self.logs_layer.on_close(id, ctx);
     }
     fn on_id_change(&self, old: &Id, new: &Id, ctx: LayerContext<'_, S>) {
-        self.inner.on_id_change(old, new, ctx)
+        self.spans.on_id_change(old, new, ctx.clone());
+        self.logs_layer.on_id_change(old, new, ctx);
     }
     unsafe fn downcast_raw(&self, id: TypeId) -> Option<*const ()> {
         if id == TypeId::of::<Self>() {
             return Some(self as *const Self as *const ());
         }
-        // SAFETY: forwarded to the wrapped layer, which upholds the contract.
-        unsafe { self.inner.downcast_raw(id) }
+        // SAFETY: forwarded to the wrapped layers, which uphold the contract.
+        unsafe {
+            self.spans
+                .downcast_raw(id)
+                .or_else(|| self.logs_layer.downcast_raw(id))
+        }
     }
 }

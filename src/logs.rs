@@ -198,6 +198,8 @@ impl LogRecord for LensLogRecord {
 /// The per-layer filter of the log bridge: level threshold, feedback-loop guard, span groups.
 #[derive(Clone)]
 pub struct LogFilter {
+    /// `false`: nothing is bridged (logs off, or a rank that does not export).
+    on: bool,
     level: LevelFilter,
     spans: bool,
     groups: Arc<GroupGate>,
@@ -206,6 +208,7 @@ pub struct LogFilter {
 impl fmt::Debug for LogFilter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LogFilter")
+            .field("on", &self.on)
             .field("level", &self.level)
             .finish_non_exhaustive()
     }
@@ -215,10 +218,26 @@ impl LogFilter {
     /// `spans`: whether the lens layer records spans (so records can carry their ids).
     pub(crate) fn new(level: LevelFilter, spans: bool, groups: Arc<GroupGate>) -> Self {
         LogFilter {
+            on: true,
             level,
             spans,
             groups,
         }
+    }
+
+    /// A filter that bridges nothing (every callsite `Interest::never`, level hint `OFF`).
+    pub(crate) fn off(groups: Arc<GroupGate>) -> Self {
+        LogFilter {
+            on: false,
+            level: LevelFilter::OFF,
+            spans: false,
+            groups,
+        }
+    }
+
+    /// Whether this filter bridges anything at all.
+    pub fn is_on(&self) -> bool {
+        self.on
     }
 
     /// The least severe level bridged.
@@ -235,7 +254,8 @@ impl LogFilter {
         } else {
             self.level >= *meta.level()
         };
-        level_ok
+        self.on
+            && level_ok
             && !is_internal_target(meta.target())
             && declared_group(meta).is_none_or(|g| self.groups.is_enabled(g))
     }
@@ -264,13 +284,17 @@ impl<S> Filter<S> for LogFilter {
     }
 
     fn max_level_hint(&self) -> Option<LevelFilter> {
-        if self.spans { None } else { Some(self.level) }
+        if self.on && self.spans {
+            None
+        } else {
+            Some(self.level)
+        }
     }
 }
 
 /// The bridge layer: the `opentelemetry-appender-tracing` bridge, fed the lens span of each event.
 pub struct LogLayer<S> {
-    bridge: OpenTelemetryTracingBridge<LensLoggerProvider, LensLogger>,
+    bridge: Option<OpenTelemetryTracingBridge<LensLoggerProvider, LensLogger>>,
     _subscriber: PhantomData<fn(S)>,
 }
 
@@ -284,18 +308,19 @@ impl<S> LogLayer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    pub(crate) fn new(provider: &LensLoggerProvider) -> Self {
-        LogLayer {
-            bridge: OpenTelemetryTracingBridge::new(provider),
-            _subscriber: PhantomData,
-        }
-    }
-
+    /// The bridge to `provider` behind `filter`; with no provider, a layer whose filter must be
+    /// [`LogFilter::off`] (a `None` layer would turn the whole subscriber's level hint `OFF`
+    /// when combined with per-layer filters, so "no logs" is an always-`never` filter instead).
     pub(crate) fn filtered(
-        provider: &LensLoggerProvider,
+        provider: Option<&LensLoggerProvider>,
         filter: LogFilter,
     ) -> Filtered<Self, LogFilter, S> {
-        Self::new(provider).with_filter(filter)
+        debug_assert!(provider.is_some() || !filter.is_on());
+        LogLayer {
+            bridge: provider.map(OpenTelemetryTracingBridge::new),
+            _subscriber: PhantomData,
+        }
+        .with_filter(filter)
     }
 }
 
@@ -321,9 +346,12 @@ where
     fn on_record(&self, _id: &Id, _values: &Record<'_>, _ctx: LayerContext<'_, S>) {}
 
     fn on_event(&self, event: &Event<'_>, ctx: LayerContext<'_, S>) {
+        let Some(bridge) = &self.bridge else {
+            return;
+        };
         let span = recorded_span_context(event, &ctx).map(|cx| ids(&cx));
         EVENT_SPAN.with(|c| c.set(span));
         let _reset = EventSpanGuard;
-        self.bridge.on_event(event, ctx);
+        bridge.on_event(event, ctx);
     }
 }

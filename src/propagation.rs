@@ -23,6 +23,33 @@
 //!
 //! A launcher can make every rank join one trace: `TRACEPARENT` (and `TRACESTATE`) in the
 //! environment become the parent of each rank's root spans.
+//!
+//! # Across ranks: bytes and links
+//!
+//! The Python library broadcasts rank 0's step context over NCCL as JSON bytes
+//! (`serialize_context` / `deserialize_context`). [`serialize_context`] and
+//! [`decode_carrier`] / [`extract_bytes`] do the same here, with the same JSON, so a Rust rank and
+//! a Python rank understand each other's payload; the transport (your collective) is yours.
+//! Pipeline stages run concurrently, so a stage *links* to the step it serves instead of becoming
+//! its child: [`remote_span_context`] + [`LensSpanExt::add_link`].
+//!
+//! ```
+//! use nemo_lens::LensSpanExt;
+//! use nemo_lens::propagation::{decode_carrier, encode_carrier, remote_span_context};
+//! use std::collections::HashMap;
+//!
+//! // On the source rank: `let payload = nemo_lens::propagation::serialize_context();` inside
+//! // the step span, then broadcast `payload` with your collective. Here, a payload from rank 0:
+//! let payload = encode_carrier(&HashMap::from([(
+//!     "traceparent".to_string(),
+//!     "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_string(),
+//! )]));
+//! // On every other rank:
+//! let carrier = decode_carrier(&payload).expect("valid payload");
+//! let remote = remote_span_context(&carrier).expect("valid traceparent");
+//! let stage = tracing::info_span!("pp.recv_forward.linked");
+//! stage.add_link(remote, vec![]); // true when the lens layer records `stage`
+//! ```
 
 use std::collections::HashMap;
 
@@ -31,6 +58,8 @@ use opentelemetry::global;
 use opentelemetry::propagation::{TextMapCompositePropagator, TextMapPropagator};
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
+
+use opentelemetry::trace::SpanContext;
 
 use crate::span_ext::LensSpanExt;
 
@@ -59,6 +88,10 @@ pub fn current_context() -> Context {
 pub fn inject_context(carrier: &mut HashMap<String, String>) {
     let cx = current_context();
     global::get_text_map_propagator(|p| p.inject_context(&cx, carrier));
+    // The Rust propagator writes an empty `tracestate`; Python writes it only when present.
+    if carrier.get("tracestate").is_some_and(|v| v.is_empty()) {
+        carrier.remove("tracestate");
+    }
 }
 
 /// Reads a context from `carrier` with the W3C propagators (whatever the global one is); an
@@ -68,6 +101,76 @@ pub fn extract_context(carrier: &HashMap<String, String>) -> Context {
     let baggage = BaggagePropagator::new();
     let cx = trace.extract(carrier);
     baggage.extract_with_context(&cx, carrier)
+}
+
+/// Encodes a carrier as JSON bytes (UTF-8), the payload format of the Python library's
+/// `serialize_context`.
+///
+/// ```
+/// use std::collections::HashMap;
+/// let bytes = nemo_lens::propagation::encode_carrier(&HashMap::from([("traceparent".into(), "00-ab".into())]));
+/// assert_eq!(bytes, br#"{"traceparent":"00-ab"}"#);
+/// ```
+pub fn encode_carrier(carrier: &HashMap<String, String>) -> Vec<u8> {
+    let sorted: std::collections::BTreeMap<&String, &String> = carrier.iter().collect();
+    // A map of strings always serialises.
+    serde_json::to_vec(&sorted).unwrap_or_default()
+}
+
+/// Decodes a payload made by [`encode_carrier`] (or by Python's `serialize_context`): `None` when
+/// it is not UTF-8 JSON holding an object of strings (the Python helper also returns `None`).
+///
+/// ```
+/// use nemo_lens::propagation::decode_carrier;
+/// assert_eq!(decode_carrier(br#"{"traceparent": "00-ab"}"#).unwrap()["traceparent"], "00-ab");
+/// assert!(decode_carrier(b"\xff not json").is_none());
+/// assert!(decode_carrier(b"[1, 2]").is_none());
+/// ```
+pub fn decode_carrier(bytes: &[u8]) -> Option<HashMap<String, String>> {
+    serde_json::from_slice(bytes).ok()
+}
+
+/// The current context (the current lens span) as JSON bytes, ready to broadcast; `{}` when
+/// nothing is current or this rank does not export.
+///
+/// ```
+/// assert_eq!(nemo_lens::propagation::serialize_context(), b"{}");
+/// ```
+pub fn serialize_context() -> Vec<u8> {
+    let mut carrier = HashMap::new();
+    inject_context(&mut carrier);
+    encode_carrier(&carrier)
+}
+
+/// The context in a payload from [`serialize_context`]; the current context when the payload
+/// cannot be decoded (as Python's `extract_nccl_context`), an empty one when it holds no valid
+/// `traceparent`.
+///
+/// ```
+/// use opentelemetry::trace::TraceContextExt;
+/// let cx = nemo_lens::propagation::extract_bytes(
+///     br#"{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}"#);
+/// assert!(cx.span().span_context().is_remote());
+/// ```
+pub fn extract_bytes(bytes: &[u8]) -> Context {
+    match decode_carrier(bytes) {
+        Some(carrier) => extract_context(&carrier),
+        None => Context::current(),
+    }
+}
+
+/// The remote span context in `carrier`, if its `traceparent` is valid: what a linked span
+/// links to.
+///
+/// ```
+/// use std::collections::HashMap;
+/// use nemo_lens::propagation::remote_span_context;
+/// assert!(remote_span_context(&HashMap::new()).is_none());
+/// ```
+pub fn remote_span_context(carrier: &HashMap<String, String>) -> Option<SpanContext> {
+    let cx = extract_context(carrier);
+    let sc = cx.span().span_context().clone();
+    sc.is_valid().then_some(sc)
 }
 
 /// The parent context a launcher passed in `TRACEPARENT` / `TRACESTATE`, if valid.

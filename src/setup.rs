@@ -501,20 +501,19 @@ impl Telemetry {
     where
         S: tracing_core::Subscriber + for<'a> LookupSpan<'a>,
     {
-        let logs = self.inner.built.logger_provider.as_ref().map(|p| {
-            (
-                p,
-                LogFilter::new(
-                    self.inner.config.logs_level,
-                    self.inner.built.pipeline.is_some(),
-                    self.inner.groups.clone(),
-                ),
-            )
-        });
+        let provider = self.inner.built.logger_provider.as_ref();
+        let log_filter = match provider {
+            Some(_) => LogFilter::new(
+                self.inner.config.logs_level,
+                self.inner.built.pipeline.is_some(),
+                self.inner.groups.clone(),
+            ),
+            None => LogFilter::off(self.inner.groups.clone()),
+        };
         LensLayer::new(
             self.inner.built.pipeline.clone(),
             self.inner.filter.clone(),
-            logs,
+            (provider, log_filter),
         )
     }
 

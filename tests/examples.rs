@@ -211,3 +211,62 @@ fn custom_exporter_example_receives_every_span() {
     assert!(lines[3].starts_with("my-backend-demo | job | "), "{text}");
     assert!(lines[0].ends_with("step=0"), "{text}");
 }
+
+#[test]
+fn launcher_traceparent_joins_every_rank_into_one_trace() {
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const PARENT: &str = "00f067aa0ba902b7";
+    let traceparent = format!("00-{TRACE}-{PARENT}-01");
+    let world = 3;
+    let children: Vec<_> = (0..world)
+        .map(|rank| {
+            let mut cmd = Command::new(trainer());
+            for (k, _) in std::env::vars() {
+                if k.starts_with("NEMO_LENS_") || k.starts_with("OTEL_") || k == "TRACEPARENT" {
+                    cmd.env_remove(k);
+                }
+            }
+            cmd.envs([
+                ("NEMO_LENS_ENABLED", "1"),
+                ("NEMO_LENS_EXPORTER", "console"),
+                ("NEMO_LENS_EXPORT_STRATEGY", "all_ranks"),
+                ("NEMO_LENS_SPAN_GROUPS", "per_step"),
+                ("NEMO_LENS_RUN_ID", "joined"),
+                ("TRACEPARENT", traceparent.as_str()),
+            ])
+            .args([
+                "--rank",
+                &rank.to_string(),
+                "--world-size",
+                &world.to_string(),
+            ])
+            .args(["--steps", "2", "--step-ms", "1"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    let mut span_ids = std::collections::HashSet::new();
+    for (rank, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let spans = lines(&out.stdout);
+        assert!(spans.len() >= 3, "rank {rank}: {spans:?}");
+        for s in &spans {
+            assert_eq!(
+                s["context"]["trace_id"],
+                format!("0x{TRACE}"),
+                "rank {rank}"
+            );
+            assert_eq!(s["resource"]["attributes"]["dl.rank"], rank as i64);
+            assert!(span_ids.insert(s["context"]["span_id"].as_str().unwrap().to_string()));
+        }
+        let train = spans.iter().find(|s| s["name"] == "train").unwrap();
+        assert_eq!(train["parent_id"], format!("0x{PARENT}"), "rank {rank}");
+    }
+}
