@@ -170,3 +170,51 @@ fn http_protobuf_delivers_spans_and_logs() {
 fn http_json_delivers_spans_and_logs() {
     run_protocol("http/json");
 }
+
+#[test]
+fn per_signal_protocol_endpoint_and_compression_variables_win() {
+    let collector = Collector::start();
+    let service = "otlp-per-signal";
+    let mut env = base_env(service);
+    // Generic settings that must lose: nothing listens there.
+    env.push(("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json".into()));
+    env.push(("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9".into()));
+    // Traces: HTTP/protobuf, gzip, to a per-signal endpoint used verbatim (with its path).
+    env.push(("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf".into()));
+    env.push((
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        format!("{}/v1/traces", collector.endpoint("http/protobuf")),
+    ));
+    env.push(("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "gzip".into()));
+    // Logs: gRPC to the gRPC port.
+    env.push(("OTEL_EXPORTER_OTLP_LOGS_PROTOCOL", "grpc".into()));
+    env.push((
+        "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+        collector.endpoint("grpc"),
+    ));
+    run_child(&env);
+    check_traces_and_logs(&collector, service);
+}
+
+#[test]
+fn an_unknown_protocol_fails_setup_naming_the_variable() {
+    use nemo_lens::{LensConfig, Telemetry};
+    for var in [
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+    ] {
+        let err = Telemetry::builder(LensConfig {
+            enabled: true,
+            ..LensConfig::default()
+        })
+        .env_lookup(move |k| (k == var).then(|| "thrift".to_string()))
+        .allow_reinit_for_testing(true)
+        .build()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains(var) && err.contains("'http/protobuf'") && err.contains("thrift"),
+            "{err}"
+        );
+    }
+}
