@@ -58,6 +58,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 use crate::closer::{self, OpenSpans, WithSpanFn};
 use crate::filter::LensFilter;
+use crate::semconv;
 use crate::groups::GROUP_FIELD_PREFIX;
 use crate::logs::{LensLoggerProvider, LogFilter, LogLayer};
 
@@ -493,11 +494,11 @@ where
                 .or_else(|| v.error.clone())
                 .unwrap_or_default();
             let mut attributes = v.attributes;
-            attributes.push(KeyValue::new("exception.message", description.clone()));
+            attributes.push(KeyValue::new(semconv::EXCEPTION_MESSAGE, description.clone()));
             if let Some(message) = v.message {
                 attributes.push(KeyValue::new("message", message));
             }
-            span.add_event("exception", attributes);
+            span.add_event(semconv::EXCEPTION_EVENT, attributes);
             span.set_status(Status::error(description));
         } else {
             let name: Cow<'static, str> = match v.message {

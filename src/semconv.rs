@@ -254,6 +254,22 @@ pub const NEMO_SPAN_TRUNCATED: &str = "nemo.span.truncated";
 pub const NEMO_SPAN_TRUNCATED_REASON: &str = "nemo.span.truncated.reason";
 
 // ------------------------------------------------------------------------------------------
+// OpenTelemetry general conventions the crate writes itself
+
+/// Name of the span event an `ERROR` event or a panic becomes.
+pub const EXCEPTION_EVENT: &str = "exception";
+/// `exception.message`: the error message on an `exception` event.
+pub const EXCEPTION_MESSAGE: &str = "exception.message";
+/// `exception.type`: the error type on an `exception` event, when known.
+pub const EXCEPTION_TYPE: &str = "exception.type";
+/// `code.namespace`: the module of the code that emitted a log record.
+pub const CODE_NAMESPACE: &str = "code.namespace";
+/// `code.filepath`: the source file of the code that emitted a log record.
+pub const CODE_FILEPATH: &str = "code.filepath";
+/// `code.lineno`: the source line of the code that emitted a log record.
+pub const CODE_LINENO: &str = "code.lineno";
+
+// ------------------------------------------------------------------------------------------
 // Weights & Biases Weave (wandb.*) — NeMo custom
 // ------------------------------------------------------------------------------------------
 
