@@ -83,6 +83,7 @@ pub mod filter;
 pub mod groups;
 pub mod ids;
 pub mod layer;
+pub mod metrics;
 pub mod propagation;
 pub mod resource;
 pub mod sampling;
@@ -98,6 +99,11 @@ pub use error::{LensError, Result};
 pub use filter::LensFilter;
 pub use groups::is_span_group_enabled;
 pub use layer::LensLayer;
+pub use metrics::{
+    EventMetricsLayer, GymMetrics, InferenceMetrics, Instruments, MetricKind, MetricSpec,
+    RlMetrics, TrainingMetrics, record_metrics, register_metric_group, registered_metric_groups,
+    unregister_metric_group,
+};
 pub use sampling::RankAwareSampler;
 pub use setup::{SCOPE_NAME, Telemetry, TelemetryBuilder};
 pub use span_ext::LensSpanExt;
