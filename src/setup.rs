@@ -350,6 +350,7 @@ impl TelemetryBuilder {
                     Some(add_reader) => add_reader(builder),
                     None => {
                         let interval = metric_interval.unwrap_or(DEFAULT_METRIC_EXPORT_INTERVAL);
+                        built.metric_interval = Some(interval);
                         match config.exporter {
                             ExporterKind::Console => {
                                 let writer = built.console_writer(&config, rank)?;
@@ -417,6 +418,8 @@ struct Built {
     runtime: Option<tokio::runtime::Runtime>,
     /// The console output shared by the console exporters (opened once, on first use).
     console: Option<ConsoleWriter>,
+    /// The interval of the periodic metric reader lens built (none with an injected reader).
+    metric_interval: Option<Duration>,
 }
 
 impl Built {
@@ -567,6 +570,18 @@ impl Telemetry {
     /// The meter provider, when metrics are exported from this rank.
     pub fn meter_provider(&self) -> Option<&SdkMeterProvider> {
         self.inner.built.meter_provider.as_ref()
+    }
+
+    /// How often metrics are exported: `OTEL_METRIC_EXPORT_INTERVAL` or 10 s, when this rank
+    /// exports metrics through lens's periodic reader (`None` otherwise, and with an injected
+    /// [`TelemetryBuilder::metric_reader`]).
+    ///
+    /// ```
+    /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// assert_eq!(telemetry.metric_export_interval(), None); // disabled: no reader
+    /// ```
+    pub fn metric_export_interval(&self) -> Option<Duration> {
+        self.inner.built.metric_interval
     }
 
     /// The `nemo.lens` meter, for instruments of your own: the exporting meter provider's, or

@@ -143,7 +143,7 @@ impl MetricFieldFilter {
     /// ```
     pub fn allows(&self, meta: &Metadata<'_>) -> bool {
         !self.inert
-            && meta.is_event()
+            && !meta.is_span()
             && !is_internal(meta.target())
             && meta
                 .fields()

@@ -52,10 +52,13 @@
 //!
 //! Recording never panics and never returns an error into the training loop. Misuse found while
 //! recording (an unknown metric group or key, a negative value for a monotonic counter, a `u64`
-//! too large for an up-down counter) is reported **once** per distinct problem as a `tracing`
-//! warning with target [`DIAGNOSTICS_TARGET`] (`nemo_lens::metrics`) and the measurement is
-//! skipped. That target is one of the [internal targets](crate::filter::INTERNAL_TARGETS), so the
-//! warning reaches your `fmt` layer but is never exported as telemetry itself. At most
+//! too large for an up-down counter) is reported **once** per distinct problem and the
+//! measurement is skipped. The report is a `tracing` warning with target [`DIAGNOSTICS_TARGET`]
+//! (`nemo_lens::metrics`); that target is one of the
+//! [internal targets](crate::filter::INTERNAL_TARGETS), so the warning reaches your `fmt` layer
+//! but is never exported as telemetry itself. Where `tracing` cannot deliver it (no subscriber
+//! is installed, or the problem is found inside [`EventMetricsLayer`], where `tracing` drops
+//! re-entrant events) it is one `WARN nemo_lens::metrics: …` line on stderr instead. At most
 //! [`MAX_DISTINCT_WARNINGS`] distinct warnings are remembered, so a loop inventing new keys
 //! cannot grow memory. Registration errors ([`register_metric_group`]) are typed
 //! [`LensError`](crate::LensError)s, since they happen at start-up.
@@ -104,17 +107,32 @@ pub(crate) fn warn_once(
         n if n < MAX_DISTINCT_WARNINGS => {
             seen.insert(entry);
             drop(seen);
-            tracing::warn!(target: DIAGNOSTICS_TARGET, reason, "{}", message());
+            emit(reason, &message());
         }
         n if n == MAX_DISTINCT_WARNINGS => {
             // A sentinel entry makes this the last warning.
             seen.insert(("", String::new(), String::new()));
             drop(seen);
-            tracing::warn!(
-                target: DIAGNOSTICS_TARGET,
-                "{MAX_DISTINCT_WARNINGS} distinct metric recording problems reported; further ones are skipped silently"
+            emit(
+                "too many warnings",
+                &format!(
+                    "{MAX_DISTINCT_WARNINGS} distinct metric recording problems reported; \
+                     further ones are skipped silently"
+                ),
             );
         }
         _ => {}
+    }
+}
+
+/// A `tracing` warning when a subscriber can take it; otherwise (no subscriber, or called from
+/// inside a layer, where `tracing` drops re-entrant events) one line on stderr.
+fn emit(reason: &'static str, message: &str) {
+    let no_subscriber =
+        tracing::dispatcher::get_default(|d| d.is::<tracing_core::subscriber::NoSubscriber>());
+    if no_subscriber {
+        eprintln!("WARN {DIAGNOSTICS_TARGET}: {message}");
+    } else {
+        tracing::warn!(target: DIAGNOSTICS_TARGET, reason, "{message}");
     }
 }
