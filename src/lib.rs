@@ -61,6 +61,11 @@
 //!   `service.instance.id`, SLURM, Kubernetes and host attributes, as the Python library.
 //! * **Exporters** ([`export`]): compact JSONL in the Python field layout (stdout or a per-rank
 //!   file), or OTLP.
+//! * **Metrics** ([`metrics`]): a meter provider on exporting ranks (periodic export every
+//!   `OTEL_METRIC_EXPORT_INTERVAL` ms), Lens's instrument families ([`TrainingMetrics`],
+//!   [`InferenceMetrics`], [`RlMetrics`], [`GymMetrics`]), a registry for your own metric groups
+//!   ([`register_metric_group`], [`record_metrics`]) and metrics from event fields
+//!   ([`Telemetry::metrics_layer`]: `info!(histogram.step_ms = dt)`).
 //! * **Testing** ([`testing`], feature `testing`): capture finished spans in your own tests.
 //!
 //! ## Performance

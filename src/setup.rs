@@ -10,8 +10,10 @@
 //! 4. disabled, or enabled on a non-exporting rank: **nothing is built**: no provider, no thread,
 //!    no socket, and the layer is inert (every callsite `Interest::never`);
 //! 5. exporting: resource, tracer provider (ChaCha IDs, optional rank sampler, extra
-//!    processors, then the exporter's batch processor), optional meter provider, the W3C
-//!    TraceContext + Baggage propagator and the global tracer provider.
+//!    processors, then the exporter's batch processor), meter provider (the injected reader, or
+//!    a periodic reader every `OTEL_METRIC_EXPORT_INTERVAL` ms, default 10 000, on the
+//!    configured exporter; console output shares the span exporter's stream), the W3C
+//!    TraceContext + Baggage propagator and the global tracer and meter providers.
 //!
 //! ```
 //! use nemo_lens::{LensConfig, Telemetry};

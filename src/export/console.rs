@@ -56,6 +56,9 @@
 //!   never interleave; `{rank}` in the template is replaced by the rank, parent directories are
 //!   created, and the file is appended to.
 //! - [`ConsoleSpanExporter::to_writer`]: any [`std::io::Write`] (a socket, a pipe, a test buffer).
+//! - [`ConsoleSpanExporter::with_writer`]: a [`ConsoleWriter`] shared with the
+//!   [metric exporter](crate::export::console_metrics), so span lines and metric lines go, each
+//!   whole, into one stream (what `Telemetry` does with `NEMO_LENS_EXPORTER=console`).
 //!
 //! ```
 //! use nemo_lens::export::console::ConsoleSpanExporter;
