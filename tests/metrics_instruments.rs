@@ -56,8 +56,11 @@ fn names(rm: &ResourceMetrics) -> Vec<String> {
     v
 }
 
-fn attrs<'a>(it: impl Iterator<Item = &'a KeyValue>) -> Vec<(String, Value)> {
-    let mut v: Vec<(String, Value)> = it
+/// Attributes as sorted `(key, value)` pairs.
+type Attrs = Vec<(String, Value)>;
+
+fn attrs<'a>(it: impl Iterator<Item = &'a KeyValue>) -> Attrs {
+    let mut v: Attrs = it
         .map(|kv| (kv.key.to_string(), kv.value.clone()))
         .collect();
     v.sort_by(|a, b| a.0.cmp(&b.0));
@@ -69,7 +72,7 @@ fn s(v: &str) -> Value {
 }
 
 /// `(attributes, count, sum)` of every point of an f64 histogram.
-fn f64_histogram(m: &Metric) -> Vec<(Vec<(String, Value)>, u64, f64)> {
+fn f64_histogram(m: &Metric) -> Vec<(Attrs, u64, f64)> {
     match m.data() {
         AggregatedMetrics::F64(MetricData::Histogram(h)) => h
             .data_points()
@@ -79,7 +82,7 @@ fn f64_histogram(m: &Metric) -> Vec<(Vec<(String, Value)>, u64, f64)> {
     }
 }
 
-fn f64_gauge(m: &Metric) -> Vec<(Vec<(String, Value)>, f64)> {
+fn f64_gauge(m: &Metric) -> Vec<(Attrs, f64)> {
     match m.data() {
         AggregatedMetrics::F64(MetricData::Gauge(g)) => g
             .data_points()
