@@ -130,6 +130,11 @@ pub struct MetricFieldFilter {
 
 impl MetricFieldFilter {
     /// `true` when the layer records nothing at all.
+    ///
+    /// ```
+    /// let layer = nemo_lens::EventMetricsLayer::<tracing_subscriber::Registry>::inert();
+    /// assert!(layer.filter().is_inert());
+    /// ```
     pub fn is_inert(&self) -> bool {
         self.inert
     }
@@ -214,6 +219,12 @@ where
 {
     /// A layer recording into `instruments` (instruments are created on first use and cached
     /// there, shared with every other layer on the same cache).
+    ///
+    /// ```
+    /// use nemo_lens::{EventMetricsLayer, Instruments};
+    /// let layer = EventMetricsLayer::<tracing_subscriber::Registry>::new(Instruments::noop());
+    /// assert!(!layer.filter().is_inert());
+    /// ```
     pub fn new(instruments: Instruments) -> Self {
         EventMetricsLayer {
             inner: Recorder {
@@ -236,6 +247,11 @@ where
     }
 
     /// The filter that decides which callsites reach the layer.
+    ///
+    /// ```
+    /// let layer = nemo_lens::EventMetricsLayer::<tracing_subscriber::Registry>::inert();
+    /// assert!(layer.filter().is_inert());
+    /// ```
     pub fn filter(&self) -> &MetricFieldFilter {
         self.inner.filter()
     }

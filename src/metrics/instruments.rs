@@ -246,7 +246,13 @@ impl Default for InferenceMetrics<'_> {
 }
 
 impl InferenceMetrics<'_> {
-    /// Records the fields that are set (see the [struct docs](Self)).
+    /// Records the fields that are set (see the [struct docs](Self)) into `instruments` (an
+    /// [`Instruments`] or the [`Telemetry`](crate::Telemetry) handle).
+    ///
+    /// ```
+    /// let instruments = nemo_lens::Instruments::noop();
+    /// nemo_lens::InferenceMetrics { output_tokens: Some(42), ..Default::default() }.record(&instruments);
+    /// ```
     pub fn record(&self, instruments: &impl AsRef<Instruments>) {
         let inner = &instruments.as_ref().inner;
         let i = inner.inference.get_or_init(|| Inference {
@@ -346,6 +352,11 @@ pub struct RlMetrics {
 
 impl RlMetrics {
     /// Records the fields that are set.
+    ///
+    /// ```
+    /// let instruments = nemo_lens::Instruments::noop();
+    /// nemo_lens::RlMetrics { entropy: Some(2.1), ..Default::default() }.record(&instruments);
+    /// ```
     pub fn record(&self, instruments: &impl AsRef<Instruments>) {
         let inner = &instruments.as_ref().inner;
         let m = &inner.meter;
@@ -464,6 +475,11 @@ pub struct GymMetrics {
 
 impl GymMetrics {
     /// Records the fields that are set.
+    ///
+    /// ```
+    /// let instruments = nemo_lens::Instruments::noop();
+    /// nemo_lens::GymMetrics { active_servers: Some(4), ..Default::default() }.record(&instruments);
+    /// ```
     pub fn record(&self, instruments: &impl AsRef<Instruments>) {
         let inner = &instruments.as_ref().inner;
         let m = &inner.meter;
@@ -580,6 +596,11 @@ pub struct TrainingMetrics<'a> {
 
 impl TrainingMetrics<'_> {
     /// Records the fields that are set.
+    ///
+    /// ```
+    /// let instruments = nemo_lens::Instruments::noop();
+    /// nemo_lens::TrainingMetrics { grad_norm: Some(1.02), ..Default::default() }.record(&instruments);
+    /// ```
     pub fn record(&self, instruments: &impl AsRef<Instruments>) {
         let inner = &instruments.as_ref().inner;
         let m = &inner.meter;

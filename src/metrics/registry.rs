@@ -86,6 +86,10 @@ impl MetricKind {
     pub const ACCEPTED: &'static str = "'gauge', 'histogram', 'counter', 'up_down_counter'";
 
     /// The Python spelling (`gauge`, `histogram`, `counter`, `up_down_counter`).
+    ///
+    /// ```
+    /// assert_eq!(nemo_lens::MetricKind::UpDownCounter.as_str(), "up_down_counter");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             MetricKind::Gauge => "gauge",
@@ -144,6 +148,12 @@ pub struct MetricSpec {
 
 impl MetricSpec {
     /// A spec with no unit and no description.
+    ///
+    /// ```
+    /// use nemo_lens::{MetricKind, MetricSpec};
+    /// let spec = MetricSpec::new("reward_mean", "rl.reward.mean", MetricKind::Gauge);
+    /// assert_eq!((spec.unit.as_str(), spec.description.as_str()), ("", ""));
+    /// ```
     pub fn new(key: impl Into<String>, name: impl Into<String>, kind: MetricKind) -> Self {
         MetricSpec {
             key: key.into(),
@@ -155,12 +165,24 @@ impl MetricSpec {
     }
 
     /// Sets the unit.
+    ///
+    /// ```
+    /// use nemo_lens::{MetricKind, MetricSpec};
+    /// let spec = MetricSpec::new("tps", "rl.throughput.tokens_per_sec", MetricKind::Gauge).with_unit("{token}/s");
+    /// assert_eq!(spec.unit, "{token}/s");
+    /// ```
     pub fn with_unit(mut self, unit: impl Into<String>) -> Self {
         self.unit = unit.into();
         self
     }
 
     /// Sets the description.
+    ///
+    /// ```
+    /// use nemo_lens::{MetricKind, MetricSpec};
+    /// let spec = MetricSpec::new("kl", "rl.kl_divergence", MetricKind::Gauge).with_description("KL to the reference.");
+    /// assert_eq!(spec.description, "KL to the reference.");
+    /// ```
     pub fn with_description(mut self, description: impl Into<String>) -> Self {
         self.description = description.into();
         self
