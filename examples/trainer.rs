@@ -7,16 +7,17 @@
 //!
 //! prints one JSON line per finished span (the `job` span and `checkpoint` spans with the
 //! default span groups; add `NEMO_LENS_SPAN_GROUPS=per_step` for `step`, `forward_backward` and
-//! `optimizer`). Configuration comes from the `NEMO_LENS_*` environment variables; a rank the
+//! `optimizer`) and one `resource_metrics` line per metric export (`dl.step.duration`,
+//! `dl.loss`; every `OTEL_METRIC_EXPORT_INTERVAL` ms and at exit). Configuration comes from the `NEMO_LENS_*` environment variables; a rank the
 //! export strategy excludes prints nothing and exits 0. A bad variable prints the error and exits
 //! with status 2.
 
 use std::process::ExitCode;
 use std::thread::sleep;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
-use nemo_lens::{LensConfig, Telemetry};
+use nemo_lens::{LensConfig, Telemetry, TrainingMetrics};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use tracing::instrument;
@@ -77,7 +78,7 @@ fn main() -> ExitCode {
         )
         .init();
 
-    train(&args);
+    train(&args, &telemetry);
 
     if let Err(e) = telemetry.shutdown(Duration::from_secs(10)) {
         eprintln!("trainer: {e}");
@@ -86,11 +87,19 @@ fn main() -> ExitCode {
 }
 
 #[instrument(skip_all, fields(nemo.group.job, dl.rank = args.rank, dl.world_size = args.world_size))]
-fn train(args: &Args) {
+fn train(args: &Args, telemetry: &Telemetry) {
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let mut step = 1;
     while args.steps == 0 || step <= args.steps {
+        let started = Instant::now();
         let loss = train_step(step, args.step_ms, &mut rng);
+        // Metrics: a no-op on ranks that export nothing.
+        TrainingMetrics {
+            step_duration_s: Some(started.elapsed().as_secs_f64()),
+            loss: Some(loss),
+            ..Default::default()
+        }
+        .record(telemetry);
         tracing::debug!(loss, step, "step finished");
         if args.checkpoint_every > 0 && step % args.checkpoint_every == 0 {
             save_checkpoint(step);

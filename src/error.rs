@@ -63,6 +63,16 @@ pub enum LensError {
         /// The value found.
         value: String,
     },
+    /// A millisecond interval (`OTEL_METRIC_EXPORT_INTERVAL`) is not a positive integer.
+    #[error(
+        "Invalid value for {var}: '{value}'. Expected a positive integer number of milliseconds such as '10000'."
+    )]
+    InvalidMillis {
+        /// The variable.
+        var: String,
+        /// The value found.
+        value: String,
+    },
     /// `export_sample_rate` outside `[0.0, 1.0]`.
     #[error("export_sample_rate must be in [0.0, 1.0], got {value} (from {var}).")]
     SampleRateOutOfRange {

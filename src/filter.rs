@@ -7,7 +7,7 @@
 //! * a span or event whose callsite declares a disabled [group](crate::groups)
 //!   (`nemo.group.<g>` field): `Interest::never`;
 //! * callsites of the exporters' own stacks (`opentelemetry*`, `hyper`, `tonic`, `h2`,
-//!   `reqwest`, `tower`): `Interest::never`, so export errors logged through `tracing` never feed
+//!   `reqwest`, `tower`) and of nemo-lens's own diagnostics (`nemo_lens`): `Interest::never`, so export errors logged through `tracing` never feed
 //!   back into the pipeline;
 //! * everything else: `Interest::always`.
 //!
@@ -29,8 +29,18 @@ use tracing_subscriber::layer::{Context, Filter};
 use crate::groups::{GroupGate, declared_group};
 
 /// Target prefixes whose callsites the lens layer never records (feedback-loop guard).
-pub const INTERNAL_TARGETS: [&str; 6] =
-    ["opentelemetry", "hyper", "tonic", "h2", "reqwest", "tower"];
+///
+/// `nemo_lens` itself is one of them: the crate's own diagnostics (such as the warnings of
+/// [`crate::metrics`]) go to your other layers (`fmt`) but never become exported telemetry.
+pub const INTERNAL_TARGETS: [&str; 7] = [
+    "opentelemetry",
+    "hyper",
+    "tonic",
+    "h2",
+    "reqwest",
+    "tower",
+    "nemo_lens",
+];
 
 /// `true` for a target of the exporters' own stacks ([`INTERNAL_TARGETS`], as a whole path
 /// segment or crate-name prefix: `tonic`, `tonic::transport`, `opentelemetry_sdk`, `hyper-util`).

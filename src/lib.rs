@@ -61,6 +61,11 @@
 //!   `service.instance.id`, SLURM, Kubernetes and host attributes, as the Python library.
 //! * **Exporters** ([`export`]): compact JSONL in the Python field layout (stdout or a per-rank
 //!   file), or OTLP.
+//! * **Metrics** ([`metrics`]): a meter provider on exporting ranks (periodic export every
+//!   `OTEL_METRIC_EXPORT_INTERVAL` ms), Lens's instrument families ([`TrainingMetrics`],
+//!   [`InferenceMetrics`], [`RlMetrics`], [`GymMetrics`]), a registry for your own metric groups
+//!   ([`register_metric_group`], [`record_metrics`]) and metrics from event fields
+//!   ([`Telemetry::metrics_layer`]: `info!(histogram.step_ms = dt)`).
 //! * **Testing** ([`testing`], feature `testing`): capture finished spans in your own tests.
 //!
 //! ## Performance
@@ -84,6 +89,7 @@ pub mod groups;
 pub mod ids;
 pub mod layer;
 pub mod logs;
+pub mod metrics;
 pub mod propagation;
 pub mod resource;
 pub mod sampling;
@@ -99,6 +105,11 @@ pub use error::{LensError, Result};
 pub use filter::LensFilter;
 pub use groups::is_span_group_enabled;
 pub use layer::LensLayer;
+pub use metrics::{
+    EventMetricsLayer, GymMetrics, InferenceMetrics, Instruments, MetricKind, MetricSpec,
+    RlMetrics, TrainingMetrics, record_metrics, register_metric_group, registered_metric_groups,
+    unregister_metric_group,
+};
 pub use sampling::RankAwareSampler;
 pub use setup::{SCOPE_NAME, Telemetry, TelemetryBuilder};
 pub use span_ext::LensSpanExt;

@@ -380,3 +380,31 @@ pub const INVERTED_START_EPOCH_SECONDS: &str = "inverted.start_epoch_seconds";
 pub const INVERTED_END_EPOCH_SECONDS: &str = "inverted.end_epoch_seconds";
 /// `inverted.delta_seconds`: start minus end in seconds, always positive (string; nightly).
 pub const INVERTED_DELTA_SECONDS: &str = "inverted.delta_seconds";
+
+// ------------------------------------------------------------------------------------------
+// Metric (instrument) names — see `crate::metrics::instruments`
+// ------------------------------------------------------------------------------------------
+//
+// Gauges reuse the attribute names above where Python does (`rl.reward.mean`, `dl.loss`, …).
+
+/// `gen_ai.server.request.duration`: histogram of inference request durations, seconds
+/// (upstream GenAI metric).
+pub const GEN_AI_SERVER_REQUEST_DURATION: &str = "gen_ai.server.request.duration";
+/// `gen_ai.client.token.usage`: histogram of input and output token counts (upstream GenAI
+/// metric).
+pub const GEN_AI_CLIENT_TOKEN_USAGE: &str = "gen_ai.client.token.usage";
+/// `rl.generation.duration_ms`: histogram of generation durations, milliseconds.
+pub const RL_GENERATION_DURATION_MS: &str = "rl.generation.duration_ms";
+/// `rl.rollout.duration_ms`: histogram of rollout-collection durations, milliseconds.
+pub const RL_ROLLOUT_DURATION_MS: &str = "rl.rollout.duration_ms";
+/// `gym.server.request_duration_ms`: histogram of Gym server request durations, milliseconds.
+pub const GYM_SERVER_REQUEST_DURATION_MS: &str = "gym.server.request_duration_ms";
+/// `gym.rollout.duration_ms`: histogram of Gym rollout durations, milliseconds.
+pub const GYM_ROLLOUT_DURATION_MS: &str = "gym.rollout.duration_ms";
+/// `gym.verify.duration_ms`: histogram of Gym verification durations, milliseconds.
+pub const GYM_VERIFY_DURATION_MS: &str = "gym.verify.duration_ms";
+/// `gym.servers.active`: gauge of active Gym servers.
+pub const GYM_SERVERS_ACTIVE: &str = "gym.servers.active";
+/// `dl.step.duration`: histogram of training-step durations, seconds (Rust trainers; NeMo
+/// custom, no Python counterpart).
+pub const DL_STEP_DURATION: &str = "dl.step.duration";

@@ -10,8 +10,10 @@
 //! 4. disabled, or enabled on a non-exporting rank: **nothing is built**: no provider, no thread,
 //!    no socket, and the layer is inert (every callsite `Interest::never`);
 //! 5. exporting: resource, tracer provider (ChaCha IDs, optional rank sampler, extra
-//!    processors, then the exporter's batch processor), optional meter provider, the W3C
-//!    TraceContext + Baggage propagator and the global tracer provider.
+//!    processors, then the exporter's batch processor), meter provider (the injected reader, or
+//!    a periodic reader every `OTEL_METRIC_EXPORT_INTERVAL` ms, default 10 000, on the
+//!    configured exporter; console output shares the span exporter's stream), the W3C
+//!    TraceContext + Baggage propagator and the global tracer and meter providers.
 //!
 //! ```
 //! use nemo_lens::{LensConfig, Telemetry};
@@ -29,14 +31,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
+use opentelemetry::InstrumentationScope;
 use opentelemetry::global::{self, BoxedTracer};
+use opentelemetry::metrics::{Meter, MeterProvider as _};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::trace::noop::NoopTracer;
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::logs::{LogExporter, SdkLoggerProvider};
-use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
+use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{
     BatchSpanProcessor, SdkTracerProvider, SimpleSpanProcessor, Span, SpanData, SpanExporter,
     SpanProcessor,
@@ -45,14 +49,16 @@ use tracing_subscriber::registry::LookupSpan;
 
 use crate::config::{ExporterKind, LensConfig};
 use crate::error::{LensError, Result};
-use crate::export::console::ConsoleSpanExporter;
+use crate::export::console::{ConsoleSpanExporter, ConsoleWriter};
 use crate::export::console_logs::ConsoleLogExporter;
+use crate::export::console_metrics::ConsoleMetricExporter;
 use crate::export::otlp::{self, OtlpProtocol, Signal};
 use crate::filter::LensFilter;
 use crate::groups::{self, GroupGate};
 use crate::ids::ChaChaIdGenerator;
 use crate::layer::{LensLayer, Pipeline};
 use crate::logs::{LensLoggerProvider, LogFilter};
+use crate::metrics::{EventMetricsLayer, Instruments};
 use crate::propagation;
 use crate::resource;
 use crate::sampling::RankAwareSampler;
@@ -327,6 +333,13 @@ impl TelemetryBuilder {
         } else {
             Default::default()
         }));
+        // Read on every enabled rank, so a bad value fails the whole job at start-up.
+        let metric_interval = if config.enabled && config.metrics_enabled && metric_reader.is_none()
+        {
+            metric_export_interval(&*lookup)?
+        } else {
+            None
+        };
         let mut built = Built::default();
         if exporting {
             let resource =
@@ -345,18 +358,11 @@ impl TelemetryBuilder {
                     Some(make) => make(synchronous),
                     None => match config.exporter {
                         ExporterKind::Console => {
-                            let exporter = match &config.console_path {
-                                Some(template) => ConsoleSpanExporter::to_path(template, rank)
-                                    .map_err(|source| LensError::OutputFile {
-                                        var: "NEMO_LENS_CONSOLE_PATH".into(),
-                                        path: crate::export::console::resolve_path(template, rank)
-                                            .display()
-                                            .to_string(),
-                                        source,
-                                    })?,
-                                None => ConsoleSpanExporter::stdout(),
-                            };
-                            exporter_processor(exporter, synchronous)
+                            let writer = built.console_writer(&config, rank)?;
+                            exporter_processor(
+                                ConsoleSpanExporter::with_writer(writer),
+                                synchronous,
+                            )
                         }
                         ExporterKind::Otlp => {
                             let protocol = otlp::protocol_for(Signal::Traces, &*lookup)?;
@@ -380,31 +386,52 @@ impl TelemetryBuilder {
                 built.tracer_provider = Some(provider);
             }
             if config.metrics_enabled {
-                if let Some(add_reader) = metric_reader {
-                    let provider =
-                        add_reader(SdkMeterProvider::builder().with_resource(resource.clone()))
-                            .build();
-                    global::set_meter_provider(provider.clone());
-                    built.meter_provider = Some(provider);
-                }
+                let builder = SdkMeterProvider::builder().with_resource(resource.clone());
+                let builder = match metric_reader {
+                    Some(add_reader) => add_reader(builder),
+                    None => {
+                        let interval = metric_interval.unwrap_or(DEFAULT_METRIC_EXPORT_INTERVAL);
+                        built.metric_interval = Some(interval);
+                        match config.exporter {
+                            ExporterKind::Console => {
+                                let writer = built.console_writer(&config, rank)?;
+                                builder.with_reader(
+                                    PeriodicReader::builder(ConsoleMetricExporter::new(writer))
+                                        .with_interval(interval)
+                                        .build(),
+                                )
+                            }
+                            ExporterKind::Otlp => {
+                                let protocol = otlp::protocol_for(Signal::Metrics, &*lookup)?;
+                                if protocol == OtlpProtocol::Grpc && built.runtime.is_none() {
+                                    built.runtime = Some(otlp::grpc_runtime()?);
+                                }
+                                let exporter =
+                                    otlp::metric_exporter(protocol, built.runtime.as_ref())?;
+                                builder.with_reader(
+                                    PeriodicReader::builder(exporter)
+                                        .with_interval(interval)
+                                        .build(),
+                                )
+                            }
+                        }
+                    }
+                };
+                let provider = builder.build();
+                global::set_meter_provider(provider.clone());
+                built.meter_provider = Some(provider);
             }
             if config.logs_enabled {
                 let provider = match log_exporter {
                     Some(make) => make(resource.clone(), synchronous),
                     None => match config.exporter {
                         ExporterKind::Console => {
-                            let exporter = match &config.console_path {
-                                Some(template) => ConsoleLogExporter::to_path(template, rank)
-                                    .map_err(|source| LensError::OutputFile {
-                                        var: "NEMO_LENS_CONSOLE_PATH".into(),
-                                        path: crate::export::console::resolve_path(template, rank)
-                                            .display()
-                                            .to_string(),
-                                        source,
-                                    })?,
-                                None => ConsoleLogExporter::stdout(),
-                            };
-                            log_provider(exporter, resource.clone(), synchronous)
+                            let writer = built.console_writer(&config, rank)?;
+                            log_provider(
+                                ConsoleLogExporter::new(writer),
+                                resource.clone(),
+                                synchronous,
+                            )
                         }
                         ExporterKind::Otlp => {
                             let protocol = otlp::protocol_for(Signal::Logs, &*lookup)?;
@@ -425,8 +452,15 @@ impl TelemetryBuilder {
             groups::install_process_gate(gate.clone());
             INITIALIZED.store(true, Ordering::SeqCst);
         }
+        let instruments = match &built.meter_provider {
+            Some(p) => Instruments::new(
+                p.meter_with_scope(InstrumentationScope::builder(SCOPE_NAME).build()),
+            ),
+            None => Instruments::noop(),
+        };
         Ok(Telemetry {
             inner: Arc::new(Inner {
+                instruments,
                 filter: LensFilter::new(built.pipeline.is_none(), gate.clone()),
                 config,
                 rank,
@@ -448,6 +482,70 @@ struct Built {
     logger_provider: Option<LensLoggerProvider>,
     resource: Option<Resource>,
     runtime: Option<tokio::runtime::Runtime>,
+    /// The console output shared by the console exporters (opened once, on first use).
+    console: Option<ConsoleWriter>,
+    /// The interval of the periodic metric reader lens built (none with an injected reader).
+    metric_interval: Option<Duration>,
+}
+
+impl Built {
+    /// The console writer of this process: stdout, or the per-rank file of
+    /// `NEMO_LENS_CONSOLE_PATH`, opened on first use and shared by every console exporter so
+    /// their lines interleave whole.
+    fn console_writer(&mut self, config: &LensConfig, rank: u32) -> Result<ConsoleWriter> {
+        if let Some(w) = &self.console {
+            return Ok(w.clone());
+        }
+        let writer = match &config.console_path {
+            Some(template) => {
+                ConsoleWriter::to_path(template, rank).map_err(|source| LensError::OutputFile {
+                    var: "NEMO_LENS_CONSOLE_PATH".into(),
+                    path: crate::export::console::resolve_path(template, rank)
+                        .display()
+                        .to_string(),
+                    source,
+                })?
+            }
+            None => ConsoleWriter::stdout(),
+        };
+        self.console = Some(writer.clone());
+        Ok(writer)
+    }
+}
+
+/// The metric export interval when `OTEL_METRIC_EXPORT_INTERVAL` is unset (10 s, as Python).
+pub const DEFAULT_METRIC_EXPORT_INTERVAL: Duration = Duration::from_millis(10_000);
+
+/// Reads `OTEL_METRIC_EXPORT_INTERVAL` (milliseconds) through `lookup`: `None` when unset or
+/// blank, an error naming the variable when it is not a positive integer.
+///
+/// ```
+/// use std::time::Duration;
+/// use nemo_lens::setup::metric_export_interval;
+///
+/// assert_eq!(metric_export_interval(&|_| None).unwrap(), None);
+/// let env = |v: &'static str| move |k: &str| (k == "OTEL_METRIC_EXPORT_INTERVAL").then(|| v.to_string());
+/// assert_eq!(metric_export_interval(&env(" 2500 ")).unwrap(), Some(Duration::from_millis(2500)));
+/// let err = metric_export_interval(&env("10s")).unwrap_err().to_string();
+/// assert!(err.contains("OTEL_METRIC_EXPORT_INTERVAL") && err.contains("positive integer number of milliseconds"));
+/// assert!(metric_export_interval(&env("0")).is_err());
+/// ```
+pub fn metric_export_interval(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Option<Duration>> {
+    const VAR: &str = "OTEL_METRIC_EXPORT_INTERVAL";
+    let Some(raw) = lookup(VAR) else {
+        return Ok(None);
+    };
+    let value = raw.trim();
+    if value.is_empty() {
+        return Ok(None);
+    }
+    match value.parse::<u64>() {
+        Ok(ms) if ms > 0 => Ok(Some(Duration::from_millis(ms))),
+        _ => Err(LensError::InvalidMillis {
+            var: VAR.into(),
+            value: raw,
+        }),
+    }
 }
 
 struct Inner {
@@ -458,6 +556,7 @@ struct Inner {
     groups: Arc<GroupGate>,
     filter: LensFilter,
     built: Built,
+    instruments: Instruments,
     shutdown_done: AtomicBool,
 }
 
@@ -552,6 +651,68 @@ impl Telemetry {
         self.inner.built.meter_provider.as_ref()
     }
 
+    /// How often metrics are exported: `OTEL_METRIC_EXPORT_INTERVAL` or 10 s, when this rank
+    /// exports metrics through lens's periodic reader (`None` otherwise, and with an injected
+    /// [`TelemetryBuilder::metric_reader`]).
+    ///
+    /// ```
+    /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// assert_eq!(telemetry.metric_export_interval(), None); // disabled: no reader
+    /// ```
+    pub fn metric_export_interval(&self) -> Option<Duration> {
+        self.inner.built.metric_interval
+    }
+
+    /// The `nemo.lens` meter, for instruments of your own: the exporting meter provider's, or
+    /// a no-op meter on a rank that exports no metrics (disabled, metrics off, non-exporting).
+    ///
+    /// ```
+    /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// let tokens = telemetry.meter().u64_counter("my.tokens").with_unit("{token}").build();
+    /// tokens.add(512, &[]); // a no-op here: telemetry is disabled
+    /// ```
+    pub fn meter(&self) -> Meter {
+        self.inner.instruments.meter().clone()
+    }
+
+    /// The cached instruments of [`Telemetry::meter`], used by
+    /// [`InferenceMetrics`](crate::InferenceMetrics) and friends, [`crate::record_metrics`] and
+    /// [`Telemetry::metrics_layer`]. The handle itself is `AsRef<Instruments>`, so those accept
+    /// `&telemetry` directly.
+    ///
+    /// ```
+    /// use nemo_lens::TrainingMetrics;
+    /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// TrainingMetrics { loss: Some(0.9), ..Default::default() }.record(telemetry.instruments());
+    /// TrainingMetrics { loss: Some(0.8), ..Default::default() }.record(&telemetry); // same thing
+    /// ```
+    pub fn instruments(&self) -> &Instruments {
+        &self.inner.instruments
+    }
+
+    /// A layer that records `histogram.*`, `gauge.*`, `counter.*` and `monotonic_counter.*`
+    /// event fields as metrics (see [`crate::metrics::events`]). Inert (`Interest::never` for
+    /// every callsite) on a rank that exports no metrics.
+    ///
+    /// ```
+    /// use tracing_subscriber::prelude::*;
+    /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// let _guard = tracing_subscriber::registry()
+    ///     .with(telemetry.layer())
+    ///     .with(telemetry.metrics_layer())
+    ///     .set_default();
+    /// tracing::info!(histogram.step_ms = 812.5);
+    /// ```
+    pub fn metrics_layer<S>(&self) -> EventMetricsLayer<S>
+    where
+        S: tracing_core::Subscriber + for<'a> LookupSpan<'a>,
+    {
+        match &self.inner.built.meter_provider {
+            Some(_) => EventMetricsLayer::new(self.inner.instruments.clone()),
+            None => EventMetricsLayer::inert(),
+        }
+    }
+
     /// Whether `group` is enabled for this telemetry.
     pub fn is_span_group_enabled(&self, group: &str) -> bool {
         self.inner.groups.is_enabled(group)
@@ -610,6 +771,12 @@ impl Telemetry {
     /// `timeout` (plus scheduling slack) even when an exporter hangs. A second call does nothing.
     pub fn shutdown(&self, timeout: Duration) -> Result<()> {
         self.inner.shutdown(timeout)
+    }
+}
+
+impl AsRef<Instruments> for Telemetry {
+    fn as_ref(&self) -> &Instruments {
+        &self.inner.instruments
     }
 }
 

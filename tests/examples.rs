@@ -84,6 +84,20 @@ fn console_exporter_prints_one_json_span_per_line() {
     assert_eq!(step["parent_id"], train["context"]["span_id"]);
     assert!(step["attributes"]["dl.loss"].is_f64());
     assert!(step["attributes"]["step"].is_i64());
+
+    // The metric batch written at shutdown: three steps of `TrainingMetrics`.
+    let batch = spans
+        .iter()
+        .rev()
+        .find(|l| l.get("resource_metrics").is_some())
+        .expect("a resource_metrics line");
+    let metrics = batch["resource_metrics"][0]["scope_metrics"][0]["metrics"]
+        .as_array()
+        .unwrap();
+    let metric = |n: &str| metrics.iter().find(|m| m["name"] == n).unwrap();
+    let step_duration = &metric("dl.step.duration")["data"]["data_points"][0];
+    assert_eq!(step_duration["count"], 3);
+    assert!(metric("dl.loss")["data"]["data_points"][0]["value"].is_f64());
 }
 
 #[test]
@@ -98,7 +112,7 @@ fn default_groups_export_job_and_checkpoint_only() {
     assert!(out.status.success());
     let mut names: Vec<String> = lines(&out.stdout)
         .iter()
-        .map(|s| s["name"].as_str().unwrap().to_string())
+        .filter_map(|s| s["name"].as_str().map(str::to_string))
         .collect();
     names.sort();
     assert_eq!(names, ["save_checkpoint", "save_checkpoint", "train"]);
@@ -160,13 +174,17 @@ fn per_rank_files_do_not_interleave() {
     for rank in 0..2_i64 {
         let text =
             std::fs::read_to_string(dir.path().join(format!("lens_rank{rank}.jsonl"))).unwrap();
-        let spans = lines(text.as_bytes());
-        assert!(!spans.is_empty());
-        assert!(
-            spans
-                .iter()
-                .all(|s| s["resource"]["attributes"]["dl.rank"] == rank)
-        );
+        let lines = lines(text.as_bytes());
+        assert!(!lines.is_empty());
+        // Span lines and metric lines (`resource_metrics`) share the rank's file.
+        assert!(lines.iter().all(|l| {
+            let resource = match l.get("resource_metrics") {
+                Some(batch) => &batch[0]["resource"],
+                None => &l["resource"],
+            };
+            resource["attributes"]["dl.rank"] == rank
+        }));
+        assert!(lines.iter().any(|l| l.get("resource_metrics").is_some()));
     }
 }
 
@@ -255,7 +273,10 @@ fn launcher_traceparent_joins_every_rank_into_one_trace() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let spans = lines(&out.stdout);
+        let spans: Vec<_> = lines(&out.stdout)
+            .into_iter()
+            .filter(|l| l.get("context").is_some())
+            .collect();
         assert!(spans.len() >= 3, "rank {rank}: {spans:?}");
         for s in &spans {
             assert_eq!(

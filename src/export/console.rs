@@ -56,6 +56,9 @@
 //!   never interleave; `{rank}` in the template is replaced by the rank, parent directories are
 //!   created, and the file is appended to.
 //! - [`ConsoleSpanExporter::to_writer`]: any [`std::io::Write`] (a socket, a pipe, a test buffer).
+//! - [`ConsoleSpanExporter::with_writer`]: a [`ConsoleWriter`] shared with the
+//!   [metric exporter](crate::export::console_metrics), so span lines and metric lines go, each
+//!   whole, into one stream (what `Telemetry` does with `NEMO_LENS_EXPORTER=console`).
 //!
 //! ```
 //! use nemo_lens::export::console::ConsoleSpanExporter;
@@ -89,6 +92,7 @@ use std::fs::{File, OpenOptions};
 use std::future::Future;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -104,9 +108,9 @@ const EMPTY_RESOURCE_JSON: &str = r#"{"attributes": {}, "schema_url": ""}"#;
 
 /// A batch buffer that grew past this is shrunk back after the write, so one huge batch does not
 /// pin its memory for the rest of the run.
-const MAX_RETAINED_BUFFER: usize = 4 << 20;
+pub(crate) const MAX_RETAINED_BUFFER: usize = 4 << 20;
 
-/// Where the lines go; kept for `Debug` and [`ConsoleSpanExporter::path`].
+/// Where the lines go; kept for `Debug` and [`ConsoleWriter::path`].
 #[derive(Debug, Clone)]
 enum Target {
     Stdout,
@@ -114,9 +118,123 @@ enum Target {
     File(PathBuf),
 }
 
-struct Sink {
-    out: Box<dyn Write + Send>,
-    buf: Vec<u8>,
+/// A line sink shared by the console exporters of one process.
+///
+/// Spans ([`ConsoleSpanExporter`]) and metric batches
+/// ([`ConsoleMetricExporter`](crate::export::console_metrics::ConsoleMetricExporter)) built on
+/// clones of one `ConsoleWriter` write into the same stream through one lock: every export
+/// writes its whole buffer (complete lines only) with one `write_all` and flushes while holding
+/// it, so lines from the two exporters interleave whole, never mid-line. Cloning is cheap.
+///
+/// ```
+/// use nemo_lens::export::console::ConsoleWriter;
+///
+/// let dir = tempfile::tempdir()?;
+/// let template = dir.path().join("lens-{rank}.jsonl");
+/// let writer = ConsoleWriter::to_path(template.to_str().unwrap(), 2)?;
+/// assert_eq!(writer.path(), Some(dir.path().join("lens-2.jsonl").as_path()));
+/// assert_eq!(writer.clone().path(), writer.path()); // clones share the open file
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct ConsoleWriter {
+    out: Arc<Mutex<Box<dyn Write + Send>>>,
+    target: Target,
+}
+
+impl fmt::Debug for ConsoleWriter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsoleWriter")
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConsoleWriter {
+    fn new(out: Box<dyn Write + Send>, target: Target) -> Self {
+        Self {
+            out: Arc::new(Mutex::new(out)),
+            target,
+        }
+    }
+
+    /// The process's stdout (what Python NeMo Lens's `console` exporter writes to).
+    ///
+    /// ```
+    /// assert!(nemo_lens::export::console::ConsoleWriter::stdout().path().is_none());
+    /// ```
+    pub fn stdout() -> Self {
+        Self::new(Box::new(io::stdout()), Target::Stdout)
+    }
+
+    /// Any [`Write`] implementation (a pipe, a socket, an in-memory buffer).
+    ///
+    /// ```
+    /// let writer = nemo_lens::export::console::ConsoleWriter::to_writer(std::io::sink());
+    /// assert!(writer.path().is_none());
+    /// ```
+    pub fn to_writer(w: impl Write + Send + 'static) -> Self {
+        Self::new(Box::new(w), Target::Writer)
+    }
+
+    /// Appends to the file named by `template` with `{rank}` replaced by `rank` (see
+    /// [`resolve_path`]), creating the file and its parent directories as needed. The file is
+    /// opened once; clones of the writer share it.
+    ///
+    /// ```
+    /// use nemo_lens::export::console::ConsoleWriter;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let writer = ConsoleWriter::to_path(dir.path().join("a/b-{rank}.jsonl").to_str().unwrap(), 1)?;
+    /// assert!(dir.path().join("a/b-1.jsonl").exists());
+    /// # let _ = writer;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Any I/O error from creating the directories or opening the file.
+    pub fn to_path(template: &str, rank: u32) -> io::Result<Self> {
+        let path = resolve_path(template, rank);
+        if let Some(parent) = path.parent() {
+            if !parent.as_os_str().is_empty() {
+                std::fs::create_dir_all(parent)?;
+            }
+        }
+        let file: File = OpenOptions::new().create(true).append(true).open(&path)?;
+        Ok(Self::new(Box::new(file), Target::File(path)))
+    }
+
+    /// The file this writer appends to, or `None` for stdout and custom writers.
+    ///
+    /// ```
+    /// assert_eq!(nemo_lens::export::console::ConsoleWriter::stdout().path(), None);
+    /// ```
+    pub fn path(&self) -> Option<&Path> {
+        match &self.target {
+            Target::File(p) => Some(p),
+            Target::Stdout | Target::Writer => None,
+        }
+    }
+
+    /// Writes `lines` (whole lines only) with one `write_all` and flushes, under the shared lock.
+    pub(crate) fn write_lines(&self, lines: &[u8]) -> io::Result<()> {
+        let mut out = self.out.lock();
+        out.write_all(lines).and_then(|()| out.flush())
+    }
+
+    pub(crate) fn flush(&self) -> io::Result<()> {
+        self.out.lock().flush()
+    }
+
+    /// `stdout`, `writer` or the file's path, for error messages.
+    pub(crate) fn label(&self) -> String {
+        match &self.target {
+            Target::Stdout => "stdout".to_owned(),
+            Target::Writer => "writer".to_owned(),
+            Target::File(p) => p.display().to_string(),
+        }
+    }
 }
 
 /// OpenTelemetry span exporter writing Python-NeMo-Lens-compatible JSON lines.
@@ -134,16 +252,16 @@ struct Sink {
 /// # provider.shutdown().unwrap();
 /// ```
 pub struct ConsoleSpanExporter {
-    sink: Mutex<Sink>,
+    buf: Mutex<Vec<u8>>,
+    writer: ConsoleWriter,
     resource_json: String,
-    target: Target,
     is_shutdown: AtomicBool,
 }
 
 impl fmt::Debug for ConsoleSpanExporter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConsoleSpanExporter")
-            .field("target", &self.target)
+            .field("target", &self.writer.target)
             .field("resource_json", &self.resource_json)
             .field("is_shutdown", &self.is_shutdown.load(Ordering::Relaxed))
             .finish_non_exhaustive()
@@ -165,14 +283,24 @@ impl Default for ConsoleSpanExporter {
 }
 
 impl ConsoleSpanExporter {
-    fn with_target(out: Box<dyn Write + Send>, target: Target) -> Self {
+    /// Writes to `writer`, which may be shared with a
+    /// [`ConsoleMetricExporter`](crate::export::console_metrics::ConsoleMetricExporter) so that
+    /// spans and metric batches land, line by line, in one stream.
+    ///
+    /// ```
+    /// use nemo_lens::export::console::{ConsoleSpanExporter, ConsoleWriter};
+    /// use nemo_lens::export::console_metrics::ConsoleMetricExporter;
+    ///
+    /// let writer = ConsoleWriter::stdout();
+    /// let spans = ConsoleSpanExporter::with_writer(writer.clone());
+    /// let metrics = ConsoleMetricExporter::new(writer);
+    /// # let _ = (spans, metrics);
+    /// ```
+    pub fn with_writer(writer: ConsoleWriter) -> Self {
         Self {
-            sink: Mutex::new(Sink {
-                out,
-                buf: Vec::with_capacity(8 * 1024),
-            }),
+            buf: Mutex::new(Vec::with_capacity(8 * 1024)),
+            writer,
             resource_json: EMPTY_RESOURCE_JSON.to_owned(),
-            target,
             is_shutdown: AtomicBool::new(false),
         }
     }
@@ -189,7 +317,7 @@ impl ConsoleSpanExporter {
     /// # provider.shutdown().unwrap();
     /// ```
     pub fn stdout() -> Self {
-        Self::with_target(Box::new(io::stdout()), Target::Stdout)
+        Self::with_writer(ConsoleWriter::stdout())
     }
 
     /// Writes to any [`Write`] implementation (a pipe, a socket, an in-memory buffer).
@@ -231,7 +359,7 @@ impl ConsoleSpanExporter {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn to_writer(w: impl Write + Send + 'static) -> Self {
-        Self::with_target(Box::new(w), Target::Writer)
+        Self::with_writer(ConsoleWriter::to_writer(w))
     }
 
     /// Appends to the file named by `template` with `{rank}` replaced by `rank` (see
@@ -255,14 +383,7 @@ impl ConsoleSpanExporter {
     ///
     /// Any I/O error from creating the directories or opening the file.
     pub fn to_path(template: &str, rank: u32) -> io::Result<Self> {
-        let path = resolve_path(template, rank);
-        if let Some(parent) = path.parent() {
-            if !parent.as_os_str().is_empty() {
-                std::fs::create_dir_all(parent)?;
-            }
-        }
-        let file: File = OpenOptions::new().create(true).append(true).open(&path)?;
-        Ok(Self::with_target(Box::new(file), Target::File(path)))
+        ConsoleWriter::to_path(template, rank).map(Self::with_writer)
     }
 
     /// The file this exporter appends to, or `None` for stdout and custom writers.
@@ -273,10 +394,7 @@ impl ConsoleSpanExporter {
     /// assert_eq!(ConsoleSpanExporter::stdout().path(), None);
     /// ```
     pub fn path(&self) -> Option<&Path> {
-        match &self.target {
-            Target::File(p) => Some(p),
-            Target::Stdout | Target::Writer => None,
-        }
+        self.writer.path()
     }
 
     /// Writes one line per span and flushes; the synchronous body of [`SpanExporter::export`].
@@ -287,14 +405,13 @@ impl ConsoleSpanExporter {
         if batch.is_empty() {
             return Ok(());
         }
-        let mut sink = self.sink.lock();
-        let Sink { out, buf } = &mut *sink;
+        let mut buf = self.buf.lock();
         buf.clear();
         for span in batch {
-            write_span_json(span, &self.resource_json, buf);
+            write_span_json(span, &self.resource_json, &mut buf);
             buf.push(b'\n');
         }
-        let result = out.write_all(buf).and_then(|()| out.flush());
+        let result = self.writer.write_lines(&buf);
         if buf.capacity() > MAX_RETAINED_BUFFER {
             buf.clear();
             buf.shrink_to(64 * 1024);
@@ -302,26 +419,18 @@ impl ConsoleSpanExporter {
         result.map_err(|e| {
             OTelSdkError::InternalFailure(format!(
                 "console span exporter ({}): write failed: {e}",
-                self.target_label()
+                self.writer.label()
             ))
         })
     }
 
     fn flush_sink(&self) -> OTelSdkResult {
-        self.sink.lock().out.flush().map_err(|e| {
+        self.writer.flush().map_err(|e| {
             OTelSdkError::InternalFailure(format!(
                 "console span exporter ({}): flush failed: {e}",
-                self.target_label()
+                self.writer.label()
             ))
         })
-    }
-
-    fn target_label(&self) -> String {
-        match &self.target {
-            Target::Stdout => "stdout".to_owned(),
-            Target::Writer => "writer".to_owned(),
-            Target::File(p) => p.display().to_string(),
-        }
     }
 }
 
@@ -582,7 +691,7 @@ fn push_py_str_repr(out: &mut String, s: &str) {
 
 /// Writes a JSON object of attributes. A key set twice keeps its first position and its last
 /// value, like the Python dict the SDK fills.
-fn write_attributes(out: &mut Vec<u8>, attrs: &[KeyValue]) {
+pub(crate) fn write_attributes(out: &mut Vec<u8>, attrs: &[KeyValue]) {
     out.push(b'{');
     let mut first = true;
     for (i, kv) in attrs.iter().enumerate() {
@@ -606,7 +715,7 @@ fn write_attributes(out: &mut Vec<u8>, attrs: &[KeyValue]) {
     out.push(b'}');
 }
 
-fn write_value(out: &mut Vec<u8>, value: &Value) {
+pub(crate) fn write_value(out: &mut Vec<u8>, value: &Value) {
     match value {
         Value::Bool(b) => write_bool(out, *b),
         Value::I64(n) => write_i64(out, *n),

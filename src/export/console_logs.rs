@@ -14,9 +14,9 @@
 //! `BytesEncoder`); floats, strings and times are written exactly like span lines (see
 //! [`console`](super::console)).
 //!
-//! Lines go to stdout, or (with [`ConsoleLogExporter::to_path`]) appended to the same per-rank
-//! file as the spans: every export call is one `write` of whole lines on a file opened with
-//! `O_APPEND`, so span and log lines never split each other.
+//! Lines go to stdout or a per-rank file. Set up from the configuration, spans, metric batches
+//! and log records share one [`ConsoleWriter`] (one lock, whole lines per write), so their lines
+//! never split each other.
 //!
 //! ```
 //! use nemo_lens::export::console_logs::ConsoleLogExporter;
@@ -41,10 +41,9 @@
 //! ```
 
 use std::fmt;
-use std::fs::OpenOptions;
 use std::future::Future;
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -57,21 +56,16 @@ use opentelemetry_sdk::logs::{LogBatch, LogExporter, SdkLogRecord};
 use parking_lot::Mutex;
 
 use super::console::{
-    resolve_path, resource_json, write_bool, write_f64, write_i64, write_json_str, write_time,
+    ConsoleWriter, resource_json, write_bool, write_f64, write_i64, write_json_str, write_time,
 };
 
 const EMPTY_RESOURCE_JSON: &str = r#"{"attributes": {}, "schema_url": ""}"#;
 
-struct Sink {
-    out: Box<dyn Write + Send>,
-    buf: Vec<u8>,
-}
-
 /// OpenTelemetry log exporter writing Python-compatible JSON lines; see the
 /// [module docs](self).
 pub struct ConsoleLogExporter {
-    sink: Mutex<Sink>,
-    path: Option<PathBuf>,
+    buf: Mutex<Vec<u8>>,
+    writer: ConsoleWriter,
     resource_json: String,
     is_shutdown: AtomicBool,
 }
@@ -79,19 +73,23 @@ pub struct ConsoleLogExporter {
 impl fmt::Debug for ConsoleLogExporter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConsoleLogExporter")
-            .field("path", &self.path)
+            .field("writer", &self.writer)
             .finish_non_exhaustive()
     }
 }
 
 impl ConsoleLogExporter {
-    fn with_sink(out: Box<dyn Write + Send>, path: Option<PathBuf>) -> Self {
+    /// Writes through `writer`, which span and metric exporters may share (lines never split).
+    ///
+    /// ```
+    /// use nemo_lens::export::{console::ConsoleWriter, console_logs::ConsoleLogExporter};
+    /// let exporter = ConsoleLogExporter::new(ConsoleWriter::to_writer(std::io::sink()));
+    /// # let _ = exporter;
+    /// ```
+    pub fn new(writer: ConsoleWriter) -> Self {
         ConsoleLogExporter {
-            sink: Mutex::new(Sink {
-                out,
-                buf: Vec::with_capacity(4096),
-            }),
-            path,
+            buf: Mutex::new(Vec::with_capacity(4096)),
+            writer,
             resource_json: EMPTY_RESOURCE_JSON.to_owned(),
             is_shutdown: AtomicBool::new(false),
         }
@@ -104,7 +102,7 @@ impl ConsoleLogExporter {
     /// assert!(exporter.path().is_none());
     /// ```
     pub fn stdout() -> Self {
-        Self::with_sink(Box::new(io::stdout()), None)
+        Self::new(ConsoleWriter::stdout())
     }
 
     /// Writes to any writer (a pipe, a socket, a test buffer).
@@ -114,11 +112,10 @@ impl ConsoleLogExporter {
     /// # let _ = exporter;
     /// ```
     pub fn to_writer(w: impl Write + Send + 'static) -> Self {
-        Self::with_sink(Box::new(w), None)
+        Self::new(ConsoleWriter::to_writer(w))
     }
 
-    /// Appends to the file named by `template` with `{rank}` replaced (the span exporter's
-    /// file, when both come from `NEMO_LENS_CONSOLE_PATH`).
+    /// Appends to the file named by `template` with `{rank}` replaced.
     ///
     /// ```
     /// let dir = tempfile::tempdir()?;
@@ -132,40 +129,28 @@ impl ConsoleLogExporter {
     ///
     /// Any I/O error from creating the directories or opening the file.
     pub fn to_path(template: &str, rank: u32) -> io::Result<Self> {
-        let path = resolve_path(template, rank);
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent)?;
-        }
-        let file = OpenOptions::new().create(true).append(true).open(&path)?;
-        Ok(Self::with_sink(Box::new(file), Some(path)))
+        Ok(Self::new(ConsoleWriter::to_path(template, rank)?))
     }
 
     /// The file written to, or `None` for stdout and custom writers.
     pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
-    }
-
-    fn label(&self) -> String {
-        self.path
-            .as_ref()
-            .map_or_else(|| "stdout".to_owned(), |p| p.display().to_string())
+        self.writer.path()
     }
 
     fn export_batch(&self, batch: &LogBatch<'_>) -> OTelSdkResult {
         if self.is_shutdown.load(Ordering::Acquire) {
             return Err(OTelSdkError::AlreadyShutdown);
         }
-        let mut sink = self.sink.lock();
-        let Sink { out, buf } = &mut *sink;
+        let mut buf = self.buf.lock();
         buf.clear();
         for (record, _scope) in batch.iter() {
-            write_log_json(record, &self.resource_json, buf);
+            write_log_json(record, &self.resource_json, &mut buf);
             buf.push(b'\n');
         }
         if buf.is_empty() {
             return Ok(());
         }
-        let result = out.write_all(buf).and_then(|()| out.flush());
+        let result = self.writer.write_lines(&buf);
         if buf.capacity() > 4 << 20 {
             buf.clear();
             buf.shrink_to(64 * 1024);
@@ -173,7 +158,7 @@ impl ConsoleLogExporter {
         result.map_err(|e| {
             OTelSdkError::InternalFailure(format!(
                 "console log exporter ({}): write failed: {e}",
-                self.label()
+                self.writer.label()
             ))
         })
     }
@@ -188,10 +173,10 @@ impl LogExporter for ConsoleLogExporter {
         if self.is_shutdown.swap(true, Ordering::AcqRel) {
             return Err(OTelSdkError::AlreadyShutdown);
         }
-        self.sink.lock().out.flush().map_err(|e| {
+        self.writer.flush().map_err(|e| {
             OTelSdkError::InternalFailure(format!(
                 "console log exporter ({}): flush failed: {e}",
-                self.label()
+                self.writer.label()
             ))
         })
     }

@@ -1,8 +1,10 @@
-//! Exporters: where finished spans go.
+//! Exporters: where finished spans and metrics go.
 //!
 //! * [`console`]: compact JSONL, the layout of the Python library's console output.
 //! * [`console_logs`]: the same for log records, one JSON line each.
+//! * [`console_metrics`]: the same for metrics, one line per export.
 //! * [`otlp`]: OTLP over gRPC, HTTP/protobuf or HTTP/JSON.
 pub mod console;
 pub mod console_logs;
+pub mod console_metrics;
 pub mod otlp;

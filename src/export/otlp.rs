@@ -187,3 +187,38 @@ pub(crate) fn log_exporter(
 ) -> Result<opentelemetry_otlp::LogExporter> {
     build_exporter!(opentelemetry_otlp::LogExporter, "logs", protocol, runtime)
 }
+
+/// Builds the OTLP metric exporter for `protocol` (cumulative temporality unless
+/// `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` says otherwise); gRPC is built inside
+/// `runtime`, whose worker then drives the channel while the periodic reader's own thread
+/// blocks on each export, so no application Tokio runtime is needed.
+pub(crate) fn metric_exporter(
+    protocol: OtlpProtocol,
+    runtime: Option<&tokio::runtime::Runtime>,
+) -> Result<opentelemetry_otlp::MetricExporter> {
+    let err = |e: opentelemetry_otlp::ExporterBuildError| LensError::Exporter {
+        signal: "metrics",
+        message: e.to_string(),
+    };
+    match protocol {
+        OtlpProtocol::Grpc => {
+            let rt = runtime.ok_or_else(|| LensError::Exporter {
+                signal: "metrics",
+                message: "gRPC needs the private runtime".into(),
+            })?;
+            let _guard = rt.enter();
+            opentelemetry_otlp::MetricExporter::builder()
+                .with_tonic()
+                .with_protocol(protocol.sdk())
+                .build()
+                .map_err(err)
+        }
+        OtlpProtocol::HttpProtobuf | OtlpProtocol::HttpJson => {
+            opentelemetry_otlp::MetricExporter::builder()
+                .with_http()
+                .with_protocol(protocol.sdk())
+                .build()
+                .map_err(err)
+        }
+    }
+}
