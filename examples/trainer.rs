@@ -68,7 +68,8 @@ fn main() -> ExitCode {
         }
     };
     tracing_subscriber::registry()
-        .with(telemetry.layer())
+        .with(telemetry.layer()) // spans (and, with NEMO_LENS_LOGS_ENABLED=1, log records)
+        .with(telemetry.metrics_layer()) // `histogram.*` / `gauge.*` / `counter.*` event fields
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
@@ -129,5 +130,12 @@ fn optimizer_step(ms: u64) {
 
 #[instrument(fields(nemo.group.checkpoint))]
 fn save_checkpoint(step: u64) {
-    tracing::info!(path = %format!("/tmp/ckpt/step{step}"), "checkpoint saved");
+    let started = Instant::now();
+    sleep(Duration::from_millis(1));
+    // A log record (with NEMO_LENS_LOGS_ENABLED=1) and a histogram point, from one event.
+    tracing::info!(
+        path = %format!("/tmp/ckpt/step{step}"),
+        histogram.checkpoint_ms = started.elapsed().as_secs_f64() * 1e3,
+        "checkpoint saved"
+    );
 }
