@@ -1,7 +1,8 @@
 //! # nemo-lens
 //!
 //! [NVIDIA NeMo Lens](https://docs.nvidia.com/nemo/lens) for Rust training programs: a
-//! [`tracing`] layer that exports your `#[instrument]` spans through OpenTelemetry, with the
+//! [`tracing`] layer that exports your `#[instrument]` spans, metrics and logs through
+//! OpenTelemetry, with the
 //! rank-level export strategies, span groups, resource attributes and compact JSONL output of the
 //! Python library, so a job mixing Python and Rust ranks is configured once (the same
 //! `NEMO_LENS_*` variables) and read by one set of tools.
@@ -66,6 +67,15 @@
 //!   [`InferenceMetrics`], [`RlMetrics`], [`GymMetrics`]), a registry for your own metric groups
 //!   ([`register_metric_group`], [`record_metrics`]) and metrics from event fields
 //!   ([`Telemetry::metrics_layer`]: `info!(histogram.step_ms = dt)`).
+//! * **Logs** ([`logs`]): with `NEMO_LENS_LOGS_ENABLED=1` the same layer bridges events (and
+//!   `log` records) into OpenTelemetry log records carrying the ids of their span, filtered by
+//!   `NEMO_LENS_LOGS_LEVEL`, never fed the exporters' own records.
+//! * **Propagation** ([`propagation`]): W3C TraceContext + Baggage over map carriers, the JSON
+//!   payload bytes of the Python NCCL helpers, linked spans ([`LensSpanExt::add_link`]), and a
+//!   launcher's `TRACEPARENT` as every rank's parent.
+//! * **OTLP** ([`export::otlp`]): gRPC, HTTP/protobuf or HTTP/JSON per signal from the standard
+//!   `OTEL_EXPORTER_OTLP_*` variables; gRPC runs on a private runtime, so no Tokio is needed.
+//! * **Attribute names** ([`semconv`]): every name of the Python `semconv` module as a constant.
 //! * **Testing** ([`testing`], feature `testing`): capture finished spans in your own tests.
 //!
 //! ## Performance
