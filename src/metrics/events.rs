@@ -41,7 +41,7 @@
 //! `Interest::never` and the level hint is `OFF`.
 //!
 //! Like the lens layer, it ignores the exporters' own stacks
-//! ([`INTERNAL_TARGETS`](crate::filter::INTERNAL_TARGETS)).
+//! ([`INTERNAL_TARGETS`]).
 //!
 //! # Misuse
 //!
