@@ -68,6 +68,8 @@ fn assert_inert(telemetry: &Telemetry) {
     assert!(telemetry.meter_provider().is_none());
     let layer = telemetry.layer::<tracing_subscriber::Registry>();
     assert!(layer.filter().is_inert());
+    assert!(layer.log_filter().is_none(), "no log bridge");
+    assert!(telemetry.metrics_layer::<tracing_subscriber::Registry>().filter().is_inert());
     let subscriber = tracing_subscriber::registry().with(layer);
     tracing::subscriber::with_default(subscriber, || {
         assert!(!tracing::span_enabled!(tracing::Level::ERROR));
@@ -89,8 +91,12 @@ fn disabled_builds_nothing() {
 fn non_exporting_rank_builds_nothing() {
     if in_child("non_exporting_rank_builds_nothing") {
         // single_rank: only rank 7 of 8 exports. OTLP/gRPC would start a runtime if built.
+        // Every pipeline switched on (the OTLP exporter by default): still nothing on this rank.
         let config = LensConfig {
             enabled: true,
+            traces_enabled: true,
+            metrics_enabled: true,
+            logs_enabled: true,
             ..LensConfig::default()
         };
         let (t, threads, fds) = build(config, 0, 8);
