@@ -61,6 +61,8 @@
 //!   `service.instance.id`, SLURM, Kubernetes and host attributes, as the Python library.
 //! * **Exporters** ([`export`]): compact JSONL in the Python field layout (stdout or a per-rank
 //!   file), or OTLP.
+//! * **Backdated spans** ([`emit`]): [`emit_span`] records a completed span from timestamps
+//!   taken earlier (clamping and tagging an end before the start).
 //! * **Testing** ([`testing`], feature `testing`): capture finished spans in your own tests.
 //!
 //! ## Performance
@@ -77,6 +79,7 @@
 
 mod closer;
 pub mod config;
+pub mod emit;
 mod error;
 pub mod export;
 pub mod filter;
@@ -94,6 +97,7 @@ pub mod strategy;
 pub mod testing;
 
 pub use config::{ConfigSources, ExporterKind, LensConfig};
+pub use emit::{EmitSpan, EpochSeconds, emit_span};
 pub use error::{LensError, Result};
 pub use filter::LensFilter;
 pub use groups::is_span_group_enabled;
