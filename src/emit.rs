@@ -67,6 +67,13 @@ use crate::semconv::{
 
 const NANOS_PER_SEC: i128 = 1_000_000_000;
 
+const EVIDENCE_KEYS: [&str; 4] = [
+    INVERTED_SKEW,
+    INVERTED_START_EPOCH_SECONDS,
+    INVERTED_END_EPOCH_SECONDS,
+    INVERTED_DELTA_SECONDS,
+];
+
 static WARNED_INVERTED: AtomicBool = AtomicBool::new(false);
 
 /// A point in time as Unix-epoch seconds: a float, a [`SystemTime`], or an exact decimal.
@@ -136,8 +143,8 @@ impl fmt::Display for EpochSeconds {
     /// The float as Rust prints it, or the exact decimal without trailing zeros.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
-            Repr::Float(v) => write!(f, "{v}"),
-            Repr::Nanos(n) => f.write_str(&decimal_seconds(n)),
+            Repr::Float(v) => f.pad(&v.to_string()),
+            Repr::Nanos(n) => f.pad(&decimal_seconds(n)),
         }
     }
 }
@@ -302,7 +309,14 @@ impl<'a> EmitSpan<'a> {
             Some(cx) => tracer.build_with_context(builder, cx),
             None => tracer.build_with_context(builder, &Context::current()),
         };
-        span.set_attributes(self.attributes.into_iter().map(redact));
+        // Evidence keys win over caller attributes of the same name (the SDK keeps duplicates,
+        // so the caller's are left out rather than overwritten).
+        span.set_attributes(
+            self.attributes
+                .into_iter()
+                .filter(|kv| !(inverted && EVIDENCE_KEYS.contains(&kv.key.as_str())))
+                .map(redact),
+        );
         if inverted {
             span.set_attributes([
                 KeyValue::new(INVERTED_SKEW, true),
