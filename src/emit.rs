@@ -61,8 +61,7 @@ use opentelemetry::{Context, KeyValue, Value};
 use crate::error::{LensError, Result};
 use crate::layer::{DEFAULT_REDACT_KEYS, REDACTED};
 use crate::semconv::{
-    INVERTED_DELTA_SECONDS, INVERTED_END_EPOCH_SECONDS, INVERTED_SKEW,
-    INVERTED_START_EPOCH_SECONDS,
+    INVERTED_DELTA_SECONDS, INVERTED_END_EPOCH_SECONDS, INVERTED_SKEW, INVERTED_START_EPOCH_SECONDS,
 };
 
 const NANOS_PER_SEC: i128 = 1_000_000_000;
@@ -192,7 +191,11 @@ impl FromStr for EpochSeconds {
             frac_nanos += i128::from(b - b'0') * 10_i128.pow(8 - i as u32);
         }
         let nanos = whole * NANOS_PER_SEC + frac_nanos;
-        Ok(EpochSeconds::from_nanos(if negative { -nanos } else { nanos }))
+        Ok(EpochSeconds::from_nanos(if negative {
+            -nanos
+        } else {
+            nanos
+        }))
     }
 }
 
@@ -304,7 +307,9 @@ impl<'a> EmitSpan<'a> {
         let inverted = requested_end < start;
         let end = requested_end.max(start);
 
-        let builder = tracer.span_builder(self.name).with_start_time(system_time(start));
+        let builder = tracer
+            .span_builder(self.name)
+            .with_start_time(system_time(start));
         let mut span = match self.parent {
             Some(cx) => tracer.build_with_context(builder, cx),
             None => tracer.build_with_context(builder, &Context::current()),
@@ -322,7 +327,10 @@ impl<'a> EmitSpan<'a> {
                 KeyValue::new(INVERTED_SKEW, true),
                 KeyValue::new(INVERTED_START_EPOCH_SECONDS, self.start.to_string()),
                 KeyValue::new(INVERTED_END_EPOCH_SECONDS, self.end.to_string()),
-                KeyValue::new(INVERTED_DELTA_SECONDS, decimal_seconds(start - requested_end)),
+                KeyValue::new(
+                    INVERTED_DELTA_SECONDS,
+                    decimal_seconds(start - requested_end),
+                ),
             ]);
             if !WARNED_INVERTED.swap(true, Ordering::Relaxed) {
                 tracing::warn!(

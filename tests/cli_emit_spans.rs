@@ -36,7 +36,10 @@ fn emit(dir: &Path, extra_env: &[(&str, &str)], spans: &[&str]) -> Output {
 
 fn lines(dir: &Path) -> Vec<Value> {
     match std::fs::read_to_string(dir.join("spans-0.jsonl")) {
-        Ok(text) => text.lines().map(|l| serde_json::from_str(l).unwrap()).collect(),
+        Ok(text) => text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect(),
         Err(_) => Vec::new(),
     }
 }
@@ -85,7 +88,10 @@ fn emits_parent_and_children_with_exact_times() {
         skew["attributes"]["inverted.start_epoch_seconds"],
         "1795989700.000002"
     );
-    assert_eq!(skew["attributes"]["inverted.end_epoch_seconds"], "1795989699.5");
+    assert_eq!(
+        skew["attributes"]["inverted.end_epoch_seconds"],
+        "1795989699.5"
+    );
     assert_eq!(skew["attributes"]["inverted.delta_seconds"], "0.500002");
     // --service wins over OTEL_RESOURCE_ATTRIBUTES; other env attributes are inherited.
     let resource = &job["resource"]["attributes"];
@@ -114,7 +120,10 @@ fn invalid_input_emits_nothing_and_exits_1() {
             stderr.contains("nothing emitted: invalid span input"),
             "{spans:?}: {stderr}"
         );
-        assert!(stderr.contains(why), "{spans:?}: expected {why:?} in {stderr}");
+        assert!(
+            stderr.contains(why),
+            "{spans:?}: expected {why:?} in {stderr}"
+        );
         assert!(lines(dir.path()).is_empty(), "{spans:?} emitted something");
     }
 }
@@ -122,10 +131,17 @@ fn invalid_input_emits_nothing_and_exits_1() {
 #[test]
 fn setup_failure_exits_2() {
     let dir = tempfile::tempdir().unwrap();
-    let out = emit(dir.path(), &[("NEMO_LENS_EXPORTER", "carrier-pigeon")], &["a,1,2"]);
+    let out = emit(
+        dir.path(),
+        &[("NEMO_LENS_EXPORTER", "carrier-pigeon")],
+        &["a,1,2"],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("NEMO_LENS_EXPORTER") && stderr.contains("carrier-pigeon"), "{stderr}");
+    assert!(
+        stderr.contains("NEMO_LENS_EXPORTER") && stderr.contains("carrier-pigeon"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -156,6 +172,9 @@ fn help_documents_the_exit_codes() {
     let out = bin().args(["emit-spans", "--help"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("NAME,START,END[,PARENT]"), "{text}");
-    assert!(text.contains("nothing emitted: invalid span input"), "{text}");
+    assert!(
+        text.contains("nothing emitted: invalid span input"),
+        "{text}"
+    );
     assert!(text.contains("Exit codes:"), "{text}");
 }

@@ -18,7 +18,11 @@ fn run_perfetto(files: &[std::path::PathBuf], out: &std::path::Path) -> (Value, 
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(output.status.success(), "exit {:?}: {stderr}", output.status);
+    assert!(
+        output.status.success(),
+        "exit {:?}: {stderr}",
+        output.status
+    );
     let trace: Value = serde_json::from_slice(&fs::read(out).unwrap()).expect("valid JSON");
     (trace, stderr)
 }
@@ -57,7 +61,12 @@ fn merges_ranks_into_valid_trace_event_json() {
     let processes: BTreeMap<i64, &str> = events
         .iter()
         .filter(|e| e["ph"] == "M" && e["name"] == "process_name")
-        .map(|e| (e["pid"].as_i64().unwrap(), e["args"]["name"].as_str().unwrap()))
+        .map(|e| {
+            (
+                e["pid"].as_i64().unwrap(),
+                e["args"]["name"].as_str().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         processes,
@@ -76,7 +85,13 @@ fn merges_ranks_into_valid_trace_event_json() {
     assert_eq!(spans.len() as i64, 4 * 2 * STEPS + 3);
     let per_rank = |pid: i64| spans.iter().filter(|e| e["pid"] == pid).count() as i64;
     assert_eq!(
-        [per_rank(0), per_rank(1), per_rank(2), per_rank(3), per_rank(4)],
+        [
+            per_rank(0),
+            per_rank(1),
+            per_rank(2),
+            per_rank(3),
+            per_rank(4)
+        ],
         [2 * STEPS, 2 * STEPS, 2 * STEPS, 3, 2 * STEPS]
     );
     let slow_step = spans
@@ -117,7 +132,10 @@ fn merges_ranks_into_valid_trace_event_json() {
             )
         })
         .collect();
-    assert!(thread_names.contains(&(0, 4242, "dataloader")), "{thread_names:?}");
+    assert!(
+        thread_names.contains(&(0, 4242, "dataloader")),
+        "{thread_names:?}"
+    );
     assert!(thread_names.contains(&(0, 0, "spans")));
     assert!(
         spans
@@ -140,7 +158,10 @@ fn merges_ranks_into_valid_trace_event_json() {
         .collect();
     assert_eq!(flow.len(), 2, "{flow:?}");
     let (start, finish) = (flow[0], flow[1]);
-    assert_eq!((start["ph"].as_str(), finish["ph"].as_str()), (Some("s"), Some("f")));
+    assert_eq!(
+        (start["ph"].as_str(), finish["ph"].as_str()),
+        (Some("s"), Some("f"))
+    );
     assert_eq!(start["id"], finish["id"]);
     assert_eq!(start["ts"], T0_US);
     assert_eq!(finish["ts"], T0_US + 200_000);
@@ -174,7 +195,10 @@ fn merges_ranks_into_valid_trace_event_json() {
 fn cut_gzip_file_keeps_what_was_readable() {
     let dir = tempfile::tempdir().unwrap();
     let files = write_job(dir.path());
-    let gz = files.iter().find(|p| p.extension().unwrap() == "gz").unwrap();
+    let gz = files
+        .iter()
+        .find(|p| p.extension().unwrap() == "gz")
+        .unwrap();
     let bytes = fs::read(gz).unwrap();
     let cut = dir.path().join("cut-rank4.jsonl.gz");
     fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
@@ -200,14 +224,20 @@ fn missing_input_exits_2_naming_the_file() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("cannot open") && stderr.contains("nope-rank0.jsonl"), "{stderr}");
+    assert!(
+        stderr.contains("cannot open") && stderr.contains("nope-rank0.jsonl"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn help_documents_exit_codes_and_version_is_printed() {
     let help = bin().args(["perfetto", "--help"]).output().unwrap();
     let text = String::from_utf8_lossy(&help.stdout);
-    assert!(text.contains("Exit codes:") && text.contains("--output"), "{text}");
+    assert!(
+        text.contains("Exit codes:") && text.contains("--output"),
+        "{text}"
+    );
     let version = bin().arg("--version").output().unwrap();
     assert_eq!(
         String::from_utf8_lossy(&version.stdout).trim(),

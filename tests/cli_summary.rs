@@ -9,10 +9,19 @@ use cli_support::{SLOW_STEP_MS, STEP_MS, STEPS, bin, write_job};
 use serde_json::Value;
 
 fn summary(args: &[&str], files: &[std::path::PathBuf]) -> (String, String) {
-    let output = bin().arg("summary").args(files).args(args).output().unwrap();
+    let output = bin()
+        .arg("summary")
+        .args(files)
+        .args(args)
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    assert!(output.status.success(), "exit {:?}: {stderr}", output.status);
+    assert!(
+        output.status.success(),
+        "exit {:?}: {stderr}",
+        output.status
+    );
     (stdout, stderr)
 }
 
@@ -92,15 +101,22 @@ fn human_table_lists_the_step_span_first() {
     let files = write_job(dir.path());
     let (stdout, _) = summary(&[], &files);
     let lines: Vec<&str> = stdout.lines().collect();
-    assert!(lines[1].starts_with("name") && lines[1].contains("p99_ms"), "{stdout}");
+    assert!(
+        lines[1].starts_with("name") && lines[1].contains("p99_ms"),
+        "{stdout}"
+    );
     assert!(lines[2].starts_with("train_step"), "{stdout}");
-    let straggler_header = lines.iter().position(|l| l.starts_with("Stragglers")).unwrap();
+    let straggler_header = lines
+        .iter()
+        .position(|l| l.starts_with("Stragglers"))
+        .unwrap();
     assert!(
         lines[straggler_header + 1].starts_with("train_step [step]: cross-rank median 100.000 ms"),
         "{stdout}"
     );
     assert!(
-        lines[straggler_header + 2].contains("rank    2") && lines[straggler_header + 2].contains("+50.0%"),
+        lines[straggler_header + 2].contains("rank    2")
+            && lines[straggler_header + 2].contains("+50.0%"),
         "{stdout}"
     );
 
@@ -130,7 +146,14 @@ fn heatmap_svg_has_one_cell_per_rank_and_step() {
     let fills: Vec<&str> = text
         .lines()
         .filter(|l| l.starts_with("<rect") && !l.contains("#FFFFFF"))
-        .map(|l| l.split("fill=\"").nth(1).unwrap().split('"').next().unwrap())
+        .map(|l| {
+            l.split("fill=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap()
+        })
         .collect();
     let complete_steps = 4 * STEPS - 1 + 1;
     assert_eq!(fills.len() as i64, complete_steps, "{fills:?}");

@@ -59,7 +59,10 @@ fn group_gate_decides_before_any_work() {
     assert_eq!(spans[0].name, "prefetch");
     assert_eq!(spans[0].span_context.span_id(), cx.span_id());
     assert_eq!(
-        spans[0].end_time.duration_since(spans[0].start_time).unwrap(),
+        spans[0]
+            .end_time
+            .duration_since(spans[0].start_time)
+            .unwrap(),
         Duration::from_millis(1500)
     );
 }
@@ -67,14 +70,31 @@ fn group_gate_decides_before_any_work() {
 #[test]
 fn non_finite_times_are_a_typed_error_and_emit_nothing() {
     let (_p, tracer, exporter) = pipeline();
-    let err = EmitSpan::new("a", f64::INFINITY, 1.0).emit(&tracer).unwrap_err();
+    let err = EmitSpan::new("a", f64::INFINITY, 1.0)
+        .emit(&tracer)
+        .unwrap_err();
     assert!(
-        matches!(err, LensError::NonFiniteTime { label: "start_epoch_seconds", .. }),
+        matches!(
+            err,
+            LensError::NonFiniteTime {
+                label: "start_epoch_seconds",
+                ..
+            }
+        ),
         "{err:?}"
     );
-    assert_eq!(err.to_string(), "start_epoch_seconds must be finite, got inf");
+    assert_eq!(
+        err.to_string(),
+        "start_epoch_seconds must be finite, got inf"
+    );
     let err = EmitSpan::new("a", 1.0, f64::NAN).emit(&tracer).unwrap_err();
-    assert!(matches!(err, LensError::NonFiniteTime { label: "end_epoch_seconds", .. }));
+    assert!(matches!(
+        err,
+        LensError::NonFiniteTime {
+            label: "end_epoch_seconds",
+            ..
+        }
+    ));
     assert!(matches!(
         "-Infinity".parse::<EpochSeconds>(),
         Err(LensError::NonFiniteTime { .. })
@@ -158,7 +178,10 @@ fn exact_decimals_equal_times_and_redaction() {
         s.start_time,
         UNIX_EPOCH + Duration::new(1_700_000_000, 123_456_789)
     );
-    assert_eq!(s.end_time, s.start_time, "equal times: a zero-duration marker");
+    assert_eq!(
+        s.end_time, s.start_time,
+        "equal times: a zero-duration marker"
+    );
     assert_eq!(attr(s, "password"), Some("[REDACTED]".into()));
     assert_eq!(attr(s, "api_key"), Some("kept".into()));
     assert_eq!(attr(s, semconv::INVERTED_SKEW), None);
@@ -187,5 +210,8 @@ fn parent_is_the_current_context_unless_given_and_never_becomes_current() {
         by("child").span_context.trace_id(),
         outer_cx.span().span_context().trace_id()
     );
-    assert_eq!(by("root").parent_span_id, opentelemetry::trace::SpanId::INVALID);
+    assert_eq!(
+        by("root").parent_span_id,
+        opentelemetry::trace::SpanId::INVALID
+    );
 }

@@ -50,7 +50,9 @@ fn parse_one(arg: &str) -> Result<SpanSpec, String> {
         return Err(format!("--span {arg:?}: empty NAME"));
     }
     let time = |s: &str, label| -> Result<(EpochSeconds, i128), String> {
-        let t: EpochSeconds = s.parse().map_err(|e| format!("--span {arg:?}: {label}: {e}"))?;
+        let t: EpochSeconds = s
+            .parse()
+            .map_err(|e| format!("--span {arg:?}: {label}: {e}"))?;
         let ns = t
             .to_nanos(label)
             .map_err(|e| format!("--span {arg:?}: {e}"))?;
@@ -59,7 +61,7 @@ fn parse_one(arg: &str) -> Result<SpanSpec, String> {
     let (start, start_ns) = time(fields[1], "START")?;
     let (end, end_ns) = time(fields[2], "END")?;
     let parent = match fields.get(3) {
-        Some(p) if p.is_empty() => return Err(format!("--span {arg:?}: empty PARENT")),
+        Some(&"") => return Err(format!("--span {arg:?}: empty PARENT")),
         Some(p) => Some((*p).to_owned()),
         None => None,
     };

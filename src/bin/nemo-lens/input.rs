@@ -263,9 +263,11 @@ pub fn parse_line(line: &[u8], file_rank: Option<i64>) -> Result<Record, String>
     let (Some(name), Some(context), Some(start), Some(end)) =
         (raw.name, raw.context, raw.start_time, raw.end_time)
     else {
-        return Err("neither a span (name, context, start_time, end_time) nor a metric batch \
+        return Err(
+            "neither a span (name, context, start_time, end_time) nor a metric batch \
                     (resource_metrics)"
-            .into());
+                .into(),
+        );
     };
     let start_us = parse_time_us(&start).ok_or_else(|| format!("bad start_time {start:?}"))?;
     let end_us = parse_time_us(&end).ok_or_else(|| format!("bad end_time {end:?}"))?;

@@ -33,8 +33,8 @@ use serde_json::{Map, Value};
 
 use crate::input::{self, Record, Span, Stats};
 
-/// How many recent spans' positions are kept to draw links (about 40 MB at most).
-pub const RECENT_SPANS: usize = 1 << 20;
+/// How many recent spans' positions are kept to draw links (the index peaks at about 25 MB).
+pub const RECENT_SPANS: usize = 1 << 18;
 /// How many links may wait for a span not read yet.
 const MAX_PENDING_LINKS: usize = 1 << 16;
 /// `pid` base for files whose rank is unknown (`pid` = base + position on the command line).
@@ -116,6 +116,10 @@ struct Loc {
     ts: i64,
 }
 
+/// A link read before the span it points to: where the linking span is, and the link's
+/// attributes.
+type PendingLink = (Loc, Map<String, Value>);
+
 /// Streams events into the output file.
 struct Writer<W: Write> {
     out: W,
@@ -128,7 +132,7 @@ struct Writer<W: Write> {
     recent: HashMap<u64, Loc>,
     recent_order: VecDeque<u64>,
     /// Linked span id → the linking spans' positions, for links read before their span.
-    pending: HashMap<u64, Vec<(Loc, Map<String, Value>)>>,
+    pending: HashMap<u64, Vec<PendingLink>>,
     pending_count: usize,
     next_flow_id: u64,
     flows: u64,
@@ -149,8 +153,8 @@ impl<W: Write> Writer<W> {
             processes: HashSet::new(),
             named_threads: HashMap::new(),
             threads: HashSet::new(),
-            recent: HashMap::new(),
-            recent_order: VecDeque::new(),
+            recent: HashMap::with_capacity(RECENT_SPANS),
+            recent_order: VecDeque::with_capacity(RECENT_SPANS),
             pending: HashMap::new(),
             pending_count: 0,
             next_flow_id: 1,
@@ -225,15 +229,20 @@ impl<W: Write> Writer<W> {
         Ok(tid)
     }
 
+    /// Indexes a span's position, forgetting the oldest when the index is full (evicting before
+    /// inserting, so the map never grows past its pre-sized capacity).
     fn remember(&mut self, span_id: u64, loc: Loc) {
-        if self.recent.insert(span_id, loc).is_none() {
-            self.recent_order.push_back(span_id);
-            if self.recent_order.len() > RECENT_SPANS {
-                if let Some(old) = self.recent_order.pop_front() {
-                    self.recent.remove(&old);
-                }
+        if let Some(known) = self.recent.get_mut(&span_id) {
+            *known = loc;
+            return;
+        }
+        if self.recent_order.len() == RECENT_SPANS {
+            if let Some(old) = self.recent_order.pop_front() {
+                self.recent.remove(&old);
             }
         }
+        self.recent.insert(span_id, loc);
+        self.recent_order.push_back(span_id);
     }
 
     /// A flow arrow from the linked span to the linking span; the link's attributes are the

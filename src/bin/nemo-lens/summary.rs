@@ -175,11 +175,13 @@ fn rank_label(rank: i64) -> String {
 }
 
 fn step_attribute(attributes: &serde_json::Map<String, Value>) -> Option<i64> {
-    STEP_ATTRIBUTES.iter().find_map(|k| match attributes.get(*k) {
-        Some(Value::Number(n)) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
-        Some(Value::String(s)) => s.parse().ok(),
-        _ => None,
-    })
+    STEP_ATTRIBUTES
+        .iter()
+        .find_map(|k| match attributes.get(*k) {
+            Some(Value::Number(n)) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
+            Some(Value::String(s)) => s.parse().ok(),
+            _ => None,
+        })
 }
 
 struct Collected {
@@ -440,12 +442,7 @@ fn plot(steps: &mut BTreeMap<i64, Vec<StepSpan>>, path: &Path) -> Result<(usize,
             .x_desc("step")
             .y_desc("rank")
             .y_labels(ranks.len().min(32))
-            .y_label_formatter(&|row| {
-                ranks
-                    .get(*row)
-                    .map(|r| rank_label(*r))
-                    .unwrap_or_default()
-            })
+            .y_label_formatter(&|row| ranks.get(*row).map(|r| rank_label(*r)).unwrap_or_default())
             .draw()?;
         let span = if hi > lo { hi - lo } else { 1.0 };
         chart.draw_series(cells.iter().map(|&(row, step, dur)| {
@@ -474,10 +471,7 @@ pub fn run(opts: &Options) -> Result<()> {
     if let Some(path) = &opts.plot {
         let (ranks, steps) = plot(&mut collected.steps, path)
             .with_context(|| format!("cannot draw the heatmap {}", path.display()))?;
-        eprintln!(
-            "wrote {} ({ranks} ranks x {steps} steps)",
-            path.display()
-        );
+        eprintln!("wrote {} ({ranks} ranks x {steps} steps)", path.display());
     }
     Ok(())
 }
