@@ -110,6 +110,14 @@ fn merges_ranks_into_valid_trace_event_json() {
     assert_eq!(failed["args"]["status.description"], "nan loss");
     assert_eq!(failed["args"]["iteration"], 2);
 
+    // Python's bare NaN is read as the string the Rust exporter writes; strings are untouched.
+    let nan = spans
+        .iter()
+        .find(|e| e["pid"] == 1 && e["name"] == "forward" && e["ts"] == T0_US + 1000)
+        .unwrap();
+    assert_eq!(nan["args"]["dl.loss"], "NaN");
+    assert_eq!(nan["args"]["note"], "NaN, Infinity");
+
     // The truncated span is marked.
     let truncated: Vec<&&Value> = spans
         .iter()

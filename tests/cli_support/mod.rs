@@ -5,7 +5,8 @@
 //! `forward` child. Rank 2 is the straggler: its steps take [`SLOW_STEP_MS`] instead of
 //! [`STEP_MS`]. Rank 1's last `train_step` is truncated (`nemo.span.truncated`). Rank 0's file
 //! has a corrupt line and a line cut in half; its `forward` spans carry `thread.id` /
-//! `thread.name`; its step 1 links to step 0. Rank 4's file is gzip and its resource has no
+//! `thread.name`; its step 1 links to step 0. Rank 1's first span has a bare `NaN` attribute, as
+//! Python's `json.dumps` writes it. Rank 4's file is gzip and its resource has no
 //! `dl.rank` (the rank comes from the file name `spans-rank4.jsonl.gz`). The Python fixture
 //! (rank 3) is copied next to them.
 #![allow(dead_code)]
@@ -139,6 +140,14 @@ pub fn write_job(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for rank in [0, 1, 2] {
         let mut lines = rank_lines(rank, Some(rank));
+        if rank == 1 {
+            // What Python writes for a NaN loss: a bare `NaN` token, not JSON.
+            lines[0] = lines[0].replacen(
+                "\"attributes\":{}",
+                "\"attributes\":{\"dl.loss\":NaN,\"note\":\"NaN, Infinity\"}",
+                1,
+            );
+        }
         if rank == 0 {
             lines.insert(3, "{\"name\": \"broken\", \"context\": ".to_owned());
             lines.insert(5, "this is not json".to_owned());

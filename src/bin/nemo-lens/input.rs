@@ -11,6 +11,10 @@
 //! report); a gzip stream cut short ends its file early and is reported the same way. Only a file
 //! that cannot be opened at all is an error.
 //!
+//! Python ranks write non-finite floats as bare `NaN` / `Infinity` tokens (not JSON); a line that
+//! fails to parse is rescanned and those tokens are read as the strings `"NaN"`, `"Infinity"`,
+//! `"-Infinity"`, as this crate's console exporter writes them, so a span with a NaN loss is kept.
+//!
 //! Gzip is recognised by its magic bytes (`1f 8b`), whatever the file name; concatenated gzip
 //! members (what `cat a.gz b.gz` gives) are read as one stream.
 
@@ -254,9 +258,53 @@ pub fn parse_time_us(s: &str) -> Option<i64> {
     }
 }
 
+/// Python's `json.dumps` writes non-finite floats as the bare tokens `NaN`, `Infinity` and
+/// `-Infinity`, which are not JSON. Returns the line with those tokens (outside strings) quoted,
+/// as this crate's console exporter writes them, or `None` when there is none.
+fn quote_non_finite(line: &[u8]) -> Option<Vec<u8>> {
+    const TOKENS: [&[u8]; 3] = [b"-Infinity", b"Infinity", b"NaN"];
+    let mut out = Vec::with_capacity(line.len() + 16);
+    let (mut in_string, mut escaped, mut changed) = (false, false, false);
+    let mut i = 0;
+    while i < line.len() {
+        let b = line[i];
+        if in_string {
+            out.push(b);
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        if b == b'"' {
+            in_string = true;
+        } else if let Some(t) = TOKENS.iter().find(|t| line[i..].starts_with(t)) {
+            out.push(b'"');
+            out.extend_from_slice(t);
+            out.push(b'"');
+            i += t.len();
+            changed = true;
+            continue;
+        }
+        out.push(b);
+        i += 1;
+    }
+    changed.then_some(out)
+}
+
 /// Parses one line; the error says why it was skipped.
 pub fn parse_line(line: &[u8], file_rank: Option<i64>) -> Result<Record, String> {
-    let raw: RawLine = serde_json::from_slice(line).map_err(|e| e.to_string())?;
+    let raw: RawLine = match serde_json::from_slice(line) {
+        Ok(raw) => raw,
+        // Only a line that fails pays for the rescan.
+        Err(e) => match quote_non_finite(line) {
+            Some(fixed) => serde_json::from_slice(&fixed).map_err(|_| e.to_string())?,
+            None => return Err(e.to_string()),
+        },
+    };
     if let Some(batch) = raw.resource_metrics {
         return Ok(Record::Metrics { batch, file_rank });
     }
