@@ -99,17 +99,37 @@ enum Repr {
 
 impl EpochSeconds {
     /// Exactly `nanos` nanoseconds after the epoch (negative: before).
+    ///
+    /// ```
+    /// use nemo_lens::emit::EpochSeconds;
+    /// let t = EpochSeconds::from_nanos(1_500_000_001);
+    /// assert_eq!(t.to_string(), "1.500000001");
+    /// ```
     pub fn from_nanos(nanos: i128) -> Self {
         EpochSeconds(Repr::Nanos(nanos))
     }
 
     /// The current time.
+    ///
+    /// ```
+    /// use nemo_lens::emit::EpochSeconds;
+    /// let before = EpochSeconds::from(std::time::SystemTime::now()).to_nanos("t").unwrap();
+    /// assert!(EpochSeconds::now().to_nanos("t").unwrap() >= before);
+    /// ```
     pub fn now() -> Self {
         SystemTime::now().into()
     }
 
     /// Nanoseconds since the epoch (a float is truncated toward zero, as Python's
     /// `int(seconds * 1e9)`). `label` names the value in the error for a non-finite float.
+    ///
+    /// ```
+    /// use nemo_lens::{emit::EpochSeconds, LensError};
+    /// assert_eq!(EpochSeconds::from(2.5).to_nanos("start")?, 2_500_000_000);
+    /// let err = EpochSeconds::from(f64::INFINITY).to_nanos("start").unwrap_err();
+    /// assert!(matches!(err, LensError::NonFiniteTime { label: "start", .. }));
+    /// # Ok::<(), LensError>(())
+    /// ```
     pub fn to_nanos(self, label: &'static str) -> Result<i128> {
         match self.0 {
             Repr::Nanos(n) => Ok(n),
@@ -252,7 +272,19 @@ pub struct EmitSpan<'a> {
 }
 
 impl<'a> EmitSpan<'a> {
-    /// A span `name` from `start` to `end` (epoch seconds).
+    /// A span `name` from `start` to `end` (epoch seconds: `f64`, [`SystemTime`] or
+    /// [`EpochSeconds`]).
+    ///
+    /// ```
+    /// use nemo_lens::emit::{EmitSpan, EpochSeconds};
+    /// use std::time::{Duration, SystemTime};
+    ///
+    /// let end = SystemTime::now();
+    /// let _from_floats = EmitSpan::new("load", 1_700_000_000.0, 1_700_000_001.5);
+    /// let _from_clock = EmitSpan::new("load", end - Duration::from_secs(2), end);
+    /// let _exact = EmitSpan::new("load", "1700000000.000000001".parse::<EpochSeconds>()?, EpochSeconds::now());
+    /// # Ok::<(), nemo_lens::LensError>(())
+    /// ```
     pub fn new(
         name: impl Into<Cow<'static, str>>,
         start: impl Into<EpochSeconds>,
@@ -268,25 +300,56 @@ impl<'a> EmitSpan<'a> {
         }
     }
 
-    /// The parent context (default: the current context at [`EmitSpan::emit`]).
+    /// The parent context (default: the current context at [`EmitSpan::emit`]); `&Context::new()`
+    /// makes a root span.
+    ///
+    /// ```
+    /// use nemo_lens::emit::EmitSpan;
+    /// use opentelemetry::Context;
+    /// let root = Context::new();
+    /// let _span = EmitSpan::new("job", 1.0, 2.0).parent(&root);
+    /// ```
     pub fn parent(mut self, parent: &'a Context) -> Self {
         self.parent = Some(parent);
         self
     }
 
-    /// Adds one attribute.
+    /// Adds one attribute (string values under a redact key become `[REDACTED]`).
+    ///
+    /// ```
+    /// use nemo_lens::emit::EmitSpan;
+    /// use opentelemetry::KeyValue;
+    /// let _span = EmitSpan::new("pull", 1.0, 2.0).attribute(KeyValue::new("image", "nemo:24.09"));
+    /// ```
     pub fn attribute(mut self, kv: KeyValue) -> Self {
         self.attributes.push(kv);
         self
     }
 
     /// Adds attributes.
+    ///
+    /// ```
+    /// use nemo_lens::emit::EmitSpan;
+    /// use opentelemetry::KeyValue;
+    /// let _span = EmitSpan::new("pull", 1.0, 2.0)
+    ///     .attributes([KeyValue::new("bytes", 1_i64 << 30), KeyValue::new("cached", false)]);
+    /// ```
     pub fn attributes(mut self, kvs: impl IntoIterator<Item = KeyValue>) -> Self {
         self.attributes.extend(kvs);
         self
     }
 
-    /// Emit only when this span group is enabled.
+    /// Emit only when this span group is enabled ([`crate::is_span_group_enabled`]), checked
+    /// first thing in [`EmitSpan::emit`].
+    ///
+    /// ```
+    /// use nemo_lens::emit::EmitSpan;
+    /// use opentelemetry::trace::noop::NoopTracer;
+    /// // No telemetry is set up in this process, so every group is disabled.
+    /// let out = EmitSpan::new("prefetch", 1.0, 2.0).group("data").emit(&NoopTracer::new())?;
+    /// assert!(out.is_none());
+    /// # Ok::<(), nemo_lens::LensError>(())
+    /// ```
     pub fn group(mut self, group: &'a str) -> Self {
         self.group = Some(group);
         self
@@ -296,6 +359,16 @@ impl<'a> EmitSpan<'a> {
     ///
     /// Returns the span's context, `Ok(None)` when its group is disabled, or
     /// [`LensError::NonFiniteTime`] (nothing emitted).
+    ///
+    /// ```
+    /// use nemo_lens::{emit::EmitSpan, LensConfig, Telemetry};
+    ///
+    /// // Usually the process's telemetry; here a disabled one, whose tracer records nothing.
+    /// let telemetry = Telemetry::builder(LensConfig::default()).build()?;
+    /// let cx = EmitSpan::new("checkpoint_upload", 10.0, 12.0).emit(&telemetry.tracer())?;
+    /// assert!(cx.is_some_and(|cx| !cx.is_sampled()));
+    /// # Ok::<(), nemo_lens::LensError>(())
+    /// ```
     pub fn emit<T: Tracer>(self, tracer: &T) -> Result<Option<SpanContext>> {
         if let Some(group) = self.group {
             if !crate::groups::is_span_group_enabled(group) {
