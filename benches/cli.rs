@@ -11,9 +11,12 @@
 //!
 //! | command | time | throughput |
 //! |---|---|---|
-//! | `perfetto` (plain JSONL) | 511 ms [463, 553] | 92 MiB/s [85, 101] |
-//! | `perfetto` (gzip) | 418 ms [390, 447] | 112 MiB/s [105, 120] |
-//! | `summary --json` (plain JSONL) | 213 ms [207, 218] | 220 MiB/s [215, 227] |
+//! | `perfetto` (plain JSONL) | 402 ms [371, 437] | 117 MiB/s [107, 127] |
+//! | `perfetto` (gzip) | 355 ms [346, 361] | 132 MiB/s [130, 136] |
+//! | `summary --json` (plain JSONL) | 214 ms [212, 217] | 219 MiB/s [216, 222] |
+//!
+//! (An earlier run, before the link index was pre-sized, measured `perfetto` at 92 and
+//! 112 MiB/s.)
 //!
 //! The gzip run beating the plain one is within the noise of the shared machine (reading the
 //! plain files moves about 5× more bytes through the page cache); conversion is bound by JSON
