@@ -18,10 +18,11 @@
 //! (An earlier run, before the link index was pre-sized, measured `perfetto` at 92 and
 //! 112 MiB/s.)
 //!
-//! The gzip run beating the plain one is within the noise of the shared machine (reading the
-//! plain files moves about 5× more bytes through the page cache); conversion is bound by JSON
-//! parsing and writing, not by decompression. Memory stays flat: events are written as lines
-//! are read.
+//! The gzip input came out faster than the plain one in both runs. The cause is not pinned
+//! down (the plain files move about 5× more bytes through reads on a VM shared with other
+//! builds); decompression is clearly not the bottleneck, JSON parsing and writing are. Memory
+//! stays flat: events are written as lines are read (README, Performance, has the resident-set
+//! figures).
 
 #[path = "../tests/cli_support/mod.rs"]
 mod cli_support;
