@@ -210,3 +210,35 @@ pub fn run(service: &str, args: &[String]) -> Result<(), Failure> {
     eprintln!("emitted {} span(s) for service {service:?}", specs.len());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(args: &[&str]) -> Result<Vec<String>, Vec<String>> {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        plan(&args).map(|v| v.into_iter().map(|s| s.name).collect())
+    }
+
+    #[test]
+    fn parents_come_first_whatever_the_order_given() {
+        assert_eq!(
+            names(&["c,1,2,b", "b,1,2,a", "a,1,2", "d,1,2"]).unwrap(),
+            ["a", "b", "c", "d"]
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let problems = names(&["a,1", "b,x,2", "c,1,2,zz", "c,1,2"]).unwrap_err();
+        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert!(problems[0].contains("got 2 field(s)"));
+        assert!(problems[1].contains("START: 'x'"));
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("duplicate span name \"c\""))
+        );
+        assert!(problems.iter().any(|p| p.contains("parent \"zz\"")));
+    }
+}

@@ -509,3 +509,39 @@ pub fn for_each_record(
     progress.finish_and_clear();
     Ok(stats)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_from_file_names() {
+        let r = |s: &str| rank_from_file_name(Path::new(s));
+        assert_eq!(r("spans-rank3.jsonl"), Some(3));
+        assert_eq!(r("/x/rank7/job.RANK_12.jsonl.gz"), Some(12));
+        assert_eq!(r("job.rank-7.jsonl"), Some(7));
+        assert_eq!(r("ranking.jsonl"), None);
+        assert_eq!(r("spans.jsonl"), None);
+    }
+
+    #[test]
+    fn bare_non_finite_tokens_are_quoted_outside_strings_only() {
+        let fixed =
+            quote_non_finite(br#"{"a": NaN, "b": [Infinity, -Infinity], "c": "NaN \" NaN"}"#)
+                .unwrap();
+        assert_eq!(
+            String::from_utf8(fixed).unwrap(),
+            r#"{"a": "NaN", "b": ["Infinity", "-Infinity"], "c": "NaN \" NaN"}"#
+        );
+        assert_eq!(quote_non_finite(br#"{"a": "NaN"}"#), None);
+    }
+
+    #[test]
+    fn times_parse_to_microseconds() {
+        assert_eq!(
+            parse_time_us("2026-11-29T22:09:34.298704Z"),
+            Some(1_795_990_174_298_704)
+        );
+        assert_eq!(parse_time_us("yesterday"), None);
+    }
+}

@@ -445,3 +445,81 @@ pub fn run(inputs: &[PathBuf], output: &Path, progress: bool) -> Result<Outcome>
         .with_context(|| format!("cannot write {}", output.display()))?;
     Ok(outcome)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::input::parse_line;
+
+    fn span(name: &str, id: u64, start_s: u32, link_to: Option<u64>) -> Box<Span> {
+        let links = match link_to {
+            Some(l) => format!(
+                r#"[{{"context": {{"trace_id": "0x1", "span_id": "0x{l:016x}"}}, "attributes": {{"why": "retry"}}}}]"#
+            ),
+            None => "[]".into(),
+        };
+        let line = format!(
+            r#"{{"name": "{name}", "context": {{"trace_id": "0x1", "span_id": "0x{id:016x}"}},
+               "start_time": "2026-01-01T00:00:{start_s:02}.000000Z",
+               "end_time": "2026-01-01T00:00:{:02}.000000Z", "links": {links}}}"#,
+            start_s + 1
+        );
+        match parse_line(line.as_bytes(), Some(0)).unwrap() {
+            Record::Span(s) => s,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn trace_of(spans: &[Box<Span>]) -> Value {
+        let mut buf = Vec::new();
+        {
+            let mut w = Writer::new(&mut buf).unwrap();
+            for s in spans {
+                w.span(s, 0).unwrap();
+            }
+            let outcome = Outcome {
+                unresolved_links: w.unresolved_links + w.pending_count as u64,
+                ..Outcome::default()
+            };
+            w.finish(&outcome).unwrap();
+        }
+        serde_json::from_slice(&buf).unwrap()
+    }
+
+    fn flows(trace: &Value) -> Vec<(String, i64)> {
+        trace["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "s" || e["ph"] == "f")
+            .map(|e| {
+                (
+                    e["ph"].as_str().unwrap().to_owned(),
+                    e["ts"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn link_read_before_its_target_is_drawn_when_the_target_arrives() {
+        // "retry" (starts at :05) links to "first" (starts at :01), which is written later.
+        let trace = trace_of(&[span("retry", 2, 5, Some(1)), span("first", 1, 1, None)]);
+        let base = 1_767_225_600_000_000; // 2026-01-01T00:00:00Z in µs
+        assert_eq!(
+            flows(&trace),
+            [
+                ("s".to_owned(), base + 1_000_000),
+                ("f".to_owned(), base + 5_000_000)
+            ]
+        );
+        assert_eq!(trace["otherData"]["unresolved_links"], 0);
+    }
+
+    #[test]
+    fn link_to_a_span_never_seen_is_counted_not_drawn() {
+        let trace = trace_of(&[span("orphan", 2, 5, Some(99))]);
+        assert!(flows(&trace).is_empty());
+        assert_eq!(trace["otherData"]["unresolved_links"], 1);
+    }
+}

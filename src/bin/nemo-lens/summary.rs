@@ -475,3 +475,31 @@ pub fn run(opts: &Options) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles_are_observed_values() {
+        let v: Vec<i64> = (1..=10).collect();
+        assert_eq!(percentile(&v, 50.0), Some(5));
+        assert_eq!(percentile(&v, 90.0), Some(9));
+        assert_eq!(percentile(&v, 99.0), Some(10));
+        assert_eq!(percentile(&[7], 1.0), Some(7));
+        assert_eq!(percentile(&[], 50.0), None);
+    }
+
+    #[test]
+    fn cross_rank_median_averages_the_middle_pair() {
+        assert_eq!(median_f64(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median_f64(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+
+    #[test]
+    fn threshold_accepts_percent_sign_and_rejects_negatives() {
+        assert_eq!(parse_threshold("12.5%"), Ok(12.5));
+        assert!(parse_threshold("-1").is_err());
+        assert!(parse_threshold("NaN").is_err());
+    }
+}
