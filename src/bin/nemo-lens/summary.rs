@@ -435,20 +435,33 @@ fn plot(steps: &mut BTreeMap<i64, Vec<StepSpan>>, path: &Path) -> Result<(usize,
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(70)
-            .build_cartesian_2d(min_step..max_step + 1, 0..ranks.len())?;
+            .build_cartesian_2d(min_step..max_step + 1, (0..ranks.len()).into_segmented())?;
         chart
             .configure_mesh()
             .disable_mesh()
             .x_desc("step")
             .y_desc("rank")
             .y_labels(ranks.len().min(32))
-            .y_label_formatter(&|row| ranks.get(*row).map(|r| rank_label(*r)).unwrap_or_default())
+            // One label in the middle of each row.
+            .y_label_formatter(&|row| {
+                match row {
+                    SegmentValue::CenterOf(r) => ranks.get(*r).map(|r| rank_label(*r)),
+                    _ => None,
+                }
+                .unwrap_or_default()
+            })
             .draw()?;
         let span = if hi > lo { hi - lo } else { 1.0 };
         chart.draw_series(cells.iter().map(|&(row, step, dur)| {
             let v = ((dur as f64 / 1000.0 - lo) / span) as f32;
             let color = ViridisRGB.get_color(v);
-            Rectangle::new([(step, row), (step + 1, row + 1)], color.filled())
+            Rectangle::new(
+                [
+                    (step, SegmentValue::Exact(row)),
+                    (step + 1, SegmentValue::Exact(row + 1)),
+                ],
+                color.filled(),
+            )
         }))?;
         root.present()?;
         Ok(())
