@@ -145,6 +145,14 @@ pub enum LensError {
         #[source]
         source: io::Error,
     },
+    /// A backdated span's time is NaN or infinite ([`crate::emit`]).
+    #[error("{label} must be finite, got {value}")]
+    NonFiniteTime {
+        /// Which time (`start_epoch_seconds`, `end_epoch_seconds`, …).
+        label: &'static str,
+        /// The value as given.
+        value: String,
+    },
     /// An exporter or provider could not be built.
     #[error("cannot build the {signal} exporter: {message}")]
     Exporter {

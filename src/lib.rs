@@ -76,6 +76,8 @@
 //! * **OTLP** ([`export::otlp`]): gRPC, HTTP/protobuf or HTTP/JSON per signal from the standard
 //!   `OTEL_EXPORTER_OTLP_*` variables; gRPC runs on a private runtime, so no Tokio is needed.
 //! * **Attribute names** ([`semconv`]): every name of the Python `semconv` module as a constant.
+//! * **Backdated spans** ([`emit`]): [`emit_span`] records a completed span from timestamps
+//!   taken earlier (clamping and tagging an end before the start).
 //! * **Testing** ([`testing`], feature `testing`): capture finished spans in your own tests.
 //!
 //! ## Performance
@@ -92,6 +94,7 @@
 
 mod closer;
 pub mod config;
+pub mod emit;
 mod error;
 pub mod export;
 pub mod filter;
@@ -111,6 +114,7 @@ pub mod strategy;
 pub mod testing;
 
 pub use config::{ConfigSources, ExporterKind, LensConfig};
+pub use emit::{EmitSpan, EpochSeconds, emit_span};
 pub use error::{LensError, Result};
 pub use filter::LensFilter;
 pub use groups::is_span_group_enabled;

@@ -104,6 +104,8 @@ pub const DL_TENSOR_PARALLEL_SIZE: &str = "dl.tensor_parallel.size";
 pub const DL_PIPELINE_PARALLEL_RANK: &str = "dl.pipeline_parallel.rank";
 /// `dl.pipeline_parallel.size`: size of the pipeline-parallel group.
 pub const DL_PIPELINE_PARALLEL_SIZE: &str = "dl.pipeline_parallel.size";
+/// `dl.step`: index of the training step a span belongs to (read by `nemo-lens summary`).
+pub const DL_STEP: &str = "dl.step";
 /// `dl.iteration`: training iteration (step) number.
 pub const DL_ITERATION: &str = "dl.iteration";
 /// `dl.loss`: training loss.
@@ -252,6 +254,13 @@ pub const NEMO_USER_ID: &str = "nemo.user.id";
 pub const NEMO_SPAN_TRUNCATED: &str = "nemo.span.truncated";
 /// `nemo.span.truncated.reason`: why a span was truncated (on the `nemo.span.truncated` event).
 pub const NEMO_SPAN_TRUNCATED_REASON: &str = "nemo.span.truncated.reason";
+
+/// `thread.id`: OS thread id a span ran on (upstream OpenTelemetry; `nemo-lens perfetto` puts
+/// spans with the same value on one track).
+pub const THREAD_ID: &str = "thread.id";
+/// `thread.name`: name of the thread a span ran on (upstream OpenTelemetry; names the track in
+/// `nemo-lens perfetto`).
+pub const THREAD_NAME: &str = "thread.name";
 
 // ------------------------------------------------------------------------------------------
 // OpenTelemetry general conventions the crate writes itself

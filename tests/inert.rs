@@ -69,7 +69,12 @@ fn assert_inert(telemetry: &Telemetry) {
     let layer = telemetry.layer::<tracing_subscriber::Registry>();
     assert!(layer.filter().is_inert());
     assert!(layer.log_filter().is_none(), "no log bridge");
-    assert!(telemetry.metrics_layer::<tracing_subscriber::Registry>().filter().is_inert());
+    assert!(
+        telemetry
+            .metrics_layer::<tracing_subscriber::Registry>()
+            .filter()
+            .is_inert()
+    );
     let subscriber = tracing_subscriber::registry().with(layer);
     tracing::subscriber::with_default(subscriber, || {
         assert!(!tracing::span_enabled!(tracing::Level::ERROR));

@@ -1,0 +1,176 @@
+//! `nemo-lens`: the command-line tool of NeMo Lens for Rust (feature `cli`).
+//!
+//! * `perfetto` merges per-rank console JSONL into one Chrome Trace Event file ([`perfetto`]);
+//! * `summary` prints per-rank span statistics and a straggler report ([`summary`]);
+//! * `emit-spans` exports completed spans from epoch-second intervals ([`emit`]).
+//!
+//! Input files are read by [`input`] (plain or gzip JSONL, streamed, bad lines skipped).
+
+mod emit;
+mod input;
+mod perfetto;
+mod summary;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success (skipped malformed input lines are reported on stderr, not an error)
+  1  invalid input: emit-spans got a bad --span (\"nothing emitted: invalid span input\")
+  2  usage error, an input or output file that cannot be opened or written, or (emit-spans)
+     an exporter that cannot be set up or fails to export";
+
+/// Tools for NeMo Lens span files: merge ranks into a Perfetto timeline, find stragglers, emit
+/// backdated spans.
+#[derive(Debug, Parser)]
+#[command(name = "nemo-lens", version, about, after_help = EXIT_CODES)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Merge per-rank JSONL (plain or .gz) into one Chrome Trace Event JSON file for
+    /// ui.perfetto.dev or chrome://tracing.
+    #[command(after_help = EXIT_CODES)]
+    Perfetto {
+        /// Console JSONL files, one or more per rank (gzip detected by content).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Output file (Chrome Trace Event JSON).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Do not draw the progress bar (it is drawn only when stderr is a terminal anyway).
+        #[arg(long)]
+        no_progress: bool,
+    },
+    /// Per span name and rank: count, total, p50/p90/p99/max duration; then the ranks whose
+    /// median is slower than the cross-rank median (stragglers). The step span (named `step` or
+    /// `train_step`) is listed first.
+    #[command(after_help = EXIT_CODES)]
+    Summary {
+        /// Console JSONL files (plain or .gz).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Order of the statistics table.
+        #[arg(long, value_enum, default_value_t = GroupBy::Name)]
+        group_by: GroupBy,
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// A rank is a straggler for a span name when its median exceeds the cross-rank median
+        /// by more than this many percent.
+        #[arg(long, default_value_t = 10.0, value_parser = summary::parse_threshold)]
+        threshold: f64,
+        /// Also write a heatmap of step duration by rank (rows) and step (columns) to this SVG
+        /// file. The step index is the `dl.step` or `step` attribute, else the order of
+        /// occurrence on each rank.
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
+        /// Do not draw the progress bar.
+        #[arg(long)]
+        no_progress: bool,
+    },
+    /// Emit completed spans from epoch-second intervals through the normal exporter
+    /// configuration (NEMO_LENS_EXPORTER, NEMO_LENS_CONSOLE_PATH, OTEL_EXPORTER_OTLP_*,
+    /// OTEL_RESOURCE_ATTRIBUTES). All or nothing: any bad --span emits nothing (exit 1).
+    #[command(name = "emit-spans", after_help = EXIT_CODES)]
+    EmitSpans {
+        /// `service.name` of the emitted spans (overrides OTEL_SERVICE_NAME and
+        /// OTEL_RESOURCE_ATTRIBUTES).
+        #[arg(long)]
+        service: String,
+        /// `NAME,START,END[,PARENT]`: epoch seconds (decimal, nanosecond precision); PARENT
+        /// names another --span (listed before or after). Repeat for each span.
+        #[arg(long = "span", value_name = "NAME,START,END[,PARENT]", required = true)]
+        spans: Vec<String>,
+    },
+}
+
+/// Row order of the summary table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GroupBy {
+    /// Rows grouped by span name, ranks within.
+    Name,
+    /// Rows grouped by rank, span names within.
+    Rank,
+}
+
+/// An error with the exit code it maps to.
+#[derive(Debug)]
+pub struct Failure {
+    /// 1 (invalid input) or 2 (setup, I/O, export).
+    pub code: u8,
+    /// What went wrong, with context.
+    pub error: anyhow::Error,
+}
+
+impl Failure {
+    /// Exit code 2.
+    pub fn setup(error: impl Into<anyhow::Error>) -> Self {
+        Failure {
+            code: 2,
+            error: error.into(),
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), Failure> {
+    match cli.command {
+        Command::Perfetto {
+            files,
+            output,
+            no_progress,
+        } => {
+            let outcome = perfetto::run(&files, &output, !no_progress).map_err(Failure::setup)?;
+            outcome.stats.report();
+            eprintln!(
+                "wrote {} ({} spans, {} metric batches, {} trace events, {} links)",
+                output.display(),
+                outcome.stats.spans,
+                outcome.stats.metric_batches,
+                outcome.events,
+                outcome.flows
+            );
+            if outcome.unresolved_links > 0 {
+                eprintln!(
+                    "warning: {} link(s) point to spans not found in the input; not drawn",
+                    outcome.unresolved_links
+                );
+            }
+            Ok(())
+        }
+        Command::Summary {
+            files,
+            group_by,
+            json,
+            threshold,
+            plot,
+            no_progress,
+        } => summary::run(&summary::Options {
+            files,
+            group_by,
+            json,
+            threshold_percent: threshold,
+            plot,
+            progress: !no_progress,
+        })
+        .map_err(Failure::setup),
+        Command::EmitSpans { service, spans } => emit::run(&service, &spans),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure { code, error }) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(code)
+        }
+    }
+}

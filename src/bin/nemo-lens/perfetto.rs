@@ -1,0 +1,525 @@
+//! `nemo-lens perfetto`: per-rank JSONL → one Chrome Trace Event JSON file.
+//!
+//! The output is the JSON object form of the [Trace Event format]
+//! (`{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}`), which
+//! ui.perfetto.dev and chrome://tracing both open. The mapping:
+//!
+//! | input | trace event |
+//! |---|---|
+//! | rank (`dl.rank`, else the file name's `rankN`) | a process (`pid` = rank) named `rank N (host)` |
+//! | `thread.id` / `thread.name` span attribute | a thread track; without them one track per rank |
+//! | span | complete event `ph: "X"` (`ts`, `dur` in µs), attributes plus ids and status in `args` |
+//! | truncated span (`nemo.span.truncated`) | `cat: "span,truncated"`, `cname: "terrible"` (red) |
+//! | span event | instant event `ph: "i"`, `s: "t"`, on the span's track |
+//! | span link | flow `ph: "s"` at the linked span → `ph: "f"` (`bp: "e"`) at the linking span |
+//! | metric data point | counter event `ph: "C"` on the rank's process (`value`, or `sum` and `count` for histograms) |
+//!
+//! Events are written as they are read: memory holds the track names, a bounded index of recent
+//! span positions (to draw links) and the links still waiting for their target, never the spans.
+//! A link whose span is not in the index (older than [`RECENT_SPANS`] spans, or never seen) is
+//! counted and not drawn.
+//!
+//! [Trace Event format]: https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+use nemo_lens::semconv;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::input::{self, Record, Span, Stats};
+
+/// How many recent spans' positions are kept to draw links (the index peaks at about 25 MB).
+pub const RECENT_SPANS: usize = 1 << 18;
+/// How many links may wait for a span not read yet.
+const MAX_PENDING_LINKS: usize = 1 << 16;
+/// `pid` base for files whose rank is unknown (`pid` = base + position on the command line).
+const UNKNOWN_RANK_PID_BASE: i64 = 1_000_000;
+
+/// What the conversion wrote.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Input statistics.
+    pub stats: Stats,
+    /// Trace events written (metadata included).
+    pub events: u64,
+    /// Links drawn as flows.
+    pub flows: u64,
+    /// Links whose span was not found.
+    pub unresolved_links: u64,
+}
+
+#[derive(Serialize)]
+struct Event<'a, A: Serialize> {
+    name: &'a str,
+    ph: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cat: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ts: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dur: Option<i64>,
+    pid: i64,
+    tid: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    s: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bp: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cname: Option<&'static str>,
+    args: A,
+}
+
+impl<'a, A: Serialize> Event<'a, A> {
+    fn new(name: &'a str, ph: &'static str, pid: i64, tid: i64, args: A) -> Self {
+        Event {
+            name,
+            ph,
+            cat: None,
+            ts: None,
+            dur: None,
+            pid,
+            tid,
+            s: None,
+            id: None,
+            bp: None,
+            cname: None,
+            args,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct SpanArgs<'a> {
+    #[serde(flatten)]
+    attributes: &'a Map<String, Value>,
+    trace_id: &'a str,
+    span_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parent_id: Option<&'a str>,
+    #[serde(rename = "status.code")]
+    status_code: &'a str,
+    #[serde(rename = "status.description", skip_serializing_if = "Option::is_none")]
+    status_description: Option<&'a str>,
+}
+
+#[derive(Clone, Copy)]
+struct Loc {
+    pid: i64,
+    tid: i64,
+    ts: i64,
+}
+
+/// A link read before the span it points to: where the linking span is, and the link's
+/// attributes.
+type PendingLink = (Loc, Map<String, Value>);
+
+/// Streams events into the output file.
+struct Writer<W: Write> {
+    out: W,
+    first: bool,
+    events: u64,
+    processes: HashSet<i64>,
+    /// `(pid, thread.name)` → tid, for tracks named but not numbered.
+    named_threads: HashMap<(i64, String), i64>,
+    threads: HashSet<(i64, i64)>,
+    recent: HashMap<u64, Loc>,
+    recent_order: VecDeque<u64>,
+    /// Linked span id → the linking spans' positions, for links read before their span.
+    pending: HashMap<u64, Vec<PendingLink>>,
+    pending_count: usize,
+    next_flow_id: u64,
+    flows: u64,
+    unresolved_links: u64,
+}
+
+fn span_id_key(hex: &str) -> Option<u64> {
+    u64::from_str_radix(hex.trim_start_matches("0x"), 16).ok()
+}
+
+impl<W: Write> Writer<W> {
+    fn new(mut out: W) -> Result<Self> {
+        out.write_all(b"{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n")?;
+        Ok(Writer {
+            out,
+            first: true,
+            events: 0,
+            processes: HashSet::new(),
+            named_threads: HashMap::new(),
+            threads: HashSet::new(),
+            recent: HashMap::with_capacity(RECENT_SPANS),
+            recent_order: VecDeque::with_capacity(RECENT_SPANS),
+            pending: HashMap::new(),
+            pending_count: 0,
+            next_flow_id: 1,
+            flows: 0,
+            unresolved_links: 0,
+        })
+    }
+
+    fn emit<A: Serialize>(&mut self, event: &Event<'_, A>) -> Result<()> {
+        if !self.first {
+            self.out.write_all(b",\n")?;
+        }
+        self.first = false;
+        serde_json::to_writer(&mut self.out, event)?;
+        self.events += 1;
+        Ok(())
+    }
+
+    fn process(&mut self, pid: i64, label: &str, host: Option<&str>) -> Result<()> {
+        if !self.processes.insert(pid) {
+            return Ok(());
+        }
+        let name = match host {
+            Some(h) => format!("{label} ({h})"),
+            None => label.to_owned(),
+        };
+        self.emit(&Event::new(
+            "process_name",
+            "M",
+            pid,
+            0,
+            serde_json::json!({ "name": name }),
+        ))?;
+        self.emit(&Event::new(
+            "process_sort_index",
+            "M",
+            pid,
+            0,
+            serde_json::json!({ "sort_index": pid }),
+        ))
+    }
+
+    /// The span's track: `thread.id`, else a number for `thread.name`, else 0 (one per rank).
+    fn thread(&mut self, pid: i64, attributes: &Map<String, Value>) -> Result<i64> {
+        let id = attributes.get(semconv::THREAD_ID).and_then(Value::as_i64);
+        let name = attributes.get(semconv::THREAD_NAME).and_then(Value::as_str);
+        let tid = match (id, name) {
+            (Some(id), _) => id,
+            (None, Some(name)) => {
+                let next = self.named_threads.len() as i64 + 1;
+                *self
+                    .named_threads
+                    .entry((pid, name.to_owned()))
+                    .or_insert(next)
+            }
+            (None, None) => 0,
+        };
+        if self.threads.insert((pid, tid)) {
+            let label = match (name, tid) {
+                (Some(n), _) => n.to_owned(),
+                (None, 0) => "spans".to_owned(),
+                (None, t) => format!("thread {t}"),
+            };
+            self.emit(&Event::new(
+                "thread_name",
+                "M",
+                pid,
+                tid,
+                serde_json::json!({ "name": label }),
+            ))?;
+        }
+        Ok(tid)
+    }
+
+    /// Indexes a span's position, forgetting the oldest when the index is full (evicting before
+    /// inserting, so the map never grows past its pre-sized capacity).
+    fn remember(&mut self, span_id: u64, loc: Loc) {
+        if let Some(known) = self.recent.get_mut(&span_id) {
+            *known = loc;
+            return;
+        }
+        if self.recent_order.len() == RECENT_SPANS {
+            if let Some(old) = self.recent_order.pop_front() {
+                self.recent.remove(&old);
+            }
+        }
+        self.recent.insert(span_id, loc);
+        self.recent_order.push_back(span_id);
+    }
+
+    /// A flow arrow from the linked span to the linking span; the link's attributes are the
+    /// arrow head's args.
+    fn flow(&mut self, from: Loc, to: Loc, attributes: &Map<String, Value>) -> Result<()> {
+        let id = self.next_flow_id;
+        self.next_flow_id += 1;
+        let mut start = Event::new("link", "s", from.pid, from.tid, Map::new());
+        start.cat = Some("link");
+        start.ts = Some(from.ts);
+        start.id = Some(id);
+        self.emit(&start)?;
+        let mut end = Event::new("link", "f", to.pid, to.tid, attributes);
+        end.cat = Some("link");
+        end.ts = Some(to.ts);
+        end.id = Some(id);
+        end.bp = Some("e");
+        self.emit(&end)?;
+        self.flows += 1;
+        Ok(())
+    }
+
+    fn span(&mut self, span: &Span, pid: i64) -> Result<()> {
+        let tid = self.thread(pid, &span.attributes)?;
+        let truncated = span.is_truncated();
+        let mut event = Event::new(
+            &span.name,
+            "X",
+            pid,
+            tid,
+            SpanArgs {
+                attributes: &span.attributes,
+                trace_id: &span.context.trace_id,
+                span_id: &span.context.span_id,
+                parent_id: span.parent_id.as_deref(),
+                status_code: &span.status.status_code,
+                status_description: span.status.description.as_deref(),
+            },
+        );
+        event.cat = Some(if truncated { "span,truncated" } else { "span" });
+        event.cname = truncated.then_some("terrible");
+        event.ts = Some(span.start_us);
+        event.dur = Some(span.duration_us());
+        self.emit(&event)?;
+
+        for ev in &span.events {
+            let ts = input::parse_time_us(&ev.timestamp).unwrap_or(span.start_us);
+            let mut instant = Event::new(&ev.name, "i", pid, tid, &ev.attributes);
+            instant.cat = Some("event");
+            instant.ts = Some(ts);
+            instant.s = Some("t");
+            self.emit(&instant)?;
+        }
+
+        let here = Loc {
+            pid,
+            tid,
+            ts: span.start_us,
+        };
+        for link in &span.links {
+            let Some(key) = span_id_key(&link.context.span_id) else {
+                self.unresolved_links += 1;
+                continue;
+            };
+            if let Some(from) = self.recent.get(&key).copied() {
+                self.flow(from, here, &link.attributes)?;
+            } else if self.pending_count < MAX_PENDING_LINKS {
+                self.pending
+                    .entry(key)
+                    .or_default()
+                    .push((here, link.attributes.clone()));
+                self.pending_count += 1;
+            } else {
+                self.unresolved_links += 1;
+            }
+        }
+        if let Some(key) = span_id_key(&span.context.span_id) {
+            if let Some(waiting) = self.pending.remove(&key) {
+                self.pending_count -= waiting.len();
+                for (to, attributes) in waiting {
+                    self.flow(here, to, &attributes)?;
+                }
+            }
+            self.remember(key, here);
+        }
+        Ok(())
+    }
+
+    fn metrics(&mut self, batch: &[input::ResourceMetrics], pid: i64) -> Result<()> {
+        for rm in batch {
+            for sm in &rm.scope_metrics {
+                for metric in &sm.metrics {
+                    for point in &metric.data.data_points {
+                        let Some(ts) = point.time_unix_nano.map(|ns| (ns / 1000.0) as i64) else {
+                            continue;
+                        };
+                        let name = counter_name(&metric.name, &point.attributes);
+                        let mut args = Map::new();
+                        if let Some(v) = point.value {
+                            args.insert("value".into(), v.into());
+                        } else {
+                            if let Some(s) = point.sum {
+                                args.insert("sum".into(), s.into());
+                            }
+                            if let Some(c) = point.count {
+                                args.insert("count".into(), c.into());
+                            }
+                        }
+                        if args.is_empty() {
+                            continue;
+                        }
+                        let mut event = Event::new(&name, "C", pid, 0, args);
+                        event.ts = Some(ts);
+                        self.emit(&event)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(mut self, outcome: &Outcome) -> Result<()> {
+        let other = serde_json::json!({
+            "generator": concat!("nemo-lens ", env!("CARGO_PKG_VERSION")),
+            "lines": outcome.stats.lines,
+            "spans": outcome.stats.spans,
+            "metric_batches": outcome.stats.metric_batches,
+            "skipped_lines": outcome.stats.skipped,
+            "truncated_files": outcome.stats.truncated_files,
+            "unresolved_links": outcome.unresolved_links,
+        });
+        self.out.write_all(b"\n], \"otherData\": ")?;
+        serde_json::to_writer(&mut self.out, &other)?;
+        self.out.write_all(b"}\n")?;
+        self.out.flush()?;
+        Ok(())
+    }
+}
+
+/// `name{k=v,k=v}` so that points with different attributes get different counter tracks.
+fn counter_name(metric: &str, attributes: &Map<String, Value>) -> String {
+    if attributes.is_empty() {
+        return metric.to_owned();
+    }
+    let parts: Vec<String> = attributes
+        .iter()
+        .map(|(k, v)| match v {
+            Value::String(s) => format!("{k}={s}"),
+            other => format!("{k}={other}"),
+        })
+        .collect();
+    format!("{metric}{{{}}}", parts.join(","))
+}
+
+/// The process of a record: its rank, else a per-file id.
+fn pid_of(rank: Option<i64>, index: usize) -> (i64, String) {
+    match rank {
+        Some(r) => (r, format!("rank {r}")),
+        None => (
+            UNKNOWN_RANK_PID_BASE + index as i64,
+            format!("file {index} (rank unknown)"),
+        ),
+    }
+}
+
+/// Converts `inputs` into `output`.
+pub fn run(inputs: &[PathBuf], output: &Path, progress: bool) -> Result<Outcome> {
+    let file = File::create(output)
+        .with_context(|| format!("cannot create output file {}", output.display()))?;
+    let mut writer = Writer::new(BufWriter::with_capacity(1 << 20, file))
+        .with_context(|| format!("cannot write {}", output.display()))?;
+    let bar = input::progress_bar(inputs, progress);
+    let stats = input::for_each_record(inputs, &bar, |source, record| {
+        match record {
+            Record::Span(span) => {
+                let (pid, label) = pid_of(span.rank, source.index);
+                writer.process(pid, &label, span.host.as_deref())?;
+                writer.span(&span, pid)?;
+            }
+            Record::Metrics { batch, file_rank } => {
+                for rm in &batch {
+                    let attrs = &rm.resource.attributes;
+                    let (pid, label) = pid_of(attrs.rank().or(file_rank), source.index);
+                    writer.process(pid, &label, attrs.host_name.as_deref())?;
+                    writer.metrics(std::slice::from_ref(rm), pid)?;
+                }
+            }
+        }
+        Ok(())
+    })
+    .with_context(|| format!("while writing {}", output.display()))?;
+    let outcome = Outcome {
+        stats,
+        events: writer.events,
+        flows: writer.flows,
+        unresolved_links: writer.unresolved_links + writer.pending_count as u64,
+    };
+    writer
+        .finish(&outcome)
+        .with_context(|| format!("cannot write {}", output.display()))?;
+    Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::input::parse_line;
+
+    fn span(name: &str, id: u64, start_s: u32, link_to: Option<u64>) -> Box<Span> {
+        let links = match link_to {
+            Some(l) => format!(
+                r#"[{{"context": {{"trace_id": "0x1", "span_id": "0x{l:016x}"}}, "attributes": {{"why": "retry"}}}}]"#
+            ),
+            None => "[]".into(),
+        };
+        let line = format!(
+            r#"{{"name": "{name}", "context": {{"trace_id": "0x1", "span_id": "0x{id:016x}"}},
+               "start_time": "2026-01-01T00:00:{start_s:02}.000000Z",
+               "end_time": "2026-01-01T00:00:{:02}.000000Z", "links": {links}}}"#,
+            start_s + 1
+        );
+        match parse_line(line.as_bytes(), Some(0)).unwrap() {
+            Record::Span(s) => s,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn trace_of(spans: &[Box<Span>]) -> Value {
+        let mut buf = Vec::new();
+        {
+            let mut w = Writer::new(&mut buf).unwrap();
+            for s in spans {
+                w.span(s, 0).unwrap();
+            }
+            let outcome = Outcome {
+                unresolved_links: w.unresolved_links + w.pending_count as u64,
+                ..Outcome::default()
+            };
+            w.finish(&outcome).unwrap();
+        }
+        serde_json::from_slice(&buf).unwrap()
+    }
+
+    fn flows(trace: &Value) -> Vec<(String, i64)> {
+        trace["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "s" || e["ph"] == "f")
+            .map(|e| {
+                (
+                    e["ph"].as_str().unwrap().to_owned(),
+                    e["ts"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn link_read_before_its_target_is_drawn_when_the_target_arrives() {
+        // "retry" (starts at :05) links to "first" (starts at :01), which is written later.
+        let trace = trace_of(&[span("retry", 2, 5, Some(1)), span("first", 1, 1, None)]);
+        let base = 1_767_225_600_000_000; // 2026-01-01T00:00:00Z in µs
+        assert_eq!(
+            flows(&trace),
+            [
+                ("s".to_owned(), base + 1_000_000),
+                ("f".to_owned(), base + 5_000_000)
+            ]
+        );
+        assert_eq!(trace["otherData"]["unresolved_links"], 0);
+    }
+
+    #[test]
+    fn link_to_a_span_never_seen_is_counted_not_drawn() {
+        let trace = trace_of(&[span("orphan", 2, 5, Some(99))]);
+        assert!(flows(&trace).is_empty());
+        assert_eq!(trace["otherData"]["unresolved_links"], 1);
+    }
+}

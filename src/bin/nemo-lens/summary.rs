@@ -1,0 +1,518 @@
+//! `nemo-lens summary`: per-rank span statistics, stragglers and a step heatmap.
+//!
+//! # Statistics
+//!
+//! For every (span name, rank): `count` (complete spans), `truncated` (spans the closer ended at
+//! shutdown, `nemo.span.truncated = true`; excluded from every other column), `total`, `p50`,
+//! `p90`, `p99` and `max` duration in milliseconds. Percentiles use the nearest-rank method (the
+//! value at position ⌈p·n⌉ of the sorted durations), so every figure is an observed duration.
+//!
+//! # Stragglers
+//!
+//! For each span name seen on at least two ranks: the cross-rank median is the median of the
+//! ranks' p50s (the mean of the two middle ones for an even count); a rank is a straggler when
+//! its p50 exceeds the cross-rank median by more than the threshold (default 10 %). Stragglers
+//! are sorted by excess, largest first. The step span (named [`STEP_SPAN_NAMES`]: `step`, or
+//! `train_step` as in `examples/trainer.rs`) is reported first, then the other names in
+//! alphabetical order.
+//!
+//! # Heatmap
+//!
+//! `--plot FILE.svg` draws step-span durations with ranks as rows and steps as columns. The step
+//! of a span is its `dl.step` attribute, else `step`, else its position among that rank's step
+//! spans ordered by start time.
+//!
+//! Memory: the durations of complete spans are kept (8 bytes each) to compute exact percentiles.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+use nemo_lens::semconv;
+use plotters::prelude::*;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::GroupBy;
+use crate::input::{self, Record};
+
+/// Span names treated as the training step (first in the straggler report, rows of the heatmap).
+pub const STEP_SPAN_NAMES: [&str; 2] = ["step", "train_step"];
+
+/// Span attributes holding the step index, in order of preference. `step` is the field name of
+/// the trainer example's `#[instrument]`ed `train_step(step: u64, ...)`.
+const STEP_ATTRIBUTES: [&str; 2] = [semconv::DL_STEP, "step"];
+
+/// Rank of spans whose rank is unknown (no `dl.rank`, no `rankN` in the file name).
+const UNKNOWN_RANK: i64 = -1;
+
+/// What `summary` was asked to do.
+#[derive(Debug)]
+pub struct Options {
+    /// Inputs.
+    pub files: Vec<PathBuf>,
+    /// Table order.
+    pub group_by: GroupBy,
+    /// JSON instead of tables.
+    pub json: bool,
+    /// Straggler threshold, percent.
+    pub threshold_percent: f64,
+    /// Heatmap output.
+    pub plot: Option<PathBuf>,
+    /// Progress bar on a terminal.
+    pub progress: bool,
+}
+
+/// Parses `--threshold` (`10` or `10%`; finite, not negative).
+pub fn parse_threshold(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("expected a percentage such as 10 or 12.5, got {s:?}"))?;
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("expected a finite percentage >= 0, got {s:?}"))
+    }
+}
+
+#[derive(Default)]
+struct Group {
+    durations_us: Vec<i64>,
+    truncated: u64,
+}
+
+struct StepSpan {
+    step: Option<i64>,
+    start_us: i64,
+    duration_us: i64,
+}
+
+/// One row of the statistics table.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    name: String,
+    rank: Option<i64>,
+    count: u64,
+    truncated: u64,
+    total_ms: f64,
+    p50_ms: Option<f64>,
+    p90_ms: Option<f64>,
+    p99_ms: Option<f64>,
+    max_ms: Option<f64>,
+}
+
+/// A slow rank for one span name.
+#[derive(Debug, Serialize)]
+pub struct Straggler {
+    rank: Option<i64>,
+    median_ms: f64,
+    excess_percent: f64,
+}
+
+/// The straggler verdict for one span name.
+#[derive(Debug, Serialize)]
+pub struct NameReport {
+    name: String,
+    is_step: bool,
+    ranks: usize,
+    cross_rank_median_ms: f64,
+    stragglers: Vec<Straggler>,
+}
+
+/// Everything `summary` prints.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    threshold_percent: f64,
+    step_span: Option<String>,
+    spans: Vec<Row>,
+    stragglers: Vec<NameReport>,
+    lines: u64,
+    skipped_lines: u64,
+}
+
+/// µs → ms, rounded to the µs.
+fn ms(us: f64) -> f64 {
+    us.round() / 1000.0
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[i64], p: f64) -> Option<i64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+fn median_f64(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn is_step(name: &str) -> bool {
+    STEP_SPAN_NAMES.contains(&name)
+}
+
+/// Name order: step span first, then alphabetical.
+fn name_key(name: &str) -> (bool, &str) {
+    (!is_step(name), name)
+}
+
+fn rank_opt(rank: i64) -> Option<i64> {
+    (rank != UNKNOWN_RANK).then_some(rank)
+}
+
+fn rank_label(rank: i64) -> String {
+    rank_opt(rank).map_or_else(|| "?".to_owned(), |r| r.to_string())
+}
+
+fn step_attribute(attributes: &serde_json::Map<String, Value>) -> Option<i64> {
+    STEP_ATTRIBUTES
+        .iter()
+        .find_map(|k| match attributes.get(*k) {
+            Some(Value::Number(n)) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
+            Some(Value::String(s)) => s.parse().ok(),
+            _ => None,
+        })
+}
+
+struct Collected {
+    groups: BTreeMap<(String, i64), Group>,
+    steps: BTreeMap<i64, Vec<StepSpan>>,
+    stats: input::Stats,
+}
+
+fn collect(opts: &Options) -> Result<Collected> {
+    let mut groups: BTreeMap<(String, i64), Group> = BTreeMap::new();
+    let mut steps: BTreeMap<i64, Vec<StepSpan>> = BTreeMap::new();
+    let bar = input::progress_bar(&opts.files, opts.progress);
+    let stats = input::for_each_record(&opts.files, &bar, |_, record| {
+        if let Record::Span(span) = record {
+            let rank = span.rank.unwrap_or(UNKNOWN_RANK);
+            let truncated = span.is_truncated();
+            if opts.plot.is_some() && is_step(&span.name) && !truncated {
+                steps.entry(rank).or_default().push(StepSpan {
+                    step: step_attribute(&span.attributes),
+                    start_us: span.start_us,
+                    duration_us: span.duration_us(),
+                });
+            }
+            let group = match groups.get_mut(&(span.name.clone(), rank)) {
+                Some(g) => g,
+                None => groups.entry((span.name.clone(), rank)).or_default(),
+            };
+            if truncated {
+                group.truncated += 1;
+            } else {
+                group.durations_us.push(span.duration_us());
+            }
+        }
+        Ok(())
+    })?;
+    Ok(Collected {
+        groups,
+        steps,
+        stats,
+    })
+}
+
+fn build_report(collected: &mut Collected, opts: &Options) -> Report {
+    let mut rows = Vec::new();
+    // name → [(rank, p50 µs)]
+    let mut medians: BTreeMap<&str, Vec<(i64, i64)>> = BTreeMap::new();
+    for ((name, rank), group) in &mut collected.groups {
+        group.durations_us.sort_unstable();
+        let d = &group.durations_us;
+        let p = |q| percentile(d, q).map(|v| ms(v as f64));
+        if let Some(p50) = percentile(d, 50.0) {
+            medians.entry(name).or_default().push((*rank, p50));
+        }
+        rows.push(Row {
+            name: name.clone(),
+            rank: rank_opt(*rank),
+            count: d.len() as u64,
+            truncated: group.truncated,
+            total_ms: ms(d.iter().sum::<i64>() as f64),
+            p50_ms: p(50.0),
+            p90_ms: p(90.0),
+            p99_ms: p(99.0),
+            max_ms: d.last().map(|v| ms(*v as f64)),
+        });
+    }
+    let rank_key = |r: Option<i64>| r.unwrap_or(UNKNOWN_RANK);
+    match opts.group_by {
+        GroupBy::Name => rows.sort_by(|a, b| {
+            (name_key(&a.name), rank_key(a.rank)).cmp(&(name_key(&b.name), rank_key(b.rank)))
+        }),
+        GroupBy::Rank => rows.sort_by(|a, b| {
+            (rank_key(a.rank), name_key(&a.name)).cmp(&(rank_key(b.rank), name_key(&b.name)))
+        }),
+    }
+
+    let mut stragglers: Vec<NameReport> = medians
+        .into_iter()
+        .filter(|(_, per_rank)| per_rank.len() >= 2)
+        .map(|(name, per_rank)| {
+            let cross = median_f64(per_rank.iter().map(|(_, m)| *m as f64).collect());
+            let mut slow: Vec<Straggler> = per_rank
+                .iter()
+                .filter(|_| cross > 0.0)
+                .map(|(rank, m)| Straggler {
+                    rank: rank_opt(*rank),
+                    median_ms: ms(*m as f64),
+                    excess_percent: (*m as f64 - cross) / cross * 100.0,
+                })
+                .filter(|s| s.excess_percent > opts.threshold_percent)
+                .collect();
+            slow.sort_by(|a, b| b.excess_percent.total_cmp(&a.excess_percent));
+            for s in &mut slow {
+                s.excess_percent = (s.excess_percent * 10.0).round() / 10.0;
+            }
+            NameReport {
+                name: name.to_owned(),
+                is_step: is_step(name),
+                ranks: per_rank.len(),
+                cross_rank_median_ms: ms(cross),
+                stragglers: slow,
+            }
+        })
+        .collect();
+    stragglers.sort_by(|a, b| name_key(&a.name).cmp(&name_key(&b.name)));
+
+    let step_span = collected
+        .groups
+        .keys()
+        .map(|(n, _)| n.as_str())
+        .filter(|n| is_step(n))
+        .min_by_key(|n| STEP_SPAN_NAMES.iter().position(|s| s == n))
+        .map(str::to_owned);
+    Report {
+        threshold_percent: opts.threshold_percent,
+        step_span,
+        spans: rows,
+        stragglers,
+        lines: collected.stats.lines,
+        skipped_lines: collected.stats.skipped,
+    }
+}
+
+fn fmt_opt(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"))
+}
+
+/// The human-readable tables.
+fn render_text(report: &Report) -> String {
+    let mut out = String::new();
+    let header = [
+        "name",
+        "rank",
+        "count",
+        "truncated",
+        "total_ms",
+        "p50_ms",
+        "p90_ms",
+        "p99_ms",
+        "max_ms",
+    ];
+    let cells: Vec<[String; 9]> = report
+        .spans
+        .iter()
+        .map(|r| {
+            [
+                r.name.clone(),
+                r.rank.map_or_else(|| "?".into(), |v| v.to_string()),
+                r.count.to_string(),
+                r.truncated.to_string(),
+                format!("{:.3}", r.total_ms),
+                fmt_opt(r.p50_ms),
+                fmt_opt(r.p90_ms),
+                fmt_opt(r.p99_ms),
+                fmt_opt(r.max_ms),
+            ]
+        })
+        .collect();
+    let mut width = header.map(str::len);
+    for row in &cells {
+        for (w, c) in width.iter_mut().zip(row) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let _ = writeln!(
+        out,
+        "Span durations per rank (ms; truncated spans are counted apart and excluded from the \
+         other columns)"
+    );
+    let line = |out: &mut String, row: &[&str]| {
+        for (i, (c, w)) in row.iter().zip(width).enumerate() {
+            if i == 0 {
+                let _ = write!(out, "{c:<w$}");
+            } else {
+                let _ = write!(out, "  {c:>w$}");
+            }
+        }
+        out.push('\n');
+    };
+    line(&mut out, &header);
+    for row in &cells {
+        line(&mut out, &row.each_ref().map(String::as_str));
+    }
+    let _ = writeln!(
+        out,
+        "\nStragglers (rank median more than {}% above the cross-rank median{})",
+        report.threshold_percent,
+        match &report.step_span {
+            Some(s) => format!("; step span: {s}"),
+            None => String::new(),
+        }
+    );
+    if report.stragglers.is_empty() {
+        let _ = writeln!(out, "  (no span name seen on two or more ranks)");
+    }
+    for name in &report.stragglers {
+        let _ = writeln!(
+            out,
+            "{}{}: cross-rank median {:.3} ms over {} ranks",
+            name.name,
+            if name.is_step { " [step]" } else { "" },
+            name.cross_rank_median_ms,
+            name.ranks
+        );
+        if name.stragglers.is_empty() {
+            let _ = writeln!(out, "  none");
+        }
+        for s in &name.stragglers {
+            let _ = writeln!(
+                out,
+                "  rank {:>4}  median {:>10.3} ms  +{:.1}%",
+                s.rank.map_or_else(|| "?".into(), |v| v.to_string()),
+                s.median_ms,
+                s.excess_percent
+            );
+        }
+    }
+    out
+}
+
+/// Draws the step heatmap; returns (ranks, steps) drawn.
+fn plot(steps: &mut BTreeMap<i64, Vec<StepSpan>>, path: &Path) -> Result<(usize, usize)> {
+    // (row, step, duration µs)
+    let mut cells = Vec::new();
+    let ranks: Vec<i64> = steps.keys().copied().collect();
+    for (row, spans) in steps.values_mut().enumerate() {
+        spans.sort_by_key(|s| s.start_us);
+        for (i, s) in spans.iter().enumerate() {
+            cells.push((row, s.step.unwrap_or(i as i64), s.duration_us));
+        }
+    }
+    anyhow::ensure!(
+        !cells.is_empty(),
+        "no complete step span (named {STEP_SPAN_NAMES:?}) to plot"
+    );
+    let min_step = cells.iter().map(|c| c.1).min().unwrap_or(0);
+    let max_step = cells.iter().map(|c| c.1).max().unwrap_or(0);
+    let lo = cells.iter().map(|c| c.2).min().unwrap_or(0) as f64 / 1000.0;
+    let hi = cells.iter().map(|c| c.2).max().unwrap_or(0) as f64 / 1000.0;
+    let n_steps = (max_step - min_step + 1) as usize;
+
+    let width = (160 + n_steps.clamp(10, 400) * 4) as u32;
+    let height = (140 + ranks.len().clamp(4, 256) * 18) as u32;
+    let root = SVGBackend::new(path, (width.max(640), height)).into_drawing_area();
+    let draw = || -> Result<(), Box<dyn std::error::Error>> {
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!("Step duration by rank (ms; {lo:.3} dark .. {hi:.3} bright)"),
+                ("sans-serif", 18),
+            )
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(70)
+            .build_cartesian_2d(min_step..max_step + 1, (0..ranks.len()).into_segmented())?;
+        chart
+            .configure_mesh()
+            .disable_mesh()
+            .x_desc("step")
+            .y_desc("rank")
+            .y_labels(ranks.len().min(32))
+            // One label in the middle of each row.
+            .y_label_formatter(&|row| {
+                match row {
+                    SegmentValue::CenterOf(r) => ranks.get(*r).map(|r| rank_label(*r)),
+                    _ => None,
+                }
+                .unwrap_or_default()
+            })
+            .draw()?;
+        let span = if hi > lo { hi - lo } else { 1.0 };
+        chart.draw_series(cells.iter().map(|&(row, step, dur)| {
+            let v = ((dur as f64 / 1000.0 - lo) / span) as f32;
+            let color = ViridisRGB.get_color(v);
+            Rectangle::new(
+                [
+                    (step, SegmentValue::Exact(row)),
+                    (step + 1, SegmentValue::Exact(row + 1)),
+                ],
+                color.filled(),
+            )
+        }))?;
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok((ranks.len(), n_steps))
+}
+
+/// Runs `nemo-lens summary`.
+pub fn run(opts: &Options) -> Result<()> {
+    let mut collected = collect(opts)?;
+    collected.stats.report();
+    let report = build_report(&mut collected, opts);
+    if opts.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        println!("{text}");
+    } else {
+        print!("{}", render_text(&report));
+    }
+    if let Some(path) = &opts.plot {
+        let (ranks, steps) = plot(&mut collected.steps, path)
+            .with_context(|| format!("cannot draw the heatmap {}", path.display()))?;
+        eprintln!("wrote {} ({ranks} ranks x {steps} steps)", path.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles_are_observed_values() {
+        let v: Vec<i64> = (1..=10).collect();
+        assert_eq!(percentile(&v, 50.0), Some(5));
+        assert_eq!(percentile(&v, 90.0), Some(9));
+        assert_eq!(percentile(&v, 99.0), Some(10));
+        assert_eq!(percentile(&[7], 1.0), Some(7));
+        assert_eq!(percentile(&[], 50.0), None);
+    }
+
+    #[test]
+    fn cross_rank_median_averages_the_middle_pair() {
+        assert_eq!(median_f64(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median_f64(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+
+    #[test]
+    fn threshold_accepts_percent_sign_and_rejects_negatives() {
+        assert_eq!(parse_threshold("12.5%"), Ok(12.5));
+        assert!(parse_threshold("-1").is_err());
+        assert!(parse_threshold("NaN").is_err());
+    }
+}

@@ -1,0 +1,180 @@
+//! Multi-rank console JSONL for the `nemo-lens` command-line tests, written in the exporter's
+//! layout (the same keys as `nemo_lens::export::console` and the Python library).
+//!
+//! The job: ranks 0, 1, 2 and 4 run [`STEPS`] `train_step` spans (attribute `step`), each with a
+//! `forward` child. Rank 2 is the straggler: its steps take [`SLOW_STEP_MS`] instead of
+//! [`STEP_MS`]. Rank 1's last `train_step` is truncated (`nemo.span.truncated`). Rank 0's file
+//! has a corrupt line and a line cut in half; its `forward` spans carry `thread.id` /
+//! `thread.name`; its step 1 links to step 0. Rank 1's first span has a bare `NaN` attribute, as
+//! Python's `json.dumps` writes it. Rank 4's file is gzip and its resource has no
+//! `dl.rank` (the rank comes from the file name `spans-rank4.jsonl.gz`). The Python fixture
+//! (rank 3) is copied next to them.
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+/// Steps per rank.
+pub const STEPS: i64 = 12;
+/// Normal step duration.
+pub const STEP_MS: i64 = 100;
+/// Rank 2's step duration.
+pub const SLOW_STEP_MS: i64 = 150;
+/// Start of the job, µs since the epoch (2026-11-29T22:00:00Z).
+pub const T0_US: i64 = 1_795_989_600_000_000;
+
+/// The Python library's output, as committed by the lead.
+pub const PYTHON_FIXTURE: &str = "/work/shared/fixtures/python-lens-rank3.jsonl";
+
+/// Formats µs since the epoch like the console exporter.
+pub fn ts(us: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_micros(us as u64);
+    humantime::format_rfc3339_micros(t).to_string()
+}
+
+fn resource(rank: Option<i64>) -> Value {
+    let mut attrs = json!({
+        "service.name": "nemo",
+        "host.name": format!("node{}", rank.unwrap_or(9)),
+        "telemetry.sdk.language": "rust",
+    });
+    if let Some(r) = rank {
+        attrs["dl.rank"] = json!(r);
+        attrs["dl.world_size"] = json!(5);
+    }
+    json!({ "attributes": attrs, "schema_url": "" })
+}
+
+/// One span line.
+#[allow(clippy::too_many_arguments)]
+pub fn span_line(
+    name: &str,
+    trace: u128,
+    span: u64,
+    parent: Option<u64>,
+    start_us: i64,
+    end_us: i64,
+    attributes: Value,
+    events: Value,
+    links: Value,
+    rank: Option<i64>,
+) -> String {
+    json!({
+        "name": name,
+        "context": { "trace_id": format!("0x{trace:032x}"), "span_id": format!("0x{span:016x}"), "trace_state": "[]" },
+        "kind": "SpanKind.INTERNAL",
+        "parent_id": parent.map(|p| format!("0x{p:016x}")),
+        "start_time": ts(start_us),
+        "end_time": ts(end_us),
+        "status": { "status_code": "UNSET" },
+        "attributes": attributes,
+        "events": events,
+        "links": links,
+        "resource": resource(rank),
+    })
+    .to_string()
+}
+
+/// Span id of rank `r`'s step `s` (`kind` 0) or its forward child (`kind` 1).
+pub fn span_id(rank: i64, step: i64, kind: u64) -> u64 {
+    ((rank as u64 + 1) << 32) | ((step as u64) << 4) | kind
+}
+
+/// The lines of one rank (in end order, as an exporter writes them).
+pub fn rank_lines(rank: i64, resource_rank: Option<i64>) -> Vec<String> {
+    let step_ms = if rank == 2 { SLOW_STEP_MS } else { STEP_MS };
+    let trace = 0xabc0_u128 + rank as u128;
+    let mut lines = Vec::new();
+    for step in 0..STEPS {
+        let start = T0_US + step * 200_000;
+        let end = start + step_ms * 1000;
+        let fwd_attrs = if rank == 0 {
+            json!({ "thread.id": 4242, "thread.name": "dataloader" })
+        } else {
+            json!({})
+        };
+        lines.push(span_line(
+            "forward",
+            trace,
+            span_id(rank, step, 1),
+            Some(span_id(rank, step, 0)),
+            start + 1000,
+            end - 1000,
+            fwd_attrs,
+            json!([{ "name": "loss.computed", "timestamp": ts(end - 2000), "attributes": { "dl.loss": 0.5 } }]),
+            json!([]),
+            resource_rank,
+        ));
+        let truncated = rank == 1 && step == STEPS - 1;
+        let mut attrs = json!({ "step": step, "nemo.group.step": true });
+        if truncated {
+            attrs["nemo.span.truncated"] = json!(true);
+        }
+        let links = if rank == 0 && step == 1 {
+            json!([{ "context": { "trace_id": format!("0x{trace:032x}"), "span_id": format!("0x{:016x}", span_id(0, 0, 0)), "trace_state": "[]" }, "attributes": { "link.reason": "previous step" } }])
+        } else {
+            json!([])
+        };
+        lines.push(span_line(
+            "train_step",
+            trace,
+            span_id(rank, step, 0),
+            None,
+            start,
+            // A truncated span ends at shutdown, much later.
+            if truncated { end + 5_000_000 } else { end },
+            attrs,
+            json!([]),
+            links,
+            resource_rank,
+        ));
+    }
+    lines
+}
+
+/// Writes the job into `dir`; returns the files in command-line order.
+pub fn write_job(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for rank in [0, 1, 2] {
+        let mut lines = rank_lines(rank, Some(rank));
+        if rank == 1 {
+            // What Python writes for a NaN loss: a bare `NaN` token, not JSON.
+            lines[0] = lines[0].replacen(
+                "\"attributes\":{}",
+                "\"attributes\":{\"dl.loss\":NaN,\"note\":\"NaN, Infinity\"}",
+                1,
+            );
+        }
+        if rank == 0 {
+            lines.insert(3, "{\"name\": \"broken\", \"context\": ".to_owned());
+            lines.insert(5, "this is not json".to_owned());
+            let cut = lines.last().unwrap().clone();
+            lines.push(cut[..cut.len() / 2].to_owned());
+        }
+        let path = dir.join(format!("spans-rank{rank}.jsonl"));
+        fs::write(&path, lines.join("\n") + "\n").unwrap();
+        files.push(path);
+    }
+    let gz = dir.join("spans-rank4.jsonl.gz");
+    let mut enc = flate2::write::GzEncoder::new(
+        fs::File::create(&gz).unwrap(),
+        flate2::Compression::default(),
+    );
+    for line in rank_lines(4, None) {
+        writeln!(enc, "{line}").unwrap();
+    }
+    enc.finish().unwrap();
+    files.push(gz);
+    let py = dir.join("python-lens-rank3.jsonl");
+    fs::copy(PYTHON_FIXTURE, &py).expect("the Python fixture is part of the shared test data");
+    files.push(py);
+    files
+}
+
+/// The `nemo-lens` binary built for this test run.
+pub fn bin() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_nemo-lens"))
+}
