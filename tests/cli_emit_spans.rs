@@ -2,6 +2,7 @@
 //! all-or-nothing input checking (exit 1) and setup/export failures (exit 2).
 
 mod cli_support;
+mod common;
 
 use std::path::Path;
 use std::process::Output;
@@ -177,4 +178,58 @@ fn help_documents_the_exit_codes() {
         "{text}"
     );
     assert!(text.contains("Exit codes:"), "{text}");
+}
+
+#[test]
+fn emits_over_otlp_to_a_real_collector() {
+    let collector = common::collector::Collector::start();
+    let mut cmd = bin();
+    for (k, _) in std::env::vars() {
+        if k.starts_with("NEMO_LENS_") || k.starts_with("OTEL_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd
+        .env("NEMO_LENS_EXPORTER", "otlp")
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            collector.endpoint("http/protobuf"),
+        )
+        .args(["emit-spans", "--service", "launcher-otlp"])
+        .args(["--span", "stage_in,1795989601,1795989650,job"])
+        .args(["--span", "job,1795989600,1795989900"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = collector.wait_for("2 spans", std::time::Duration::from_secs(30), |o| {
+        common::collector::items(o, "Span #").len() >= 2
+    });
+    let spans = common::collector::items(&text, "Span #");
+    let job = spans
+        .iter()
+        .find(|s| s.field("Name").as_deref() == Some("job"))
+        .expect("job span");
+    let stage = spans
+        .iter()
+        .find(|s| s.field("Name").as_deref() == Some("stage_in"))
+        .expect("stage_in span");
+    assert_eq!(stage.field("Parent ID"), job.field("ID"));
+    assert_eq!(stage.field("Trace ID"), job.field("Trace ID"));
+    assert_eq!(
+        job.resource_attr("service.name").as_deref(),
+        Some("Str(launcher-otlp)")
+    );
+    assert_eq!(
+        job.field("Start time").as_deref(),
+        Some("1795989600000000000")
+    );
+    assert_eq!(
+        stage.field("End time").as_deref(),
+        Some("1795989650000000000")
+    );
 }
