@@ -42,6 +42,7 @@ use std::any::TypeId;
 use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use opentelemetry::trace::{
@@ -59,6 +60,7 @@ use tracing_subscriber::registry::LookupSpan;
 use crate::closer::{self, OpenSpans, WithSpanFn};
 use crate::filter::LensFilter;
 use crate::groups::GROUP_FIELD_PREFIX;
+use crate::ids;
 
 /// Keys whose string values are replaced with `[REDACTED]` (exact, case-sensitive match), as the
 /// Python `DEFAULT_REDACT_KEYS`.
@@ -84,10 +86,41 @@ fn is_redacted(key: &str) -> bool {
 /// What the layer shares with the telemetry handle on an exporting rank.
 #[derive(Debug)]
 pub(crate) struct Pipeline {
-    pub(crate) tracer: SdkTracer,
+    /// Never dropped in a forked child: dropping the last reference to an inherited provider
+    /// would shut it down and wait for its dead worker thread.
+    pub(crate) tracer: ManuallyDrop<SdkTracer>,
     pub(crate) open: OpenSpans,
     /// Parent of root spans (from `TRACEPARENT`), if the launcher gave one.
     pub(crate) default_parent: Option<Context>,
+    /// The [fork generation](crate::ids) the pipeline was built in; in a forked child (another
+    /// generation) the pipeline is inherited and the layer records nothing through it.
+    pub(crate) generation: u64,
+}
+
+impl Pipeline {
+    pub(crate) fn new(tracer: SdkTracer, default_parent: Option<Context>) -> Self {
+        Pipeline {
+            tracer: ManuallyDrop::new(tracer),
+            open: OpenSpans::default(),
+            default_parent,
+            generation: ids::fork_generation(),
+        }
+    }
+
+    /// `true` in a process forked (without exec) after the pipeline was built.
+    #[inline]
+    pub(crate) fn inherited(&self) -> bool {
+        self.generation != ids::fork_generation()
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        if !self.inherited() {
+            // SAFETY: dropped once, here, and never used again.
+            unsafe { ManuallyDrop::drop(&mut self.tracer) }
+        }
+    }
 }
 
 /// The lens state of one `tracing` span.
@@ -95,6 +128,8 @@ pub(crate) struct LensSpan {
     span: Option<SdkSpan>,
     cx: SpanContext,
     open_key: Option<usize>,
+    /// The fork generation the span was started in (see [`Pipeline::generation`]).
+    generation: u64,
 }
 
 impl LensSpan {
@@ -102,15 +137,39 @@ impl LensSpan {
         &self.cx
     }
 
-    /// Ends the span as truncated; `false` if it had already ended.
+    /// Ends the span as truncated; `false` if it had already ended (or belongs to the parent
+    /// of this forked process, see [`LensSpan::take_live`]).
     pub(crate) fn truncate(&mut self, reason: &'static str) -> bool {
         self.open_key = None;
-        match self.span.take() {
+        match self.take_live() {
             Some(mut span) => {
                 closer::end_truncated(&mut span, reason);
                 true
             }
             None => false,
+        }
+    }
+
+    /// The SDK span, to end it, unless it was started before this process was forked: such a
+    /// span belongs to the parent, which exports it; ending it here would export it twice (or
+    /// queue it for a worker thread that did not survive the fork), so it is forgotten.
+    fn take_live(&mut self) -> Option<SdkSpan> {
+        let span = self.span.take()?;
+        if self.generation == ids::fork_generation() {
+            Some(span)
+        } else {
+            std::mem::forget(span);
+            None
+        }
+    }
+
+    /// The SDK span to record into, unless it was inherited across `fork`.
+    #[inline]
+    fn live_mut(&mut self) -> Option<&mut SdkSpan> {
+        if self.generation == ids::fork_generation() {
+            self.span.as_mut()
+        } else {
+            None
         }
     }
 }
@@ -374,6 +433,10 @@ where
         let Some(pipeline) = &self.pipeline else {
             return;
         };
+        if pipeline.inherited() {
+            // A forked child: the parent's providers have no worker threads here.
+            return;
+        }
         let Some(span_ref) = ctx.span(id) else {
             return;
         };
@@ -403,6 +466,7 @@ where
             span: Some(span),
             cx,
             open_key,
+            generation: pipeline.generation,
         });
     }
 
@@ -411,10 +475,7 @@ where
             return;
         };
         let mut ext = span_ref.extensions_mut();
-        let Some(data) = ext.get_mut::<LensSpan>() else {
-            return;
-        };
-        let Some(span) = data.span.as_mut() else {
+        let Some(span) = ext.get_mut::<LensSpan>().and_then(LensSpan::live_mut) else {
             return;
         };
         let mut attributes = Vec::new();
@@ -445,7 +506,7 @@ where
         if let Some(span) = span_ref
             .extensions_mut()
             .get_mut::<LensSpan>()
-            .and_then(|d| d.span.as_mut())
+            .and_then(LensSpan::live_mut)
         {
             span.add_link(follows_cx, Vec::new());
         }
@@ -456,7 +517,7 @@ where
             return;
         };
         let mut ext = span_ref.extensions_mut();
-        let Some(span) = ext.get_mut::<LensSpan>().and_then(|d| d.span.as_mut()) else {
+        let Some(span) = ext.get_mut::<LensSpan>().and_then(LensSpan::live_mut) else {
             return;
         };
         let mut v = EventFields::default();
@@ -490,10 +551,12 @@ where
         };
         let data = span_ref.extensions_mut().remove::<LensSpan>();
         if let Some(mut data) = data {
-            if let (Some(key), Some(p)) = (data.open_key.take(), &self.pipeline) {
-                p.open.remove(key);
-            }
-            if let Some(mut span) = data.span.take() {
+            // An inherited span (forked child): never touch the parent's slab, whose lock
+            // another thread of the parent may have held at fork time.
+            if let Some(mut span) = data.take_live() {
+                if let (Some(key), Some(p)) = (data.open_key.take(), &self.pipeline) {
+                    p.open.remove(key);
+                }
                 span.end();
             }
         }

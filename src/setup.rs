@@ -13,6 +13,21 @@
 //!    processors, then the exporter's batch processor), optional meter provider, the W3C
 //!    TraceContext + Baggage propagator and the global tracer provider.
 //!
+//! # Fork
+//!
+//! A process forked without exec (a data-loader worker) inherits the telemetry of its parent,
+//! but not its threads: the batch processor's worker, the gRPC runtime and the HTTP client are
+//! gone. In the child, the inherited handle and its layer are therefore inert:
+//!
+//! * the layer records nothing (one relaxed atomic load per span compares the `pthread_atfork`
+//!   generation recorded at setup with the current one; no syscall);
+//! * spans the parent had open are neither ended nor truncated nor exported by the child (the
+//!   parent exports them once), and the closer's slab is never touched;
+//! * [`Telemetry::force_flush`], [`Telemetry::shutdown`] and dropping the handle return at once
+//!   (the inherited providers are leaked, never shut down: that would wait for dead threads);
+//! * the child may set up its own telemetry (the double-init guard counts per fork generation),
+//!   which draws IDs from a freshly seeded stream ([`crate::ids`]).
+//!
 //! ```
 //! use nemo_lens::{LensConfig, Telemetry};
 //! use tracing_subscriber::prelude::*;
@@ -25,7 +40,7 @@
 //! ```
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -42,20 +57,23 @@ use opentelemetry_sdk::trace::{
 };
 use tracing_subscriber::registry::LookupSpan;
 
+use crate::closer;
 use crate::config::{ExporterKind, LensConfig};
 use crate::error::{LensError, Result};
 use crate::export::console::ConsoleSpanExporter;
 use crate::export::otlp::{self, OtlpProtocol, Signal};
 use crate::filter::LensFilter;
 use crate::groups::{self, GroupGate};
-use crate::ids::ChaChaIdGenerator;
+use crate::ids::{self, ChaChaIdGenerator};
 use crate::layer::{LensLayer, Pipeline};
 use crate::propagation;
 use crate::resource;
 use crate::sampling::RankAwareSampler;
 use crate::strategy::{self, ExportStrategy};
 
-static INITIALIZED: AtomicBool = AtomicBool::new(false);
+/// `1 +` the fork generation in which an enabled setup ran, or 0: a forked child (another
+/// generation) may set up its own telemetry.
+static INITIALIZED_IN: AtomicU64 = AtomicU64::new(0);
 
 /// The instrumentation scope of spans created by the lens layer and by [`Telemetry::tracer`].
 pub const SCOPE_NAME: &str = "nemo.lens";
@@ -262,7 +280,12 @@ impl TelemetryBuilder {
                 "rank must be below world_size (rank {rank}, world_size {world_size})"
             )));
         }
-        if config.enabled && !allow_reinit && INITIALIZED.load(Ordering::SeqCst) {
+        ids::install_fork_handler();
+        let generation = ids::fork_generation();
+        if config.enabled
+            && !allow_reinit
+            && INITIALIZED_IN.load(Ordering::SeqCst) == generation + 1
+        {
             return Err(LensError::AlreadyInitialized);
         }
         config.run_id = resource::resolve_run_id(&config.run_id, &*lookup);
@@ -332,11 +355,10 @@ impl TelemetryBuilder {
                 let provider = builder.with_span_processor(exporter).build();
                 global::set_tracer_provider(provider.clone());
                 if recording {
-                    built.pipeline = Some(Arc::new(Pipeline {
-                        tracer: provider.tracer(SCOPE_NAME),
-                        open: Default::default(),
-                        default_parent: propagation::env_parent(&*lookup),
-                    }));
+                    built.pipeline = Some(Arc::new(Pipeline::new(
+                        provider.tracer(SCOPE_NAME),
+                        propagation::env_parent(&*lookup),
+                    )));
                 }
                 built.tracer_provider = Some(provider);
             }
@@ -354,7 +376,7 @@ impl TelemetryBuilder {
         }
         if config.enabled {
             groups::install_process_gate(gate.clone());
-            INITIALIZED.store(true, Ordering::SeqCst);
+            INITIALIZED_IN.store(generation + 1, Ordering::SeqCst);
         }
         Ok(Telemetry {
             inner: Arc::new(Inner {
@@ -366,6 +388,7 @@ impl TelemetryBuilder {
                 groups: gate,
                 built,
                 shutdown_done: AtomicBool::new(false),
+                generation,
             }),
         })
     }
@@ -389,6 +412,8 @@ struct Inner {
     filter: LensFilter,
     built: Built,
     shutdown_done: AtomicBool,
+    /// The fork generation of the setup; another one means this is a forked child.
+    generation: u64,
 }
 
 /// The handle of one process's telemetry: the layer, the tracer, flush and shutdown.
@@ -489,8 +514,12 @@ impl Telemetry {
         Ok(())
     }
 
-    /// Number of spans the lens layer has started and not yet ended.
+    /// Number of spans the lens layer has started and not yet ended (0 in a forked child: the
+    /// parent's spans are not the child's).
     pub fn open_spans(&self) -> usize {
+        if self.inner.inherited() {
+            return 0;
+        }
         self.inner
             .built
             .pipeline
@@ -498,8 +527,24 @@ impl Telemetry {
             .map_or(0, |p| p.open.len())
     }
 
+    /// Whether this handle was set up in a parent process and inherited through `fork` without
+    /// exec. Such a handle is inert: its layer records nothing, and flush and shutdown return
+    /// at once without touching the parent's providers. Set up telemetry anew in the child to
+    /// record there.
+    ///
+    /// ```
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// assert!(!t.is_inherited_from_parent());
+    /// ```
+    pub fn is_inherited_from_parent(&self) -> bool {
+        self.inner.inherited()
+    }
+
     /// Exports everything queued, without closing live spans.
     pub fn force_flush(&self) -> Result<()> {
+        if self.inner.inherited() {
+            return Ok(());
+        }
         let mut errors = Vec::new();
         if let Some(p) = &self.inner.built.tracer_provider {
             if let Err(e) = p.force_flush() {
@@ -526,13 +571,20 @@ impl Telemetry {
 }
 
 impl Inner {
+    #[inline]
+    fn inherited(&self) -> bool {
+        self.generation != ids::fork_generation()
+    }
+
     fn shutdown(&self, timeout: Duration) -> Result<()> {
-        if self.shutdown_done.swap(true, Ordering::SeqCst) {
+        if self.shutdown_done.swap(true, Ordering::SeqCst) || self.inherited() {
+            // Done already, or a forked child: the parent's providers have no worker threads
+            // here, and shutting them down would wait out `timeout` per processor.
             return Ok(());
         }
         let deadline = Instant::now() + timeout;
         if let Some(p) = &self.built.pipeline {
-            p.open.close_all();
+            p.open.close_all(closer::REASON_SHUTDOWN);
         }
         let tracer = self.built.tracer_provider.clone();
         let meter = self.built.meter_provider.clone();
@@ -574,6 +626,15 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        if self.inherited() {
+            // A forked child: dropping the parent's providers would shut them down (waiting for
+            // worker threads that did not survive the fork) and a Tokio runtime would try to
+            // stop threads that do not exist. Leak them instead; the child's memory is its own.
+            std::mem::forget(self.built.tracer_provider.take());
+            std::mem::forget(self.built.meter_provider.take());
+            std::mem::forget(self.built.runtime.take());
+            return;
+        }
         let _ = self.shutdown(Duration::from_secs(5));
         if let Some(rt) = self.built.runtime.take() {
             rt.shutdown_background();
