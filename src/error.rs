@@ -125,6 +125,9 @@ pub enum LensError {
         #[source]
         source: io::Error,
     },
+    /// The SIGTERM/SIGINT handlers could not be installed.
+    #[error("cannot install the nemo-lens signal handlers: {0}")]
+    Signals(String),
     /// An exporter or provider could not be built.
     #[error("cannot build the {signal} exporter: {message}")]
     Exporter {

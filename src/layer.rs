@@ -61,6 +61,7 @@ use crate::closer::{self, OpenSpans, WithSpanFn};
 use crate::filter::LensFilter;
 use crate::groups::GROUP_FIELD_PREFIX;
 use crate::ids;
+use crate::semconv;
 
 /// Keys whose string values are replaced with `[REDACTED]` (exact, case-sensitive match), as the
 /// Python `DEFAULT_REDACT_KEYS`.
@@ -163,6 +164,20 @@ impl LensSpan {
         }
     }
 
+    /// Adds an `exception` event of type `kind` and sets the status `ERROR`.
+    pub(crate) fn record_exception(&mut self, kind: &'static str, message: &str) {
+        if let Some(span) = self.live_mut() {
+            span.add_event(
+                semconv::EXCEPTION_EVENT,
+                vec![
+                    KeyValue::new(semconv::EXCEPTION_TYPE, kind),
+                    KeyValue::new(semconv::EXCEPTION_MESSAGE, message.to_string()),
+                ],
+            );
+            span.set_status(Status::error(message.to_string()));
+        }
+    }
+
     /// The SDK span to record into, unless it was inherited across `fork`.
     #[inline]
     fn live_mut(&mut self) -> Option<&mut SdkSpan> {
@@ -185,6 +200,9 @@ impl Drop for LensSpan {
 /// Lets [`crate::LensSpanExt`] reach the lens data of a `tracing::Span` through the dispatcher.
 pub(crate) struct WithLens {
     pub(crate) with_span: WithSpanFn,
+    /// Like `with_span`, on the innermost span of the given span's scope (itself first) that
+    /// the lens layer records.
+    pub(crate) with_innermost: WithSpanFn,
 }
 
 /// The inner, unfiltered layer. Users get it wrapped in [`LensLayer`].
@@ -218,6 +236,25 @@ where
     }
 }
 
+fn with_innermost<S>(dispatch: &Dispatch, id: &Id, f: &mut dyn FnMut(&mut LensSpan))
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let Some(subscriber) = dispatch.downcast_ref::<S>() else {
+        return;
+    };
+    let Some(span) = subscriber.span(id) else {
+        return;
+    };
+    for span in span.scope() {
+        let mut ext = span.extensions_mut();
+        if let Some(data) = ext.get_mut::<LensSpan>().filter(|d| d.span.is_some()) {
+            f(data);
+            return;
+        }
+    }
+}
+
 impl<S> SpanLayer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
@@ -227,6 +264,7 @@ where
             pipeline,
             with_lens: WithLens {
                 with_span: with_span::<S>,
+                with_innermost: with_innermost::<S>,
             },
             _subscriber: PhantomData,
         }

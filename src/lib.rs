@@ -78,6 +78,7 @@
 mod closer;
 pub mod config;
 mod error;
+pub mod exit;
 pub mod export;
 pub mod filter;
 pub mod groups;

@@ -254,6 +254,17 @@ pub const NEMO_SPAN_TRUNCATED: &str = "nemo.span.truncated";
 pub const NEMO_SPAN_TRUNCATED_REASON: &str = "nemo.span.truncated.reason";
 
 // ------------------------------------------------------------------------------------------
+// Exceptions (OpenTelemetry semantic conventions, stable)
+// ------------------------------------------------------------------------------------------
+
+/// `exception`: the name of the span event that records an error or a panic.
+pub const EXCEPTION_EVENT: &str = "exception";
+/// `exception.message`: the error or panic message.
+pub const EXCEPTION_MESSAGE: &str = "exception.message";
+/// `exception.type`: the kind of exception (`panic` for a Rust panic).
+pub const EXCEPTION_TYPE: &str = "exception.type";
+
+// ------------------------------------------------------------------------------------------
 // Weights & Biases Weave (wandb.*) — NeMo custom
 // ------------------------------------------------------------------------------------------
 

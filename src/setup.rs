@@ -60,12 +60,13 @@ use tracing_subscriber::registry::LookupSpan;
 use crate::closer;
 use crate::config::{ExporterKind, LensConfig};
 use crate::error::{LensError, Result};
+use crate::exit;
 use crate::export::console::ConsoleSpanExporter;
 use crate::export::otlp::{self, OtlpProtocol, Signal};
 use crate::filter::LensFilter;
 use crate::groups::{self, GroupGate};
 use crate::ids::{self, ChaChaIdGenerator};
-use crate::layer::{LensLayer, Pipeline};
+use crate::layer::{LensLayer, Pipeline, WithLens};
 use crate::propagation;
 use crate::resource;
 use crate::sampling::RankAwareSampler;
@@ -388,6 +389,7 @@ impl TelemetryBuilder {
                 groups: gate,
                 built,
                 shutdown_done: AtomicBool::new(false),
+                panic_hook: AtomicBool::new(false),
                 generation,
             }),
         })
@@ -403,7 +405,7 @@ struct Built {
     runtime: Option<tokio::runtime::Runtime>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     config: LensConfig,
     rank: u32,
     world_size: u32,
@@ -412,6 +414,7 @@ struct Inner {
     filter: LensFilter,
     built: Built,
     shutdown_done: AtomicBool,
+    panic_hook: AtomicBool,
     /// The fork generation of the setup; another one means this is a forked child.
     generation: u64,
 }
@@ -563,6 +566,36 @@ impl Telemetry {
         }
     }
 
+    /// Opts in to recording panics: a panic adds an `exception` event to the innermost open span
+    /// of its thread, and a panic that ends the process (on the main thread, or any panic under
+    /// `panic = "abort"`) then ends every open span as truncated and flushes, within
+    /// [`EXIT_FLUSH_TIMEOUT`](crate::exit::EXIT_FLUSH_TIMEOUT). The previous panic hook still
+    /// runs, after it. See [`crate::exit`] for the reasoning. Call it once, after setup.
+    ///
+    /// ```
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// t.install_panic_hook();
+    /// ```
+    pub fn install_panic_hook(&self) {
+        if !self.inner.panic_hook.swap(true, Ordering::SeqCst) {
+            exit::install_panic_hook(Arc::downgrade(&self.inner));
+        }
+    }
+
+    /// Installs SIGTERM and SIGINT handlers: on the signal, a dedicated thread ends every open
+    /// span as truncated, flushes within [`EXIT_FLUSH_TIMEOUT`](crate::exit::EXIT_FLUSH_TIMEOUT),
+    /// then lets the signal end the process as it would have (status 128 + signo). The handler
+    /// itself only writes to a pipe. See [`crate::exit`]; without it, open and queued spans are
+    /// lost on those signals.
+    ///
+    /// ```no_run
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// t.install_signal_handlers().unwrap();
+    /// ```
+    pub fn install_signal_handlers(&self) -> Result<()> {
+        exit::install_signal_handlers(Arc::downgrade(&self.inner))
+    }
+
     /// Ends open spans as truncated, flushes and shuts the providers down, returning within
     /// `timeout` (plus scheduling slack) even when an exporter hangs. A second call does nothing.
     pub fn shutdown(&self, timeout: Duration) -> Result<()> {
@@ -577,6 +610,25 @@ impl Inner {
     }
 
     fn shutdown(&self, timeout: Duration) -> Result<()> {
+        self.shutdown_because(timeout, closer::REASON_SHUTDOWN)
+    }
+
+    /// Records a panic on the innermost span the lens layer records on this thread.
+    pub(crate) fn record_panic(&self, message: &str) {
+        if self.inherited() || self.built.pipeline.is_none() {
+            return;
+        }
+        tracing::Span::current().with_subscriber(|(id, dispatch)| {
+            if let Some(with) = dispatch.downcast_ref::<WithLens>() {
+                (with.with_innermost)(dispatch, id, &mut |data| {
+                    data.record_exception("panic", message)
+                });
+            }
+        });
+    }
+
+    /// Shuts down, truncating open spans with `reason`.
+    pub(crate) fn shutdown_because(&self, timeout: Duration, reason: &'static str) -> Result<()> {
         if self.shutdown_done.swap(true, Ordering::SeqCst) || self.inherited() {
             // Done already, or a forked child: the parent's providers have no worker threads
             // here, and shutting them down would wait out `timeout` per processor.
@@ -584,7 +636,7 @@ impl Inner {
         }
         let deadline = Instant::now() + timeout;
         if let Some(p) = &self.built.pipeline {
-            p.open.close_all(closer::REASON_SHUTDOWN);
+            p.open.close_all(reason);
         }
         let tracer = self.built.tracer_provider.clone();
         let meter = self.built.meter_provider.clone();
