@@ -53,6 +53,16 @@ pub enum LensError {
         /// A lossy rendering of the value.
         value: String,
     },
+    /// A variable holds a value outside what it accepts (a count or duration out of range, …).
+    #[error("Invalid value for {var}: '{value}'. Expected {expected}.")]
+    InvalidValue {
+        /// The variable.
+        var: String,
+        /// The value found (its first 64 characters).
+        value: String,
+        /// What would have been accepted.
+        expected: String,
+    },
     /// `export_sample_rate` outside `[0.0, 1.0]`.
     #[error("export_sample_rate must be in [0.0, 1.0], got {value} (from {var}).")]
     SampleRateOutOfRange {

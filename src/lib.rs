@@ -96,6 +96,7 @@ pub mod testing;
 
 pub use config::{ConfigSources, ExporterKind, LensConfig};
 pub use error::{LensError, Result};
+pub use export::batch::DropCounts;
 pub use filter::LensFilter;
 pub use groups::is_span_group_enabled;
 pub use layer::LensLayer;

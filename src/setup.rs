@@ -52,8 +52,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::{MeterProviderBuilder, SdkMeterProvider};
 use opentelemetry_sdk::trace::{
-    BatchSpanProcessor, SdkTracerProvider, SimpleSpanProcessor, Span, SpanData, SpanExporter,
-    SpanProcessor,
+    SdkTracerProvider, SimpleSpanProcessor, Span, SpanData, SpanExporter, SpanProcessor,
 };
 use tracing_subscriber::registry::LookupSpan;
 
@@ -61,6 +60,7 @@ use crate::closer;
 use crate::config::{ExporterKind, LensConfig};
 use crate::error::{LensError, Result};
 use crate::exit;
+use crate::export::batch::{BatchConfig, BatchSpanProcessor, DropCounters, DropCounts};
 use crate::export::console::ConsoleSpanExporter;
 use crate::export::otlp::{self, OtlpProtocol, Signal};
 use crate::filter::LensFilter;
@@ -79,7 +79,7 @@ static INITIALIZED_IN: AtomicU64 = AtomicU64::new(0);
 /// The instrumentation scope of spans created by the lens layer and by [`Telemetry::tracer`].
 pub const SCOPE_NAME: &str = "nemo.lens";
 
-type ProcessorFactory = Box<dyn FnOnce(bool) -> BoxedProcessor + Send>;
+type ProcessorFactory = Box<dyn FnOnce(&ExportSettings) -> Result<BoxedProcessor> + Send>;
 type ReaderFactory = Box<dyn FnOnce(MeterProviderBuilder) -> MeterProviderBuilder + Send>;
 type Lookup = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
@@ -113,12 +113,26 @@ impl SpanProcessor for BoxedProcessor {
     }
 }
 
-fn exporter_processor<E: SpanExporter + 'static>(exporter: E, synchronous: bool) -> BoxedProcessor {
-    if synchronous {
+/// How the exporter's processor is built.
+struct ExportSettings {
+    synchronous: bool,
+    batch: BatchConfig,
+    dropped: Arc<AtomicU64>,
+}
+
+fn exporter_processor<E: SpanExporter + 'static>(
+    exporter: E,
+    settings: &ExportSettings,
+) -> Result<BoxedProcessor> {
+    Ok(if settings.synchronous {
         BoxedProcessor(Box::new(SimpleSpanProcessor::new(exporter)))
     } else {
-        BoxedProcessor(Box::new(BatchSpanProcessor::builder(exporter).build()))
-    }
+        BoxedProcessor(Box::new(BatchSpanProcessor::new(
+            exporter,
+            settings.batch,
+            settings.dropped.clone(),
+        )?))
+    })
 }
 
 /// Builds a [`Telemetry`]; see the [module docs](crate::setup).
@@ -187,7 +201,8 @@ impl TelemetryBuilder {
     }
 
     /// Sends spans to `exporter` instead of the configured console/OTLP exporter (traces only;
-    /// metrics keep theirs). It is wrapped in a batch processor, built only on an exporting rank.
+    /// metrics keep theirs). It is wrapped in the [batch processor](crate::export::batch), built
+    /// only on an exporting rank.
     ///
     /// ```
     /// use opentelemetry_sdk::trace::InMemorySpanExporter;
@@ -197,7 +212,9 @@ impl TelemetryBuilder {
     /// # let _ = builder;
     /// ```
     pub fn span_exporter<E: SpanExporter + 'static>(mut self, exporter: E) -> Self {
-        self.span_exporter = Some(Box::new(move |sync| exporter_processor(exporter, sync)));
+        self.span_exporter = Some(Box::new(move |settings| {
+            exporter_processor(exporter, settings)
+        }));
         self
     }
 
@@ -302,6 +319,19 @@ impl TelemetryBuilder {
         } else {
             Default::default()
         };
+        // Read on every enabled rank, so a bad value fails alike everywhere, before anything
+        // global is touched.
+        let batch = if config.enabled {
+            BatchConfig::from_env("OTEL_BSP", &*lookup)?
+        } else {
+            BatchConfig::default()
+        };
+        let dropped = DropCounters::default();
+        let settings = ExportSettings {
+            synchronous,
+            batch,
+            dropped: dropped.spans.clone(),
+        };
         let exporting = config.enabled && decision;
         let sampler = RankAwareSampler::new(rank, world_size, config.export_sample_rate);
         let recording =
@@ -327,7 +357,7 @@ impl TelemetryBuilder {
                     builder = builder.with_span_processor(make());
                 }
                 let exporter = match span_exporter {
-                    Some(make) => make(synchronous),
+                    Some(make) => make(&settings)?,
                     None => match config.exporter {
                         ExporterKind::Console => {
                             let exporter = match &config.console_path {
@@ -341,7 +371,7 @@ impl TelemetryBuilder {
                                     })?,
                                 None => ConsoleSpanExporter::stdout(),
                             };
-                            exporter_processor(exporter, synchronous)
+                            exporter_processor(exporter, &settings)?
                         }
                         ExporterKind::Otlp => {
                             let protocol = otlp::protocol_for(Signal::Traces, &*lookup)?;
@@ -349,7 +379,7 @@ impl TelemetryBuilder {
                                 built.runtime = Some(otlp::grpc_runtime()?);
                             }
                             let exporter = otlp::span_exporter(protocol, built.runtime.as_ref())?;
-                            exporter_processor(exporter, synchronous)
+                            exporter_processor(exporter, &settings)?
                         }
                     },
                 };
@@ -391,6 +421,7 @@ impl TelemetryBuilder {
                 shutdown_done: AtomicBool::new(false),
                 panic_hook: AtomicBool::new(false),
                 generation,
+                dropped,
             }),
         })
     }
@@ -415,6 +446,7 @@ pub(crate) struct Inner {
     built: Built,
     shutdown_done: AtomicBool,
     panic_hook: AtomicBool,
+    dropped: DropCounters,
     /// The fork generation of the setup; another one means this is a forked child.
     generation: u64,
 }
@@ -596,6 +628,18 @@ impl Telemetry {
         exit::install_signal_handlers(Arc::downgrade(&self.inner))
     }
 
+    /// Telemetry dropped so far: spans a full queue refused (the exporter could not keep up),
+    /// spans of failed or timed-out exports, spans still queued when shutdown's deadline passed.
+    /// Exported + dropped = produced. Reported once on stderr at shutdown when not zero.
+    ///
+    /// ```
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// assert_eq!(t.dropped(), nemo_lens::DropCounts::default());
+    /// ```
+    pub fn dropped(&self) -> DropCounts {
+        self.inner.dropped.snapshot()
+    }
+
     /// Ends open spans as truncated, flushes and shuts the providers down, returning within
     /// `timeout` (plus scheduling slack) even when an exporter hangs. A second call does nothing.
     pub fn shutdown(&self, timeout: Duration) -> Result<()> {
@@ -661,18 +705,29 @@ impl Inner {
                 }
                 let _ = tx.send(errors);
             });
-        match worker {
+        // The processors stop exporting at the deadline and then report; allow them a moment.
+        let wait = deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(500);
+        let result = match worker {
             Err(e) => Err(LensError::Shutdown(format!(
                 "cannot start the shutdown thread: {e}"
             ))),
-            Ok(_) => match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(_) => match rx.recv_timeout(wait) {
                 Ok(errors) if errors.is_empty() => Ok(()),
                 Ok(errors) => Err(LensError::Shutdown(errors.join("; "))),
                 Err(_) => Err(LensError::Shutdown(format!(
                     "timed out after {timeout:?}; data still queued was abandoned"
                 ))),
             },
+        };
+        let dropped = self.dropped.snapshot();
+        if dropped.total() > 0 {
+            // Reported once: shutdown runs once.
+            eprintln!(
+                "nemo-lens: dropped {dropped} (queue full, export failed or timed out, or still \
+                 queued at shutdown; see OTEL_BSP_MAX_QUEUE_SIZE)"
+            );
         }
+        result
     }
 }
 
