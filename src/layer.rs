@@ -30,7 +30,10 @@
 //! | field named `nemo.group.<g>` | the span's [group](crate::groups); not exported |
 //!
 //! String values of fields named `prompt`, `input_text`, `output_text`, `text`, `password`,
-//! `token`, `secret` or `key` are replaced with `[REDACTED]` ([`DEFAULT_REDACT_KEYS`]).
+//! `token`, `secret` or `key` are replaced with `[REDACTED]` ([`DEFAULT_REDACT_KEYS`]), on spans
+//! and events alike. String values longer than `OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT` (else
+//! `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`) characters are cut to it, on a character boundary, on
+//! spans and events alike ([`value_length_limit`]).
 //!
 //! # Cost
 //!
@@ -84,6 +87,61 @@ fn is_redacted(key: &str) -> bool {
     DEFAULT_REDACT_KEYS.contains(&key)
 }
 
+/// The span-specific variable for the attribute value length limit (wins over the general one).
+pub const SPAN_VALUE_LIMIT_VAR: &str = "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT";
+/// The general variable for the attribute value length limit.
+pub const VALUE_LIMIT_VAR: &str = "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT";
+
+/// The longest string attribute value, in characters, from
+/// `OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT`, else `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT` (unset or
+/// blank: no limit). Longer values of span and event attributes are cut on a character
+/// boundary. Anything but a non-negative integer is an error naming the variable.
+///
+/// ```
+/// use nemo_lens::layer::value_length_limit;
+/// let env = |k: &str| match k {
+///     "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT" => Some("100".to_string()),
+///     "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT" => Some(" 8 ".to_string()),
+///     _ => None,
+/// };
+/// assert_eq!(value_length_limit(&env).unwrap(), Some(8));
+/// assert_eq!(value_length_limit(&|_| None).unwrap(), None);
+/// let bad = |k: &str| (k == "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT").then(|| "long".to_string());
+/// assert!(value_length_limit(&bad).unwrap_err().to_string().contains("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"));
+/// ```
+pub fn value_length_limit(lookup: &dyn Fn(&str) -> Option<String>) -> crate::Result<Option<usize>> {
+    for var in [SPAN_VALUE_LIMIT_VAR, VALUE_LIMIT_VAR] {
+        let Some(raw) = lookup(var) else { continue };
+        let value = raw.trim();
+        if value.is_empty() {
+            continue;
+        }
+        return value
+            .parse::<usize>()
+            .map(Some)
+            .map_err(|_| crate::LensError::InvalidValue {
+                var: var.to_string(),
+                value: raw.chars().take(64).collect(),
+                expected: "a non-negative integer (characters)".into(),
+            });
+    }
+    Ok(None)
+}
+
+/// Cuts `text` to at most `limit` characters, on a character boundary.
+#[inline]
+fn truncate_chars(mut text: String, limit: Option<usize>) -> String {
+    if let Some(limit) = limit {
+        // Bytes bound characters from above: most values need no scan.
+        if text.len() > limit {
+            if let Some((cut, _)) = text.char_indices().nth(limit) {
+                text.truncate(cut);
+            }
+        }
+    }
+    text
+}
+
 /// What the layer shares with the telemetry handle on an exporting rank.
 #[derive(Debug)]
 pub(crate) struct Pipeline {
@@ -96,15 +154,22 @@ pub(crate) struct Pipeline {
     /// The [fork generation](crate::ids) the pipeline was built in; in a forked child (another
     /// generation) the pipeline is inherited and the layer records nothing through it.
     pub(crate) generation: u64,
+    /// Longest string attribute value, in characters ([`value_length_limit`]).
+    pub(crate) value_limit: Option<usize>,
 }
 
 impl Pipeline {
-    pub(crate) fn new(tracer: SdkTracer, default_parent: Option<Context>) -> Self {
+    pub(crate) fn new(
+        tracer: SdkTracer,
+        default_parent: Option<Context>,
+        value_limit: Option<usize>,
+    ) -> Self {
         Pipeline {
             tracer: ManuallyDrop::new(tracer),
             open: OpenSpans::default(),
             default_parent,
             generation: ids::fork_generation(),
+            value_limit,
         }
     }
 
@@ -270,6 +335,11 @@ where
         }
     }
 
+    #[inline]
+    fn value_limit(&self) -> Option<usize> {
+        self.pipeline.as_ref().and_then(|p| p.value_limit)
+    }
+
     fn parent_context(&self, attrs: &Attributes<'_>, ctx: &LayerContext<'_, S>) -> Context {
         let parent = if let Some(id) = attrs.parent() {
             ctx.span(id)
@@ -364,12 +434,12 @@ impl<T: FieldSink> Visit for Fields<'_, T> {
     }
 }
 
-/// A text value, or `[REDACTED]` under a redact key.
-fn redacted(field: &Field, text: String) -> Value {
+/// A text value, cut to the length limit, or `[REDACTED]` under a redact key.
+fn redacted(field: &Field, text: String, limit: Option<usize>) -> Value {
     if is_redacted(field.name()) {
         Value::from(REDACTED)
     } else {
-        Value::from(text)
+        Value::from(truncate_chars(text, limit))
     }
 }
 
@@ -377,6 +447,7 @@ fn redacted(field: &Field, text: String) -> Value {
 struct SpanFields<'a> {
     attributes: &'a mut Vec<KeyValue>,
     reserved: &'a mut Reserved,
+    limit: Option<usize>,
 }
 
 impl SpanFields<'_> {
@@ -423,7 +494,7 @@ impl FieldSink for SpanFields<'_> {
     }
 
     fn text(&mut self, field: &Field, text: String) {
-        self.value(field, redacted(field, text));
+        self.value(field, redacted(field, text, self.limit));
     }
 }
 
@@ -433,6 +504,7 @@ struct EventFields {
     message: Option<String>,
     error: Option<String>,
     attributes: Vec<KeyValue>,
+    limit: Option<usize>,
 }
 
 impl FieldSink for EventFields {
@@ -450,9 +522,9 @@ impl FieldSink for EventFields {
             "message" => self.message = Some(text),
             "error" => {
                 self.error = Some(text.clone());
-                self.value(field, Value::from(text));
+                self.value(field, Value::from(truncate_chars(text, self.limit)));
             }
-            _ => self.value(field, redacted(field, text)),
+            _ => self.value(field, redacted(field, text, self.limit)),
         }
     }
 }
@@ -484,6 +556,7 @@ where
         attrs.record(&mut Fields(&mut SpanFields {
             attributes: &mut attributes,
             reserved: &mut reserved,
+            limit: pipeline.value_limit,
         }));
         let parent_cx = self.parent_context(attrs, &ctx);
         let mut builder = SpanBuilder::from_name(match reserved.name.take() {
@@ -521,6 +594,7 @@ where
         values.record(&mut Fields(&mut SpanFields {
             attributes: &mut attributes,
             reserved: &mut reserved,
+            limit: self.value_limit(),
         }));
         if let Some(name) = reserved.name.take() {
             span.update_name(name);
@@ -558,7 +632,11 @@ where
         let Some(span) = ext.get_mut::<LensSpan>().and_then(LensSpan::live_mut) else {
             return;
         };
-        let mut v = EventFields::default();
+        let limit = self.value_limit();
+        let mut v = EventFields {
+            limit,
+            ..EventFields::default()
+        };
         event.record(&mut Fields(&mut v));
         let meta = event.metadata();
         if *meta.level() == Level::ERROR {
@@ -568,11 +646,14 @@ where
                 .or_else(|| v.error.clone())
                 .unwrap_or_default();
             let mut attributes = v.attributes;
-            attributes.push(KeyValue::new("exception.message", description.clone()));
+            attributes.push(KeyValue::new(
+                semconv::EXCEPTION_MESSAGE,
+                truncate_chars(description.clone(), limit),
+            ));
             if let Some(message) = v.message {
-                attributes.push(KeyValue::new("message", message));
+                attributes.push(KeyValue::new("message", truncate_chars(message, limit)));
             }
-            span.add_event("exception", attributes);
+            span.add_event(semconv::EXCEPTION_EVENT, attributes);
             span.set_status(Status::error(description));
         } else {
             let name: Cow<'static, str> = match v.message {

@@ -66,7 +66,7 @@ use crate::export::otlp::{self, OtlpProtocol, Signal};
 use crate::filter::LensFilter;
 use crate::groups::{self, GroupGate};
 use crate::ids::{self, ChaChaIdGenerator};
-use crate::layer::{LensLayer, Pipeline, WithLens};
+use crate::layer::{self, LensLayer, Pipeline, WithLens};
 use crate::propagation;
 use crate::resource;
 use crate::sampling::RankAwareSampler;
@@ -321,10 +321,13 @@ impl TelemetryBuilder {
         };
         // Read on every enabled rank, so a bad value fails alike everywhere, before anything
         // global is touched.
-        let batch = if config.enabled {
-            BatchConfig::from_env("OTEL_BSP", &*lookup)?
+        let (batch, value_limit) = if config.enabled {
+            (
+                BatchConfig::from_env("OTEL_BSP", &*lookup)?,
+                layer::value_length_limit(&*lookup)?,
+            )
         } else {
-            BatchConfig::default()
+            (BatchConfig::default(), None)
         };
         let dropped = DropCounters::default();
         let settings = ExportSettings {
@@ -389,6 +392,7 @@ impl TelemetryBuilder {
                     built.pipeline = Some(Arc::new(Pipeline::new(
                         provider.tracer(SCOPE_NAME),
                         propagation::env_parent(&*lookup),
+                        value_limit,
                     )));
                 }
                 built.tracer_provider = Some(provider);

@@ -67,7 +67,7 @@ const BATCH_KEYS: [&str; 4] = [
 ];
 
 /// Every variable the setup path reads through its lookup (`NEMO_LENS_*` via the config).
-const SETUP_VARS: [&str; 27] = [
+const SETUP_VARS: [&str; 29] = [
     "NEMO_LENS_ENABLED",
     "NEMO_LENS_EXPORT_STRATEGY",
     "NEMO_LENS_EXPORT_RANK",
@@ -87,6 +87,8 @@ const SETUP_VARS: [&str; 27] = [
     "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
     "OTEL_BSP_EXPORT_TIMEOUT",
     "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+    "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT",
     "TRACEPARENT",
     "TRACESTATE",
     "SLURM_JOB_ID",
@@ -360,6 +362,8 @@ fn the_trainer_survives_each_bad_variable_in_its_environment() {
         "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
         "OTEL_BSP_EXPORT_TIMEOUT",
         "OTEL_RESOURCE_ATTRIBUTES",
+        "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+        "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT",
         "TRACEPARENT",
         "SLURM_JOB_ID",
         "SLURM_PROCID",
