@@ -178,7 +178,7 @@ fn run(protocol: &str) {
 #[test]
 fn otlp_headers_never_appear_in_debug_errors_or_logs() {
     match std::env::var(SCENARIO_VAR).as_deref() {
-        Ok(protocol) => run(&protocol.to_string()),
+        Ok(protocol) => run(protocol),
         Err(_) => {
             run("http/protobuf");
             run("grpc");
