@@ -35,6 +35,10 @@
 //! `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`) characters are cut to it, on a character boundary, on
 //! spans and events alike ([`value_length_limit`]).
 //!
+//! Spans and events raised while OpenTelemetry telemetry is suppressed on the thread (an
+//! exporter at work: nemo-lens exports in a suppressed scope) are not recorded, so an exporter
+//! that logs through `tracing` never feeds back into the pipeline nor re-enters itself.
+//!
 //! # Cost
 //!
 //! Which callsites the layer records is decided by [`LensFilter`] once per callsite; on a
@@ -547,6 +551,11 @@ where
             // A forked child: the parent's providers have no worker threads here.
             return;
         }
+        if Context::is_current_telemetry_suppressed() {
+            // An exporter (or the SDK) at work on this thread: a span of its own would feed
+            // back into the pipeline (or re-enter a locked exporter).
+            return;
+        }
         let Some(span_ref) = ctx.span(id) else {
             return;
         };
@@ -625,6 +634,9 @@ where
     }
 
     fn on_event(&self, event: &Event<'_>, ctx: LayerContext<'_, S>) {
+        if Context::is_current_telemetry_suppressed() {
+            return;
+        }
         let Some(span_ref) = ctx.event_span(event) else {
             return;
         };

@@ -62,6 +62,11 @@
 //! * **Exporters** ([`export`]): compact JSONL in the Python field layout (stdout or a per-rank
 //!   file), or OTLP.
 //! * **Testing** ([`testing`], feature `testing`): capture finished spans in your own tests.
+//! * **Reliability**: a bounded batch queue that counts what it drops ([`export::batch`],
+//!   [`Telemetry::dropped`]); opt-in panic hook and SIGTERM/SIGINT handlers that truncate open
+//!   spans and flush before the process dies ([`exit`]); inert inherited telemetry in a process
+//!   forked without exec ([`setup`], *Fork*). README's *Guarantees* lists each promise and its
+//!   test.
 //!
 //! ## Performance
 //!

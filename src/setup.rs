@@ -113,6 +113,50 @@ impl SpanProcessor for BoxedProcessor {
     }
 }
 
+/// An exporter that runs with OpenTelemetry telemetry suppressed, so that what it logs through
+/// `tracing` is not recorded by the lens layer (which would re-enter the exporter's lock in the
+/// synchronous processor).
+#[derive(Debug)]
+struct Suppressed<E>(E);
+
+impl<E: SpanExporter> SpanExporter for Suppressed<E> {
+    fn export(
+        &self,
+        batch: Vec<SpanData>,
+    ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
+        let future = {
+            let _guard = Context::enter_telemetry_suppressed_scope();
+            self.0.export(batch)
+        };
+        SuppressedFuture(Box::pin(future))
+    }
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        let _guard = Context::enter_telemetry_suppressed_scope();
+        self.0.shutdown_with_timeout(timeout)
+    }
+    fn force_flush(&self) -> OTelSdkResult {
+        let _guard = Context::enter_telemetry_suppressed_scope();
+        self.0.force_flush()
+    }
+    fn set_resource(&mut self, resource: &Resource) {
+        self.0.set_resource(resource)
+    }
+}
+
+/// Polls the wrapped export future with telemetry suppressed.
+struct SuppressedFuture<F>(std::pin::Pin<Box<F>>);
+
+impl<F: std::future::Future> std::future::Future for SuppressedFuture<F> {
+    type Output = F::Output;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let _guard = Context::enter_telemetry_suppressed_scope();
+        self.0.as_mut().poll(cx)
+    }
+}
+
 /// How the exporter's processor is built.
 struct ExportSettings {
     synchronous: bool,
@@ -125,7 +169,7 @@ fn exporter_processor<E: SpanExporter + 'static>(
     settings: &ExportSettings,
 ) -> Result<BoxedProcessor> {
     Ok(if settings.synchronous {
-        BoxedProcessor(Box::new(SimpleSpanProcessor::new(exporter)))
+        BoxedProcessor(Box::new(SimpleSpanProcessor::new(Suppressed(exporter))))
     } else {
         BoxedProcessor(Box::new(BatchSpanProcessor::new(
             exporter,

@@ -116,7 +116,10 @@ fn in_scenario(protocol: &str) {
             .with_endpoint("http://127.0.0.1:9/v1/traces")
             .build()
             .unwrap();
-        assert!(format!("{exporter:?}").contains(SECRET), "control: {exporter:?}");
+        assert!(
+            format!("{exporter:?}").contains(SECRET),
+            "control: {exporter:?}"
+        );
     }
     assert!(seen.contains("Telemetry {") && seen.contains("LensConfig {"));
     assert!(
