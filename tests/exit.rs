@@ -131,7 +131,7 @@ fn a_panic_truncates_open_spans_records_the_panic_and_flushes() {
 
 /// Starts a trainer that runs until killed, waits until it has finished `steps` steps (it logs
 /// each one on stderr), sends `signal`, and returns its exit status and the number of steps it
-/// had logged.
+/// logged in all (it goes on stepping while it flushes).
 fn signal_running_trainer(out: &Path, signal: libc::c_int, steps: usize) -> (ExitStatus, usize) {
     let mut child = command(out)
         .args(["--steps", "0", "--step-ms", "3", "--checkpoint-every", "0"])
@@ -181,7 +181,8 @@ fn signal_running_trainer(out: &Path, signal: libc::c_int, steps: usize) -> (Exi
 fn check_signal_run(signal: libc::c_int, reason: &str) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("spans.jsonl");
-    let (status, logged) = signal_running_trainer(&out, signal, 3);
+    let before_signal = 3;
+    let (status, logged) = signal_running_trainer(&out, signal, before_signal);
     // Died by the signal, as without the handler (a shell shows 128 + signo).
     assert_eq!(status.signal(), Some(signal), "{status:?}");
     assert_eq!(status.code(), None);
@@ -191,12 +192,20 @@ fn check_signal_run(signal: libc::c_int, reason: &str) {
     assert_eq!(train.len(), 1, "the run span arrives");
     assert!(truncated(train[0]));
     assert_eq!(truncation_reason(train[0]), reason);
-    // Every step logged as finished was exported, finished (not truncated); the step in flight
-    // (if any) is truncated. Nothing queued was lost: the default schedule delay is 5 s, so
-    // these were all still queued when the signal came.
+    // The steps finished before the signal were all still queued (the default schedule delay
+    // is 5 s) and all arrive, not truncated; the step in flight (if any) is truncated. The
+    // trainer keeps stepping while it flushes: a step may end just before the end (exported,
+    // its log line lost) or after the flush (logged, not exported: too late for the queue).
     let steps = by_name(&spans, "train_step");
     let finished = steps.iter().filter(|s| !truncated(s)).count();
-    assert_eq!(finished, logged, "every finished step exported");
+    assert!(
+        finished >= before_signal,
+        "{finished} finished steps exported"
+    );
+    assert!(
+        finished <= logged + 1,
+        "{finished} exported, {logged} logged"
+    );
     assert!(steps.len() - finished <= 1);
     for s in steps.iter().filter(|s| truncated(s)) {
         assert_eq!(truncation_reason(s), reason);
