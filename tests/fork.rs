@@ -268,3 +268,45 @@ fn a_forked_child_sets_up_its_own_telemetry() {
         "no parent from the old subscriber"
     );
 }
+
+/// The parent installed the SIGTERM handler (its signal thread did not survive the fork): in
+/// the child SIGTERM has its default effect, so a data-loader worker is still killed by it
+/// instead of the signal vanishing into a pipe nobody reads. The parent's handler still works.
+#[test]
+fn sigterm_still_kills_a_forked_child_of_a_process_with_the_handlers() {
+    let Some(dir) = scenario("sigterm_still_kills_a_forked_child_of_a_process_with_the_handlers")
+    else {
+        return;
+    };
+    let telemetry = Telemetry::builder(console_to(&dir.join("parent.jsonl")))
+        .build()
+        .unwrap();
+    telemetry.install_signal_handlers().unwrap();
+    let Some(pid) = fork() else {
+        // SAFETY: sends SIGTERM to this (child) process.
+        unsafe { libc::raise(libc::SIGTERM) };
+        // Only reached if the signal was swallowed.
+        unsafe { libc::_exit(3) }
+    };
+    let start = Instant::now();
+    let mut status = 0;
+    loop {
+        // SAFETY: plain waitpid on our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        assert!(r >= 0, "waitpid failed");
+        if r == pid {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            // SAFETY: kills our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the child survived SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGTERM,
+        "status {status:#x}"
+    );
+    telemetry.shutdown(Duration::from_secs(10)).unwrap();
+}
