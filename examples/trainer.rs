@@ -11,6 +11,11 @@
 //! `dl.loss`; every `OTEL_METRIC_EXPORT_INTERVAL` ms and at exit). Configuration comes from the `NEMO_LENS_*` environment variables; a rank the
 //! export strategy excludes prints nothing and exits 0. A bad variable prints the error and exits
 //! with status 2.
+//!
+//! It is also the recommended production set-up: after setup it installs the panic hook and the
+//! SIGTERM/SIGINT handlers ([`nemo_lens::exit`]), so a preempted job (`kill -TERM`, or Ctrl-C on
+//! `--steps 0`, which runs until interrupted) or a crash (`--panic-at STEP`) still exports its
+//! finished spans, and its open ones as truncated (`nemo.span.truncated = true`).
 
 use std::process::ExitCode;
 use std::thread::sleep;
@@ -45,6 +50,9 @@ struct Args {
     /// Save a checkpoint every N steps.
     #[arg(long, default_value_t = 5)]
     checkpoint_every: u64,
+    /// Panic in this step (simulates a crash).
+    #[arg(long)]
+    panic_at: Option<u64>,
 }
 
 fn main() -> ExitCode {
@@ -78,6 +86,11 @@ fn main() -> ExitCode {
                 )),
         )
         .init();
+    // Production set-up: a crash or a preemption still flushes, with open spans truncated.
+    telemetry.install_panic_hook();
+    if let Err(e) = telemetry.install_signal_handlers() {
+        eprintln!("trainer: {e}");
+    }
 
     train(&args, &telemetry);
 
@@ -93,7 +106,7 @@ fn train(args: &Args, telemetry: &Telemetry) {
     let mut step = 1;
     while args.steps == 0 || step <= args.steps {
         let started = Instant::now();
-        let loss = train_step(step, args.step_ms, &mut rng);
+        let loss = train_step(step, args.step_ms, args.panic_at, &mut rng);
         // Metrics: a no-op on ranks that export nothing.
         TrainingMetrics {
             step_duration_s: Some(started.elapsed().as_secs_f64()),
@@ -109,9 +122,12 @@ fn train(args: &Args, telemetry: &Telemetry) {
     }
 }
 
-#[instrument(skip(rng), fields(nemo.group.step, dl.loss = tracing::field::Empty))]
-fn train_step(step: u64, step_ms: u64, rng: &mut ChaCha8Rng) -> f64 {
+#[instrument(skip(rng, panic_at), fields(nemo.group.step, dl.loss = tracing::field::Empty))]
+fn train_step(step: u64, step_ms: u64, panic_at: Option<u64>, rng: &mut ChaCha8Rng) -> f64 {
     forward_backward(step_ms * 2 / 3);
+    if panic_at == Some(step) {
+        panic!("simulated failure in step {step}");
+    }
     optimizer_step(step_ms / 3);
     let loss = 2.0 / (step as f64).sqrt() + (rng.next_u32() % 100) as f64 / 1000.0;
     tracing::Span::current().record("dl.loss", loss);

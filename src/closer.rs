@@ -15,6 +15,11 @@
 //! with everything else. `force_flush` never closes live spans.
 //!
 //! Spans created directly through the OpenTelemetry API (`Telemetry::tracer()`) are not tracked.
+//!
+//! **Fork**: a process forked without exec inherits the slab with its parent's open spans (and
+//! possibly a lock another parent thread held). The child never reads, locks or ends them: they
+//! belong to the parent, which ends and exports them; the child forgets them (see
+//! [`crate::setup`], *Fork*).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -80,8 +85,9 @@ impl OpenSpans {
         self.slots.lock().len()
     }
 
-    /// Ends every open span, innermost first, as truncated. Returns how many were ended.
-    pub(crate) fn close_all(&self) -> usize {
+    /// Ends every open span, innermost first, as truncated with `reason`. Returns how many were
+    /// ended.
+    pub(crate) fn close_all(&self, reason: &'static str) -> usize {
         let mut entries: Vec<Entry> = self.slots.lock().drain().collect();
         entries.sort_by_key(|e| std::cmp::Reverse(e.seq));
         let subscribers: Vec<(Dispatch, WithSpanFn)> = self
@@ -94,7 +100,7 @@ impl OpenSpans {
         for entry in &entries {
             for (dispatch, with_span) in &subscribers {
                 with_span(dispatch, &entry.id, &mut |data| {
-                    if data.truncate(REASON_SHUTDOWN) {
+                    if data.truncate(reason) {
                         closed += 1;
                     }
                 });

@@ -73,6 +73,16 @@ pub enum LensError {
         /// The value found.
         value: String,
     },
+    /// A variable holds a value outside what it accepts (a count or duration out of range, …).
+    #[error("Invalid value for {var}: '{value}'. Expected {expected}.")]
+    InvalidValue {
+        /// The variable.
+        var: String,
+        /// The value found (its first 64 characters).
+        value: String,
+        /// What would have been accepted.
+        expected: String,
+    },
     /// `export_sample_rate` outside `[0.0, 1.0]`.
     #[error("export_sample_rate must be in [0.0, 1.0], got {value} (from {var}).")]
     SampleRateOutOfRange {
@@ -153,6 +163,9 @@ pub enum LensError {
         /// The value as given.
         value: String,
     },
+    /// The SIGTERM/SIGINT handlers could not be installed.
+    #[error("cannot install the nemo-lens signal handlers: {0}")]
+    Signals(String),
     /// An exporter or provider could not be built.
     #[error("cannot build the {signal} exporter: {message}")]
     Exporter {

@@ -30,7 +30,14 @@
 //! | field named `nemo.group.<g>` | the span's [group](crate::groups); not exported |
 //!
 //! String values of fields named `prompt`, `input_text`, `output_text`, `text`, `password`,
-//! `token`, `secret` or `key` are replaced with `[REDACTED]` ([`DEFAULT_REDACT_KEYS`]).
+//! `token`, `secret` or `key` are replaced with `[REDACTED]` ([`DEFAULT_REDACT_KEYS`]), on spans
+//! and events alike. String values longer than `OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT` (else
+//! `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`) characters are cut to it, on a character boundary, on
+//! spans and events alike ([`value_length_limit`]).
+//!
+//! Spans and events raised while OpenTelemetry telemetry is suppressed on the thread (an
+//! exporter at work: nemo-lens exports in a suppressed scope) are not recorded, so an exporter
+//! that logs through `tracing` never feeds back into the pipeline nor re-enters itself.
 //!
 //! # Cost
 //!
@@ -42,6 +49,7 @@ use std::any::TypeId;
 use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use opentelemetry::trace::{
@@ -59,6 +67,7 @@ use tracing_subscriber::registry::LookupSpan;
 use crate::closer::{self, OpenSpans, WithSpanFn};
 use crate::filter::LensFilter;
 use crate::groups::GROUP_FIELD_PREFIX;
+use crate::ids;
 use crate::logs::{LensLoggerProvider, LogFilter, LogLayer};
 use crate::semconv;
 
@@ -83,13 +92,106 @@ pub(crate) fn is_redacted(key: &str) -> bool {
     DEFAULT_REDACT_KEYS.contains(&key)
 }
 
+/// The span-specific variable for the attribute value length limit (wins over the general one).
+pub const SPAN_VALUE_LIMIT_VAR: &str = "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT";
+/// The general variable for the attribute value length limit.
+pub const VALUE_LIMIT_VAR: &str = "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT";
+
+/// The longest string attribute value, in characters, from
+/// `OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT`, else `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT` (unset or
+/// blank: no limit). Longer values of span and event attributes are cut on a character
+/// boundary. Anything but a non-negative integer is an error naming the variable.
+///
+/// ```
+/// use nemo_lens::layer::value_length_limit;
+/// let env = |k: &str| match k {
+///     "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT" => Some("100".to_string()),
+///     "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT" => Some(" 8 ".to_string()),
+///     _ => None,
+/// };
+/// assert_eq!(value_length_limit(&env).unwrap(), Some(8));
+/// assert_eq!(value_length_limit(&|_| None).unwrap(), None);
+/// let bad = |k: &str| (k == "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT").then(|| "long".to_string());
+/// assert!(value_length_limit(&bad).unwrap_err().to_string().contains("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"));
+/// ```
+pub fn value_length_limit(lookup: &dyn Fn(&str) -> Option<String>) -> crate::Result<Option<usize>> {
+    for var in [SPAN_VALUE_LIMIT_VAR, VALUE_LIMIT_VAR] {
+        let Some(raw) = lookup(var) else { continue };
+        let value = raw.trim();
+        if value.is_empty() {
+            continue;
+        }
+        return value
+            .parse::<usize>()
+            .map(Some)
+            .map_err(|_| crate::LensError::InvalidValue {
+                var: var.to_string(),
+                value: raw.chars().take(64).collect(),
+                expected: "a non-negative integer (characters)".into(),
+            });
+    }
+    Ok(None)
+}
+
+/// Cuts `text` to at most `limit` characters, on a character boundary.
+#[inline]
+fn truncate_chars(mut text: String, limit: Option<usize>) -> String {
+    if let Some(limit) = limit {
+        // Bytes bound characters from above: most values need no scan.
+        if text.len() > limit {
+            if let Some((cut, _)) = text.char_indices().nth(limit) {
+                text.truncate(cut);
+            }
+        }
+    }
+    text
+}
+
 /// What the layer shares with the telemetry handle on an exporting rank.
 #[derive(Debug)]
 pub(crate) struct Pipeline {
-    pub(crate) tracer: SdkTracer,
+    /// Never dropped in a forked child: dropping the last reference to an inherited provider
+    /// would shut it down and wait for its dead worker thread.
+    pub(crate) tracer: ManuallyDrop<SdkTracer>,
     pub(crate) open: OpenSpans,
     /// Parent of root spans (from `TRACEPARENT`), if the launcher gave one.
     pub(crate) default_parent: Option<Context>,
+    /// The [fork generation](crate::ids) the pipeline was built in; in a forked child (another
+    /// generation) the pipeline is inherited and the layer records nothing through it.
+    pub(crate) generation: u64,
+    /// Longest string attribute value, in characters ([`value_length_limit`]).
+    pub(crate) value_limit: Option<usize>,
+}
+
+impl Pipeline {
+    pub(crate) fn new(
+        tracer: SdkTracer,
+        default_parent: Option<Context>,
+        value_limit: Option<usize>,
+    ) -> Self {
+        Pipeline {
+            tracer: ManuallyDrop::new(tracer),
+            open: OpenSpans::default(),
+            default_parent,
+            generation: ids::fork_generation(),
+            value_limit,
+        }
+    }
+
+    /// `true` in a process forked (without exec) after the pipeline was built.
+    #[inline]
+    pub(crate) fn inherited(&self) -> bool {
+        self.generation != ids::fork_generation()
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        if !self.inherited() {
+            // SAFETY: dropped once, here, and never used again.
+            unsafe { ManuallyDrop::drop(&mut self.tracer) }
+        }
+    }
 }
 
 /// The span context of the innermost span around `event` that the lens layer records.
@@ -109,6 +211,8 @@ pub(crate) struct LensSpan {
     span: Option<SdkSpan>,
     cx: SpanContext,
     open_key: Option<usize>,
+    /// The fork generation the span was started in (see [`Pipeline::generation`]).
+    generation: u64,
 }
 
 impl LensSpan {
@@ -127,15 +231,53 @@ impl LensSpan {
         }
     }
 
-    /// Ends the span as truncated; `false` if it had already ended.
+    /// Ends the span as truncated; `false` if it had already ended (or belongs to the parent
+    /// of this forked process, see [`LensSpan::take_live`]).
     pub(crate) fn truncate(&mut self, reason: &'static str) -> bool {
         self.open_key = None;
-        match self.span.take() {
+        match self.take_live() {
             Some(mut span) => {
                 closer::end_truncated(&mut span, reason);
                 true
             }
             None => false,
+        }
+    }
+
+    /// The SDK span, to end it, unless it was started before this process was forked: such a
+    /// span belongs to the parent, which exports it; ending it here would export it twice (or
+    /// queue it for a worker thread that did not survive the fork), so it is forgotten.
+    fn take_live(&mut self) -> Option<SdkSpan> {
+        let span = self.span.take()?;
+        if self.generation == ids::fork_generation() {
+            Some(span)
+        } else {
+            std::mem::forget(span);
+            None
+        }
+    }
+
+    /// Adds an `exception` event of type `kind` and sets the status `ERROR`.
+    pub(crate) fn record_exception(&mut self, kind: &'static str, message: &str) {
+        if let Some(span) = self.live_mut() {
+            span.add_event(
+                semconv::EXCEPTION_EVENT,
+                vec![
+                    KeyValue::new(semconv::EXCEPTION_TYPE, kind),
+                    KeyValue::new(semconv::EXCEPTION_MESSAGE, message.to_string()),
+                ],
+            );
+            span.set_status(Status::error(message.to_string()));
+        }
+    }
+
+    /// The SDK span to record into, unless it was inherited across `fork`.
+    #[inline]
+    fn live_mut(&mut self) -> Option<&mut SdkSpan> {
+        if self.generation == ids::fork_generation() {
+            self.span.as_mut()
+        } else {
+            None
         }
     }
 }
@@ -151,6 +293,9 @@ impl Drop for LensSpan {
 /// Lets [`crate::LensSpanExt`] reach the lens data of a `tracing::Span` through the dispatcher.
 pub(crate) struct WithLens {
     pub(crate) with_span: WithSpanFn,
+    /// Like `with_span`, on the innermost span of the given span's scope (itself first) that
+    /// the lens layer records.
+    pub(crate) with_innermost: WithSpanFn,
 }
 
 /// The inner, unfiltered layer. Users get it wrapped in [`LensLayer`].
@@ -184,6 +329,25 @@ where
     }
 }
 
+fn with_innermost<S>(dispatch: &Dispatch, id: &Id, f: &mut dyn FnMut(&mut LensSpan))
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let Some(subscriber) = dispatch.downcast_ref::<S>() else {
+        return;
+    };
+    let Some(span) = subscriber.span(id) else {
+        return;
+    };
+    for span in span.scope() {
+        let mut ext = span.extensions_mut();
+        if let Some(data) = ext.get_mut::<LensSpan>().filter(|d| d.span.is_some()) {
+            f(data);
+            return;
+        }
+    }
+}
+
 impl<S> SpanLayer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
@@ -193,9 +357,15 @@ where
             pipeline,
             with_lens: WithLens {
                 with_span: with_span::<S>,
+                with_innermost: with_innermost::<S>,
             },
             _subscriber: PhantomData,
         }
+    }
+
+    #[inline]
+    fn value_limit(&self) -> Option<usize> {
+        self.pipeline.as_ref().and_then(|p| p.value_limit)
     }
 
     fn parent_context(&self, attrs: &Attributes<'_>, ctx: &LayerContext<'_, S>) -> Context {
@@ -292,12 +462,12 @@ impl<T: FieldSink> Visit for Fields<'_, T> {
     }
 }
 
-/// A text value, or `[REDACTED]` under a redact key.
-fn redacted(field: &Field, text: String) -> Value {
+/// A text value, cut to the length limit, or `[REDACTED]` under a redact key.
+fn redacted(field: &Field, text: String, limit: Option<usize>) -> Value {
     if is_redacted(field.name()) {
         Value::from(REDACTED)
     } else {
-        Value::from(text)
+        Value::from(truncate_chars(text, limit))
     }
 }
 
@@ -305,6 +475,7 @@ fn redacted(field: &Field, text: String) -> Value {
 struct SpanFields<'a> {
     attributes: &'a mut Vec<KeyValue>,
     reserved: &'a mut Reserved,
+    limit: Option<usize>,
 }
 
 impl SpanFields<'_> {
@@ -351,7 +522,7 @@ impl FieldSink for SpanFields<'_> {
     }
 
     fn text(&mut self, field: &Field, text: String) {
-        self.value(field, redacted(field, text));
+        self.value(field, redacted(field, text, self.limit));
     }
 }
 
@@ -361,6 +532,7 @@ struct EventFields {
     message: Option<String>,
     error: Option<String>,
     attributes: Vec<KeyValue>,
+    limit: Option<usize>,
 }
 
 impl FieldSink for EventFields {
@@ -378,9 +550,9 @@ impl FieldSink for EventFields {
             "message" => self.message = Some(text),
             "error" => {
                 self.error = Some(text.clone());
-                self.value(field, Value::from(text));
+                self.value(field, Value::from(truncate_chars(text, self.limit)));
             }
-            _ => self.value(field, redacted(field, text)),
+            _ => self.value(field, redacted(field, text, self.limit)),
         }
     }
 }
@@ -399,6 +571,15 @@ where
         let Some(pipeline) = &self.pipeline else {
             return;
         };
+        if pipeline.inherited() {
+            // A forked child: the parent's providers have no worker threads here.
+            return;
+        }
+        if Context::is_current_telemetry_suppressed() {
+            // An exporter (or the SDK) at work on this thread: a span of its own would feed
+            // back into the pipeline (or re-enter a locked exporter).
+            return;
+        }
         let Some(span_ref) = ctx.span(id) else {
             return;
         };
@@ -408,6 +589,7 @@ where
         attrs.record(&mut Fields(&mut SpanFields {
             attributes: &mut attributes,
             reserved: &mut reserved,
+            limit: pipeline.value_limit,
         }));
         let parent_cx = self.parent_context(attrs, &ctx);
         let mut builder = SpanBuilder::from_name(match reserved.name.take() {
@@ -428,6 +610,7 @@ where
             span: Some(span),
             cx,
             open_key,
+            generation: pipeline.generation,
         });
     }
 
@@ -436,10 +619,7 @@ where
             return;
         };
         let mut ext = span_ref.extensions_mut();
-        let Some(data) = ext.get_mut::<LensSpan>() else {
-            return;
-        };
-        let Some(span) = data.span.as_mut() else {
+        let Some(span) = ext.get_mut::<LensSpan>().and_then(LensSpan::live_mut) else {
             return;
         };
         let mut attributes = Vec::new();
@@ -447,6 +627,7 @@ where
         values.record(&mut Fields(&mut SpanFields {
             attributes: &mut attributes,
             reserved: &mut reserved,
+            limit: self.value_limit(),
         }));
         if let Some(name) = reserved.name.take() {
             span.update_name(name);
@@ -470,21 +651,28 @@ where
         if let Some(span) = span_ref
             .extensions_mut()
             .get_mut::<LensSpan>()
-            .and_then(|d| d.span.as_mut())
+            .and_then(LensSpan::live_mut)
         {
             span.add_link(follows_cx, Vec::new());
         }
     }
 
     fn on_event(&self, event: &Event<'_>, ctx: LayerContext<'_, S>) {
+        if Context::is_current_telemetry_suppressed() {
+            return;
+        }
         let Some(span_ref) = ctx.event_span(event) else {
             return;
         };
         let mut ext = span_ref.extensions_mut();
-        let Some(span) = ext.get_mut::<LensSpan>().and_then(|d| d.span.as_mut()) else {
+        let Some(span) = ext.get_mut::<LensSpan>().and_then(LensSpan::live_mut) else {
             return;
         };
-        let mut v = EventFields::default();
+        let limit = self.value_limit();
+        let mut v = EventFields {
+            limit,
+            ..EventFields::default()
+        };
         event.record(&mut Fields(&mut v));
         let meta = event.metadata();
         if *meta.level() == Level::ERROR {
@@ -496,10 +684,10 @@ where
             let mut attributes = v.attributes;
             attributes.push(KeyValue::new(
                 semconv::EXCEPTION_MESSAGE,
-                description.clone(),
+                truncate_chars(description.clone(), limit),
             ));
             if let Some(message) = v.message {
-                attributes.push(KeyValue::new("message", message));
+                attributes.push(KeyValue::new("message", truncate_chars(message, limit)));
             }
             span.add_event(semconv::EXCEPTION_EVENT, attributes);
             span.set_status(Status::error(description));
@@ -518,10 +706,12 @@ where
         };
         let data = span_ref.extensions_mut().remove::<LensSpan>();
         if let Some(mut data) = data {
-            if let (Some(key), Some(p)) = (data.open_key.take(), &self.pipeline) {
-                p.open.remove(key);
-            }
-            if let Some(mut span) = data.span.take() {
+            // An inherited span (forked child): never touch the parent's slab, whose lock
+            // another thread of the parent may have held at fork time.
+            if let Some(mut span) = data.take_live() {
+                if let (Some(key), Some(p)) = (data.open_key.take(), &self.pipeline) {
+                    p.open.remove(key);
+                }
                 span.end();
             }
         }

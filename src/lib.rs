@@ -79,6 +79,11 @@
 //! * **Backdated spans** ([`emit`]): [`emit_span`] records a completed span from timestamps
 //!   taken earlier (clamping and tagging an end before the start).
 //! * **Testing** ([`testing`], feature `testing`): capture finished spans in your own tests.
+//! * **Reliability**: a bounded batch queue that counts what it drops ([`export::batch`],
+//!   [`Telemetry::dropped`]); opt-in panic hook and SIGTERM/SIGINT handlers that truncate open
+//!   spans and flush before the process dies ([`exit`]); inert inherited telemetry in a process
+//!   forked without exec ([`setup`], *Fork*). README's *Guarantees* lists each promise and its
+//!   test.
 //!
 //! ## Performance
 //!
@@ -96,6 +101,7 @@ mod closer;
 pub mod config;
 pub mod emit;
 mod error;
+pub mod exit;
 pub mod export;
 pub mod filter;
 pub mod groups;
@@ -116,6 +122,7 @@ pub mod testing;
 pub use config::{ConfigSources, ExporterKind, LensConfig};
 pub use emit::{EmitSpan, EpochSeconds, emit_span};
 pub use error::{LensError, Result};
+pub use export::batch::DropCounts;
 pub use filter::LensFilter;
 pub use groups::is_span_group_enabled;
 pub use layer::LensLayer;

@@ -263,20 +263,25 @@ pub const THREAD_ID: &str = "thread.id";
 pub const THREAD_NAME: &str = "thread.name";
 
 // ------------------------------------------------------------------------------------------
-// OpenTelemetry general conventions the crate writes itself
+// Source code (OpenTelemetry semantic conventions), written on bridged log records
 
-/// Name of the span event an `ERROR` event or a panic becomes.
-pub const EXCEPTION_EVENT: &str = "exception";
-/// `exception.message`: the error message on an `exception` event.
-pub const EXCEPTION_MESSAGE: &str = "exception.message";
-/// `exception.type`: the error type on an `exception` event, when known.
-pub const EXCEPTION_TYPE: &str = "exception.type";
 /// `code.namespace`: the module of the code that emitted a log record.
 pub const CODE_NAMESPACE: &str = "code.namespace";
 /// `code.filepath`: the source file of the code that emitted a log record.
 pub const CODE_FILEPATH: &str = "code.filepath";
 /// `code.lineno`: the source line of the code that emitted a log record.
 pub const CODE_LINENO: &str = "code.lineno";
+
+// ------------------------------------------------------------------------------------------
+// Exceptions (OpenTelemetry semantic conventions, stable)
+// ------------------------------------------------------------------------------------------
+
+/// `exception`: the name of the span event that records an error or a panic.
+pub const EXCEPTION_EVENT: &str = "exception";
+/// `exception.message`: the error or panic message.
+pub const EXCEPTION_MESSAGE: &str = "exception.message";
+/// `exception.type`: the kind of exception (`panic` for a Rust panic).
+pub const EXCEPTION_TYPE: &str = "exception.type";
 
 // ------------------------------------------------------------------------------------------
 // Weights & Biases Weave (wandb.*) — NeMo custom

@@ -15,6 +15,21 @@
 //!    configured exporter; console output shares the span exporter's stream), the W3C
 //!    TraceContext + Baggage propagator and the global tracer and meter providers.
 //!
+//! # Fork
+//!
+//! A process forked without exec (a data-loader worker) inherits the telemetry of its parent,
+//! but not its threads: the batch processor's worker, the gRPC runtime and the HTTP client are
+//! gone. In the child, the inherited handle and its layer are therefore inert:
+//!
+//! * the layer records nothing (one relaxed atomic load per span compares the `pthread_atfork`
+//!   generation recorded at setup with the current one; no syscall);
+//! * spans the parent had open are neither ended nor truncated nor exported by the child (the
+//!   parent exports them once), and the closer's slab is never touched;
+//! * [`Telemetry::force_flush`], [`Telemetry::shutdown`] and dropping the handle return at once
+//!   (the inherited providers are leaked, never shut down: that would wait for dead threads);
+//! * the child may set up its own telemetry (the double-init guard counts per fork generation),
+//!   which draws IDs from a freshly seeded stream ([`crate::ids`]).
+//!
 //! ```
 //! use nemo_lens::{LensConfig, Telemetry};
 //! use tracing_subscriber::prelude::*;
@@ -27,7 +42,7 @@
 //! ```
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -42,21 +57,23 @@ use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::logs::{LogExporter, SdkLoggerProvider};
 use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{
-    BatchSpanProcessor, SdkTracerProvider, SimpleSpanProcessor, Span, SpanData, SpanExporter,
-    SpanProcessor,
+    SdkTracerProvider, SimpleSpanProcessor, Span, SpanData, SpanExporter, SpanProcessor,
 };
 use tracing_subscriber::registry::LookupSpan;
 
+use crate::closer;
 use crate::config::{ExporterKind, LensConfig};
 use crate::error::{LensError, Result};
+use crate::exit;
+use crate::export::batch::{BatchConfig, BatchSpanProcessor, DropCounters, DropCounts};
 use crate::export::console::{ConsoleSpanExporter, ConsoleWriter};
 use crate::export::console_logs::ConsoleLogExporter;
 use crate::export::console_metrics::ConsoleMetricExporter;
 use crate::export::otlp::{self, OtlpProtocol, Signal};
 use crate::filter::LensFilter;
 use crate::groups::{self, GroupGate};
-use crate::ids::ChaChaIdGenerator;
-use crate::layer::{LensLayer, Pipeline};
+use crate::ids::{self, ChaChaIdGenerator};
+use crate::layer::{self, LensLayer, Pipeline, WithLens};
 use crate::logs::{LensLoggerProvider, LogFilter};
 use crate::metrics::{EventMetricsLayer, Instruments};
 use crate::propagation;
@@ -64,12 +81,14 @@ use crate::resource;
 use crate::sampling::RankAwareSampler;
 use crate::strategy::{self, ExportStrategy};
 
-static INITIALIZED: AtomicBool = AtomicBool::new(false);
+/// `1 +` the fork generation in which an enabled setup ran, or 0: a forked child (another
+/// generation) may set up its own telemetry.
+static INITIALIZED_IN: AtomicU64 = AtomicU64::new(0);
 
 /// The instrumentation scope of spans created by the lens layer and by [`Telemetry::tracer`].
 pub const SCOPE_NAME: &str = "nemo.lens";
 
-type ProcessorFactory = Box<dyn FnOnce(bool) -> BoxedProcessor + Send>;
+type ProcessorFactory = Box<dyn FnOnce(&ExportSettings) -> Result<BoxedProcessor> + Send>;
 type LogExporterFactory = Box<dyn FnOnce(Resource, bool) -> SdkLoggerProvider + Send>;
 type ReaderFactory = Box<dyn FnOnce(MeterProviderBuilder) -> MeterProviderBuilder + Send>;
 type Lookup = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
@@ -118,12 +137,70 @@ fn log_provider<E: LogExporter + 'static>(
     }
 }
 
-fn exporter_processor<E: SpanExporter + 'static>(exporter: E, synchronous: bool) -> BoxedProcessor {
-    if synchronous {
-        BoxedProcessor(Box::new(SimpleSpanProcessor::new(exporter)))
-    } else {
-        BoxedProcessor(Box::new(BatchSpanProcessor::builder(exporter).build()))
+/// An exporter that runs with OpenTelemetry telemetry suppressed, so that what it logs through
+/// `tracing` is not recorded by the lens layer (which would re-enter the exporter's lock in the
+/// synchronous processor).
+#[derive(Debug)]
+struct Suppressed<E>(E);
+
+impl<E: SpanExporter> SpanExporter for Suppressed<E> {
+    fn export(
+        &self,
+        batch: Vec<SpanData>,
+    ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
+        let future = {
+            let _guard = Context::enter_telemetry_suppressed_scope();
+            self.0.export(batch)
+        };
+        SuppressedFuture(Box::pin(future))
     }
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        let _guard = Context::enter_telemetry_suppressed_scope();
+        self.0.shutdown_with_timeout(timeout)
+    }
+    fn force_flush(&self) -> OTelSdkResult {
+        let _guard = Context::enter_telemetry_suppressed_scope();
+        self.0.force_flush()
+    }
+    fn set_resource(&mut self, resource: &Resource) {
+        self.0.set_resource(resource)
+    }
+}
+
+/// Polls the wrapped export future with telemetry suppressed.
+struct SuppressedFuture<F>(std::pin::Pin<Box<F>>);
+
+impl<F: std::future::Future> std::future::Future for SuppressedFuture<F> {
+    type Output = F::Output;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let _guard = Context::enter_telemetry_suppressed_scope();
+        self.0.as_mut().poll(cx)
+    }
+}
+
+/// How the exporter's processor is built.
+struct ExportSettings {
+    synchronous: bool,
+    batch: BatchConfig,
+    dropped: Arc<AtomicU64>,
+}
+
+fn exporter_processor<E: SpanExporter + 'static>(
+    exporter: E,
+    settings: &ExportSettings,
+) -> Result<BoxedProcessor> {
+    Ok(if settings.synchronous {
+        BoxedProcessor(Box::new(SimpleSpanProcessor::new(Suppressed(exporter))))
+    } else {
+        BoxedProcessor(Box::new(BatchSpanProcessor::new(
+            exporter,
+            settings.batch,
+            settings.dropped.clone(),
+        )?))
+    })
 }
 
 /// Builds a [`Telemetry`]; see the [module docs](crate::setup).
@@ -194,7 +271,8 @@ impl TelemetryBuilder {
     }
 
     /// Sends spans to `exporter` instead of the configured console/OTLP exporter (traces only;
-    /// metrics keep theirs). It is wrapped in a batch processor, built only on an exporting rank.
+    /// metrics keep theirs). It is wrapped in the [batch processor](crate::export::batch), built
+    /// only on an exporting rank.
     ///
     /// ```
     /// use opentelemetry_sdk::trace::InMemorySpanExporter;
@@ -204,7 +282,9 @@ impl TelemetryBuilder {
     /// # let _ = builder;
     /// ```
     pub fn span_exporter<E: SpanExporter + 'static>(mut self, exporter: E) -> Self {
-        self.span_exporter = Some(Box::new(move |sync| exporter_processor(exporter, sync)));
+        self.span_exporter = Some(Box::new(move |settings| {
+            exporter_processor(exporter, settings)
+        }));
         self
     }
 
@@ -307,7 +387,12 @@ impl TelemetryBuilder {
                 "rank must be below world_size (rank {rank}, world_size {world_size})"
             )));
         }
-        if config.enabled && !allow_reinit && INITIALIZED.load(Ordering::SeqCst) {
+        ids::install_fork_handler();
+        let generation = ids::fork_generation();
+        if config.enabled
+            && !allow_reinit
+            && INITIALIZED_IN.load(Ordering::SeqCst) == generation + 1
+        {
             return Err(LensError::AlreadyInitialized);
         }
         config.run_id = resource::resolve_run_id(&config.run_id, &*lookup);
@@ -322,6 +407,22 @@ impl TelemetryBuilder {
             groups::resolve(&config.span_groups, &config.span_groups_origin())?
         } else {
             Default::default()
+        };
+        // Read on every enabled rank, so a bad value fails alike everywhere, before anything
+        // global is touched.
+        let (batch, value_limit) = if config.enabled {
+            (
+                BatchConfig::from_env("OTEL_BSP", &*lookup)?,
+                layer::value_length_limit(&*lookup)?,
+            )
+        } else {
+            (BatchConfig::default(), None)
+        };
+        let dropped = DropCounters::default();
+        let settings = ExportSettings {
+            synchronous,
+            batch,
+            dropped: dropped.spans.clone(),
         };
         let exporting = config.enabled && decision;
         let sampler = RankAwareSampler::new(rank, world_size, config.export_sample_rate);
@@ -355,14 +456,11 @@ impl TelemetryBuilder {
                     builder = builder.with_span_processor(make());
                 }
                 let exporter = match span_exporter {
-                    Some(make) => make(synchronous),
+                    Some(make) => make(&settings)?,
                     None => match config.exporter {
                         ExporterKind::Console => {
                             let writer = built.console_writer(&config, rank)?;
-                            exporter_processor(
-                                ConsoleSpanExporter::with_writer(writer),
-                                synchronous,
-                            )
+                            exporter_processor(ConsoleSpanExporter::with_writer(writer), &settings)?
                         }
                         ExporterKind::Otlp => {
                             let protocol = otlp::protocol_for(Signal::Traces, &*lookup)?;
@@ -370,18 +468,18 @@ impl TelemetryBuilder {
                                 built.runtime = Some(otlp::grpc_runtime()?);
                             }
                             let exporter = otlp::span_exporter(protocol, built.runtime.as_ref())?;
-                            exporter_processor(exporter, synchronous)
+                            exporter_processor(exporter, &settings)?
                         }
                     },
                 };
                 let provider = builder.with_span_processor(exporter).build();
                 global::set_tracer_provider(provider.clone());
                 if recording {
-                    built.pipeline = Some(Arc::new(Pipeline {
-                        tracer: provider.tracer(SCOPE_NAME),
-                        open: Default::default(),
-                        default_parent: propagation::env_parent(&*lookup),
-                    }));
+                    built.pipeline = Some(Arc::new(Pipeline::new(
+                        provider.tracer(SCOPE_NAME),
+                        propagation::env_parent(&*lookup),
+                        value_limit,
+                    )));
                 }
                 built.tracer_provider = Some(provider);
             }
@@ -450,7 +548,7 @@ impl TelemetryBuilder {
         }
         if config.enabled {
             groups::install_process_gate(gate.clone());
-            INITIALIZED.store(true, Ordering::SeqCst);
+            INITIALIZED_IN.store(generation + 1, Ordering::SeqCst);
         }
         let instruments = match &built.meter_provider {
             Some(p) => Instruments::new(
@@ -469,6 +567,9 @@ impl TelemetryBuilder {
                 groups: gate,
                 built,
                 shutdown_done: AtomicBool::new(false),
+                panic_hook: AtomicBool::new(false),
+                generation,
+                dropped,
             }),
         })
     }
@@ -548,7 +649,7 @@ pub fn metric_export_interval(lookup: &dyn Fn(&str) -> Option<String>) -> Result
     }
 }
 
-struct Inner {
+pub(crate) struct Inner {
     config: LensConfig,
     rank: u32,
     world_size: u32,
@@ -558,6 +659,10 @@ struct Inner {
     built: Built,
     instruments: Instruments,
     shutdown_done: AtomicBool,
+    panic_hook: AtomicBool,
+    dropped: DropCounters,
+    /// The fork generation of the setup; another one means this is a forked child.
+    generation: u64,
 }
 
 /// The handle of one process's telemetry: the layer, the tracer, flush and shutdown.
@@ -733,8 +838,12 @@ impl Telemetry {
         Ok(())
     }
 
-    /// Number of spans the lens layer has started and not yet ended.
+    /// Number of spans the lens layer has started and not yet ended (0 in a forked child: the
+    /// parent's spans are not the child's).
     pub fn open_spans(&self) -> usize {
+        if self.inner.inherited() {
+            return 0;
+        }
         self.inner
             .built
             .pipeline
@@ -742,8 +851,24 @@ impl Telemetry {
             .map_or(0, |p| p.open.len())
     }
 
+    /// Whether this handle was set up in a parent process and inherited through `fork` without
+    /// exec. Such a handle is inert: its layer records nothing, and flush and shutdown return
+    /// at once without touching the parent's providers. Set up telemetry anew in the child to
+    /// record there.
+    ///
+    /// ```
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// assert!(!t.is_inherited_from_parent());
+    /// ```
+    pub fn is_inherited_from_parent(&self) -> bool {
+        self.inner.inherited()
+    }
+
     /// Exports everything queued, without closing live spans.
     pub fn force_flush(&self) -> Result<()> {
+        if self.inner.inherited() {
+            return Ok(());
+        }
         let mut errors = Vec::new();
         if let Some(p) = &self.inner.built.tracer_provider {
             if let Err(e) = p.force_flush() {
@@ -767,6 +892,48 @@ impl Telemetry {
         }
     }
 
+    /// Opts in to recording panics: a panic adds an `exception` event to the innermost open span
+    /// of its thread, and a panic that ends the process (on the main thread, or any panic under
+    /// `panic = "abort"`) then ends every open span as truncated and flushes, within
+    /// [`EXIT_FLUSH_TIMEOUT`](crate::exit::EXIT_FLUSH_TIMEOUT). The previous panic hook still
+    /// runs, after it. See [`crate::exit`] for the reasoning. Call it once, after setup.
+    ///
+    /// ```
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// t.install_panic_hook();
+    /// ```
+    pub fn install_panic_hook(&self) {
+        if !self.inner.panic_hook.swap(true, Ordering::SeqCst) {
+            exit::install_panic_hook(Arc::downgrade(&self.inner));
+        }
+    }
+
+    /// Installs SIGTERM and SIGINT handlers: on the signal, a dedicated thread ends every open
+    /// span as truncated, flushes within [`EXIT_FLUSH_TIMEOUT`](crate::exit::EXIT_FLUSH_TIMEOUT),
+    /// then lets the signal end the process as it would have (status 128 + signo). The handler
+    /// itself only writes to a pipe. See [`crate::exit`]; without it, open and queued spans are
+    /// lost on those signals.
+    ///
+    /// ```no_run
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// t.install_signal_handlers().unwrap();
+    /// ```
+    pub fn install_signal_handlers(&self) -> Result<()> {
+        exit::install_signal_handlers(Arc::downgrade(&self.inner))
+    }
+
+    /// Telemetry dropped so far: spans a full queue refused (the exporter could not keep up),
+    /// spans of failed or timed-out exports, spans still queued when shutdown's deadline passed.
+    /// Exported + dropped = produced. Reported once on stderr at shutdown when not zero.
+    ///
+    /// ```
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// assert_eq!(t.dropped(), nemo_lens::DropCounts::default());
+    /// ```
+    pub fn dropped(&self) -> DropCounts {
+        self.inner.dropped.snapshot()
+    }
+
     /// Ends open spans as truncated, flushes and shuts the providers down, returning within
     /// `timeout` (plus scheduling slack) even when an exporter hangs. A second call does nothing.
     pub fn shutdown(&self, timeout: Duration) -> Result<()> {
@@ -781,13 +948,39 @@ impl AsRef<Instruments> for Telemetry {
 }
 
 impl Inner {
+    #[inline]
+    fn inherited(&self) -> bool {
+        self.generation != ids::fork_generation()
+    }
+
     fn shutdown(&self, timeout: Duration) -> Result<()> {
-        if self.shutdown_done.swap(true, Ordering::SeqCst) {
+        self.shutdown_because(timeout, closer::REASON_SHUTDOWN)
+    }
+
+    /// Records a panic on the innermost span the lens layer records on this thread.
+    pub(crate) fn record_panic(&self, message: &str) {
+        if self.inherited() || self.built.pipeline.is_none() {
+            return;
+        }
+        tracing::Span::current().with_subscriber(|(id, dispatch)| {
+            if let Some(with) = dispatch.downcast_ref::<WithLens>() {
+                (with.with_innermost)(dispatch, id, &mut |data| {
+                    data.record_exception("panic", message)
+                });
+            }
+        });
+    }
+
+    /// Shuts down, truncating open spans with `reason`.
+    pub(crate) fn shutdown_because(&self, timeout: Duration, reason: &'static str) -> Result<()> {
+        if self.shutdown_done.swap(true, Ordering::SeqCst) || self.inherited() {
+            // Done already, or a forked child: the parent's providers have no worker threads
+            // here, and shutting them down would wait out `timeout` per processor.
             return Ok(());
         }
         let deadline = Instant::now() + timeout;
         if let Some(p) = &self.built.pipeline {
-            p.open.close_all();
+            p.open.close_all(reason);
         }
         let tracer = self.built.tracer_provider.clone();
         let meter = self.built.meter_provider.clone();
@@ -818,23 +1011,43 @@ impl Inner {
                 }
                 let _ = tx.send(errors);
             });
-        match worker {
+        // The processors stop exporting at the deadline and then report; allow them a moment.
+        let wait = deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(500);
+        let result = match worker {
             Err(e) => Err(LensError::Shutdown(format!(
                 "cannot start the shutdown thread: {e}"
             ))),
-            Ok(_) => match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(_) => match rx.recv_timeout(wait) {
                 Ok(errors) if errors.is_empty() => Ok(()),
                 Ok(errors) => Err(LensError::Shutdown(errors.join("; "))),
                 Err(_) => Err(LensError::Shutdown(format!(
                     "timed out after {timeout:?}; data still queued was abandoned"
                 ))),
             },
+        };
+        let dropped = self.dropped.snapshot();
+        if dropped.total() > 0 {
+            // Reported once: shutdown runs once.
+            eprintln!(
+                "nemo-lens: dropped {dropped} (queue full, export failed or timed out, or still \
+                 queued at shutdown; see OTEL_BSP_MAX_QUEUE_SIZE)"
+            );
         }
+        result
     }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        if self.inherited() {
+            // A forked child: dropping the parent's providers would shut them down (waiting for
+            // worker threads that did not survive the fork) and a Tokio runtime would try to
+            // stop threads that do not exist. Leak them instead; the child's memory is its own.
+            std::mem::forget(self.built.tracer_provider.take());
+            std::mem::forget(self.built.meter_provider.take());
+            std::mem::forget(self.built.runtime.take());
+            return;
+        }
         let _ = self.shutdown(Duration::from_secs(5));
         if let Some(rt) = self.built.runtime.take() {
             rt.shutdown_background();

@@ -2,9 +2,10 @@
 //! (spec §2.7): IDs never zero, never repeated across threads, independent of how the generator
 //! was created, and re-seeded in a forked child.
 //!
-//! Two tests re-run this binary as a subprocess (selected with `LENSTEST_IDS_SCENARIO`) to get a
-//! fresh process: one compares the IDs of two identical processes, the other checks a process in
-//! which no `ChaChaIdGenerator::new()` ever ran.
+//! Several tests re-run this binary as a subprocess (selected with `LENSTEST_IDS_SCENARIO`) to get
+//! a fresh process: one compares the IDs of two identical processes, one checks a process in
+//! which no `ChaChaIdGenerator::new()` ever ran, and one runs four identically seeded ranks
+//! through the whole export pipeline at once.
 
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
@@ -342,4 +343,103 @@ fn default_constructed_generator_reseeds_after_fork() {
         "default_constructed_generator_reseeds_after_fork",
         "default_fork",
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Identically seeded ranks.
+
+const RANKS: u32 = 4;
+const RANK_VAR: &str = "LENSTEST_IDS_RANK";
+const OUT_VAR: &str = "LENSTEST_IDS_OUT";
+
+/// Four rank processes of one job, started together with the same environment, each seeding
+/// its own generator identically (as Megatron seeds every data-parallel rank), export spans
+/// through the full pipeline (layer, SDK, console JSONL file): no trace or span ID repeats
+/// across ranks or within one.
+#[test]
+fn identically_seeded_ranks_export_disjoint_ids() {
+    if std::env::var_os(SCENARIO_VAR).as_deref() == Some("rank".as_ref()) {
+        use rand_chacha::ChaCha8Rng;
+        use rand_core::{Rng, SeedableRng};
+        use tracing_subscriber::prelude::*;
+        let rank: u32 = std::env::var(RANK_VAR).unwrap().parse().unwrap();
+        let config = nemo_lens::LensConfig {
+            enabled: true,
+            export_strategy: "all_ranks".into(),
+            exporter: nemo_lens::ExporterKind::Console,
+            console_path: Some(std::env::var(OUT_VAR).unwrap()),
+            metrics_enabled: false,
+            ..nemo_lens::LensConfig::default()
+        };
+        let telemetry = nemo_lens::Telemetry::builder(config)
+            .rank(rank)
+            .world_size(RANKS)
+            .build()
+            .unwrap();
+        let _guard = tracing_subscriber::registry()
+            .with(telemetry.layer())
+            .set_default();
+        let mut rng = ChaCha8Rng::seed_from_u64(1234); // the same on every rank
+        for step in 0..20 {
+            let _step = tracing::info_span!("step", step, draw = rng.next_u64()).entered();
+            for micro in 0..4 {
+                tracing::info_span!("micro", micro).in_scope(|| {});
+            }
+        }
+        telemetry
+            .shutdown(std::time::Duration::from_secs(10))
+            .unwrap();
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..RANKS)
+        .map(|rank| {
+            Command::new(&exe)
+                .args([
+                    "identically_seeded_ranks_export_disjoint_ids",
+                    "--exact",
+                    "--test-threads=1",
+                ])
+                .env(SCENARIO_VAR, "rank")
+                .env(RANK_VAR, rank.to_string())
+                .env(OUT_VAR, dir.path().join(format!("rank{rank}.jsonl")))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut span_ids = HashSet::new();
+    let mut trace_ids_by_rank = Vec::new();
+    for (rank, child) in children.into_iter().enumerate() {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "rank {rank}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(dir.path().join(format!("rank{rank}.jsonl"))).unwrap();
+        let mut traces = HashSet::new();
+        let mut lines = 0;
+        for line in text.lines() {
+            let span: serde_json::Value = serde_json::from_str(line).unwrap();
+            let sid = span["context"]["span_id"].as_str().unwrap().to_string();
+            assert!(span_ids.insert(sid.clone()), "span id {sid} repeated");
+            traces.insert(span["context"]["trace_id"].as_str().unwrap().to_string());
+            lines += 1;
+        }
+        assert_eq!(lines, 20 * 5, "rank {rank}");
+        assert_eq!(traces.len(), 20, "one trace per step on rank {rank}");
+        trace_ids_by_rank.push(traces);
+    }
+    assert_eq!(span_ids.len(), (RANKS * 100) as usize);
+    for a in 0..trace_ids_by_rank.len() {
+        for b in a + 1..trace_ids_by_rank.len() {
+            assert!(
+                trace_ids_by_rank[a].is_disjoint(&trace_ids_by_rank[b]),
+                "ranks {a} and {b} share trace ids"
+            );
+        }
+    }
 }

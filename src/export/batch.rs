@@ -1,0 +1,627 @@
+//! Batching with a bounded queue, counted drops and a bounded shutdown.
+//!
+//! Spans are exported in batches, on a worker thread, so that the thread that ends a span never
+//! waits for the network. [`Batcher`] is that queue and worker, for any item type (spans here;
+//! log records next); [`BatchSpanProcessor`] puts it behind the OpenTelemetry span-processor
+//! interface. nemo-lens uses its own instead of the SDK's because the trainer must never be hurt
+//! and nothing may be lost silently:
+//!
+//! * **bounded memory**: at most [`BatchConfig::max_queue_size`] items wait, plus one batch in
+//!   flight; the queue is a fixed-size lock-free ring allocated at setup;
+//! * **non-blocking producers**: [`Batcher::push`] is a try-push; a full queue (the exporter
+//!   cannot keep up, the collector is down) drops the item and counts it;
+//! * **counted failures**: the items of a batch whose export fails or times out
+//!   ([`BatchConfig::export_timeout`]) count as dropped too, so *dropped = produced − exported*;
+//!   the counts are on the handle ([`Telemetry::dropped`](crate::Telemetry::dropped)) and
+//!   reported once, on stderr, at shutdown when not zero;
+//! * **bounded shutdown**: [`Batcher::shutdown`] exports what is queued until its deadline, then
+//!   counts the rest as dropped and returns.
+//!
+//! The sizes come from the standard variables ([`BatchConfig::from_env`]):
+//!
+//! | Variable (spans; logs use `OTEL_BLRP_*`) | Default | Meaning |
+//! |---|---|---|
+//! | `OTEL_BSP_MAX_QUEUE_SIZE` | 2048 | items waiting, at most ([`MAX_QUEUE_SIZE_LIMIT`] at most) |
+//! | `OTEL_BSP_SCHEDULE_DELAY` | 5000 | ms between two exports of a partial batch |
+//! | `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` | 512 | items per export (at most the queue size) |
+//! | `OTEL_BSP_EXPORT_TIMEOUT` | 30000 | ms one export may take before its batch counts as dropped |
+//!
+//! An empty or blank value means the default; anything else that is not a positive integer (a
+//! non-negative one for the delay) is a [`LensError::InvalidValue`] naming the variable.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::sync::atomic::{AtomicU64, Ordering};
+//! use std::time::Duration;
+//! use nemo_lens::export::batch::{BatchConfig, BatchExport, Batcher};
+//!
+//! struct Print;
+//! impl BatchExport<String> for Print {
+//!     fn export(&mut self, batch: Vec<String>, _timeout: Duration) -> Result<(), String> {
+//!         println!("{}", batch.join(","));
+//!         Ok(())
+//!     }
+//! }
+//!
+//! let dropped = Arc::new(AtomicU64::new(0));
+//! let config = BatchConfig { max_queue_size: 2, ..BatchConfig::default() };
+//! let batcher = Batcher::new("demo", config, dropped.clone(), Print).unwrap();
+//! for word in ["a", "b", "c"] {
+//!     batcher.push(word.to_string()); // "c" finds the queue full (unless the worker was quick)
+//! }
+//! batcher.shutdown(Duration::from_secs(5)).unwrap();
+//! assert!(dropped.load(Ordering::Relaxed) <= 1);
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+use opentelemetry::Context as OtelContext;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
+use parking_lot::Mutex;
+
+use crate::error::{LensError, Result};
+
+/// The largest accepted queue size (16 Mi items): a larger value would reserve gigabytes up
+/// front.
+pub const MAX_QUEUE_SIZE_LIMIT: usize = 1 << 24;
+
+/// Sizes and timeouts of a [`Batcher`].
+///
+/// ```
+/// let c = nemo_lens::export::batch::BatchConfig::default();
+/// assert_eq!((c.max_queue_size, c.max_export_batch_size), (2048, 512));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchConfig {
+    /// Items that may wait for export; more are dropped (and counted).
+    pub max_queue_size: usize,
+    /// Time between two exports when no full batch is waiting.
+    pub scheduled_delay: Duration,
+    /// Items per export call (clamped to the queue size).
+    pub max_export_batch_size: usize,
+    /// Time one export may take; then its batch counts as dropped.
+    pub export_timeout: Duration,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        BatchConfig {
+            max_queue_size: 2048,
+            scheduled_delay: Duration::from_millis(5000),
+            max_export_batch_size: 512,
+            export_timeout: Duration::from_millis(30000),
+        }
+    }
+}
+
+/// Parses `<prefix>_<key>` from `lookup`: `None` when unset or blank.
+fn read_u64(
+    lookup: &dyn Fn(&str) -> Option<String>,
+    prefix: &str,
+    key: &str,
+    min: u64,
+    max: u64,
+) -> Result<Option<u64>> {
+    let var = format!("{prefix}_{key}");
+    let Some(raw) = lookup(&var) else {
+        return Ok(None);
+    };
+    let value = raw.trim();
+    if value.is_empty() {
+        return Ok(None);
+    }
+    match value.parse::<u64>() {
+        Ok(v) if (min..=max).contains(&v) => Ok(Some(v)),
+        _ => Err(LensError::InvalidValue {
+            var,
+            value: raw.chars().take(64).collect(),
+            expected: format!("an integer from {min} to {max}"),
+        }),
+    }
+}
+
+impl BatchConfig {
+    /// Reads `<prefix>_MAX_QUEUE_SIZE`, `_SCHEDULE_DELAY` (ms), `_MAX_EXPORT_BATCH_SIZE` and
+    /// `_EXPORT_TIMEOUT` (ms) through `lookup` (`prefix` is `OTEL_BSP` for spans, `OTEL_BLRP`
+    /// for log records), over the defaults.
+    ///
+    /// ```
+    /// use nemo_lens::export::batch::BatchConfig;
+    /// let env = |k: &str| (k == "OTEL_BSP_MAX_QUEUE_SIZE").then(|| " 100 ".to_string());
+    /// assert_eq!(BatchConfig::from_env("OTEL_BSP", &env).unwrap().max_queue_size, 100);
+    /// let bad = |k: &str| (k == "OTEL_BSP_SCHEDULE_DELAY").then(|| "5s".to_string());
+    /// let err = BatchConfig::from_env("OTEL_BSP", &bad).unwrap_err().to_string();
+    /// assert!(err.contains("OTEL_BSP_SCHEDULE_DELAY") && err.contains("'5s'"));
+    /// ```
+    pub fn from_env(prefix: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
+        const DAY_MS: u64 = 24 * 3600 * 1000;
+        let d = BatchConfig::default();
+        let limit = MAX_QUEUE_SIZE_LIMIT as u64;
+        let queue = read_u64(lookup, prefix, "MAX_QUEUE_SIZE", 1, limit)?
+            .map_or(d.max_queue_size, |v| v as usize);
+        let batch = read_u64(lookup, prefix, "MAX_EXPORT_BATCH_SIZE", 1, limit)?
+            .map_or(d.max_export_batch_size, |v| v as usize);
+        let delay = read_u64(lookup, prefix, "SCHEDULE_DELAY", 0, DAY_MS)?
+            .map_or(d.scheduled_delay, Duration::from_millis);
+        let timeout = read_u64(lookup, prefix, "EXPORT_TIMEOUT", 1, DAY_MS)?
+            .map_or(d.export_timeout, Duration::from_millis);
+        Ok(BatchConfig {
+            max_queue_size: queue,
+            scheduled_delay: delay,
+            max_export_batch_size: batch.min(queue),
+            export_timeout: timeout,
+        })
+    }
+}
+
+/// What a [`Batcher`]'s worker does with a batch.
+pub trait BatchExport<T>: Send + 'static {
+    /// Exports `batch`, taking at most about `timeout`. An `Err` (or a timeout) counts the
+    /// batch as dropped.
+    fn export(&mut self, batch: Vec<T>, timeout: Duration) -> std::result::Result<(), String>;
+
+    /// Called once, on the worker, after the last export.
+    fn shutdown(&mut self, _timeout: Duration) -> std::result::Result<(), String> {
+        Ok(())
+    }
+}
+
+enum Control {
+    /// A full batch is waiting.
+    Wake,
+    Flush(mpsc::SyncSender<std::result::Result<(), String>>),
+    Shutdown(Instant, mpsc::SyncSender<std::result::Result<(), String>>),
+}
+
+struct Shared<T> {
+    queue: ArrayQueue<T>,
+    dropped: Arc<AtomicU64>,
+    /// A `Wake` is on its way: producers need not send another.
+    notified: AtomicBool,
+    shut: AtomicBool,
+    batch_size: usize,
+}
+
+/// A bounded queue with a worker thread that exports it in batches; see the
+/// [module docs](self).
+pub struct Batcher<T: Send + 'static> {
+    shared: Arc<Shared<T>>,
+    control: mpsc::Sender<Control>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl<T: Send + 'static> fmt::Debug for Batcher<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Batcher")
+            .field("queued", &self.shared.queue.len())
+            .field("capacity", &self.shared.queue.capacity())
+            .field("dropped", &self.shared.dropped.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// `now + d`, or a far future when that overflows.
+fn deadline_after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+}
+
+impl<T: Send + 'static> Batcher<T> {
+    /// Allocates the queue and starts the worker thread (named `nemo-lens-<name>`). Items
+    /// dropped (queue full, failed export, left at shutdown) are added to `dropped`.
+    pub fn new(
+        name: &str,
+        config: BatchConfig,
+        dropped: Arc<AtomicU64>,
+        exporter: impl BatchExport<T>,
+    ) -> Result<Self> {
+        let queue_size = config.max_queue_size.clamp(1, MAX_QUEUE_SIZE_LIMIT);
+        let shared = Arc::new(Shared {
+            queue: ArrayQueue::new(queue_size),
+            dropped,
+            notified: AtomicBool::new(false),
+            shut: AtomicBool::new(false),
+            batch_size: config.max_export_batch_size.clamp(1, queue_size),
+        });
+        let (control, rx) = mpsc::channel();
+        let worker = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name(format!("nemo-lens-{name}"))
+                .spawn(move || Worker::new(shared, exporter, config).run(rx))
+                .map_err(|e| LensError::Exporter {
+                    signal: "traces",
+                    message: format!("cannot start the batch worker thread: {e}"),
+                })?
+        };
+        Ok(Batcher {
+            shared,
+            control,
+            worker: Mutex::new(Some(worker)),
+        })
+    }
+
+    /// Queues `item` without blocking; drops and counts it when the queue is full or the
+    /// batcher is shut down.
+    #[inline]
+    pub fn push(&self, item: T) {
+        let shared = &*self.shared;
+        if shared.shut.load(Ordering::Relaxed) || shared.queue.push(item).is_err() {
+            shared.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if shared.queue.len() >= shared.batch_size && !shared.notified.swap(true, Ordering::AcqRel)
+        {
+            let _ = self.control.send(Control::Wake);
+        }
+    }
+
+    /// Items waiting now.
+    pub fn queued(&self) -> usize {
+        self.shared.queue.len()
+    }
+
+    /// Exports everything queued now, waiting at most `timeout`.
+    pub fn force_flush(&self, timeout: Duration) -> std::result::Result<(), String> {
+        if self.shared.shut.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.control
+            .send(Control::Flush(tx))
+            .map_err(|_| "the batch worker has stopped".to_string())?;
+        rx.recv_timeout(timeout)
+            .map_err(|_| format!("flush timed out after {timeout:?}"))?
+    }
+
+    /// Exports what is queued until `timeout` has passed, counts what is left as dropped, shuts
+    /// the exporter down and stops the worker. Later pushes are dropped and counted; a second
+    /// call does nothing.
+    pub fn shutdown(&self, timeout: Duration) -> std::result::Result<(), String> {
+        if self.shared.shut.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let deadline = deadline_after(timeout);
+        let (tx, rx) = mpsc::sync_channel(1);
+        if self.control.send(Control::Shutdown(deadline, tx)).is_err() {
+            return Err("the batch worker has stopped".into());
+        }
+        // The worker stops exporting at the deadline; allow it a moment to say so.
+        let wait = deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(200);
+        let result = rx
+            .recv_timeout(wait)
+            .map_err(|_| format!("shutdown timed out after {timeout:?} (an export is stuck)"))?;
+        if let Some(worker) = self.worker.lock().take() {
+            let _ = worker.join();
+        }
+        result
+    }
+}
+
+impl<T: Send + 'static> Drop for Batcher<T> {
+    fn drop(&mut self) {
+        let _ = self.shutdown(Duration::from_secs(5));
+    }
+}
+
+struct Worker<T, E> {
+    shared: Arc<Shared<T>>,
+    exporter: E,
+    config: BatchConfig,
+    first_error: Option<String>,
+}
+
+impl<T: Send + 'static, E: BatchExport<T>> Worker<T, E> {
+    fn new(shared: Arc<Shared<T>>, exporter: E, config: BatchConfig) -> Self {
+        Worker {
+            shared,
+            exporter,
+            config,
+            first_error: None,
+        }
+    }
+
+    fn run(mut self, rx: mpsc::Receiver<Control>) {
+        let delay = self.config.scheduled_delay.max(Duration::from_millis(1));
+        let mut next = deadline_after(delay);
+        loop {
+            match rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
+                Ok(Control::Wake) => {
+                    self.shared.notified.store(false, Ordering::Release);
+                    // Full batches only; a shutdown request takes over at once.
+                    while self.shared.queue.len() >= self.shared.batch_size
+                        && !self.shared.shut.load(Ordering::Relaxed)
+                    {
+                        self.export_batch(self.config.export_timeout);
+                    }
+                }
+                Ok(Control::Flush(reply)) => {
+                    self.export_queued(None);
+                    let _ = reply.send(self.take_error());
+                }
+                Ok(Control::Shutdown(deadline, reply)) => {
+                    self.export_queued(Some(deadline));
+                    let mut result = self.take_error();
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if let Err(e) = self.exporter.shutdown(left) {
+                        result = Err(e);
+                    }
+                    let _ = reply.send(result);
+                    return;
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    self.export_queued(None);
+                    next = deadline_after(delay);
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.export_queued(Some(deadline_after(Duration::from_secs(5))));
+                    let _ = self.exporter.shutdown(Duration::from_secs(5));
+                    return;
+                }
+            }
+        }
+    }
+
+    fn take_error(&mut self) -> std::result::Result<(), String> {
+        match self.first_error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Exports the items queued now (not those pushed meanwhile), in batches; with a deadline,
+    /// what is left when it passes is dropped and counted.
+    fn export_queued(&mut self, deadline: Option<Instant>) {
+        let mut left = self.shared.queue.len();
+        while left > 0 {
+            let timeout = match deadline {
+                // A shutdown request (which brings its deadline) takes over at once.
+                None if self.shared.shut.load(Ordering::Relaxed) => break,
+                None => self.config.export_timeout,
+                Some(d) => {
+                    let remaining = d.saturating_duration_since(Instant::now());
+                    if remaining.is_zero() {
+                        break;
+                    }
+                    remaining.min(self.config.export_timeout)
+                }
+            };
+            let n = self.export_batch(timeout);
+            if n == 0 {
+                break;
+            }
+            left = left.saturating_sub(n);
+        }
+        if deadline.is_some() {
+            let mut abandoned = 0;
+            while self.shared.queue.pop().is_some() {
+                abandoned += 1;
+            }
+            self.shared.dropped.fetch_add(abandoned, Ordering::Relaxed);
+        }
+    }
+
+    /// Exports one batch (at most the batch size); returns how many items it held.
+    fn export_batch(&mut self, timeout: Duration) -> usize {
+        let size = self.shared.batch_size.min(self.shared.queue.len());
+        let mut batch = Vec::with_capacity(size);
+        while batch.len() < size {
+            match self.shared.queue.pop() {
+                Some(item) => batch.push(item),
+                None => break,
+            }
+        }
+        let n = batch.len();
+        if n == 0 {
+            return 0;
+        }
+        if let Err(e) = self.exporter.export(batch, timeout) {
+            self.shared.dropped.fetch_add(n as u64, Ordering::Relaxed);
+            self.first_error.get_or_insert(e);
+        }
+        n
+    }
+}
+
+/// Wakes the worker thread that polls an export future.
+struct Unpark(Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Polls `future` on this thread until it completes or `timeout` passes (then drops it,
+/// cancelling the export).
+pub(crate) fn block_on_timeout<F: Future>(future: F, timeout: Duration) -> Option<F::Output> {
+    let deadline = deadline_after(timeout);
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return Some(out);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        std::thread::park_timeout(deadline - now);
+    }
+}
+
+/// Exports spans through a [`SpanExporter`], shared with the processor (which forwards the
+/// resource to it at build time).
+struct SpanExport<E> {
+    exporter: Arc<StdMutex<E>>,
+}
+
+impl<E: SpanExporter + 'static> BatchExport<SpanData> for SpanExport<E> {
+    fn export(
+        &mut self,
+        batch: Vec<SpanData>,
+        timeout: Duration,
+    ) -> std::result::Result<(), String> {
+        let exporter = self.exporter.lock().map_err(|_| "exporter poisoned")?;
+        // The exporter's own logs must not feed back into the pipeline.
+        let _guard = OtelContext::enter_telemetry_suppressed_scope();
+        match block_on_timeout(exporter.export(batch), timeout) {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(format!("span export failed: {e}")),
+            None => Err(format!("span export timed out after {timeout:?}")),
+        }
+    }
+
+    fn shutdown(&mut self, timeout: Duration) -> std::result::Result<(), String> {
+        let exporter = self.exporter.lock().map_err(|_| "exporter poisoned")?;
+        exporter
+            .shutdown_with_timeout(timeout)
+            .map_err(|e| format!("span exporter shutdown: {e}"))
+    }
+}
+
+/// The span processor of nemo-lens: a [`Batcher`] of sampled, ended spans in front of a
+/// [`SpanExporter`].
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::AtomicU64;
+/// use nemo_lens::export::batch::{BatchConfig, BatchSpanProcessor};
+/// let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+/// let dropped = Arc::new(AtomicU64::new(0));
+/// let processor = BatchSpanProcessor::new(exporter, BatchConfig::default(), dropped).unwrap();
+/// let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+///     .with_span_processor(processor)
+///     .build();
+/// # provider.shutdown().unwrap();
+/// ```
+pub struct BatchSpanProcessor<E> {
+    batcher: Batcher<SpanData>,
+    exporter: Arc<StdMutex<E>>,
+    flush_timeout: Duration,
+}
+
+impl<E> fmt::Debug for BatchSpanProcessor<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BatchSpanProcessor")
+            .field("batcher", &self.batcher)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E: SpanExporter + 'static> BatchSpanProcessor<E> {
+    /// Starts the worker thread; spans dropped are added to `dropped`.
+    pub fn new(exporter: E, config: BatchConfig, dropped: Arc<AtomicU64>) -> Result<Self> {
+        let exporter = Arc::new(StdMutex::new(exporter));
+        let batcher = Batcher::new(
+            "spans",
+            config,
+            dropped,
+            SpanExport {
+                exporter: exporter.clone(),
+            },
+        )?;
+        Ok(BatchSpanProcessor {
+            batcher,
+            exporter,
+            flush_timeout: config.export_timeout,
+        })
+    }
+}
+
+impl<E: SpanExporter + 'static> SpanProcessor for BatchSpanProcessor<E> {
+    fn on_start(&self, _span: &mut Span, _cx: &OtelContext) {}
+
+    #[inline]
+    fn on_end(&self, span: SpanData) {
+        if span.span_context.is_sampled() {
+            self.batcher.push(span);
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.batcher
+            .force_flush(self.flush_timeout)
+            .map_err(OTelSdkError::InternalFailure)
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.batcher
+            .shutdown(timeout)
+            .map_err(OTelSdkError::InternalFailure)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        if let Ok(mut e) = self.exporter.lock() {
+            e.set_resource(resource);
+        }
+    }
+}
+
+/// Telemetry dropped so far by this process's pipelines (see [`Telemetry::dropped`]
+/// (crate::Telemetry::dropped)): items a full queue refused, items of failed or timed-out
+/// exports, and items still queued when shutdown's deadline passed.
+///
+/// ```
+/// let counts = nemo_lens::DropCounts::default();
+/// assert_eq!(counts.total(), 0);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DropCounts {
+    /// Spans.
+    pub spans: u64,
+    /// Log records.
+    pub logs: u64,
+    /// Metric exports that failed.
+    pub metric_exports: u64,
+}
+
+impl DropCounts {
+    /// Everything dropped, all signals together.
+    pub fn total(&self) -> u64 {
+        self.spans + self.logs + self.metric_exports
+    }
+}
+
+impl fmt::Display for DropCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} spans, {} log records, {} metric exports",
+            self.spans, self.logs, self.metric_exports
+        )
+    }
+}
+
+/// The live counters behind [`DropCounts`], shared with the pipelines.
+#[derive(Debug, Default)]
+pub(crate) struct DropCounters {
+    pub(crate) spans: Arc<AtomicU64>,
+    pub(crate) logs: Arc<AtomicU64>,
+    pub(crate) metric_exports: Arc<AtomicU64>,
+}
+
+impl DropCounters {
+    pub(crate) fn snapshot(&self) -> DropCounts {
+        DropCounts {
+            spans: self.spans.load(Ordering::Relaxed),
+            logs: self.logs.load(Ordering::Relaxed),
+            metric_exports: self.metric_exports.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! How the process dies: a panic, SIGTERM and SIGINT on the real trainer example, which
+//! installs the panic hook and the signal handlers (`nemo_lens::exit`). The spans it finished
+//! are exported, and the spans open at that moment arrive truncated.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// `target/<profile>/examples/trainer` (built by `cargo test`; see tests/examples.rs).
+fn trainer() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join("trainer");
+    assert!(
+        path.exists(),
+        "example binary missing at {}",
+        path.display()
+    );
+    path
+}
+
+fn command(out: &Path) -> Command {
+    let mut cmd = Command::new(trainer());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("NEMO_LENS_") || k.starts_with("OTEL_") || k == "TRACEPARENT" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("NEMO_LENS_ENABLED", "1")
+        .env("NEMO_LENS_EXPORTER", "console")
+        .env("NEMO_LENS_SPAN_GROUPS", "per_step")
+        .env("NEMO_LENS_CONSOLE_PATH", out)
+        .env("RUST_LOG", "trainer=debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+fn spans_in(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+fn truncated(span: &Value) -> bool {
+    span["attributes"]["nemo.span.truncated"] == true
+}
+
+fn truncation_reason(span: &Value) -> &str {
+    span["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "nemo.span.truncated")
+        .and_then(|e| e["attributes"]["nemo.span.truncated.reason"].as_str())
+        .unwrap_or("")
+}
+
+fn by_name<'a>(spans: &'a [Value], name: &str) -> Vec<&'a Value> {
+    spans.iter().filter(|s| s["name"] == name).collect()
+}
+
+#[test]
+fn a_panic_truncates_open_spans_records_the_panic_and_flushes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("spans.jsonl");
+    let output = command(&out)
+        .args(["--steps", "10", "--step-ms", "1", "--panic-at", "3"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(101), "{stderr}");
+    // The previous hook (the default one, printing the message) still ran.
+    assert!(stderr.contains("simulated failure in step 3"), "{stderr}");
+
+    let spans = spans_in(&out);
+    let steps = by_name(&spans, "train_step");
+    assert_eq!(steps.len(), 3, "steps 1 and 2 finished, step 3 truncated");
+    let crashed = steps.iter().find(|s| s["attributes"]["step"] == 3).unwrap();
+    assert!(truncated(crashed));
+    assert_eq!(truncation_reason(crashed), "process panicked");
+    assert_eq!(crashed["status"]["status_code"], "ERROR");
+    let exception = crashed["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "exception")
+        .expect("exception event on the innermost span");
+    assert_eq!(exception["attributes"]["exception.type"], "panic");
+    let message = exception["attributes"]["exception.message"]
+        .as_str()
+        .unwrap();
+    assert!(
+        message.contains("simulated failure in step 3") && message.contains("trainer.rs"),
+        "{message}"
+    );
+    assert!(steps.iter().filter(|s| !truncated(s)).count() == 2);
+    // forward_backward of step 3 had ended before the panic: exported normally.
+    assert_eq!(by_name(&spans, "forward_backward").len(), 3);
+    assert!(
+        by_name(&spans, "forward_backward")
+            .iter()
+            .all(|s| !truncated(s))
+    );
+    let train = by_name(&spans, "train");
+    assert_eq!(train.len(), 1);
+    assert!(truncated(train[0]));
+    assert_eq!(truncation_reason(train[0]), "process panicked");
+    assert!(
+        train[0]["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["name"] != "exception"),
+        "the exception is on the innermost span only"
+    );
+}
+
+/// Starts a trainer that runs until killed, waits until it has finished `steps` steps (it logs
+/// each one on stderr), sends `signal`, and returns its exit status and the number of steps it
+/// logged in all (it goes on stepping while it flushes).
+fn signal_running_trainer(out: &Path, signal: libc::c_int, steps: usize) -> (ExitStatus, usize) {
+    let mut child = command(out)
+        .args(["--steps", "0", "--step-ms", "3", "--checkpoint-every", "0"])
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    // Drains stderr to the end, so the trainer never blocks on a full pipe.
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    let start = Instant::now();
+    let mut seen = 0;
+    while seen < steps {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) if line.contains("step finished") => seen += 1,
+            Ok(_) => {}
+            Err(e) => {
+                let _ = child.kill();
+                panic!("the trainer logged {seen} steps, then {e:?}");
+            }
+        }
+    }
+    // SAFETY: signals our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, signal) }, 0);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("the trainer did not exit after the signal");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    reader.join().unwrap();
+    let logged = seen
+        + rx.try_iter()
+            .filter(|l| l.contains("step finished"))
+            .count();
+    (status, logged)
+}
+
+fn check_signal_run(signal: libc::c_int, reason: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("spans.jsonl");
+    let before_signal = 3;
+    let (status, logged) = signal_running_trainer(&out, signal, before_signal);
+    // Died by the signal, as without the handler (a shell shows 128 + signo).
+    assert_eq!(status.signal(), Some(signal), "{status:?}");
+    assert_eq!(status.code(), None);
+
+    let spans = spans_in(&out);
+    let train = by_name(&spans, "train");
+    assert_eq!(train.len(), 1, "the run span arrives");
+    assert!(truncated(train[0]));
+    assert_eq!(truncation_reason(train[0]), reason);
+    // The steps finished before the signal were all still queued (the default schedule delay
+    // is 5 s) and all arrive, not truncated; the step in flight (if any) is truncated. The
+    // trainer keeps stepping while it flushes: a step may end just before the end (exported,
+    // its log line lost) or after the flush (logged, not exported: too late for the queue).
+    let steps = by_name(&spans, "train_step");
+    let finished = steps.iter().filter(|s| !truncated(s)).count();
+    assert!(
+        finished >= before_signal,
+        "{finished} finished steps exported"
+    );
+    assert!(
+        finished <= logged + 1,
+        "{finished} exported, {logged} logged"
+    );
+    assert!(steps.len() - finished <= 1);
+    for s in steps.iter().filter(|s| truncated(s)) {
+        assert_eq!(truncation_reason(s), reason);
+        assert_eq!(s["parent_id"], train[0]["context"]["span_id"]);
+    }
+}
+
+#[test]
+fn sigterm_truncates_open_spans_flushes_and_dies_by_the_signal() {
+    check_signal_run(libc::SIGTERM, "process received SIGTERM");
+}
+
+#[test]
+fn sigint_truncates_open_spans_flushes_and_dies_by_the_signal() {
+    check_signal_run(libc::SIGINT, "process received SIGINT");
+}
+
+/// A panic on a thread other than `main` may not end the process (here it is joined and the
+/// run goes on): the hook records it on that thread's innermost span, which then ends normally
+/// while unwinding, and nothing else is truncated or shut down.
+#[test]
+fn a_panic_on_a_worker_thread_is_recorded_without_ending_the_run() {
+    use nemo_lens::testing::SpanCapture;
+    let capture = SpanCapture::with_config(nemo_lens::LensConfig {
+        span_groups: "default".into(),
+        ..nemo_lens::LensConfig::default()
+    })
+    .unwrap();
+    capture.telemetry().install_panic_hook();
+    let subscriber = capture.subscriber();
+    let dispatch = tracing::Dispatch::new(subscriber);
+    let run = tracing::dispatcher::with_default(&dispatch, || tracing::info_span!("run"));
+    let worker = {
+        let dispatch = dispatch.clone();
+        let run = run.clone();
+        std::thread::Builder::new()
+            .name("loader".into())
+            .spawn(move || {
+                tracing::dispatcher::with_default(&dispatch, || {
+                    let _run = run.enter();
+                    let _load = tracing::info_span!("load_batch").entered();
+                    tracing::info_span!(
+                        "unrecorded_by_lens",
+                        nemo.group.optimizer = tracing::field::Empty
+                    )
+                    .in_scope(|| panic!("corrupt shard 7"));
+                })
+            })
+            .unwrap()
+    };
+    assert!(worker.join().is_err());
+    assert_eq!(
+        capture.telemetry().open_spans(),
+        1,
+        "the run span is still open"
+    );
+    tracing::dispatcher::with_default(&dispatch, || {
+        run.in_scope(|| tracing::info_span!("after").in_scope(|| {}));
+    });
+    drop(run);
+    let load = capture.span("load_batch").expect("exported when unwound");
+    let exception = load
+        .events
+        .iter()
+        .find(|e| e.name == "exception")
+        .expect("exception event");
+    let message = exception
+        .attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == "exception.message")
+        .unwrap()
+        .value
+        .to_string();
+    assert!(message.contains("corrupt shard 7"), "{message}");
+    assert!(SpanCapture::attribute(&load, "nemo.span.truncated").is_none());
+    assert!(matches!(
+        load.status,
+        opentelemetry::trace::Status::Error { .. }
+    ));
+    let run = capture.span("run").unwrap();
+    assert!(run.events.iter().all(|e| e.name != "exception"));
+    assert!(SpanCapture::attribute(&run, "nemo.span.truncated").is_none());
+    assert!(capture.span("after").is_some(), "still recording");
+}
