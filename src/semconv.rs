@@ -254,6 +254,11 @@ pub const NEMO_USER_ID: &str = "nemo.user.id";
 pub const NEMO_SPAN_TRUNCATED: &str = "nemo.span.truncated";
 /// `nemo.span.truncated.reason`: why a span was truncated (on the `nemo.span.truncated` event).
 pub const NEMO_SPAN_TRUNCATED_REASON: &str = "nemo.span.truncated.reason";
+/// `nemo.lens.dropped` (Rust only): lens's own observable counter of dropped telemetry.
+pub const NEMO_LENS_DROPPED: &str = "nemo.lens.dropped";
+/// `signal`: which pipeline a `nemo.lens.dropped` series counts (`spans`, `logs`,
+/// `metric_exports`).
+pub const NEMO_LENS_DROPPED_SIGNAL: &str = "signal";
 
 /// `thread.id`: OS thread id a span ran on (upstream OpenTelemetry; `nemo-lens perfetto` puts
 /// spans with the same value on one track).

@@ -65,10 +65,13 @@ use crate::closer;
 use crate::config::{ExporterKind, LensConfig};
 use crate::error::{LensError, Result};
 use crate::exit;
-use crate::export::batch::{BatchConfig, BatchSpanProcessor, DropCounters, DropCounts};
+use crate::export::batch::{
+    BatchConfig, BatchLogProcessor, BatchSpanProcessor, DropCounters, DropCounts,
+};
 use crate::export::console::{ConsoleSpanExporter, ConsoleWriter};
 use crate::export::console_logs::ConsoleLogExporter;
 use crate::export::console_metrics::ConsoleMetricExporter;
+use crate::export::counted::CountedMetricExporter;
 use crate::export::otlp::{self, OtlpProtocol, Signal};
 use crate::filter::LensFilter;
 use crate::groups::{self, GroupGate};
@@ -89,7 +92,8 @@ static INITIALIZED_IN: AtomicU64 = AtomicU64::new(0);
 pub const SCOPE_NAME: &str = "nemo.lens";
 
 type ProcessorFactory = Box<dyn FnOnce(&ExportSettings) -> Result<BoxedProcessor> + Send>;
-type LogExporterFactory = Box<dyn FnOnce(Resource, bool) -> SdkLoggerProvider + Send>;
+type LogExporterFactory =
+    Box<dyn FnOnce(Resource, &ExportSettings) -> Result<SdkLoggerProvider> + Send>;
 type ReaderFactory = Box<dyn FnOnce(MeterProviderBuilder) -> MeterProviderBuilder + Send>;
 type Lookup = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
@@ -123,18 +127,25 @@ impl SpanProcessor for BoxedProcessor {
     }
 }
 
-/// A logger provider for `exporter`: batched (`OTEL_BLRP_*`), or synchronous.
+/// A logger provider for `exporter`: nemo-lens's batch processor (`OTEL_BLRP_*`, counted
+/// drops), or synchronous.
 fn log_provider<E: LogExporter + 'static>(
     exporter: E,
     resource: Resource,
-    synchronous: bool,
-) -> SdkLoggerProvider {
+    settings: &ExportSettings,
+) -> Result<SdkLoggerProvider> {
     let builder = SdkLoggerProvider::builder().with_resource(resource);
-    if synchronous {
+    Ok(if settings.synchronous {
         builder.with_simple_exporter(exporter).build()
     } else {
-        builder.with_batch_exporter(exporter).build()
-    }
+        builder
+            .with_log_processor(BatchLogProcessor::new(
+                exporter,
+                settings.batch,
+                settings.dropped.clone(),
+            )?)
+            .build()
+    })
 }
 
 /// An exporter that runs with OpenTelemetry telemetry suppressed, so that what it logs through
@@ -322,8 +333,8 @@ impl TelemetryBuilder {
     /// # let _ = builder;
     /// ```
     pub fn log_exporter<E: LogExporter + 'static>(mut self, exporter: E) -> Self {
-        self.log_exporter = Some(Box::new(move |resource, sync| {
-            log_provider(exporter, resource, sync)
+        self.log_exporter = Some(Box::new(move |resource, settings| {
+            log_provider(exporter, resource, settings)
         }));
         self
     }
@@ -410,19 +421,25 @@ impl TelemetryBuilder {
         };
         // Read on every enabled rank, so a bad value fails alike everywhere, before anything
         // global is touched.
-        let (batch, value_limit) = if config.enabled {
+        let (batch, log_batch, value_limit) = if config.enabled {
             (
                 BatchConfig::from_env("OTEL_BSP", &*lookup)?,
+                BatchConfig::from_env_over("OTEL_BLRP", BatchConfig::logs_default(), &*lookup)?,
                 layer::value_length_limit(&*lookup)?,
             )
         } else {
-            (BatchConfig::default(), None)
+            (BatchConfig::default(), BatchConfig::logs_default(), None)
         };
         let dropped = DropCounters::default();
         let settings = ExportSettings {
             synchronous,
             batch,
             dropped: dropped.spans.clone(),
+        };
+        let log_settings = ExportSettings {
+            synchronous,
+            batch: log_batch,
+            dropped: dropped.logs.clone(),
         };
         let exporting = config.enabled && decision;
         let sampler = RankAwareSampler::new(rank, world_size, config.export_sample_rate);
@@ -493,8 +510,12 @@ impl TelemetryBuilder {
                         match config.exporter {
                             ExporterKind::Console => {
                                 let writer = built.console_writer(&config, rank)?;
+                                let exporter = CountedMetricExporter::new(
+                                    ConsoleMetricExporter::new(writer),
+                                    dropped.metric_exports.clone(),
+                                );
                                 builder.with_reader(
-                                    PeriodicReader::builder(ConsoleMetricExporter::new(writer))
+                                    PeriodicReader::builder(exporter)
                                         .with_interval(interval)
                                         .build(),
                                 )
@@ -504,8 +525,10 @@ impl TelemetryBuilder {
                                 if protocol == OtlpProtocol::Grpc && built.runtime.is_none() {
                                     built.runtime = Some(otlp::grpc_runtime()?);
                                 }
-                                let exporter =
-                                    otlp::metric_exporter(protocol, built.runtime.as_ref())?;
+                                let exporter = CountedMetricExporter::new(
+                                    otlp::metric_exporter(protocol, built.runtime.as_ref())?,
+                                    dropped.metric_exports.clone(),
+                                );
                                 builder.with_reader(
                                     PeriodicReader::builder(exporter)
                                         .with_interval(interval)
@@ -516,20 +539,21 @@ impl TelemetryBuilder {
                     }
                 };
                 let provider = builder.build();
+                dropped.observe(&provider.meter(SCOPE_NAME));
                 global::set_meter_provider(provider.clone());
                 built.meter_provider = Some(provider);
             }
             if config.logs_enabled {
                 let provider = match log_exporter {
-                    Some(make) => make(resource.clone(), synchronous),
+                    Some(make) => make(resource.clone(), &log_settings)?,
                     None => match config.exporter {
                         ExporterKind::Console => {
                             let writer = built.console_writer(&config, rank)?;
                             log_provider(
                                 ConsoleLogExporter::new(writer),
                                 resource.clone(),
-                                synchronous,
-                            )
+                                &log_settings,
+                            )?
                         }
                         ExporterKind::Otlp => {
                             let protocol = otlp::protocol_for(Signal::Logs, &*lookup)?;
@@ -537,7 +561,7 @@ impl TelemetryBuilder {
                                 built.runtime = Some(otlp::grpc_runtime()?);
                             }
                             let exporter = otlp::log_exporter(protocol, built.runtime.as_ref())?;
-                            log_provider(exporter, resource.clone(), synchronous)
+                            log_provider(exporter, resource.clone(), &log_settings)?
                         }
                     },
                 };
@@ -999,14 +1023,16 @@ impl Inner {
                         errors.push(format!("traces: {e}"));
                     }
                 }
-                if let Some(m) = meter {
-                    if let Err(e) = m.shutdown_with_timeout(remaining()) {
-                        errors.push(format!("metrics: {e}"));
-                    }
-                }
+                // Logs before metrics, so the last metric export carries the final
+                // `nemo.lens.dropped` counts of spans and logs.
                 if let Some(l) = logger {
                     if let Err(e) = l.shutdown_with_timeout(remaining()) {
                         errors.push(format!("logs: {e}"));
+                    }
+                }
+                if let Some(m) = meter {
+                    if let Err(e) = m.shutdown_with_timeout(remaining()) {
+                        errors.push(format!("metrics: {e}"));
                     }
                 }
                 let _ = tx.send(errors);
@@ -1030,7 +1056,7 @@ impl Inner {
             // Reported once: shutdown runs once.
             eprintln!(
                 "nemo-lens: dropped {dropped} (queue full, export failed or timed out, or still \
-                 queued at shutdown; see OTEL_BSP_MAX_QUEUE_SIZE)"
+                 queued at shutdown; see OTEL_BSP_MAX_QUEUE_SIZE and OTEL_BLRP_MAX_QUEUE_SIZE)"
             );
         }
         result
@@ -1045,6 +1071,7 @@ impl Drop for Inner {
             // stop threads that do not exist. Leak them instead; the child's memory is its own.
             std::mem::forget(self.built.tracer_provider.take());
             std::mem::forget(self.built.meter_provider.take());
+            std::mem::forget(self.built.logger_provider.take());
             std::mem::forget(self.built.runtime.take());
             return;
         }

@@ -88,7 +88,7 @@ impl SpanCapture {
         .expect("the default capture configuration is valid")
     }
 
-    /// Captures with `config` (forced enabled, all ranks, traces on).
+    /// Captures with `config` (forced enabled, all ranks, traces on, metrics and logs off).
     ///
     /// ```
     /// use nemo_lens::{testing::SpanCapture, LensConfig};
@@ -102,9 +102,12 @@ impl SpanCapture {
     /// ```
     pub fn with_config(config: LensConfig) -> crate::Result<Self> {
         let exporter = CollectingExporter::default();
+        // Spans only: a capture must never reach for a collector with metrics or logs.
         let config = LensConfig {
             enabled: true,
             traces_enabled: true,
+            metrics_enabled: false,
+            logs_enabled: false,
             export_strategy: "all_ranks".into(),
             ..config
         };

@@ -64,8 +64,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 use opentelemetry::Context as OtelContext;
+use opentelemetry::InstrumentationScope;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::logs::{LogBatch, LogExporter, LogProcessor, SdkLogRecord};
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 use parking_lot::Mutex;
 
@@ -144,8 +146,36 @@ impl BatchConfig {
     /// assert!(err.contains("OTEL_BSP_SCHEDULE_DELAY") && err.contains("'5s'"));
     /// ```
     pub fn from_env(prefix: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
+        Self::from_env_over(prefix, BatchConfig::default(), lookup)
+    }
+
+    /// The defaults of the log-record processor: as spans, but exported every second (the
+    /// `OTEL_BLRP_SCHEDULE_DELAY` default of the OpenTelemetry specification).
+    ///
+    /// ```
+    /// let d = nemo_lens::export::batch::BatchConfig::logs_default();
+    /// assert_eq!(d.scheduled_delay, std::time::Duration::from_millis(1000));
+    /// ```
+    pub fn logs_default() -> Self {
+        BatchConfig {
+            scheduled_delay: Duration::from_millis(1000),
+            ..BatchConfig::default()
+        }
+    }
+
+    /// [`BatchConfig::from_env`] over other defaults (e.g. [`BatchConfig::logs_default`]).
+    ///
+    /// ```
+    /// use nemo_lens::export::batch::BatchConfig;
+    /// let c = BatchConfig::from_env_over("OTEL_BLRP", BatchConfig::logs_default(), &|_| None).unwrap();
+    /// assert_eq!(c, BatchConfig::logs_default());
+    /// ```
+    pub fn from_env_over(
+        prefix: &str,
+        d: BatchConfig,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self> {
         const DAY_MS: u64 = 24 * 3600 * 1000;
-        let d = BatchConfig::default();
         let limit = MAX_QUEUE_SIZE_LIMIT as u64;
         let queue = read_u64(lookup, prefix, "MAX_QUEUE_SIZE", 1, limit)?
             .map_or(d.max_queue_size, |v| v as usize);
@@ -573,6 +603,110 @@ impl<E: SpanExporter + 'static> SpanProcessor for BatchSpanProcessor<E> {
     }
 }
 
+/// Exports log records through a [`LogExporter`], shared with the processor.
+struct LogExport<E> {
+    exporter: Arc<StdMutex<E>>,
+}
+
+impl<E: LogExporter + 'static> BatchExport<(SdkLogRecord, InstrumentationScope)> for LogExport<E> {
+    fn export(
+        &mut self,
+        batch: Vec<(SdkLogRecord, InstrumentationScope)>,
+        timeout: Duration,
+    ) -> std::result::Result<(), String> {
+        let exporter = self.exporter.lock().map_err(|_| "exporter poisoned")?;
+        let _guard = OtelContext::enter_telemetry_suppressed_scope();
+        let refs: Vec<(&SdkLogRecord, &InstrumentationScope)> =
+            batch.iter().map(|(r, s)| (r, s)).collect();
+        match block_on_timeout(exporter.export(LogBatch::new(&refs)), timeout) {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(format!("log export failed: {e}")),
+            None => Err(format!("log export timed out after {timeout:?}")),
+        }
+    }
+
+    fn shutdown(&mut self, timeout: Duration) -> std::result::Result<(), String> {
+        let exporter = self.exporter.lock().map_err(|_| "exporter poisoned")?;
+        exporter
+            .shutdown_with_timeout(timeout)
+            .map_err(|e| format!("log exporter shutdown: {e}"))
+    }
+}
+
+/// The log-record processor of nemo-lens: a [`Batcher`] of records in front of a
+/// [`LogExporter`], sized by `OTEL_BLRP_*`, counting what it drops.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::AtomicU64;
+/// use nemo_lens::export::batch::{BatchConfig, BatchLogProcessor};
+/// let exporter = opentelemetry_sdk::logs::InMemoryLogExporter::default();
+/// let dropped = Arc::new(AtomicU64::new(0));
+/// let processor = BatchLogProcessor::new(exporter, BatchConfig::logs_default(), dropped).unwrap();
+/// let provider = opentelemetry_sdk::logs::SdkLoggerProvider::builder()
+///     .with_log_processor(processor)
+///     .build();
+/// # provider.shutdown().unwrap();
+/// ```
+pub struct BatchLogProcessor<E> {
+    batcher: Batcher<(SdkLogRecord, InstrumentationScope)>,
+    exporter: Arc<StdMutex<E>>,
+    flush_timeout: Duration,
+}
+
+impl<E> fmt::Debug for BatchLogProcessor<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BatchLogProcessor")
+            .field("batcher", &self.batcher)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E: LogExporter + 'static> BatchLogProcessor<E> {
+    /// Starts the worker thread; records dropped are added to `dropped`.
+    pub fn new(exporter: E, config: BatchConfig, dropped: Arc<AtomicU64>) -> Result<Self> {
+        let exporter = Arc::new(StdMutex::new(exporter));
+        let batcher = Batcher::new(
+            "logs",
+            config,
+            dropped,
+            LogExport {
+                exporter: exporter.clone(),
+            },
+        )?;
+        Ok(BatchLogProcessor {
+            batcher,
+            exporter,
+            flush_timeout: config.export_timeout,
+        })
+    }
+}
+
+impl<E: LogExporter + 'static> LogProcessor for BatchLogProcessor<E> {
+    #[inline]
+    fn emit(&self, record: &mut SdkLogRecord, scope: &InstrumentationScope) {
+        self.batcher.push((record.clone(), scope.clone()));
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.batcher
+            .force_flush(self.flush_timeout)
+            .map_err(OTelSdkError::InternalFailure)
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.batcher
+            .shutdown(timeout)
+            .map_err(OTelSdkError::InternalFailure)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        if let Ok(mut e) = self.exporter.lock() {
+            e.set_resource(resource);
+        }
+    }
+}
+
 /// Telemetry dropped so far by this process's pipelines (see [`Telemetry::dropped`]
 /// (crate::Telemetry::dropped)): items a full queue refused, items of failed or timed-out
 /// exports, and items still queued when shutdown's deadline passed.
@@ -617,6 +751,44 @@ pub(crate) struct DropCounters {
 }
 
 impl DropCounters {
+    /// Publishes the counts as lens's own metric: the observable counter
+    /// [`nemo.lens.dropped`](crate::semconv::NEMO_LENS_DROPPED), one series per `signal`
+    /// (`spans`, `logs`, `metric_exports`), read at each metric export; a signal appears once
+    /// it has dropped something.
+    pub(crate) fn observe(&self, meter: &opentelemetry::metrics::Meter) {
+        let counters = [
+            ("spans", self.spans.clone()),
+            ("logs", self.logs.clone()),
+            ("metric_exports", self.metric_exports.clone()),
+        ];
+        // The instrument lives as long as the meter provider keeps its callback.
+        let _ = meter
+            .u64_observable_counter(crate::semconv::NEMO_LENS_DROPPED)
+            .with_unit("{item}")
+            .with_description(
+                "Telemetry nemo-lens dropped: spans and log records refused by a full queue or \
+                 lost in a failed export, and failed metric exports.",
+            )
+            .with_callback(move |observer| {
+                for (signal, counter) in &counters {
+                    // Nothing dropped, no series: a healthy run's metric batches stay exactly
+                    // what the application recorded (as in Python, which has no such metric).
+                    let count = counter.load(Ordering::Relaxed);
+                    if count == 0 {
+                        continue;
+                    }
+                    observer.observe(
+                        count,
+                        &[opentelemetry::KeyValue::new(
+                            crate::semconv::NEMO_LENS_DROPPED_SIGNAL,
+                            *signal,
+                        )],
+                    );
+                }
+            })
+            .build();
+    }
+
     pub(crate) fn snapshot(&self) -> DropCounts {
         DropCounts {
             spans: self.spans.load(Ordering::Relaxed),
