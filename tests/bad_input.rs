@@ -10,7 +10,6 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -20,6 +19,8 @@ use nemo_lens::testing::CollectingExporter;
 use nemo_lens::{LensConfig, LensError, Telemetry};
 use opentelemetry::trace::{Span as _, Tracer as _, TracerProvider as _};
 use proptest::prelude::*;
+
+mod common;
 
 fn proptest_config(cases: u32) -> ProptestConfig {
     ProptestConfig {
@@ -320,24 +321,6 @@ fn a_failed_setup_leaves_no_global_state_and_a_later_good_one_works() {
     telemetry.shutdown(Duration::from_secs(10)).unwrap();
 }
 
-/// `target/<profile>/examples/trainer` (built by `cargo test`; see tests/examples.rs).
-fn trainer() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join("trainer");
-    assert!(
-        path.exists(),
-        "example binary missing at {}",
-        path.display()
-    );
-    path
-}
-
 /// The trainer, started with one bad variable at a time in its real environment, either runs
 /// (the variable fell back to its documented default; exit 0) or stops with the error naming
 /// the variable (exit 2). It never panics or dies by a signal. Values: wrong type, out of
@@ -392,7 +375,7 @@ fn the_trainer_survives_each_bad_variable_in_its_environment() {
     for var in vars {
         for value in &values {
             let otlp = var.starts_with("OTEL_EXPORTER_OTLP");
-            let mut cmd = Command::new(trainer());
+            let mut cmd = Command::new(common::example("trainer"));
             for (k, _) in std::env::vars_os() {
                 let k = k.to_string_lossy();
                 if k.starts_with("NEMO_LENS_") || k.starts_with("OTEL_") || k.starts_with("SLURM_")

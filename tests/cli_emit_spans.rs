@@ -14,11 +14,7 @@ use serde_json::Value;
 /// NEMO_LENS/OTEL environment.
 fn emit(dir: &Path, extra_env: &[(&str, &str)], spans: &[&str]) -> Output {
     let mut cmd = bin();
-    for (k, _) in std::env::vars() {
-        if k.starts_with("NEMO_LENS_") || k.starts_with("OTEL_") {
-            cmd.env_remove(k);
-        }
-    }
+    common::clear_telemetry_env(&mut cmd);
     cmd.env("NEMO_LENS_EXPORTER", "console")
         .env(
             "NEMO_LENS_CONSOLE_PATH",
@@ -184,11 +180,7 @@ fn help_documents_the_exit_codes() {
 fn emits_over_otlp_to_a_real_collector() {
     let collector = common::collector::Collector::start();
     let mut cmd = bin();
-    for (k, _) in std::env::vars() {
-        if k.starts_with("NEMO_LENS_") || k.starts_with("OTEL_") {
-            cmd.env_remove(k);
-        }
-    }
+    common::clear_telemetry_env(&mut cmd);
     let out = cmd
         .env("NEMO_LENS_EXPORTER", "otlp")
         .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")

@@ -1,34 +1,12 @@
 //! The examples as a user runs them: real processes, configured by environment only.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
-/// `target/<profile>/examples/trainer`, built by `cargo test` alongside this test (a
-/// `cargo test --test examples` alone does not build examples: run `cargo build --examples` first).
-fn trainer() -> PathBuf {
-    let exe = std::env::current_exe().unwrap(); // target/<profile>/deps/trainer_example-…
-    let path = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join("trainer");
-    assert!(
-        path.exists(),
-        "example binary missing at {}",
-        path.display()
-    );
-    path
-}
+mod common;
 
 fn run(env: &[(&str, &str)], args: &[&str]) -> Output {
-    let mut cmd = Command::new(trainer());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("NEMO_LENS_") || k.starts_with("OTEL_") || k == "TRACEPARENT" {
-            cmd.env_remove(k);
-        }
-    }
+    let mut cmd = Command::new(common::example("trainer"));
+    common::clear_telemetry_env(&mut cmd);
     cmd.envs(env.iter().copied()).args(args).output().unwrap()
 }
 
@@ -209,7 +187,7 @@ fn a_bad_variable_is_reported_and_exits_non_zero() {
 
 #[test]
 fn custom_exporter_example_receives_every_span() {
-    let exe = trainer().with_file_name("custom_exporter");
+    let exe = common::example("trainer").with_file_name("custom_exporter");
     let out = Command::new(exe).output().unwrap();
     assert!(
         out.status.success(),
@@ -238,12 +216,8 @@ fn launcher_traceparent_joins_every_rank_into_one_trace() {
     let world = 3;
     let children: Vec<_> = (0..world)
         .map(|rank| {
-            let mut cmd = Command::new(trainer());
-            for (k, _) in std::env::vars() {
-                if k.starts_with("NEMO_LENS_") || k.starts_with("OTEL_") || k == "TRACEPARENT" {
-                    cmd.env_remove(k);
-                }
-            }
+            let mut cmd = Command::new(common::example("trainer"));
+            common::clear_telemetry_env(&mut cmd);
             cmd.envs([
                 ("NEMO_LENS_ENABLED", "1"),
                 ("NEMO_LENS_EXPORTER", "console"),

@@ -4,38 +4,18 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// `target/<profile>/examples/trainer` (built by `cargo test`; see tests/examples.rs).
-fn trainer() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join("trainer");
-    assert!(
-        path.exists(),
-        "example binary missing at {}",
-        path.display()
-    );
-    path
-}
+mod common;
 
 fn command(out: &Path) -> Command {
-    let mut cmd = Command::new(trainer());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("NEMO_LENS_") || k.starts_with("OTEL_") || k == "TRACEPARENT" {
-            cmd.env_remove(k);
-        }
-    }
+    let mut cmd = Command::new(common::example("trainer"));
+    common::clear_telemetry_env(&mut cmd);
     cmd.env("NEMO_LENS_ENABLED", "1")
         .env("NEMO_LENS_EXPORTER", "console")
         .env("NEMO_LENS_SPAN_GROUPS", "per_step")

@@ -7,39 +7,12 @@ use std::time::Duration;
 use nemo_lens::metrics::DIAGNOSTICS_TARGET;
 use nemo_lens::{LensConfig, Telemetry};
 use opentelemetry::{KeyValue, Value};
-use opentelemetry_sdk::metrics::data::{AggregatedMetrics, Metric, MetricData, ResourceMetrics};
-use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader};
+use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use tracing::Level;
 use tracing_subscriber::prelude::*;
 
-fn exporting() -> (Telemetry, InMemoryMetricExporter) {
-    let exporter = InMemoryMetricExporter::default();
-    let reader_exporter = exporter.clone();
-    let config = LensConfig {
-        enabled: true,
-        export_strategy: "all_ranks".into(),
-        traces_enabled: false,
-        ..LensConfig::default()
-    };
-    let telemetry = Telemetry::builder(config)
-        .metric_reader(move || PeriodicReader::builder(reader_exporter).build())
-        .allow_reinit_for_testing(true)
-        .build()
-        .unwrap();
-    (telemetry, exporter)
-}
-
-fn collect(telemetry: &Telemetry, exporter: &InMemoryMetricExporter) -> Option<ResourceMetrics> {
-    telemetry.force_flush().unwrap();
-    exporter.get_finished_metrics().unwrap().pop()
-}
-
-fn metric<'a>(rm: &'a ResourceMetrics, name: &str) -> &'a Metric {
-    rm.scope_metrics()
-        .flat_map(|s| s.metrics())
-        .find(|m| m.name() == name)
-        .unwrap_or_else(|| panic!("no metric {name}"))
-}
+mod common;
+use common::metrics::{collect, exporting, metric};
 
 fn attrs<'a>(it: impl Iterator<Item = &'a KeyValue>) -> Vec<(String, Value)> {
     let mut v: Vec<(String, Value)> = it

@@ -9,41 +9,15 @@ use nemo_lens::{
     semconv,
 };
 use opentelemetry::{KeyValue, Value};
+use opentelemetry_sdk::metrics::InMemoryMetricExporter;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, Metric, MetricData, ResourceMetrics};
-use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader};
 
-fn exporting() -> (Telemetry, InMemoryMetricExporter) {
-    let exporter = InMemoryMetricExporter::default();
-    let reader_exporter = exporter.clone();
-    let config = LensConfig {
-        enabled: true,
-        export_strategy: "all_ranks".into(),
-        traces_enabled: false,
-        ..LensConfig::default()
-    };
-    let telemetry = Telemetry::builder(config)
-        .metric_reader(move || PeriodicReader::builder(reader_exporter).build())
-        .allow_reinit_for_testing(true)
-        .build()
-        .unwrap();
-    (telemetry, exporter)
-}
+mod common;
+use common::metrics::{exporting, metric};
 
 /// The last (cumulative) batch after a flush.
 fn collect(telemetry: &Telemetry, exporter: &InMemoryMetricExporter) -> ResourceMetrics {
-    telemetry.force_flush().unwrap();
-    exporter
-        .get_finished_metrics()
-        .unwrap()
-        .pop()
-        .expect("one export after the flush")
-}
-
-fn metric<'a>(rm: &'a ResourceMetrics, name: &str) -> &'a Metric {
-    rm.scope_metrics()
-        .flat_map(|s| s.metrics())
-        .find(|m| m.name() == name)
-        .unwrap_or_else(|| panic!("no metric {name}"))
+    common::metrics::collect(telemetry, exporter).expect("one export after the flush")
 }
 
 fn names(rm: &ResourceMetrics) -> Vec<String> {

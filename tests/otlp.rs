@@ -51,11 +51,7 @@ fn child() {
 fn run_child(envs: &[(&str, String)]) {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["child_role", "--exact", "--nocapture", "--test-threads=1"]);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("NEMO_LENS_") || k.starts_with("OTEL_") || k == "TRACEPARENT" {
-            cmd.env_remove(k);
-        }
-    }
+    common::clear_telemetry_env(&mut cmd);
     cmd.env(ROLE, "child");
     for (k, v) in envs {
         cmd.env(k, v);

@@ -14,6 +14,8 @@ use std::time::Duration;
 use nemo_lens::{LensConfig, Telemetry};
 use tracing_subscriber::prelude::*;
 
+mod common;
+
 const SCENARIO_VAR: &str = "LENSTEST_SECRETS_SCENARIO";
 const SECRET: &str = "sk-live-SECRET-0123456789";
 
@@ -142,11 +144,7 @@ fn run(protocol: &str) {
         return;
     }
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("NEMO_LENS_") || k.starts_with("OTEL_") {
-            cmd.env_remove(k);
-        }
-    }
+    common::clear_telemetry_env(&mut cmd);
     let out = cmd
         .args([name, "--exact", "--nocapture", "--test-threads=1"])
         .env(SCENARIO_VAR, protocol)

@@ -1,1 +1,40 @@
+//! Shared by the integration tests: a real collector, metric helpers, the example binaries.
+
+#![allow(dead_code)]
+
 pub mod collector;
+pub mod metrics;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// `target/<profile>/examples/<name>`, built by `cargo test` alongside the tests (a
+/// `cargo test --test <file>` alone does not build examples: run `cargo build --examples` first).
+pub fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap(); // target/<profile>/deps/<test>-…
+    let path = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(name);
+    assert!(
+        path.exists(),
+        "example binary missing at {}",
+        path.display()
+    );
+    path
+}
+
+/// Removes every `NEMO_LENS_*`, `OTEL_*` and `TRACEPARENT` variable the test run inherited, so
+/// a child process sees only what the test gives it.
+pub fn clear_telemetry_env(cmd: &mut Command) -> &mut Command {
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("NEMO_LENS_") || k.starts_with("OTEL_") || k == "TRACEPARENT" {
+            cmd.env_remove(k.as_ref());
+        }
+    }
+    cmd
+}
