@@ -227,6 +227,34 @@ impl ConsoleWriter {
         self.out.lock().flush()
     }
 
+    /// Renders lines into `buf` (reused between calls) with `render`, then writes them whole and
+    /// flushes; nothing is written when `render` adds nothing. `kind` (`span`, `metric`, `log`)
+    /// names the exporter in the error.
+    pub(crate) fn write_rendered(
+        &self,
+        buf: &Mutex<Vec<u8>>,
+        kind: &str,
+        render: impl FnOnce(&mut Vec<u8>),
+    ) -> OTelSdkResult {
+        let mut buf = buf.lock();
+        buf.clear();
+        render(&mut buf);
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let result = self.write_lines(&buf);
+        if buf.capacity() > MAX_RETAINED_BUFFER {
+            buf.clear();
+            buf.shrink_to(64 * 1024);
+        }
+        result.map_err(|e| {
+            OTelSdkError::InternalFailure(format!(
+                "console {kind} exporter ({}): write failed: {e}",
+                self.label()
+            ))
+        })
+    }
+
     /// `stdout`, `writer` or the file's path, for error messages.
     pub(crate) fn label(&self) -> String {
         match &self.target {
@@ -405,22 +433,11 @@ impl ConsoleSpanExporter {
         if batch.is_empty() {
             return Ok(());
         }
-        let mut buf = self.buf.lock();
-        buf.clear();
-        for span in batch {
-            write_span_json(span, &self.resource_json, &mut buf);
-            buf.push(b'\n');
-        }
-        let result = self.writer.write_lines(&buf);
-        if buf.capacity() > MAX_RETAINED_BUFFER {
-            buf.clear();
-            buf.shrink_to(64 * 1024);
-        }
-        result.map_err(|e| {
-            OTelSdkError::InternalFailure(format!(
-                "console span exporter ({}): write failed: {e}",
-                self.writer.label()
-            ))
+        self.writer.write_rendered(&self.buf, "span", |buf| {
+            for span in batch {
+                write_span_json(span, &self.resource_json, buf);
+                buf.push(b'\n');
+            }
         })
     }
 

@@ -141,25 +141,11 @@ impl ConsoleLogExporter {
         if self.is_shutdown.load(Ordering::Acquire) {
             return Err(OTelSdkError::AlreadyShutdown);
         }
-        let mut buf = self.buf.lock();
-        buf.clear();
-        for (record, _scope) in batch.iter() {
-            write_log_json(record, &self.resource_json, &mut buf);
-            buf.push(b'\n');
-        }
-        if buf.is_empty() {
-            return Ok(());
-        }
-        let result = self.writer.write_lines(&buf);
-        if buf.capacity() > 4 << 20 {
-            buf.clear();
-            buf.shrink_to(64 * 1024);
-        }
-        result.map_err(|e| {
-            OTelSdkError::InternalFailure(format!(
-                "console log exporter ({}): write failed: {e}",
-                self.writer.label()
-            ))
+        self.writer.write_rendered(&self.buf, "log", |buf| {
+            for (record, _scope) in batch.iter() {
+                write_log_json(record, &self.resource_json, buf);
+                buf.push(b'\n');
+            }
         })
     }
 }

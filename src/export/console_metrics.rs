@@ -84,8 +84,7 @@ use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use parking_lot::Mutex;
 
 use super::console::{
-    ConsoleWriter, MAX_RETAINED_BUFFER, resource_json, write_f64, write_i64, write_json_str,
-    write_value,
+    ConsoleWriter, resource_json, write_f64, write_i64, write_json_str, write_value,
 };
 
 /// OpenTelemetry metric exporter writing one Python-NeMo-Lens-compatible JSON line per export.
@@ -171,20 +170,9 @@ impl ConsoleMetricExporter {
         if metrics.scope_metrics().next().is_none() {
             return Ok(());
         }
-        let mut buf = self.buf.lock();
-        buf.clear();
-        write_metrics_json(metrics, &mut buf);
-        buf.push(b'\n');
-        let result = self.writer.write_lines(&buf);
-        if buf.capacity() > MAX_RETAINED_BUFFER {
-            buf.clear();
-            buf.shrink_to(64 * 1024);
-        }
-        result.map_err(|e| {
-            OTelSdkError::InternalFailure(format!(
-                "console metric exporter ({}): write failed: {e}",
-                self.writer.label()
-            ))
+        self.writer.write_rendered(&self.buf, "metric", |buf| {
+            write_metrics_json(metrics, buf);
+            buf.push(b'\n');
         })
     }
 }
