@@ -135,7 +135,12 @@ pub fn build(wiring: Wiring) -> Built {
         provider: None,
     };
     match wiring {
-        Wiring::NoSubscriber => {}
+        Wiring::NoSubscriber => {
+            // `tracing` recomputes its global max level only when a dispatcher registers, so
+            // the level of the previous (dropped) wiring would still be in force: recompute it
+            // now that none is alive (back to `OFF`).
+            tracing_core::callsite::rebuild_interest_cache();
+        }
         Wiring::LensNonExporting | Wiring::LensDisabledGroup | Wiring::LensExported => {
             let t = match wiring {
                 Wiring::LensNonExporting => {
