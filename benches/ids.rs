@@ -1,4 +1,22 @@
-//! RESULTS-PLACEHOLDER
+//! Trace and span ID generation: `nemo_lens::ids::ChaChaIdGenerator` (OS-seeded ChaCha20 per
+//! thread, fork-aware) against the SDK's default `RandomIdGenerator`.
+//!
+//! Run: `cargo bench --bench ids` (all figures: `benches/run_all.sh`).
+//!
+//! Preliminary, machine loaded: 2026-11-30, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM shared with
+//! three concurrent `cargo` builds (load average ~3), one run, criterion medians (1 s warm-up,
+//! 3 s measurement). Sub-nanosecond cases are within noise at this load. To be replaced by a
+//! quiet-machine run: `benches/run_all.sh` regenerates every figure (tables by
+//! `benches/report.py`).
+//!
+//! | ID | ChaCha (ours) | SDK `RandomIdGenerator` | ratio |
+//! |---|---|---|---|
+//! | span id | 14.7 ns | 3.5 ns | 4.2x |
+//! | trace id | 24.0 ns | 13.8 ns | 1.7x |
+//!
+//! The SDK draws from a non-cryptographic per-thread generator; ours is ChaCha20 so that
+//! identically seeded ranks and forked workers never share IDs. The difference (~11 ns per span
+//! ID) is under 2 % of an exported span (see `benches/spans.rs`). A root span draws both IDs.
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
