@@ -130,7 +130,9 @@ fn end_to_end(duration: Duration, rate: Option<f64>) -> Run {
     let start = Instant::now();
     let (produced, produce_secs) =
         tracing::subscriber::with_default(subscriber, || produce(duration, rate, training_span));
-    telemetry.shutdown(Duration::from_secs(60)).expect("shutdown");
+    telemetry
+        .shutdown(Duration::from_secs(60))
+        .expect("shutdown");
     let total_secs = start.elapsed().as_secs_f64();
     let text = std::fs::read(dir.path().join("spans-rank0.jsonl")).expect("span file");
     let written = text.iter().filter(|&&b| b == b'\n').count() as u64;

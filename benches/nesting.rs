@@ -45,9 +45,11 @@ fn bench_nesting(c: &mut Criterion) {
         for wiring in Wiring::ALL {
             let built = build(wiring);
             built.run(|| {
-                g.bench_with_input(BenchmarkId::from_parameter(wiring.name()), &depth, |b, &d| {
-                    b.iter(|| nest(d))
-                })
+                g.bench_with_input(
+                    BenchmarkId::from_parameter(wiring.name()),
+                    &depth,
+                    |b, &d| b.iter(|| nest(d)),
+                )
             });
             built.shutdown();
         }

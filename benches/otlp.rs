@@ -73,7 +73,10 @@ impl Rotel {
             .expect("start rotel");
         let deadline = Instant::now() + Duration::from_secs(30);
         while TcpStream::connect(("127.0.0.1", http_port)).is_err() {
-            assert!(Instant::now() < deadline, "rotel did not listen within 30 s");
+            assert!(
+                Instant::now() < deadline,
+                "rotel did not listen within 30 s"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         Rotel {
@@ -138,7 +141,9 @@ fn run(label: &str, rotel: &Rotel, duration: Duration, rate: Option<f64>) {
     let start = Instant::now();
     let (produced, produce_secs) =
         tracing::subscriber::with_default(subscriber, || produce(duration, rate, training_span));
-    telemetry.shutdown(Duration::from_secs(60)).expect("shutdown");
+    telemetry
+        .shutdown(Duration::from_secs(60))
+        .expect("shutdown");
     let total_secs = start.elapsed().as_secs_f64();
     // rotel prints after it has answered; wait until its count is stable.
     let mut delivered = rotel.received() - before;
@@ -173,8 +178,32 @@ fn main() {
         );
         std::env::set_var("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf");
     }
-    run("otlp_http_warmup (1 s)", &rotel, Duration::from_secs(1), Some(50_000.0));
-    run("otlp_http_sustained (producer unthrottled, 3 s)", &rotel, Duration::from_secs(3), None);
-    run("otlp_http_100k (producer held to 100,000 spans/s, 3 s)", &rotel, Duration::from_secs(3), Some(100_000.0));
-    println!("rotel's last summary lines:\n{}", rotel.output().lines().rev().take(3).collect::<Vec<_>>().join("\n"));
+    run(
+        "otlp_http_warmup (1 s)",
+        &rotel,
+        Duration::from_secs(1),
+        Some(50_000.0),
+    );
+    run(
+        "otlp_http_sustained (producer unthrottled, 3 s)",
+        &rotel,
+        Duration::from_secs(3),
+        None,
+    );
+    run(
+        "otlp_http_100k (producer held to 100,000 spans/s, 3 s)",
+        &rotel,
+        Duration::from_secs(3),
+        Some(100_000.0),
+    );
+    println!(
+        "rotel's last summary lines:\n{}",
+        rotel
+            .output()
+            .lines()
+            .rev()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }

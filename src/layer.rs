@@ -58,9 +58,9 @@ use tracing_subscriber::registry::LookupSpan;
 
 use crate::closer::{self, OpenSpans, WithSpanFn};
 use crate::filter::LensFilter;
-use crate::semconv;
 use crate::groups::GROUP_FIELD_PREFIX;
 use crate::logs::{LensLoggerProvider, LogFilter, LogLayer};
+use crate::semconv;
 
 /// Keys whose string values are replaced with `[REDACTED]` (exact, case-sensitive match), as the
 /// Python `DEFAULT_REDACT_KEYS`.
@@ -494,7 +494,10 @@ where
                 .or_else(|| v.error.clone())
                 .unwrap_or_default();
             let mut attributes = v.attributes;
-            attributes.push(KeyValue::new(semconv::EXCEPTION_MESSAGE, description.clone()));
+            attributes.push(KeyValue::new(
+                semconv::EXCEPTION_MESSAGE,
+                description.clone(),
+            ));
             if let Some(message) = v.message {
                 attributes.push(KeyValue::new("message", message));
             }

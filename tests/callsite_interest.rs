@@ -57,7 +57,11 @@ fn recorded_spans_are_always_with_the_log_bridge_off() {
 #[test]
 fn recorded_spans_are_always_with_the_log_bridge_on() {
     let t = telemetry("all", true);
-    assert!(t.layer::<tracing_subscriber::Registry>().log_filter().is_some());
+    assert!(
+        t.layer::<tracing_subscriber::Registry>()
+            .log_filter()
+            .is_some()
+    );
     assert!(interest(&t, metadata_of(step_span)).is_always());
     assert!(interest(&t, metadata_of(plain_span)).is_always());
 }

@@ -84,7 +84,9 @@ fn child_reenters_one_span() {
     telemetry.force_flush().expect("flush");
     let after = vm_rss_kib();
     drop(forward);
-    telemetry.shutdown(Duration::from_secs(10)).expect("shutdown");
+    telemetry
+        .shutdown(Duration::from_secs(10))
+        .expect("shutdown");
     println!(
         "REENTRY rss_before_kib={before} rss_after_kib={after} exported={}",
         exported.0.load(Ordering::Relaxed)
@@ -94,7 +96,12 @@ fn child_reenters_one_span() {
 #[test]
 fn resident_memory_is_flat_over_millions_of_reentries() {
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_reenters_one_span", "--ignored", "--nocapture"])
+        .args([
+            "--exact",
+            "child_reenters_one_span",
+            "--ignored",
+            "--nocapture",
+        ])
         .args(["--test-threads", "1"])
         .output()
         .expect("run the child");

@@ -160,7 +160,9 @@ pub fn build(wiring: Wiring) -> Built {
                 Wiring::LensDisabledGroup => lens(exporting_config("default"), 0, 1, exported),
                 _ => lens(exporting_config("all"), 0, 1, exported),
             };
-            built.dispatch = Some(Dispatch::new(tracing_subscriber::registry().with(t.layer())));
+            built.dispatch = Some(Dispatch::new(
+                tracing_subscriber::registry().with(t.layer()),
+            ));
             built.telemetry = Some(t);
         }
         Wiring::PlainOtel => {
