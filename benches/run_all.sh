@@ -23,5 +23,8 @@ echo
 echo '`compare_python.sh`'
 benches/compare_python.sh
 echo
+echo '`instructions.sh` (callgrind, load-independent)'
+benches/instructions.sh
+echo
 echo '`tests/reentry_memory.rs`'
 cargo test --release --quiet --all-features --test reentry_memory -- --nocapture 2>&1 | grep -o 'REENTRY.*' | head -1

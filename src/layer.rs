@@ -673,7 +673,11 @@ where
         if self.logs_on {
             self.logs_layer.on_close(id.clone(), ctx.clone());
         }
-        self.spans.on_close(id, ctx);
+        // Straight to the span part, past its `Filtered` wrapper: the wrapper would look the
+        // span up once more only to check its filter bit (and `LensFilter` has no `on_close`),
+        // while `SpanLayer::on_close` looks it up anyway and acts only on spans carrying lens
+        // data, which only spans the filter enabled have.
+        self.spans.inner().on_close(id, ctx);
     }
     fn on_id_change(&self, old: &Id, new: &Id, ctx: LayerContext<'_, S>) {
         self.spans.on_id_change(old, new, ctx.clone());
