@@ -403,7 +403,9 @@ where
             return;
         };
         let meta = attrs.metadata();
-        let mut attributes = Vec::with_capacity(meta.fields().len());
+        // Fields with a value only (`Empty` ones, such as a group field, are not visited): a
+        // span whose only field is its group allocates nothing here.
+        let mut attributes = Vec::with_capacity(attrs.values().len());
         let mut reserved = Reserved::default();
         attrs.record(&mut Fields(&mut SpanFields {
             attributes: &mut attributes,
