@@ -254,6 +254,9 @@ trait FieldSink {
     fn text(&mut self, field: &Field, text: String);
 }
 
+/// Initial capacity of the text of a `Debug`-recorded value (an event's message, `?field`).
+const DEBUG_TEXT_CAPACITY: usize = 48;
+
 /// The `Visit` adapter over a [`FieldSink`].
 struct Fields<'a, T>(&'a mut T);
 
@@ -288,7 +291,11 @@ impl<T: FieldSink> Visit for Fields<'_, T> {
         self.0.text(field, value.to_string());
     }
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.0.text(field, format!("{value:?}"));
+        // Messages and `?`/`%` values are mostly short: one allocation of a small buffer up
+        // front instead of `format!`'s growth from an empty string.
+        let mut text = String::with_capacity(DEBUG_TEXT_CAPACITY);
+        let _ = fmt::Write::write_fmt(&mut text, format_args!("{value:?}"));
+        self.0.text(field, text);
     }
 }
 
@@ -486,7 +493,14 @@ where
         let Some(span) = ext.get_mut::<LensSpan>().and_then(|d| d.span.as_mut()) else {
             return;
         };
-        let mut v = EventFields::default();
+        // One allocation for the attributes: every field but the message becomes one.
+        let fields = event.metadata().fields();
+        let mut v = EventFields {
+            attributes: Vec::with_capacity(
+                fields.len() - usize::from(fields.field("message").is_some()),
+            ),
+            ..EventFields::default()
+        };
         event.record(&mut Fields(&mut v));
         let meta = event.metadata();
         if *meta.level() == Level::ERROR {
