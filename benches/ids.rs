@@ -4,16 +4,17 @@
 //! Run: `cargo bench --bench ids` (all figures: `benches/run_all.sh`).
 //!
 //! Preliminary, machine loaded: 2026-11-30, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM shared with
-//! three concurrent `cargo` builds (load average ~3), criterion medians (1 s warm-up, 3 s
-//! measurement) of two runs of `benches/run_all.sh`, given as "run 1 / run 2" (run 1 before the
-//! second and third fixes listed in `benches/spans.rs`). Sub-nanosecond cases are within noise
-//! at this load. To be replaced by a quiet-machine run: `benches/run_all.sh` regenerates every
-//! figure (tables by `benches/report.py`).
+//! other helpers' `cargo` builds, criterion medians (1 s warm-up, 3 s measurement) of three runs
+//! of `benches/run_all.sh`, given as "run 1 / run 2 / run 3". Runs 1 and 2: load average ~3,
+//! before the event fix (run 1 also before the second and third span fixes) listed in
+//! `benches/spans.rs`; run 3: load average ~1, every fix in. Sub-nanosecond cases are within
+//! noise at this load. To be replaced by a quiet-machine run: `benches/run_all.sh` regenerates
+//! every figure (tables by `benches/report.py`).
 //!
 //! | ID | ChaCha (ours) | SDK `RandomIdGenerator` | ratio |
 //! |---|---|---|---|
-//! | span id | 14.7 / 12.0 ns | 3.5 / 4.3 ns | 4.2x / 2.8x |
-//! | trace id | 24.0 / 23.2 ns | 13.8 / 11.5 ns | 1.7x / 2.0x |
+//! | span id | 14.7 / 12.0 / 9.8 ns | 3.5 / 4.3 / 2.6 ns | 4.2x / 2.8x / 3.8x |
+//! | trace id | 24.0 / 23.2 / 19.9 ns | 13.8 / 11.5 / 10.5 ns | 1.7x / 2.0x / 1.9x |
 //!
 //! The SDK draws from a non-cryptographic per-thread generator; ours is ChaCha20 so that
 //! identically seeded ranks and forked workers never share IDs. The difference (~11 ns per span
