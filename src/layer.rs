@@ -424,6 +424,9 @@ trait FieldSink {
     fn text(&mut self, field: &Field, text: String);
 }
 
+/// Initial capacity of the text of a `Debug`-recorded value (an event's message, `?field`).
+const DEBUG_TEXT_CAPACITY: usize = 48;
+
 /// The `Visit` adapter over a [`FieldSink`].
 struct Fields<'a, T>(&'a mut T);
 
@@ -458,7 +461,11 @@ impl<T: FieldSink> Visit for Fields<'_, T> {
         self.0.text(field, value.to_string());
     }
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.0.text(field, format!("{value:?}"));
+        // Messages and `?`/`%` values are mostly short: one allocation of a small buffer up
+        // front instead of `format!`'s growth from an empty string.
+        let mut text = String::with_capacity(DEBUG_TEXT_CAPACITY);
+        let _ = fmt::Write::write_fmt(&mut text, format_args!("{value:?}"));
+        self.0.text(field, text);
     }
 }
 
@@ -584,7 +591,9 @@ where
             return;
         };
         let meta = attrs.metadata();
-        let mut attributes = Vec::with_capacity(meta.fields().len());
+        // Fields with a value only (`Empty` ones, such as a group field, are not visited): a
+        // span whose only field is its group allocates nothing here.
+        let mut attributes = Vec::with_capacity(attrs.values().len());
         let mut reserved = Reserved::default();
         attrs.record(&mut Fields(&mut SpanFields {
             attributes: &mut attributes,
@@ -669,8 +678,13 @@ where
             return;
         };
         let limit = self.value_limit();
+        // One allocation for the attributes: every field but the message becomes one.
+        let fields = event.metadata().fields();
         let mut v = EventFields {
             limit,
+            attributes: Vec::with_capacity(
+                fields.len() - usize::from(fields.field("message").is_some()),
+            ),
             ..EventFields::default()
         };
         event.record(&mut Fields(&mut v));
@@ -742,6 +756,9 @@ where
 pub struct LensLayer<S> {
     filter: LensFilter,
     logs: LogFilter,
+    /// The log part bridges something (`logs.is_on()`, fixed at setup). When it is off (the
+    /// default) no callback reaches it: see the combination below.
+    logs_on: bool,
     spans: Filtered<SpanLayer<S>, LensFilter, S>,
     logs_layer: Filtered<LogLayer<S>, LogFilter, S>,
 }
@@ -767,6 +784,7 @@ where
         let (provider, log_filter) = logs;
         LensLayer {
             filter: filter.clone(),
+            logs_on: log_filter.is_on(),
             logs_layer: LogLayer::filtered(provider, log_filter.clone()),
             logs: log_filter,
             spans: SpanLayer::new(pipeline).with_filter(filter),
@@ -789,6 +807,14 @@ where
 // an inert log part (hint OFF) would switch every callsite off. The combination below follows
 // tracing-subscriber's rules for two filtered layers: the registry merges the per-layer
 // interests, and the level hint is the most verbose of the two (`None` if either has none).
+//
+// Cost: an off log part (logs not enabled, the default) is left out of everything but the
+// layer set-up (`on_layer` gives it its filter id). Registering its `never` would merge with
+// the span part's `always` into `sometimes`, and `tracing` would then ask `enabled` on every
+// span and event; and each `Filtered` callback that takes a span id (`on_enter`, `on_exit`,
+// `on_close`, `on_record`) looks the span up in the registry to check its filter bit, even
+// when the wrapped layer ignores the callback. Neither part acts on `on_enter`/`on_exit`, so
+// those are not forwarded at all (a part that starts to needs its forwarding back here).
 impl<S> Layer<S> for LensLayer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
@@ -803,53 +829,65 @@ where
     }
     fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
         // Each filtered part records its own interest for the registry to merge.
-        self.logs_layer.register_callsite(metadata);
+        if self.logs_on {
+            self.logs_layer.register_callsite(metadata);
+        }
         self.spans.register_callsite(metadata)
     }
     fn enabled(&self, metadata: &Metadata<'_>, ctx: LayerContext<'_, S>) -> bool {
-        self.logs_layer.enabled(metadata, ctx.clone()) && self.spans.enabled(metadata, ctx)
+        (!self.logs_on || self.logs_layer.enabled(metadata, ctx.clone()))
+            && self.spans.enabled(metadata, ctx)
     }
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: LayerContext<'_, S>) {
         self.spans.on_new_span(attrs, id, ctx.clone());
-        self.logs_layer.on_new_span(attrs, id, ctx);
+        if self.logs_on {
+            self.logs_layer.on_new_span(attrs, id, ctx);
+        }
     }
     fn max_level_hint(&self) -> Option<LevelFilter> {
-        Some(
-            self.spans
-                .max_level_hint()?
-                .max(self.logs_layer.max_level_hint()?),
-        )
+        let spans = self.spans.max_level_hint()?;
+        if !self.logs_on {
+            return Some(spans);
+        }
+        Some(spans.max(self.logs_layer.max_level_hint()?))
     }
     fn on_record(&self, span: &Id, values: &Record<'_>, ctx: LayerContext<'_, S>) {
         self.spans.on_record(span, values, ctx.clone());
-        self.logs_layer.on_record(span, values, ctx);
+        if self.logs_on {
+            self.logs_layer.on_record(span, values, ctx);
+        }
     }
     fn on_follows_from(&self, span: &Id, follows: &Id, ctx: LayerContext<'_, S>) {
         self.spans.on_follows_from(span, follows, ctx.clone());
-        self.logs_layer.on_follows_from(span, follows, ctx);
+        if self.logs_on {
+            self.logs_layer.on_follows_from(span, follows, ctx);
+        }
     }
     fn event_enabled(&self, event: &Event<'_>, ctx: LayerContext<'_, S>) -> bool {
-        self.logs_layer.event_enabled(event, ctx.clone()) && self.spans.event_enabled(event, ctx)
+        (!self.logs_on || self.logs_layer.event_enabled(event, ctx.clone()))
+            && self.spans.event_enabled(event, ctx)
     }
     fn on_event(&self, event: &Event<'_>, ctx: LayerContext<'_, S>) {
         self.spans.on_event(event, ctx.clone());
-        self.logs_layer.on_event(event, ctx);
-    }
-    fn on_enter(&self, id: &Id, ctx: LayerContext<'_, S>) {
-        self.spans.on_enter(id, ctx.clone());
-        self.logs_layer.on_enter(id, ctx);
-    }
-    fn on_exit(&self, id: &Id, ctx: LayerContext<'_, S>) {
-        self.spans.on_exit(id, ctx.clone());
-        self.logs_layer.on_exit(id, ctx);
+        if self.logs_on {
+            self.logs_layer.on_event(event, ctx);
+        }
     }
     fn on_close(&self, id: Id, ctx: LayerContext<'_, S>) {
-        self.spans.on_close(id.clone(), ctx.clone());
-        self.logs_layer.on_close(id, ctx);
+        if self.logs_on {
+            self.logs_layer.on_close(id.clone(), ctx.clone());
+        }
+        // Straight to the span part, past its `Filtered` wrapper: the wrapper would look the
+        // span up once more only to check its filter bit (and `LensFilter` has no `on_close`),
+        // while `SpanLayer::on_close` looks it up anyway and acts only on spans carrying lens
+        // data, which only spans the filter enabled have.
+        self.spans.inner().on_close(id, ctx);
     }
     fn on_id_change(&self, old: &Id, new: &Id, ctx: LayerContext<'_, S>) {
         self.spans.on_id_change(old, new, ctx.clone());
-        self.logs_layer.on_id_change(old, new, ctx);
+        if self.logs_on {
+            self.logs_layer.on_id_change(old, new, ctx);
+        }
     }
     unsafe fn downcast_raw(&self, id: TypeId) -> Option<*const ()> {
         if id == TypeId::of::<Self>() {

@@ -1,0 +1,248 @@
+//! What every bench binary shares: the wirings compared side by side, and a discarding exporter.
+//!
+//! Each bench binary runs its cases under every [`Wiring`] in the order of [`Wiring::ALL`], one
+//! subscriber alive at a time, so that every ratio in a bench header comes from one run on one
+//! machine state. `no_subscriber` comes first: `tracing`'s global max level is recomputed only
+//! when a dispatcher registers, and it must still be `OFF` for the floor case.
+
+#![allow(dead_code)]
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use nemo_lens::{LensConfig, Telemetry};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+use tracing::Dispatch;
+use tracing_subscriber::prelude::*;
+
+/// Drops every batch (counting its spans): measures the pipeline, not an exporter.
+#[derive(Debug, Clone, Default)]
+pub struct Discard(pub Arc<AtomicU64>);
+
+impl SpanExporter for Discard {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        self.0.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        black_box(batch);
+        Ok(())
+    }
+}
+
+/// The subscriber set-ups compared in every bench.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wiring {
+    /// No subscriber at all: the floor.
+    NoSubscriber,
+    /// Registry + LensLayer on a rank that does not export (`single_rank`, rank 0 of 8).
+    LensNonExporting,
+    /// Registry + LensLayer on an exporting rank whose span groups (`default`) leave the
+    /// bench's `nemo.group.step` spans disabled.
+    LensDisabledGroup,
+    /// Registry + LensLayer exporting every group: batch processor, [`Discard`] exporter.
+    LensExported,
+    /// Registry + `tracing_opentelemetry::layer()` with default options, an `SdkTracerProvider`
+    /// with the SDK defaults, batch processor, [`Discard`] exporter.
+    PlainOtel,
+    /// Registry + `tracing_subscriber::fmt::layer()` writing to `io::sink`.
+    FmtSink,
+}
+
+impl Wiring {
+    /// Every wiring, in the order benches run them.
+    pub const ALL: [Wiring; 6] = [
+        Wiring::NoSubscriber,
+        Wiring::LensNonExporting,
+        Wiring::LensDisabledGroup,
+        Wiring::LensExported,
+        Wiring::PlainOtel,
+        Wiring::FmtSink,
+    ];
+
+    /// The case name in criterion's output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Wiring::NoSubscriber => "no_subscriber",
+            Wiring::LensNonExporting => "lens_non_exporting_rank",
+            Wiring::LensDisabledGroup => "lens_disabled_group",
+            Wiring::LensExported => "lens_exported",
+            Wiring::PlainOtel => "plain_tracing_opentelemetry",
+            Wiring::FmtSink => "fmt_sink",
+        }
+    }
+}
+
+/// A built wiring: the dispatcher to run under (none for [`Wiring::NoSubscriber`]) and what
+/// to shut down afterwards.
+pub struct Built {
+    pub dispatch: Option<Dispatch>,
+    pub exported: Arc<AtomicU64>,
+    telemetry: Option<Telemetry>,
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Built {
+    /// Runs `f` with this wiring as the thread's default subscriber.
+    pub fn run<R>(&self, f: impl FnOnce() -> R) -> R {
+        match &self.dispatch {
+            Some(d) => tracing::dispatcher::with_default(d, f),
+            None => f(),
+        }
+    }
+
+    /// Shuts the pipeline down (flushes the batch processor).
+    pub fn shutdown(self) {
+        if let Some(t) = self.telemetry {
+            let _ = t.shutdown(Duration::from_secs(5));
+        }
+        if let Some(p) = self.provider {
+            let _ = p.shutdown();
+        }
+    }
+}
+
+/// An enabled config exporting on every rank, with `groups` enabled and no metrics.
+pub fn exporting_config(groups: &str) -> LensConfig {
+    LensConfig {
+        enabled: true,
+        export_strategy: "all_ranks".into(),
+        span_groups: groups.into(),
+        metrics_enabled: false,
+        ..LensConfig::default()
+    }
+}
+
+/// A lens telemetry with a [`Discard`] exporter behind the default batch processor.
+pub fn lens(config: LensConfig, rank: u32, world_size: u32, exported: Arc<AtomicU64>) -> Telemetry {
+    Telemetry::builder(config)
+        .rank(rank)
+        .world_size(world_size)
+        .span_exporter(Discard(exported))
+        .allow_reinit_for_testing(true)
+        .build()
+        .expect("valid bench config")
+}
+
+/// Builds `wiring`.
+pub fn build(wiring: Wiring) -> Built {
+    let exported = Arc::new(AtomicU64::new(0));
+    let mut built = Built {
+        dispatch: None,
+        exported: exported.clone(),
+        telemetry: None,
+        provider: None,
+    };
+    match wiring {
+        Wiring::NoSubscriber => {
+            // `tracing` recomputes its global max level only when a dispatcher registers, so
+            // the level of the previous (dropped) wiring would still be in force: recompute it
+            // now that none is alive (back to `OFF`).
+            tracing_core::callsite::rebuild_interest_cache();
+        }
+        Wiring::LensNonExporting | Wiring::LensDisabledGroup | Wiring::LensExported => {
+            let t = match wiring {
+                Wiring::LensNonExporting => {
+                    let t = lens(
+                        LensConfig {
+                            enabled: true,
+                            metrics_enabled: false,
+                            ..LensConfig::default()
+                        },
+                        0,
+                        8,
+                        exported,
+                    );
+                    assert!(!t.is_exporting());
+                    t
+                }
+                Wiring::LensDisabledGroup => lens(exporting_config("default"), 0, 1, exported),
+                _ => lens(exporting_config("all"), 0, 1, exported),
+            };
+            built.dispatch = Some(Dispatch::new(
+                tracing_subscriber::registry().with(t.layer()),
+            ));
+            built.telemetry = Some(t);
+        }
+        Wiring::PlainOtel => {
+            let provider = SdkTracerProvider::builder()
+                .with_batch_exporter(Discard(exported))
+                .build();
+            built.dispatch = Some(Dispatch::new(
+                tracing_subscriber::registry()
+                    .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("bench"))),
+            ));
+            built.provider = Some(provider);
+        }
+        Wiring::FmtSink => {
+            built.dispatch = Some(Dispatch::new(
+                tracing_subscriber::registry()
+                    .with(tracing_subscriber::fmt::layer().with_writer(std::io::sink)),
+            ));
+        }
+    }
+    built
+}
+
+/// Runs `op` `iters` times on each of `threads` threads at once under `built`; returns the wall
+/// time (so the result is the per-operation latency seen by each thread while all run).
+pub fn concurrent(built: &Built, threads: usize, iters: u64, op: fn()) -> Duration {
+    let barrier = std::sync::Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    built.run(|| {
+                        barrier.wait();
+                        for _ in 0..iters {
+                            op();
+                        }
+                    })
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = std::time::Instant::now();
+        for h in handles {
+            h.join().expect("bench thread");
+        }
+        start.elapsed()
+    })
+}
+
+/// Calls `span(i)` for `i = 0, 1, ...` on this thread for `duration`, at most `rate` calls per
+/// second (`None`: as fast as it can; the pacing is a spin on the clock, so the producer keeps
+/// its core). Returns the number of calls and the seconds they took.
+pub fn produce(duration: Duration, rate: Option<f64>, span: fn(i64)) -> (u64, f64) {
+    let interval = rate.map(|r| 1.0 / r);
+    let start = std::time::Instant::now();
+    let mut produced = 0_u64;
+    while start.elapsed() < duration {
+        for _ in 0..64 {
+            if let Some(interval) = interval {
+                let due = start + Duration::from_secs_f64(interval * produced as f64);
+                while std::time::Instant::now() < due {
+                    std::hint::spin_loop();
+                }
+            }
+            span(produced as i64);
+            produced += 1;
+        }
+    }
+    (produced, start.elapsed().as_secs_f64())
+}
+
+/// The span the throughput benches produce: a training-loop span with three attributes.
+#[inline]
+pub fn training_span(step: i64) {
+    let span = tracing::info_span!(
+        "forward_backward",
+        nemo.group.forward_backward = tracing::field::Empty,
+        step = step,
+        micro_batch = 3_i64,
+        loss_scale = 65536.0_f64
+    );
+    let _e = span.enter();
+}
