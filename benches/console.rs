@@ -6,6 +6,23 @@
 //!
 //! Run: `cargo bench --bench console` (all figures: `benches/run_all.sh`).
 //!
+//! **Quiet-machine run** (2026-11-30T01:03Z, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM, nothing
+//! else running; `benches/run_all.sh`, criterion medians, 1 s warm-up + 3 s measurement; the
+//! exported cases use nemo-lens's own batch span processor). The older "preliminary" runs
+//! further down were taken on a loaded machine, with the SDK's batch processor.
+//!
+//! | case | result |
+//! |---|---|
+//! | exporter alone, batch of 512 to a file | 387 µs per batch = 1.32 M spans/s on one core |
+//! | pipeline, producer unthrottled, 3 s | 1.17-1.21 M spans/s written (after the worker-wake change; 0.94 M before) |
+//! | pipeline, producer held to 500,000 spans/s, default queue (2048), 3 s | 1.1-1.5% dropped (16,036 and 22,209 of 1,500,032 in two runs); 0.2% once with a wake mark of 1/8 batch |
+//!
+//! Targets: >= 1 M spans/s on one core: met (1.32 M/s exporter, 1.2 M/s pipeline). No drops
+//! at 500k spans/s with the default queue: **missed** by 1-1.5%. The default queue holds 4 ms
+//! at that rate; the worker needs ~40% of a core, so the drops come from stalls of the worker
+//! longer than 4 ms (also seen on tmpfs, so not disk writeback; still 0.4% with an 8192 queue,
+//! so stalls reach 16 ms on this VM). Every dropped span is counted and reported.
+//!
 //! Preliminary, machine loaded: 2026-11-30, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM shared with
 //! other helpers' `cargo` builds, criterion medians (1 s warm-up, 3 s measurement) of three runs
 //! of `benches/run_all.sh`, given as "run 1 / run 2 / run 3". Runs 1 and 2: load average ~3,

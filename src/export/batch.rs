@@ -296,8 +296,7 @@ impl<T: Send + 'static> Batcher<T> {
             shared.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        if shared.queue.len() >= shared.wake_at && !shared.notified.swap(true, Ordering::AcqRel)
-        {
+        if shared.queue.len() >= shared.wake_at && !shared.notified.swap(true, Ordering::AcqRel) {
             let _ = self.control.send(Control::Wake);
         }
     }
