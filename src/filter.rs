@@ -54,6 +54,16 @@ pub(crate) fn is_internal_target(target: &str) -> bool {
     })
 }
 
+/// The cached answer of a per-layer filter that decides on the callsite alone: `always` or
+/// `never`, so `tracing` never asks again for that callsite.
+pub(crate) fn interest(allowed: bool) -> Interest {
+    if allowed {
+        Interest::always()
+    } else {
+        Interest::never()
+    }
+}
+
 /// The per-layer filter of [`LensLayer`](crate::LensLayer).
 #[derive(Clone)]
 pub struct LensFilter {
@@ -102,11 +112,7 @@ impl<S> Filter<S> for LensFilter {
     }
 
     fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
-        if self.allows(meta) {
-            Interest::always()
-        } else {
-            Interest::never()
-        }
+        crate::filter::interest(self.allows(meta))
     }
 
     fn max_level_hint(&self) -> Option<LevelFilter> {

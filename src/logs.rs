@@ -267,11 +267,7 @@ impl<S> Filter<S> for LogFilter {
     }
 
     fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
-        if self.allows(meta) {
-            Interest::always()
-        } else {
-            Interest::never()
-        }
+        crate::filter::interest(self.allows(meta))
     }
 
     fn event_enabled(&self, event: &Event<'_>, _cx: &LayerContext<'_, S>) -> bool {

@@ -163,11 +163,7 @@ impl<S> Filter<S> for MetricFieldFilter {
     }
 
     fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
-        if self.allows(meta) {
-            Interest::always()
-        } else {
-            Interest::never()
-        }
+        crate::filter::interest(self.allows(meta))
     }
 
     fn max_level_hint(&self) -> Option<LevelFilter> {
