@@ -393,6 +393,9 @@ fn the_trainer_survives_each_bad_variable_in_its_environment() {
                 .env("CUDA_VISIBLE_DEVICES", "0")
                 .env(var, value)
                 .args(["--steps", "1", "--step-ms", "0"])
+                // A garbage NEMO_LENS_CONSOLE_PATH is a relative file name: keep it out of the
+                // source tree.
+                .current_dir(dir.path())
                 .stdin(Stdio::null())
                 .stdout(Stdio::null());
             let out = cmd.output().unwrap();
