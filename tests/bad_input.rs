@@ -68,7 +68,7 @@ const BATCH_KEYS: [&str; 4] = [
 ];
 
 /// Every variable the setup path reads through its lookup (`NEMO_LENS_*` via the config).
-const SETUP_VARS: [&str; 29] = [
+const SETUP_VARS: [&str; 37] = [
     "NEMO_LENS_ENABLED",
     "NEMO_LENS_EXPORT_STRATEGY",
     "NEMO_LENS_EXPORT_RANK",
@@ -77,6 +77,7 @@ const SETUP_VARS: [&str; 29] = [
     "NEMO_LENS_TRACES_ENABLED",
     "NEMO_LENS_METRICS_ENABLED",
     "NEMO_LENS_LOGS_ENABLED",
+    "NEMO_LENS_LOGS_LEVEL",
     "NEMO_LENS_SPAN_GROUPS",
     "NEMO_LENS_RUN_ID",
     "NEMO_LENS_USER_ID",
@@ -87,6 +88,13 @@ const SETUP_VARS: [&str; 29] = [
     "OTEL_BSP_SCHEDULE_DELAY",
     "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
     "OTEL_BSP_EXPORT_TIMEOUT",
+    "OTEL_BLRP_MAX_QUEUE_SIZE",
+    "OTEL_BLRP_SCHEDULE_DELAY",
+    "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE",
+    "OTEL_BLRP_EXPORT_TIMEOUT",
+    "OTEL_METRIC_EXPORT_INTERVAL",
+    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL",
     "OTEL_RESOURCE_ATTRIBUTES",
     "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
     "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT",
@@ -108,6 +116,8 @@ fn named_variable(err: &LensError) -> Option<String> {
         | LensError::InvalidFloat { var, .. }
         | LensError::NotUnicode { var, .. }
         | LensError::InvalidValue { var, .. }
+        | LensError::InvalidLevel { var, .. }
+        | LensError::InvalidMillis { var, .. }
         | LensError::SampleRateOutOfRange { var, .. }
         | LensError::UnknownExporter { var, .. }
         | LensError::UnknownStrategy { var, .. }
@@ -205,7 +215,13 @@ proptest! {
                 return Ok(());
             }
         };
-        let built = Telemetry::builder(LensConfig { metrics_enabled: false, ..config })
+        // Metric and log pipelines would export over OTLP to nothing; their variables are still
+        // read (the batch and protocol ones on every enabled rank).
+        let built = Telemetry::builder(LensConfig {
+            metrics_enabled: false,
+            logs_enabled: false,
+            ..config
+        })
             .span_exporter(CollectingExporter::default())
             .env_lookup(lookup)
             .allow_reinit_for_testing(true)
@@ -327,40 +343,22 @@ fn a_failed_setup_leaves_no_global_state_and_a_later_good_one_works() {
 /// range, empty, blank, non-UTF-8, huge (100 KiB).
 #[test]
 fn the_trainer_survives_each_bad_variable_in_its_environment() {
-    let vars = [
-        "NEMO_LENS_ENABLED",
-        "NEMO_LENS_EXPORTER",
-        "NEMO_LENS_EXPORT_STRATEGY",
-        "NEMO_LENS_EXPORT_RANK",
-        "NEMO_LENS_EXPORT_SAMPLE_RATE",
-        "NEMO_LENS_SAMPLER_ENABLED",
-        "NEMO_LENS_TRACES_ENABLED",
-        "NEMO_LENS_METRICS_ENABLED",
-        "NEMO_LENS_LOGS_ENABLED",
-        "NEMO_LENS_SPAN_GROUPS",
-        "NEMO_LENS_RUN_ID",
-        "NEMO_LENS_USER_ID",
-        "NEMO_LENS_CONSOLE_PATH",
-        "OTEL_SERVICE_NAME",
-        "WANDB_ENTITY",
-        "OTEL_BSP_MAX_QUEUE_SIZE",
-        "OTEL_BSP_SCHEDULE_DELAY",
-        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
-        "OTEL_BSP_EXPORT_TIMEOUT",
-        "OTEL_RESOURCE_ATTRIBUTES",
-        "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
-        "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT",
-        "TRACEPARENT",
-        "SLURM_JOB_ID",
-        "SLURM_PROCID",
-        "LOCAL_RANK",
-        "CUDA_VISIBLE_DEVICES",
-        "OTEL_EXPORTER_OTLP_PROTOCOL",
-        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_TIMEOUT",
-        "OTEL_EXPORTER_OTLP_HEADERS",
-    ];
+    // Everything the setup reads, plus what only a real process exercises (the console file,
+    // the OTLP exporters' own variables).
+    let vars: Vec<&str> = SETUP_VARS
+        .iter()
+        .copied()
+        .chain([
+            "NEMO_LENS_EXPORTER",
+            "NEMO_LENS_CONSOLE_PATH",
+            "LOCAL_RANK",
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TIMEOUT",
+            "OTEL_EXPORTER_OTLP_HEADERS",
+        ])
+        .collect();
     let values: Vec<OsString> = vec![
         "".into(),
         "  \t ".into(),
@@ -372,9 +370,12 @@ fn the_trainer_survives_each_bad_variable_in_its_environment() {
     let dir = tempfile::tempdir().unwrap();
     let out_file = dir.path().join("spans.jsonl");
     let mut runs = 0;
-    for var in vars {
+    for &var in &vars {
         for value in &values {
             let otlp = var.starts_with("OTEL_EXPORTER_OTLP");
+            // Each pipeline on when the variable is one of its own, so it is read for real.
+            let metrics = var.contains("METRIC");
+            let logs = var.contains("LOGS") || var.starts_with("OTEL_BLRP");
             let mut cmd = Command::new(common::example("trainer"));
             for (k, _) in std::env::vars_os() {
                 let k = k.to_string_lossy();
@@ -385,7 +386,8 @@ fn the_trainer_survives_each_bad_variable_in_its_environment() {
             }
             cmd.env("NEMO_LENS_ENABLED", "1")
                 .env("NEMO_LENS_EXPORT_STRATEGY", "all_ranks")
-                .env("NEMO_LENS_METRICS_ENABLED", "0")
+                .env("NEMO_LENS_METRICS_ENABLED", if metrics { "1" } else { "0" })
+                .env("NEMO_LENS_LOGS_ENABLED", if logs { "1" } else { "0" })
                 .env("NEMO_LENS_EXPORTER", if otlp { "otlp" } else { "console" })
                 .env("NEMO_LENS_CONSOLE_PATH", &out_file)
                 // Nothing listens there: exports fail at once.
