@@ -1,7 +1,7 @@
 //! The console exporter's JSONL against real Python NeMo Lens output.
 //!
 //! Spans go through a real `SdkTracerProvider` into a per-rank file; the file is then compared
-//! with `../shared/fixtures/python-lens-rank3.jsonl` (written by Python NeMo Lens): key order at
+//! with `tests/fixtures/python-lens-rank3.jsonl` (written by Python NeMo Lens): key order at
 //! every level, value formats, and byte-level layout (separators, escaping) — the latter by
 //! re-dumping each parsed line the way Python's `json.dumps` does and requiring identical text.
 
@@ -15,7 +15,7 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/fixtures/python-lens-rank3.jsonl"
+    "/tests/fixtures/python-lens-rank3.jsonl"
 );
 
 // ---------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ use tracing_subscriber::prelude::*;
 
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/fixtures/python-lens-rank3.jsonl"
+    "/tests/fixtures/python-lens-rank3.jsonl"
 );
 
 fn parse(line: &str) -> Value {

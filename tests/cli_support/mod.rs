@@ -27,7 +27,10 @@ pub const SLOW_STEP_MS: i64 = 150;
 pub const T0_US: i64 = 1_795_989_600_000_000;
 
 /// The Python library's output, as committed by the lead.
-pub const PYTHON_FIXTURE: &str = "/work/shared/fixtures/python-lens-rank3.jsonl";
+pub const PYTHON_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/python-lens-rank3.jsonl"
+);
 
 /// Formats µs since the epoch like the console exporter.
 pub fn ts(us: i64) -> String {

@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// The rotel release the tests are written against (see `../shared/reference/collector.md`).
+/// The rotel release the tests are written against (rotel 0.0.1a15 from PyPI).
 pub const ROTEL_VERSION: &str = "0.0.1a15";
 
 fn venv_dir() -> PathBuf {
