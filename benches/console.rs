@@ -52,7 +52,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group};
-use nemo_lens::export::console::ConsoleSpanExporter;
+use nemo_lens::export::ConsoleSpanExporter;
 use nemo_lens::testing::SpanCapture;
 use nemo_lens::{ExporterKind, LensConfig, Telemetry};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
@@ -134,15 +134,15 @@ struct Run {
 fn end_to_end(duration: Duration, rate: Option<f64>) -> Run {
     let dir = tempfile::tempdir().expect("temp dir");
     let template = dir.path().join("spans-rank{rank}.jsonl");
-    let telemetry = Telemetry::builder(LensConfig {
-        enabled: true,
-        export_strategy: "all_ranks".into(),
-        span_groups: "all".into(),
-        metrics_enabled: false,
-        exporter: ExporterKind::Console,
-        console_path: Some(template.to_str().expect("utf-8 path").into()),
-        ..LensConfig::default()
-    })
+    let telemetry = Telemetry::builder(
+        LensConfig::default()
+            .with_enabled(true)
+            .with_export_strategy("all_ranks")
+            .with_span_groups("all")
+            .with_metrics_enabled(false)
+            .with_exporter(ExporterKind::Console)
+            .with_console_path(Some(template.to_str().expect("utf-8 path").into())),
+    )
     .allow_reinit_for_testing(true)
     .build()
     .expect("console telemetry");

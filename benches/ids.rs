@@ -1,4 +1,4 @@
-//! Trace and span ID generation: `nemo_lens::ids::ChaChaIdGenerator` (OS-seeded ChaCha20 per
+//! Trace and span ID generation: `nemo_lens::ChaChaIdGenerator` (OS-seeded ChaCha20 per
 //! thread, fork-aware) against the SDK's default `RandomIdGenerator`.
 //!
 //! Run: `cargo bench --bench ids` (all figures: `benches/run_all.sh`).
@@ -38,7 +38,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use nemo_lens::ids::ChaChaIdGenerator;
+use nemo_lens::ChaChaIdGenerator;
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 
 fn bench_ids(c: &mut Criterion) {

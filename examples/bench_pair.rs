@@ -70,13 +70,11 @@ fn work(i: u64) {
 fn main() -> Result<(), nemo_lens::LensError> {
     let args = Args::parse();
     let exported = Counting::default();
-    let mut config = LensConfig {
-        enabled: true,
-        export_strategy: "all_ranks".into(),
-        span_groups: "all".into(),
-        metrics_enabled: false,
-        ..LensConfig::default()
-    };
+    let mut config = LensConfig::default()
+        .with_enabled(true)
+        .with_export_strategy("all_ranks")
+        .with_span_groups("all")
+        .with_metrics_enabled(false);
     let (rank, world_size) = match args.mode {
         Mode::Export => (0, 1),
         Mode::Noexport => {

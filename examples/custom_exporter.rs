@@ -64,13 +64,11 @@ fn train_step(step: i64) {
 }
 
 fn main() -> Result<(), nemo_lens::LensError> {
-    let config = LensConfig {
-        enabled: true,
-        service_name: "my-backend-demo".into(),
-        span_groups: "per_step".into(),
-        metrics_enabled: false,
-        ..LensConfig::default()
-    };
+    let config = LensConfig::default()
+        .with_enabled(true)
+        .with_service_name("my-backend-demo")
+        .with_span_groups("per_step")
+        .with_metrics_enabled(false);
     let telemetry = Telemetry::builder(config)
         .span_exporter(MyBackendExporter::default())
         .build()?;

@@ -1,25 +1,4 @@
 //! The open-span closer: spans still open at shutdown are ended, marked as truncated.
-//!
-//! Batch processors export a span when it ends, so a run-scoped span (`train`, `job`) that is
-//! still open when the process shuts down would vanish. The lens layer records every span it
-//! starts in a small slab (one short lock per span start and end). [`Telemetry::shutdown`]
-//! (crate::Telemetry::shutdown) first ends every span still in it, **innermost first** (reverse
-//! start order), each with
-//!
-//! * the attribute `nemo.span.truncated = true`,
-//! * an event `nemo.span.truncated` with `nemo.span.truncated.reason`,
-//! * the attributes and events recorded on it up to then, and its status left as it was
-//!   (truncation is not an error),
-//!
-//! and only then shuts the providers down, so the batch processor flushes the truncated spans
-//! with everything else. `force_flush` never closes live spans.
-//!
-//! Spans created directly through the OpenTelemetry API (`Telemetry::tracer()`) are not tracked.
-//!
-//! **Fork**: a process forked without exec inherits the slab with its parent's open spans (and
-//! possibly a lock another parent thread held). The child never reads, locks or ends them: they
-//! belong to the parent, which ends and exports them; the child forgets them (see
-//! [`crate::setup`], *Fork*).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

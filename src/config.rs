@@ -1,35 +1,9 @@
 //! Configuration: one [`LensConfig`], read from `NEMO_LENS_*` variables.
-//!
-//! The fields, defaults, variable names and parsing rules are those of the Python
-//! `NemoLensConfig` (NeMo Lens 0.1.0 / main), so one set of environment variables configures a
-//! job that mixes Python and Rust processes:
-//!
-//! * every key is read from `<PREFIX>_<KEY>`, stripped of surrounding white space; an empty value
-//!   means *unset*; with a fallback prefix (`MEGATRON_OTEL` falling back to `NEMO_LENS`) an unset
-//!   primary variable is looked up under the fallback prefix;
-//! * booleans accept `1/0`, `true/false`, `yes/no`, `on/off` in any case;
-//! * `service_name` comes from the bare `OTEL_SERVICE_NAME`, `wandb_*` from the bare
-//!   `WANDB_ENTITY` / `WANDB_PROJECT`, and the user from `<PREFIX>_USER_ID`.
-//!
-//! Unlike Python, a bad value is rejected when the environment is read (a typed [`LensError`]
-//! that names the variable), so a job fails at start-up rather than on its exporting rank only.
-//!
-//! ```
-//! use nemo_lens::{ExporterKind, LensConfig};
-//! let env = [("NEMO_LENS_ENABLED", "yes"), ("NEMO_LENS_EXPORTER", "console")];
-//! let cfg = LensConfig::from_lookup("NEMO_LENS", None, |k| {
-//!     env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
-//! })
-//! .unwrap();
-//! assert!(cfg.enabled);
-//! assert_eq!(cfg.exporter, ExporterKind::Console);
-//! assert_eq!(cfg.export_strategy, "single_rank");
-//! ```
 
-use std::ffi::OsString;
 use std::fmt;
 use std::str::FromStr;
 
+use crate::env::{self, parse_bool, parse_float, parse_int, parse_level};
 use crate::error::{LensError, Result};
 
 /// The default environment prefix.
@@ -43,6 +17,7 @@ pub const DEFAULT_PREFIX: &str = "NEMO_LENS";
 /// assert!("zipkin".parse::<ExporterKind>().is_err());
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ExporterKind {
     /// OTLP to a collector (the default).
     #[default]
@@ -83,16 +58,52 @@ impl FromStr for ExporterKind {
 
 /// The configuration of one process, as the Python `NemoLensConfig`.
 ///
-/// Construct it with [`LensConfig::default`] and struct update syntax, or read it from the
-/// environment with [`LensConfig::from_env`] / [`LensConfig::from_env_with_fallback`].
+/// Read it from the environment with [`LensConfig::from_env`] /
+/// [`LensConfig::from_env_with_fallback`], or start from [`LensConfig::default`] and use the
+/// `with_*` setters. The fields are public to read and to change; the struct is
+/// `#[non_exhaustive]`, so a field added later is not a breaking change (build it with the
+/// setters, not a struct literal).
 ///
 /// ```
-/// use nemo_lens::LensConfig;
-/// let cfg = LensConfig { enabled: true, export_strategy: "all_ranks".into(), ..LensConfig::default() };
+/// use nemo_lens::{ExporterKind, LensConfig};
+/// let cfg = LensConfig::default()
+///     .with_enabled(true)
+///     .with_export_strategy("all_ranks")
+///     .with_exporter(ExporterKind::Console);
 /// assert_eq!(cfg.service_name, "nemo");
 /// assert_eq!(cfg.span_groups, "default");
+/// assert_eq!(cfg.export_strategy, "all_ranks");
 /// ```
-#[derive(Clone, Debug, PartialEq)]
+///
+/// # Parsing rules
+///
+/// The fields, defaults, variable names and parsing rules are those of the Python
+/// `NemoLensConfig` (NeMo Lens 0.1.0 / main), so one set of environment variables configures a
+/// job that mixes Python and Rust processes:
+///
+/// * every key is read from `<PREFIX>_<KEY>`, stripped of surrounding white space; an empty value
+///   means *unset*; with a fallback prefix (`MEGATRON_OTEL` falling back to `NEMO_LENS`) an unset
+///   primary variable is looked up under the fallback prefix;
+/// * booleans accept `1/0`, `true/false`, `yes/no`, `on/off` in any case;
+/// * `service_name` comes from the bare `OTEL_SERVICE_NAME`, `wandb_*` from the bare
+///   `WANDB_ENTITY` / `WANDB_PROJECT`, and the user from `<PREFIX>_USER_ID`.
+///
+/// Unlike Python, a bad value is rejected when the environment is read (a typed [`LensError`]
+/// that names the variable), so a job fails at start-up rather than on its exporting rank only.
+///
+/// ```
+/// use nemo_lens::{ExporterKind, LensConfig};
+/// let env = [("NEMO_LENS_ENABLED", "yes"), ("NEMO_LENS_EXPORTER", "console")];
+/// let cfg = LensConfig::from_lookup("NEMO_LENS", None, |k| {
+///     env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+/// })
+/// .unwrap();
+/// assert!(cfg.enabled);
+/// assert_eq!(cfg.exporter, ExporterKind::Console);
+/// assert_eq!(cfg.export_strategy, "single_rank");
+/// ```
+#[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct LensConfig {
     /// Master switch (`<P>_ENABLED`, default `false`).
     pub enabled: bool,
@@ -137,24 +148,60 @@ pub struct LensConfig {
     pub console_path: Option<String>,
     /// Which variables the fields validated at setup were read from (for error messages);
     /// empty for a config built in code.
-    pub sources: ConfigSources,
+    pub(crate) sources: ConfigSources,
 }
 
 /// The environment variables that setup-validated fields were read from, so that an error at
 /// setup names the variable to fix.
-///
-/// ```
-/// let cfg = nemo_lens::LensConfig::from_lookup("MEGATRON_OTEL", Some("NEMO_LENS"), |k| {
-///     (k == "NEMO_LENS_SPAN_GROUPS").then(|| "per_step".to_string())
-/// }).unwrap();
-/// assert_eq!(cfg.sources.span_groups.as_deref(), Some("NEMO_LENS_SPAN_GROUPS"));
-/// ```
 #[derive(Clone, Debug, PartialEq, Default)]
-pub struct ConfigSources {
+pub(crate) struct ConfigSources {
     /// The variable `export_strategy` came from.
-    pub export_strategy: Option<String>,
+    pub(crate) export_strategy: Option<String>,
     /// The variable `span_groups` came from.
-    pub span_groups: Option<String>,
+    pub(crate) span_groups: Option<String>,
+}
+
+/// Two configurations are equal when their settings are, wherever they were read from.
+impl PartialEq for LensConfig {
+    fn eq(&self, other: &Self) -> bool {
+        let LensConfig {
+            enabled,
+            service_name,
+            export_strategy,
+            export_rank,
+            export_sample_rate,
+            sampler_enabled,
+            traces_enabled,
+            metrics_enabled,
+            logs_enabled,
+            logs_level,
+            span_groups,
+            exporter,
+            run_id,
+            user,
+            wandb_entity,
+            wandb_project,
+            console_path,
+            sources: _,
+        } = self;
+        *enabled == other.enabled
+            && *service_name == other.service_name
+            && *export_strategy == other.export_strategy
+            && *export_rank == other.export_rank
+            && *export_sample_rate == other.export_sample_rate
+            && *sampler_enabled == other.sampler_enabled
+            && *traces_enabled == other.traces_enabled
+            && *metrics_enabled == other.metrics_enabled
+            && *logs_enabled == other.logs_enabled
+            && *logs_level == other.logs_level
+            && *span_groups == other.span_groups
+            && *exporter == other.exporter
+            && *run_id == other.run_id
+            && *user == other.user
+            && *wandb_entity == other.wandb_entity
+            && *wandb_project == other.wandb_project
+            && *console_path == other.console_path
+    }
 }
 
 impl Default for LensConfig {
@@ -180,114 +227,6 @@ impl Default for LensConfig {
             sources: ConfigSources::default(),
         }
     }
-}
-
-/// Reads one variable from the process environment: `Ok(None)` when unset, an error naming it
-/// when it is not UTF-8.
-pub(crate) fn env_var(name: &str) -> Result<Option<String>> {
-    match std::env::var_os(name) {
-        None => Ok(None),
-        Some(v) => os_to_string(name, v).map(Some),
-    }
-}
-
-fn os_to_string(name: &str, v: OsString) -> Result<String> {
-    v.into_string().map_err(|v| LensError::NotUnicode {
-        var: name.to_string(),
-        value: v.to_string_lossy().into_owned(),
-    })
-}
-
-/// Parses the boolean vocabulary of the Python library.
-///
-/// ```
-/// use nemo_lens::config::parse_bool;
-/// assert_eq!(parse_bool("NEMO_LENS_ENABLED", " ON ").unwrap(), true);
-/// assert_eq!(parse_bool("NEMO_LENS_ENABLED", "0").unwrap(), false);
-/// assert!(parse_bool("NEMO_LENS_ENABLED", "2").is_err());
-/// ```
-pub fn parse_bool(var: &str, value: &str) -> Result<bool> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" => Ok(false),
-        _ => Err(LensError::InvalidBool {
-            var: var.to_string(),
-            value: value.to_string(),
-        }),
-    }
-}
-
-/// Parses an integer as Python's `int()` does for plain decimal text (surrounding white space,
-/// an optional sign, `_` between digits).
-///
-/// ```
-/// use nemo_lens::config::parse_int;
-/// assert_eq!(parse_int("NEMO_LENS_EXPORT_RANK", " -1 ").unwrap(), -1);
-/// assert_eq!(parse_int("NEMO_LENS_EXPORT_RANK", "1_000").unwrap(), 1000);
-/// assert!(parse_int("NEMO_LENS_EXPORT_RANK", "1.5").is_err());
-/// ```
-pub fn parse_int(var: &str, value: &str) -> Result<i64> {
-    let err = || LensError::InvalidInt {
-        var: var.to_string(),
-        value: value.to_string(),
-    };
-    let t = value.trim();
-    let digits = t.strip_prefix(['+', '-']).unwrap_or(t);
-    if digits.is_empty()
-        || digits.starts_with('_')
-        || digits.ends_with('_')
-        || digits.contains("__")
-        || !digits.chars().all(|c| c.is_ascii_digit() || c == '_')
-    {
-        return Err(err());
-    }
-    t.replace('_', "").parse::<i64>().map_err(|_| err())
-}
-
-/// Parses a finite float (Python's `float()` also accepts `inf`/`nan`; they are rejected here
-/// because no field can use them).
-///
-/// ```
-/// use nemo_lens::config::parse_float;
-/// assert_eq!(parse_float("NEMO_LENS_EXPORT_SAMPLE_RATE", "0.25").unwrap(), 0.25);
-/// assert!(parse_float("NEMO_LENS_EXPORT_SAMPLE_RATE", "nan").is_err());
-/// ```
-pub fn parse_float(var: &str, value: &str) -> Result<f64> {
-    match value.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() => Ok(v),
-        _ => Err(LensError::InvalidFloat {
-            var: var.to_string(),
-            value: value.to_string(),
-        }),
-    }
-}
-
-/// Parses a log level threshold: `trace`, `debug`, `info`, `warn` (or Python's `warning`),
-/// `error` or `off`, in any case.
-///
-/// ```
-/// use nemo_lens::config::parse_level;
-/// use tracing_core::LevelFilter;
-/// assert_eq!(parse_level("NEMO_LENS_LOGS_LEVEL", "WARNING").unwrap(), LevelFilter::WARN);
-/// let err = parse_level("NEMO_LENS_LOGS_LEVEL", "loud").unwrap_err().to_string();
-/// assert!(err.contains("NEMO_LENS_LOGS_LEVEL") && err.contains("'debug'"));
-/// ```
-pub fn parse_level(var: &str, value: &str) -> Result<tracing_core::LevelFilter> {
-    use tracing_core::LevelFilter;
-    Ok(match value.trim().to_ascii_lowercase().as_str() {
-        "trace" => LevelFilter::TRACE,
-        "debug" => LevelFilter::DEBUG,
-        "info" => LevelFilter::INFO,
-        "warn" | "warning" => LevelFilter::WARN,
-        "error" => LevelFilter::ERROR,
-        "off" => LevelFilter::OFF,
-        _ => {
-            return Err(LensError::InvalidLevel {
-                var: var.to_string(),
-                value: value.to_string(),
-            });
-        }
-    })
 }
 
 /// Checks a sample rate: in `[0, 1]` and not NaN.
@@ -324,7 +263,7 @@ impl LensConfig {
     pub fn from_env_with_fallback(prefix: &str, fallback: Option<&str>) -> Result<Self> {
         // Read through `var_os` so that a non-UTF-8 value is an error that names the variable.
         let mut first_err = None;
-        let cfg = Self::from_lookup(prefix, fallback, |k| match env_var(k) {
+        let cfg = Self::from_lookup(prefix, fallback, |k| match env::process_var_strict(k) {
             Ok(v) => v,
             Err(e) => {
                 first_err.get_or_insert(e);
@@ -415,11 +354,135 @@ impl LensConfig {
         Ok(cfg)
     }
 
+    // Setters, one per field, for a config built in code (`LensConfig` is `#[non_exhaustive]`).
+
+    /// Sets the master switch (`<P>_ENABLED`).
+    #[must_use]
+    pub fn with_enabled(mut self, enabled: bool) -> Self {
+        self.enabled = enabled;
+        self
+    }
+
+    /// Sets `service.name` (`OTEL_SERVICE_NAME`).
+    #[must_use]
+    pub fn with_service_name(mut self, service_name: impl Into<String>) -> Self {
+        self.service_name = service_name.into();
+        self
+    }
+
+    /// Sets the export strategy's name (`<P>_EXPORT_STRATEGY`).
+    #[must_use]
+    pub fn with_export_strategy(mut self, export_strategy: impl Into<String>) -> Self {
+        self.export_strategy = export_strategy.into();
+        self.sources.export_strategy = None;
+        self
+    }
+
+    /// Sets the rank that exports under `single_rank`; `-1` = last (`<P>_EXPORT_RANK`).
+    #[must_use]
+    pub fn with_export_rank(mut self, export_rank: i64) -> Self {
+        self.export_rank = export_rank;
+        self
+    }
+
+    /// Sets the fraction of ranks that export under `sampled` (`<P>_EXPORT_SAMPLE_RATE`); checked at setup.
+    #[must_use]
+    pub fn with_export_sample_rate(mut self, export_sample_rate: f64) -> Self {
+        self.export_sample_rate = export_sample_rate;
+        self
+    }
+
+    /// Sets rank-aware sampling (`<P>_SAMPLER_ENABLED`).
+    #[must_use]
+    pub fn with_sampler_enabled(mut self, sampler_enabled: bool) -> Self {
+        self.sampler_enabled = sampler_enabled;
+        self
+    }
+
+    /// Sets the trace pipeline (`<P>_TRACES_ENABLED`).
+    #[must_use]
+    pub fn with_traces_enabled(mut self, traces_enabled: bool) -> Self {
+        self.traces_enabled = traces_enabled;
+        self
+    }
+
+    /// Sets the metric pipeline (`<P>_METRICS_ENABLED`).
+    #[must_use]
+    pub fn with_metrics_enabled(mut self, metrics_enabled: bool) -> Self {
+        self.metrics_enabled = metrics_enabled;
+        self
+    }
+
+    /// Sets the log bridge (`<P>_LOGS_ENABLED`).
+    #[must_use]
+    pub fn with_logs_enabled(mut self, logs_enabled: bool) -> Self {
+        self.logs_enabled = logs_enabled;
+        self
+    }
+
+    /// Sets the least severe level bridged into log records (`<P>_LOGS_LEVEL`).
+    #[must_use]
+    pub fn with_logs_level(mut self, logs_level: tracing_core::LevelFilter) -> Self {
+        self.logs_level = logs_level;
+        self
+    }
+
+    /// Sets the span-group spec (`<P>_SPAN_GROUPS`).
+    #[must_use]
+    pub fn with_span_groups(mut self, span_groups: impl Into<String>) -> Self {
+        self.span_groups = span_groups.into();
+        self.sources.span_groups = None;
+        self
+    }
+
+    /// Sets the exporter (`<P>_EXPORTER`).
+    #[must_use]
+    pub fn with_exporter(mut self, exporter: ExporterKind) -> Self {
+        self.exporter = exporter;
+        self
+    }
+
+    /// Sets the run id (`<P>_RUN_ID`); empty = chosen at setup.
+    #[must_use]
+    pub fn with_run_id(mut self, run_id: impl Into<String>) -> Self {
+        self.run_id = run_id.into();
+        self
+    }
+
+    /// Sets `nemo.user.id` (`<P>_USER_ID`).
+    #[must_use]
+    pub fn with_user(mut self, user: impl Into<String>) -> Self {
+        self.user = user.into();
+        self
+    }
+
+    /// Sets `wandb.entity` (`WANDB_ENTITY`).
+    #[must_use]
+    pub fn with_wandb_entity(mut self, wandb_entity: impl Into<String>) -> Self {
+        self.wandb_entity = wandb_entity.into();
+        self
+    }
+
+    /// Sets `wandb.project` (`WANDB_PROJECT`).
+    #[must_use]
+    pub fn with_wandb_project(mut self, wandb_project: impl Into<String>) -> Self {
+        self.wandb_project = wandb_project.into();
+        self
+    }
+
+    /// Sets the JSONL file of the console exporter (`<P>_CONSOLE_PATH`; `{rank}` is replaced by
+    /// the rank); `None` = stdout.
+    #[must_use]
+    pub fn with_console_path(mut self, console_path: Option<String>) -> Self {
+        self.console_path = console_path;
+        self
+    }
+
     /// Checks the invariants a directly constructed config may break (the sample rate range).
     ///
     /// ```
     /// use nemo_lens::LensConfig;
-    /// let bad = LensConfig { export_sample_rate: 1.5, ..LensConfig::default() };
+    /// let bad = LensConfig::default().with_export_sample_rate(1.5);
     /// assert!(bad.validate().is_err());
     /// ```
     pub fn validate(&self) -> Result<()> {

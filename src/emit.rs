@@ -1,53 +1,4 @@
 //! Backdated spans: record a completed span from timestamps taken earlier.
-//!
-//! Some work is only known after the fact: a launcher measured how long the container pull
-//! took, a data loader logged when its prefetch started, a shell script wants one span per
-//! phase. [`emit_span`] (or the [`EmitSpan`] builder it wraps) records such an interval as an
-//! already-ended span, with the rules of Python NeMo Lens's nightly
-//! `nemo.lens.span_utilities.emit_span`:
-//!
-//! * **Group gate first.** With a `group` that is disabled ([`crate::is_span_group_enabled`]),
-//!   nothing is done at all (no validation, no tracer call) and `Ok(None)` is returned.
-//! * **Times are Unix-epoch seconds** ([`EpochSeconds`]): an `f64`, a [`SystemTime`], or a
-//!   decimal string parsed exactly to the nanosecond (`"1700000000.123456789"`; an `f64` near
-//!   today's epoch only resolves about 0.25 µs). A non-finite time is a typed error,
-//!   [`LensError::NonFiniteTime`], and nothing is emitted.
-//! * **Equal times** give a zero-duration span (an instant marker).
-//! * **End before start** (clock skew between hosts): the end is clamped to the start and the
-//!   span carries [`INVERTED_SKEW`]` = true`, [`INVERTED_START_EPOCH_SECONDS`] and
-//!   [`INVERTED_END_EPOCH_SECONDS`] (the times as given, as strings) and
-//!   [`INVERTED_DELTA_SECONDS`] (start − end, a decimal string). These keys win over caller
-//!   attributes of the same name. The first such span of the process logs a warning (a
-//!   `tracing` event with target `nemo_lens::emit`).
-//! * **Parent**: the given [`Context`], else the context current *at the call* (backdating does
-//!   not recover an earlier context); pass `Context::new()` for a root span. The emitted span is
-//!   never made current.
-//! * **Attributes** are set after the span starts (samplers do not see them, as in Python);
-//!   string values under the redact keys ([`crate::layer::DEFAULT_REDACT_KEYS`]) become
-//!   `[REDACTED]`.
-//!
-//! ```
-//! use nemo_lens::emit::EmitSpan;
-//! use opentelemetry::trace::TracerProvider as _;
-//! use opentelemetry::{Context, KeyValue};
-//! use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
-//!
-//! let exporter = InMemorySpanExporter::default();
-//! let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
-//! let tracer = provider.tracer("nemo.lens");
-//!
-//! let span = EmitSpan::new("container_pull", 1_700_000_000.0, 1_700_000_012.5)
-//!     .parent(&Context::new())
-//!     .attribute(KeyValue::new("image", "nemo:24.09"))
-//!     .emit(&tracer)?
-//!     .expect("no group given, so the span is emitted");
-//! assert!(span.is_valid());
-//!
-//! let spans = exporter.get_finished_spans().unwrap();
-//! let d = spans[0].end_time.duration_since(spans[0].start_time).unwrap();
-//! assert_eq!(d.as_secs_f64(), 12.5);
-//! # Ok::<(), nemo_lens::LensError>(())
-//! ```
 
 use std::borrow::Cow;
 use std::fmt;
@@ -78,7 +29,7 @@ static WARNED_INVERTED: AtomicBool = AtomicBool::new(false);
 /// A point in time as Unix-epoch seconds: a float, a [`SystemTime`], or an exact decimal.
 ///
 /// ```
-/// use nemo_lens::emit::EpochSeconds;
+/// use nemo_lens::EpochSeconds;
 ///
 /// let exact: EpochSeconds = "1700000000.000000001".parse()?;
 /// assert_eq!(exact.to_nanos("start")?, 1_700_000_000_000_000_001);
@@ -101,7 +52,7 @@ impl EpochSeconds {
     /// Exactly `nanos` nanoseconds after the epoch (negative: before).
     ///
     /// ```
-    /// use nemo_lens::emit::EpochSeconds;
+    /// use nemo_lens::EpochSeconds;
     /// let t = EpochSeconds::from_nanos(1_500_000_001);
     /// assert_eq!(t.to_string(), "1.500000001");
     /// ```
@@ -112,7 +63,7 @@ impl EpochSeconds {
     /// The current time.
     ///
     /// ```
-    /// use nemo_lens::emit::EpochSeconds;
+    /// use nemo_lens::EpochSeconds;
     /// let before = EpochSeconds::from(std::time::SystemTime::now()).to_nanos("t").unwrap();
     /// assert!(EpochSeconds::now().to_nanos("t").unwrap() >= before);
     /// ```
@@ -124,7 +75,7 @@ impl EpochSeconds {
     /// `int(seconds * 1e9)`). `label` names the value in the error for a non-finite float.
     ///
     /// ```
-    /// use nemo_lens::{emit::EpochSeconds, LensError};
+    /// use nemo_lens::{EpochSeconds, LensError};
     /// assert_eq!(EpochSeconds::from(2.5).to_nanos("start")?, 2_500_000_000);
     /// let err = EpochSeconds::from(f64::INFINITY).to_nanos("start").unwrap_err();
     /// assert!(matches!(err, LensError::NonFiniteTime { label: "start", .. }));
@@ -250,15 +201,66 @@ fn redact(kv: KeyValue) -> KeyValue {
     }
 }
 
-/// A completed span to emit; see the [module documentation](self) for the rules.
+/// A completed span to emit; the rules are below.
 ///
 /// ```
-/// use nemo_lens::emit::EmitSpan;
+/// use nemo_lens::EmitSpan;
 /// use opentelemetry::trace::noop::NoopTracer;
 ///
 /// // A disabled group: nothing happens, not even validation of the (non-finite) times.
 /// let out = EmitSpan::new("prefetch", f64::NAN, 0.0).group("data").emit(&NoopTracer::new());
 /// assert!(matches!(out, Ok(None)));
+/// ```
+///
+/// # Rules
+///
+/// Some work is only known after the fact: a launcher measured how long the container pull
+/// took, a data loader logged when its prefetch started, a shell script wants one span per
+/// phase. [`emit_span`] (or the [`EmitSpan`] builder it wraps) records such an interval as an
+/// already-ended span, with the rules of Python NeMo Lens's nightly
+/// `nemo.lens.span_utilities.emit_span`:
+///
+/// * **Group gate first.** With a `group` that is disabled ([`crate::is_span_group_enabled`]),
+///   nothing is done at all (no validation, no tracer call) and `Ok(None)` is returned.
+/// * **Times are Unix-epoch seconds** ([`EpochSeconds`]): an `f64`, a [`SystemTime`], or a
+///   decimal string parsed exactly to the nanosecond (`"1700000000.123456789"`; an `f64` near
+///   today's epoch only resolves about 0.25 µs). A non-finite time is a typed error,
+///   [`LensError::NonFiniteTime`], and nothing is emitted.
+/// * **Equal times** give a zero-duration span (an instant marker).
+/// * **End before start** (clock skew between hosts): the end is clamped to the start and the
+///   span carries [`INVERTED_SKEW`]` = true`, [`INVERTED_START_EPOCH_SECONDS`] and
+///   [`INVERTED_END_EPOCH_SECONDS`] (the times as given, as strings) and
+///   [`INVERTED_DELTA_SECONDS`] (start − end, a decimal string). These keys win over caller
+///   attributes of the same name. The first such span of the process logs a warning (a
+///   `tracing` event with target `nemo_lens::emit`).
+/// * **Parent**: the given [`Context`], else the context current *at the call* (backdating does
+///   not recover an earlier context); pass `Context::new()` for a root span. The emitted span is
+///   never made current.
+/// * **Attributes** are set after the span starts (samplers do not see them, as in Python);
+///   string values under the redact keys ([`crate::layer::DEFAULT_REDACT_KEYS`]) become
+///   `[REDACTED]`.
+///
+/// ```
+/// use nemo_lens::EmitSpan;
+/// use opentelemetry::trace::TracerProvider as _;
+/// use opentelemetry::{Context, KeyValue};
+/// use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+///
+/// let exporter = InMemorySpanExporter::default();
+/// let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+/// let tracer = provider.tracer("nemo.lens");
+///
+/// let span = EmitSpan::new("container_pull", 1_700_000_000.0, 1_700_000_012.5)
+///     .parent(&Context::new())
+///     .attribute(KeyValue::new("image", "nemo:24.09"))
+///     .emit(&tracer)?
+///     .expect("no group given, so the span is emitted");
+/// assert!(span.is_valid());
+///
+/// let spans = exporter.get_finished_spans().unwrap();
+/// let d = spans[0].end_time.duration_since(spans[0].start_time).unwrap();
+/// assert_eq!(d.as_secs_f64(), 12.5);
+/// # Ok::<(), nemo_lens::LensError>(())
 /// ```
 #[derive(Debug, Clone)]
 #[must_use = "an EmitSpan does nothing until `.emit(&tracer)`"]
@@ -276,7 +278,7 @@ impl<'a> EmitSpan<'a> {
     /// [`EpochSeconds`]).
     ///
     /// ```
-    /// use nemo_lens::emit::{EmitSpan, EpochSeconds};
+    /// use nemo_lens::{EmitSpan, EpochSeconds};
     /// use std::time::{Duration, SystemTime};
     ///
     /// let end = SystemTime::now();
@@ -304,7 +306,7 @@ impl<'a> EmitSpan<'a> {
     /// makes a root span.
     ///
     /// ```
-    /// use nemo_lens::emit::EmitSpan;
+    /// use nemo_lens::EmitSpan;
     /// use opentelemetry::Context;
     /// let root = Context::new();
     /// let _span = EmitSpan::new("job", 1.0, 2.0).parent(&root);
@@ -317,7 +319,7 @@ impl<'a> EmitSpan<'a> {
     /// Adds one attribute (string values under a redact key become `[REDACTED]`).
     ///
     /// ```
-    /// use nemo_lens::emit::EmitSpan;
+    /// use nemo_lens::EmitSpan;
     /// use opentelemetry::KeyValue;
     /// let _span = EmitSpan::new("pull", 1.0, 2.0).attribute(KeyValue::new("image", "nemo:24.09"));
     /// ```
@@ -329,7 +331,7 @@ impl<'a> EmitSpan<'a> {
     /// Adds attributes.
     ///
     /// ```
-    /// use nemo_lens::emit::EmitSpan;
+    /// use nemo_lens::EmitSpan;
     /// use opentelemetry::KeyValue;
     /// let _span = EmitSpan::new("pull", 1.0, 2.0)
     ///     .attributes([KeyValue::new("bytes", 1_i64 << 30), KeyValue::new("cached", false)]);
@@ -343,7 +345,7 @@ impl<'a> EmitSpan<'a> {
     /// first thing in [`EmitSpan::emit`].
     ///
     /// ```
-    /// use nemo_lens::emit::EmitSpan;
+    /// use nemo_lens::EmitSpan;
     /// use opentelemetry::trace::noop::NoopTracer;
     /// // No telemetry is set up in this process, so every group is disabled.
     /// let out = EmitSpan::new("prefetch", 1.0, 2.0).group("data").emit(&NoopTracer::new())?;
@@ -361,7 +363,7 @@ impl<'a> EmitSpan<'a> {
     /// [`LensError::NonFiniteTime`] (nothing emitted).
     ///
     /// ```
-    /// use nemo_lens::{emit::EmitSpan, LensConfig, Telemetry};
+    /// use nemo_lens::{EmitSpan, LensConfig, Telemetry};
     ///
     /// // Usually the process's telemetry; here a disabled one, whose tracer records nothing.
     /// let telemetry = Telemetry::builder(LensConfig::default()).build()?;
@@ -370,10 +372,10 @@ impl<'a> EmitSpan<'a> {
     /// # Ok::<(), nemo_lens::LensError>(())
     /// ```
     pub fn emit<T: Tracer>(self, tracer: &T) -> Result<Option<SpanContext>> {
-        if let Some(group) = self.group {
-            if !crate::groups::is_span_group_enabled(group) {
-                return Ok(None);
-            }
+        if let Some(group) = self.group
+            && !crate::groups::is_span_group_enabled(group)
+        {
+            return Ok(None);
         }
         let start = self.start.to_nanos("start_epoch_seconds")?;
         let requested_end = self.end.to_nanos("end_epoch_seconds")?;
@@ -426,7 +428,7 @@ impl<'a> EmitSpan<'a> {
 /// [`EmitSpan::emit`].
 ///
 /// ```
-/// use nemo_lens::emit::emit_span;
+/// use nemo_lens::emit_span;
 /// use opentelemetry::trace::TracerProvider as _;
 /// use opentelemetry::KeyValue;
 /// use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
@@ -453,10 +455,10 @@ pub fn emit_span<T: Tracer>(
     attributes: impl IntoIterator<Item = KeyValue>,
     group: Option<&str>,
 ) -> Result<Option<SpanContext>> {
-    if let Some(group) = group {
-        if !crate::groups::is_span_group_enabled(group) {
-            return Ok(None);
-        }
+    if let Some(group) = group
+        && !crate::groups::is_span_group_enabled(group)
+    {
+        return Ok(None);
     }
     let mut span = EmitSpan::new(name, start, end).attributes(attributes);
     if let Some(cx) = parent {

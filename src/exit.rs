@@ -1,48 +1,4 @@
 //! When the process dies: the opt-in panic hook and SIGTERM/SIGINT handlers.
-//!
-//! Spans are exported when they end and batches when the worker gets to them, so a process that
-//! dies abruptly loses its open spans (the `train` span of a run, the step that crashed) and
-//! whatever is still queued. Two calls on the handle recover them:
-//!
-//! ```no_run
-//! # let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
-//! telemetry.install_panic_hook();
-//! telemetry.install_signal_handlers().expect("signal handlers");
-//! ```
-//!
-//! # Panic ([`Telemetry::install_panic_hook`](crate::Telemetry::install_panic_hook))
-//!
-//! The hook runs on the panicking thread, before unwinding, then calls the hook that was
-//! installed before it (by default the one that prints the message):
-//!
-//! * the innermost span the lens layer records on that thread gets an `exception` event
-//!   (`exception.type = "panic"`, `exception.message` = the panic message and location) and the
-//!   status `ERROR`;
-//! * when the panic ends the process (a panic on the thread named `main`, or any panic under
-//!   `panic = "abort"`), every open span is then ended as truncated (reason `"process
-//!   panicked"`) and the telemetry is shut down, flushing everything queued, within
-//!   [`EXIT_FLUSH_TIMEOUT`].
-//!
-//! **The choice**: a panic on another thread often does not end the process (it is joined, or
-//! caught, and the run goes on), so the hook does not end the run's spans for it: that thread's
-//! spans end normally while it unwinds, the innermost one marked `ERROR` with the panic. If the
-//! process then dies because the main thread re-panics on the `join`, the main-thread rule
-//! applies.
-//!
-//! # SIGTERM and SIGINT ([`Telemetry::install_signal_handlers`](crate::Telemetry::install_signal_handlers))
-//!
-//! A preempted SLURM job gets SIGTERM (and SIGKILL some seconds later); Ctrl-C is SIGINT. The
-//! handler itself only writes the signal number to a pipe (async-signal-safe); a dedicated thread
-//! (`nemo-lens-signals`) reads it, ends every open span as truncated (reason `"process received
-//! SIGTERM"` / `"… SIGINT"`), shuts the telemetry down within [`EXIT_FLUSH_TIMEOUT`], then
-//! restores the default disposition and re-raises the signal, so the process dies *by the
-//! signal* as it would have without the handler (a shell reports status 128 + signo). A second
-//! signal while the flush runs kills the process at once. In a process forked after the
-//! handlers were installed, the signals have their default effect.
-//!
-//! Without the handlers, SIGTERM and SIGINT end the process at once: spans still open and spans
-//! queued in the batch processor (up to `OTEL_BSP_MAX_QUEUE_SIZE`, by default up to 5 s worth)
-//! are lost. SIGKILL can never be handled.
 
 use std::io::Read;
 use std::os::fd::{IntoRawFd, RawFd};
@@ -57,7 +13,15 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::error::{LensError, Result};
 use crate::ids;
-use crate::setup::Inner;
+
+/// What the exit paths need of a telemetry handle: record a panic on the current span, and
+/// shut down truncating open spans with a reason.
+pub(crate) trait ExitTarget: Send + Sync {
+    /// Records `message` as a panic on the innermost span the layer records on this thread.
+    fn record_panic(&self, message: &str);
+    /// Ends open spans as truncated with `reason` and flushes within `timeout`.
+    fn shutdown_because(&self, timeout: Duration, reason: &'static str) -> Result<()>;
+}
 
 /// How long the panic hook and the signal handlers wait for the final flush.
 pub const EXIT_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -68,17 +32,17 @@ const REASON_SIGTERM: &str = "process received SIGTERM";
 const REASON_SIGINT: &str = "process received SIGINT";
 
 /// Installs the panic hook for `inner` (chaining the previous hook).
-pub(crate) fn install_panic_hook(inner: Weak<Inner>) {
+pub(crate) fn install_panic_hook(inner: Weak<dyn ExitTarget>) {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         if let Some(inner) = inner.upgrade() {
-            on_panic(&inner, info);
+            on_panic(&*inner, info);
         }
         previous(info);
     }));
 }
 
-fn on_panic(inner: &Inner, info: &PanicHookInfo<'_>) {
+fn on_panic(inner: &dyn ExitTarget, info: &PanicHookInfo<'_>) {
     let payload = info.payload();
     let text = payload
         .downcast_ref::<&str>()
@@ -103,7 +67,7 @@ static SIGNAL_FD: AtomicI32 = AtomicI32::new(-1);
 static TERMINATING: AtomicBool = AtomicBool::new(false);
 static REGISTER: Once = Once::new();
 /// The telemetry the signal thread shuts down.
-static TARGET: Mutex<Option<Weak<Inner>>> = Mutex::new(None);
+static TARGET: Mutex<Option<Weak<dyn ExitTarget>>> = Mutex::new(None);
 
 /// Runs inside the signal handler: async-signal-safe calls only (atomic loads, `write`, and
 /// `sigaction`/`raise` through `emulate_default_handler`).
@@ -121,7 +85,7 @@ fn on_signal(signal: libc::c_int) {
 
 /// Installs the SIGTERM/SIGINT handlers for `inner` (once per process and fork generation; a
 /// later call re-targets them to `inner`).
-pub(crate) fn install_signal_handlers(inner: Weak<Inner>) -> Result<()> {
+pub(crate) fn install_signal_handlers(inner: Weak<dyn ExitTarget>) -> Result<()> {
     let err = |what: &str, e: std::io::Error| LensError::Signals(format!("{what}: {e}"));
     *TARGET.lock() = Some(inner);
     let generation = ids::fork_generation() + 1;
@@ -166,10 +130,10 @@ fn terminate(signal: libc::c_int) {
         REASON_SIGTERM
     };
     let target = TARGET.lock().clone();
-    if let Some(inner) = target.and_then(|w| w.upgrade()) {
-        if let Err(e) = inner.shutdown_because(EXIT_FLUSH_TIMEOUT, reason) {
-            eprintln!("nemo-lens: {e}");
-        }
+    if let Some(inner) = target.and_then(|w| w.upgrade())
+        && let Err(e) = inner.shutdown_because(EXIT_FLUSH_TIMEOUT, reason)
+    {
+        eprintln!("nemo-lens: {e}");
     }
     let _ = signal_hook::low_level::emulate_default_handler(signal);
     // Only reached if the default action did not end the process.

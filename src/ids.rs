@@ -1,29 +1,4 @@
 //! Trace and span IDs that stay unique across identically seeded ranks and forked workers.
-//!
-//! Training code seeds every random generator it knows of, often identically on all
-//! data-parallel ranks. IDs drawn from such a generator collide across ranks. The
-//! [`ChaChaIdGenerator`] therefore draws from a private ChaCha20 stream per thread, seeded from
-//! the operating system (`getrandom`) the first time the thread asks, and never touched by the
-//! trainer's seeding.
-//!
-//! * **Fork**: a `pthread_atfork` child handler bumps a process-wide generation counter; a
-//!   thread whose stream belongs to an older generation re-seeds before its next ID, so a forked
-//!   data-loader worker never repeats its parent's IDs.
-//! * **Hot path**: one thread-local access, one relaxed atomic load and a ChaCha block read: no
-//!   lock, no syscall (`getpid` would cost more than the span).
-//! * **Never zero**: an all-zero ID is invalid in W3C Trace Context; it is replaced by 1.
-//! * **Random flag**: the IDs are random in the sense of W3C Trace Context Level 2
-//!   ([`TRACE_IDS_ARE_RANDOM`]). opentelemetry-sdk 0.33 builds a root span's trace flags from
-//!   its empty parent and offers no hook to set the Level 2 `random` bit (0x02), so the flag is
-//!   not carried on the wire; consumers that need the fact can rely on this constant.
-//!
-//! ```
-//! use nemo_lens::ids::ChaChaIdGenerator;
-//! use opentelemetry_sdk::trace::IdGenerator;
-//! let ids = ChaChaIdGenerator::new();
-//! assert_ne!(ids.new_span_id(), ids.new_span_id());
-//! assert_ne!(ids.new_trace_id(), opentelemetry::trace::TraceId::INVALID);
-//! ```
 
 use std::cell::RefCell;
 use std::sync::Once;
@@ -33,10 +8,6 @@ use opentelemetry::trace::{SpanId, TraceId};
 use opentelemetry_sdk::trace::IdGenerator;
 use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng, SeedableRng};
-
-/// The trace IDs are random (W3C Trace Context Level 2 meaning), as the Python
-/// `SeedIndependentIdGenerator.is_trace_id_random()` says.
-pub const TRACE_IDS_ARE_RANDOM: bool = true;
 
 static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
 static ATFORK: Once = Once::new();
@@ -117,11 +88,38 @@ pub(crate) fn next_u64() -> u64 {
 /// after `fork`, never zero.
 ///
 /// ```
-/// use nemo_lens::ids::ChaChaIdGenerator;
+/// use nemo_lens::ChaChaIdGenerator;
 /// let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
 ///     .with_id_generator(ChaChaIdGenerator::new())
 ///     .build();
 /// # let _ = provider;
+/// ```
+///
+/// # Why ChaCha, per thread, re-seeded after fork
+///
+/// Training code seeds every random generator it knows of, often identically on all
+/// data-parallel ranks. IDs drawn from such a generator collide across ranks. The
+/// [`ChaChaIdGenerator`] therefore draws from a private ChaCha20 stream per thread, seeded from
+/// the operating system (`getrandom`) the first time the thread asks, and never touched by the
+/// trainer's seeding.
+///
+/// * **Fork**: a `pthread_atfork` child handler bumps a process-wide generation counter; a
+///   thread whose stream belongs to an older generation re-seeds before its next ID, so a forked
+///   data-loader worker never repeats its parent's IDs.
+/// * **Hot path**: one thread-local access, one relaxed atomic load and a ChaCha block read: no
+///   lock, no syscall (`getpid` would cost more than the span).
+/// * **Never zero**: an all-zero ID is invalid in W3C Trace Context; it is replaced by 1.
+/// * **Random flag**: the IDs are random in the sense of W3C Trace Context Level 2
+///   (the W3C Level 2 *random* trace-id property). opentelemetry-sdk 0.33 builds a root span's trace flags from
+///   its empty parent and offers no hook to set the Level 2 `random` bit (0x02), so the flag is
+///   not carried on the wire; consumers that need the fact can rely on this constant.
+///
+/// ```
+/// use nemo_lens::ChaChaIdGenerator;
+/// use opentelemetry_sdk::trace::IdGenerator;
+/// let ids = ChaChaIdGenerator::new();
+/// assert_ne!(ids.new_span_id(), ids.new_span_id());
+/// assert_ne!(ids.new_trace_id(), opentelemetry::trace::TraceId::INVALID);
 /// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ChaChaIdGenerator {

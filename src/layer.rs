@@ -33,7 +33,7 @@
 //! `token`, `secret` or `key` are replaced with `[REDACTED]` ([`DEFAULT_REDACT_KEYS`]), on spans
 //! and events alike. String values longer than `OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT` (else
 //! `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`) characters are cut to it, on a character boundary, on
-//! spans and events alike ([`value_length_limit`]).
+//! spans and events alike.
 //!
 //! Spans and events raised while OpenTelemetry telemetry is suppressed on the thread (an
 //! exporter at work: nemo-lens exports in a suppressed scope) are not recorded, so an exporter
@@ -92,56 +92,15 @@ pub(crate) fn is_redacted(key: &str) -> bool {
     DEFAULT_REDACT_KEYS.contains(&key)
 }
 
-/// The span-specific variable for the attribute value length limit (wins over the general one).
-pub const SPAN_VALUE_LIMIT_VAR: &str = "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT";
-/// The general variable for the attribute value length limit.
-pub const VALUE_LIMIT_VAR: &str = "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT";
-
-/// The longest string attribute value, in characters, from
-/// `OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT`, else `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT` (unset or
-/// blank: no limit). Longer values of span and event attributes are cut on a character
-/// boundary. Anything but a non-negative integer is an error naming the variable.
-///
-/// ```
-/// use nemo_lens::layer::value_length_limit;
-/// let env = |k: &str| match k {
-///     "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT" => Some("100".to_string()),
-///     "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT" => Some(" 8 ".to_string()),
-///     _ => None,
-/// };
-/// assert_eq!(value_length_limit(&env).unwrap(), Some(8));
-/// assert_eq!(value_length_limit(&|_| None).unwrap(), None);
-/// let bad = |k: &str| (k == "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT").then(|| "long".to_string());
-/// assert!(value_length_limit(&bad).unwrap_err().to_string().contains("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"));
-/// ```
-pub fn value_length_limit(lookup: &dyn Fn(&str) -> Option<String>) -> crate::Result<Option<usize>> {
-    for var in [SPAN_VALUE_LIMIT_VAR, VALUE_LIMIT_VAR] {
-        let Some(raw) = lookup(var) else { continue };
-        let value = raw.trim();
-        if value.is_empty() {
-            continue;
-        }
-        return value
-            .parse::<usize>()
-            .map(Some)
-            .map_err(|_| crate::LensError::InvalidValue {
-                var: var.to_string(),
-                value: raw.chars().take(64).collect(),
-                expected: "a non-negative integer (characters)".into(),
-            });
-    }
-    Ok(None)
-}
-
 /// Cuts `text` to at most `limit` characters, on a character boundary.
 #[inline]
 fn truncate_chars(mut text: String, limit: Option<usize>) -> String {
     if let Some(limit) = limit {
         // Bytes bound characters from above: most values need no scan.
-        if text.len() > limit {
-            if let Some((cut, _)) = text.char_indices().nth(limit) {
-                text.truncate(cut);
-            }
+        if text.len() > limit
+            && let Some((cut, _)) = text.char_indices().nth(limit)
+        {
+            text.truncate(cut);
         }
     }
     text
@@ -159,7 +118,7 @@ pub(crate) struct Pipeline {
     /// The [fork generation](crate::ids) the pipeline was built in; in a forked child (another
     /// generation) the pipeline is inherited and the layer records nothing through it.
     pub(crate) generation: u64,
-    /// Longest string attribute value, in characters ([`value_length_limit`]).
+    /// Longest string attribute value, in characters (`OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT`).
     pub(crate) value_limit: Option<usize>,
 }
 
@@ -376,10 +335,10 @@ where
         } else {
             return Context::new();
         };
-        if let Some(parent) = parent {
-            if let Some(data) = parent.extensions().get::<LensSpan>() {
-                return Context::new().with_remote_span_context(data.cx.clone());
-            }
+        if let Some(parent) = parent
+            && let Some(data) = parent.extensions().get::<LensSpan>()
+        {
+            return Context::new().with_remote_span_context(data.cx.clone());
         }
         // An attached remote parent (clone the context only when it has one).
         if let Some(current) = Context::map_current(|cx| cx.has_active_span().then(|| cx.clone())) {
@@ -743,7 +702,7 @@ where
 }
 
 /// The nemo-lens layer: spans and events of a `tracing` subscriber, exported through
-/// OpenTelemetry, behind the rank / group / sampling [`LensFilter`].
+/// OpenTelemetry, behind its rank / group / sampling per-layer filter.
 ///
 /// Get one from [`Telemetry::layer`](crate::Telemetry::layer) and add it to any
 /// `tracing_subscriber::registry()`-based subscriber.

@@ -7,7 +7,35 @@
 //! Python library, so a job mixing Python and Rust ranks is configured once (the same
 //! `NEMO_LENS_*` variables) and read by one set of tools.
 //!
-//! ## Getting started
+//! ## In libraries
+//!
+//! A library (a model crate, a data loader, a communication wrapper) depends on [`tracing`]
+//! only and never sets anything up:
+//!
+//! * instrument with `#[tracing::instrument]` and `tracing::info_span!`, as for any subscriber;
+//! * name the span's [group](groups) with a `nemo.group.<group>` field (register your own
+//!   groups with [`groups::register_span_groups`]), so an application switches a whole
+//!   family of spans on or off with `NEMO_LENS_SPAN_GROUPS`, at the cost of a disabled
+//!   callsite when it is off;
+//! * use the attribute names of [`semconv`] (`dl.step`, `dl.loss`, …), so that one set of
+//!   dashboards reads Python and Rust ranks alike;
+//! * never build a [`Telemetry`], install a subscriber or touch the global providers: that is
+//!   the application's choice.
+//!
+//! ```
+//! #[tracing::instrument(skip_all, fields(nemo.group.forward_backward, dl.micro_batch = mb))]
+//! pub fn forward_backward(mb: u64) {
+//!     tracing::debug!(tokens = 4096, "micro-batch done");
+//! }
+//! # forward_backward(0);
+//! ```
+//!
+//! ## In applications
+//!
+//! The training binary builds one [`Telemetry`] at start-up from the job's environment, adds
+//! [`Telemetry::layer`] to its subscriber, and calls [`Telemetry::shutdown`] on the way out
+//! (opt in to [`Telemetry::install_signal_handlers`] and [`Telemetry::install_panic_hook`] so
+//! that SIGTERM and panics truncate and flush too):
 //!
 //! ```
 //! use nemo_lens::{LensConfig, Telemetry};
@@ -52,43 +80,43 @@
 //!   [`Telemetry::is_exporting`], a tracer, [`Telemetry::force_flush`] and a bounded, idempotent
 //!   [`Telemetry::shutdown`].
 //! * **[`LensLayer`]**: the `tracing_subscriber::Layer`; spans become OpenTelemetry spans with
-//!   typed attributes, events become span events, errors set an `ERROR` status
-//!   ([`layer`] has the mapping table). It composes with any other layer.
-//! * **IDs** ([`ids`]): a ChaCha20 generator seeded from the OS per thread, re-seeded after
+//!   typed attributes, events become span events, errors set an `ERROR` status (the
+//!   [`LensLayer`] docs have the mapping table). It composes with any other layer.
+//! * **IDs** ([`ChaChaIdGenerator`]): a ChaCha20 generator seeded from the OS per thread, re-seeded after
 //!   `fork`, so identically seeded ranks and data-loader workers never share IDs.
 //! * **The closer** ([`Telemetry::shutdown`]): spans still open at shutdown are ended innermost
 //!   first with `nemo.span.truncated = true` and a `nemo.span.truncated` event.
-//! * **Resource** ([`resource`]): `service.name`, `dl.rank`, `nemo.run.id`,
+//! * **Resource** ([`Telemetry::resource`]): `service.name`, `dl.rank`, `nemo.run.id`,
 //!   `service.instance.id`, SLURM, Kubernetes and host attributes, as the Python library.
 //! * **Exporters** ([`export`]): compact JSONL in the Python field layout (stdout or a per-rank
-//!   file), or OTLP.
+//!   file), or OTLP over gRPC or HTTP.
 //! * **Metrics** ([`metrics`]): a meter provider on exporting ranks (periodic export every
 //!   `OTEL_METRIC_EXPORT_INTERVAL` ms), Lens's instrument families ([`TrainingMetrics`],
 //!   [`InferenceMetrics`], [`RlMetrics`], [`GymMetrics`]), a registry for your own metric groups
 //!   ([`register_metric_group`], [`record_metrics`]) and metrics from event fields
 //!   ([`Telemetry::metrics_layer`]: `info!(histogram.step_ms = dt)`).
-//! * **Logs** ([`logs`]): with `NEMO_LENS_LOGS_ENABLED=1` the same layer bridges events (and
+//! * **Logs**: with `NEMO_LENS_LOGS_ENABLED=1` the same layer bridges events (and
 //!   `log` records) into OpenTelemetry log records carrying the ids of their span, filtered by
 //!   `NEMO_LENS_LOGS_LEVEL`, never fed the exporters' own records.
 //! * **Propagation** ([`propagation`]): W3C TraceContext + Baggage over map carriers, the JSON
 //!   payload bytes of the Python NCCL helpers, linked spans ([`LensSpanExt::add_link`]), and a
 //!   launcher's `TRACEPARENT` as every rank's parent.
-//! * **OTLP** ([`export::otlp`]): gRPC, HTTP/protobuf or HTTP/JSON per signal from the standard
+//! * **OTLP** ([`export::OtlpProtocol`]): gRPC, HTTP/protobuf or HTTP/JSON per signal from the standard
 //!   `OTEL_EXPORTER_OTLP_*` variables; gRPC runs on a private runtime, so no Tokio is needed.
 //! * **Attribute names** ([`semconv`]): every name of the Python `semconv` module as a constant.
-//! * **Backdated spans** ([`emit`]): [`emit_span`] records a completed span from timestamps
+//! * **Backdated spans**: [`emit_span`] records a completed span from timestamps
 //!   taken earlier (clamping and tagging an end before the start).
 //! * **Testing** ([`testing`], feature `testing`): capture finished spans in your own tests.
-//! * **Reliability**: a bounded batch queue that counts what it drops ([`export::batch`],
+//! * **Reliability**: a bounded batch queue that counts what it drops ([`export::BatchSpanProcessor`],
 //!   [`Telemetry::dropped`]); opt-in panic hook and SIGTERM/SIGINT handlers that truncate open
-//!   spans and flush before the process dies ([`exit`]); inert inherited telemetry in a process
-//!   forked without exec ([`setup`], *Fork*). README's *Guarantees* lists each promise and its
-//!   test.
+//!   spans and flush before the process dies; inert inherited telemetry in a process forked
+//!   without exec ([`Telemetry::is_inherited_from_parent`]). README's *Guarantees* lists each
+//!   promise and its test.
 //!
 //! ## Performance
 //!
 //! Off means off: on a disabled or non-exporting rank, on an unsampled rank, and for a span in
-//! a disabled group, [`LensFilter`] answers `Interest::never` once per callsite and a span costs
+//! a disabled group, the layer's per-layer filter answers `Interest::never` once per callsite and a span costs
 //! what a disabled `tracing` callsite costs (under 1 ns here; on a non-exporting rank the same as
 //! with no subscriber at all). Non-exporting ranks build no providers, start no threads and open
 //! no sockets. An exported span costs about a third to a half of the same span through a plain
@@ -96,37 +124,60 @@
 //! (the per-forward-pass pattern) costs tens of nanoseconds. The README's Performance section
 //! has the figures, the targets and `benches/run_all.sh`, which regenerates them all.
 
+//! ## Feature flags
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `otlp-grpc` | yes | OTLP over gRPC (tonic, and a private one-thread Tokio runtime) |
+//! | `otlp-http` | yes | OTLP over HTTP/protobuf and HTTP/JSON (reqwest's blocking client) |
+//! | `testing` | no | [`testing`]: capture finished spans in your tests; `TelemetryBuilder::allow_reinit_for_testing` |
+//! | `cli` | no | the `nemo-lens` command-line tool (`perfetto`, `summary`, `emit-spans`) |
+//!
+//! With `default-features = false` the crate exports to the console only (JSONL), with the
+//! fewest dependencies; `NEMO_LENS_EXPORTER=otlp` is then a setup error on the exporting rank
+//! that names the missing feature.
+//!
+//! ## Supported Rust versions
+//!
+//! The minimum supported Rust version is 1.88 (`let` chains), as `rust-version` in
+//! `Cargo.toml` says; raising it is a minor-version change.
+
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod closer;
-pub mod config;
-pub mod emit;
+mod config;
+mod emit;
+mod env;
 mod error;
-pub mod exit;
+mod exit;
 pub mod export;
-pub mod filter;
+mod filter;
 pub mod groups;
-pub mod ids;
-pub mod layer;
-pub mod logs;
+mod ids;
+mod layer;
+mod logs;
 pub mod metrics;
 pub mod propagation;
-pub mod resource;
-pub mod sampling;
+mod resource;
+mod sampling;
 pub mod semconv;
-pub mod setup;
+mod setup;
 mod span_ext;
 pub mod strategy;
 #[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
-pub use config::{ConfigSources, ExporterKind, LensConfig};
+pub use config::{ExporterKind, LensConfig};
 pub use emit::{EmitSpan, EpochSeconds, emit_span};
 pub use error::{LensError, Result};
-pub use export::batch::DropCounts;
-pub use filter::LensFilter;
+pub use exit::EXIT_FLUSH_TIMEOUT;
+pub use export::DropCounts;
+pub use filter::INTERNAL_TARGETS;
 pub use groups::is_span_group_enabled;
-pub use layer::LensLayer;
+pub use ids::ChaChaIdGenerator;
+pub use layer::{DEFAULT_REDACT_KEYS, LensLayer, REDACTED};
 pub use metrics::{
     EventMetricsLayer, GymMetrics, InferenceMetrics, Instruments, MetricKind, MetricSpec,
     RlMetrics, TrainingMetrics, record_metrics, register_metric_group, registered_metric_groups,
@@ -135,3 +186,8 @@ pub use metrics::{
 pub use sampling::RankAwareSampler;
 pub use setup::{SCOPE_NAME, Telemetry, TelemetryBuilder};
 pub use span_ext::LensSpanExt;
+
+// README's examples are compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

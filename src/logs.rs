@@ -29,10 +29,10 @@
 //! use nemo_lens::{LensConfig, Telemetry};
 //! use tracing_subscriber::prelude::*;
 //!
-//! let config = LensConfig { enabled: true, logs_enabled: true, ..LensConfig::default() };
-//! # let config = LensConfig { exporter: nemo_lens::ExporterKind::Console, ..config };
+//! let config = LensConfig::default().with_enabled(true).with_logs_enabled(true);
+//! # let config = config.with_exporter(nemo_lens::ExporterKind::Console);
 //! # let dir = tempfile::tempdir().unwrap();
-//! # let config = LensConfig { console_path: Some(dir.path().join("r{rank}.jsonl").display().to_string()), ..config };
+//! # let config = config.with_console_path(Some(dir.path().join("r{rank}.jsonl").display().to_string()));
 //! let telemetry = Telemetry::builder(config).allow_reinit_for_testing(true).build().unwrap();
 //! let _guard = tracing_subscriber::registry().with(telemetry.layer()).set_default();
 //! tracing::info_span!("train_step").in_scope(|| {
@@ -79,12 +79,6 @@ pub struct LensLoggerProvider {
 
 impl LensLoggerProvider {
     /// Wraps an SDK logger provider.
-    ///
-    /// ```
-    /// let sdk = opentelemetry_sdk::logs::SdkLoggerProvider::builder().build();
-    /// let provider = nemo_lens::logs::LensLoggerProvider::new(sdk);
-    /// # let _ = provider;
-    /// ```
     pub fn new(inner: SdkLoggerProvider) -> Self {
         LensLoggerProvider { inner }
     }

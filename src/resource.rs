@@ -1,60 +1,4 @@
 //! Resource attributes: who produced the telemetry (service, run, rank, host, cluster).
-//!
-//! [`build_resource`] composes the OpenTelemetry [`Resource`] of one rank exactly as NeMo Lens
-//! 0.1.0 / main does in Python. The layers are applied in this order and **a later layer wins**
-//! on a key collision:
-//!
-//! 1. `service.name` = [`LensConfig::service_name`](crate::LensConfig::service_name),
-//!    `service.version` = this crate's version, `dl.rank` and `dl.world_size` (integers);
-//! 2. if the run id is non-empty: `nemo.run.id` = run id and
-//!    `service.instance.id` = `"{run_id}-rank{rank}"`;
-//! 3. `nemo.user.id`, `wandb.entity`, `wandb.project`, each only if non-empty;
-//! 4. `deployment.environment` = `DEPLOYMENT_ENV` if that variable exists (even when empty),
-//!    otherwise `ENVIRONMENT`; set only if the chosen value is non-empty;
-//! 5. the caller's attributes (the `caller` argument);
-//! 6. detected attributes: local (`host.name`, `process.pid`, `host.gpu.count`), then SLURM,
-//!    then Kubernetes. Note that **detected values override the caller's** on a collision, as in
-//!    Python;
-//! 7. everything above is laid over the attributes parsed from `OTEL_RESOURCE_ATTRIBUTES`, which
-//!    in turn lie over the SDK defaults `telemetry.sdk.name` = `opentelemetry`,
-//!    `telemetry.sdk.language` = `rust` and `telemetry.sdk.version` = the `opentelemetry_sdk`
-//!    version. So `OTEL_RESOURCE_ATTRIBUTES` can add keys but never replace a key Lens sets.
-//!
-//! As in the Python SDK's `Resource.create`, an empty `service.name` at the end becomes
-//! `unknown_service`.
-//!
-//! Environment variables are read only through the `lookup` function passed in (production
-//! passes [`process_env`]), so the composition is deterministic and testable. Two inputs are not
-//! behind `lookup`: the existence of `/var/run/secrets/kubernetes.io` (one way to detect
-//! Kubernetes) and, when `CUDA_VISIBLE_DEVICES` is unset, the output of `nvidia-smi`, which is
-//! found through the `PATH` given by `lookup` if any, else the process's own `PATH`, and is
-//! abandoned after 5 seconds.
-//!
-//! ```
-//! use nemo_lens::{resource, semconv, LensConfig};
-//! use opentelemetry::{Key, Value};
-//!
-//! let env = [
-//!     ("SLURM_JOB_ID", "4242"),
-//!     ("CUDA_VISIBLE_DEVICES", "0,1"),
-//!     ("OTEL_RESOURCE_ATTRIBUTES", "team=ml%20infra,dl.rank=99"),
-//! ];
-//! let lookup = |name: &str| env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
-//!
-//! let run_id = resource::resolve_run_id("", &lookup);
-//! assert_eq!(run_id, "4242");
-//! let mut config = LensConfig::default();
-//! config.run_id = run_id;
-//! let res = resource::build_resource(&config, 3, 8, &[], &lookup);
-//!
-//! let get = |k: &'static str| res.get(&Key::from_static_str(k));
-//! assert_eq!(get(semconv::DL_RANK), Some(Value::I64(3))); // Lens beats the environment
-//! assert_eq!(get(semconv::SERVICE_INSTANCE_ID), Some("4242-rank3".into()));
-//! assert_eq!(get(semconv::SLURM_JOB_ID), Some("4242".into()));
-//! assert_eq!(get(semconv::HOST_GPU_COUNT), Some(Value::I64(2)));
-//! assert_eq!(get("team"), Some("ml infra".into())); // percent-decoded
-//! assert_eq!(get(semconv::TELEMETRY_SDK_LANGUAGE), Some("rust".into()));
-//! ```
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -92,21 +36,8 @@ const UNKNOWN_SERVICE: &str = "unknown_service";
 ///
 /// Case 3 differs on every call and on every rank: a multi-rank job that is not under SLURM
 /// should set the run id explicitly (`NEMO_LENS_RUN_ID`) so that all ranks share it.
-///
-/// ```
-/// use nemo_lens::resource::resolve_run_id;
-///
-/// let slurm = |name: &str| (name == "SLURM_JOB_ID").then(|| "777".to_string());
-/// let none = |_: &str| None;
-///
-/// assert_eq!(resolve_run_id("exp-1", &slurm), "exp-1");
-/// assert_eq!(resolve_run_id("", &slurm), "777");
-/// let random = resolve_run_id("", &none);
-/// assert_eq!(random.len(), 12);
-/// assert!(random.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f')));
-/// ```
 #[must_use]
-pub fn resolve_run_id(run_id: &str, lookup: &dyn Fn(&str) -> Option<String>) -> String {
+pub(crate) fn resolve_run_id(run_id: &str, lookup: &dyn Fn(&str) -> Option<String>) -> String {
     if !run_id.is_empty() {
         return run_id.to_owned();
     }
@@ -123,38 +54,13 @@ pub fn resolve_run_id(run_id: &str, lookup: &dyn Fn(&str) -> Option<String>) -> 
 ///   `nemo.run.id` and `service.instance.id` are omitted.
 /// * `caller` holds extra attributes from the program (model name, parallel sizes …). Detected
 ///   attributes (host, SLURM, Kubernetes) replace caller attributes with the same key.
-/// * `lookup` reads environment variables; pass [`process_env`] in production and a map in
+/// * `lookup` reads environment variables; pass the process environment in production and a map in
 ///   tests.
 ///
 /// The resource never contains an error: what cannot be detected is left out. This function
 /// does not panic.
-///
-/// ```
-/// use nemo_lens::{resource, semconv, LensConfig};
-/// use opentelemetry::{Key, KeyValue, Value};
-///
-/// let env = [("CUDA_VISIBLE_DEVICES", ""), ("DEPLOYMENT_ENV", "staging")];
-/// let lookup = |name: &str| env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
-/// let mut config = LensConfig::default();
-/// config.service_name = "pretrain".into();
-/// config.run_id = "exp-7".into();
-/// let caller = [
-///     KeyValue::new(semconv::DL_TENSOR_PARALLEL_SIZE, 4_i64),
-///     KeyValue::new(semconv::HOST_GPU_COUNT, 8_i64), // loses: detected values win
-/// ];
-/// let res = resource::build_resource(&config, 0, 2, &caller, &lookup);
-///
-/// let get = |k: &'static str| res.get(&Key::from_static_str(k));
-/// assert_eq!(get(semconv::SERVICE_NAME), Some("pretrain".into()));
-/// assert_eq!(get(semconv::NEMO_RUN_ID), Some("exp-7".into()));
-/// assert_eq!(get(semconv::SERVICE_INSTANCE_ID), Some("exp-7-rank0".into()));
-/// assert_eq!(get(semconv::DL_WORLD_SIZE), Some(Value::I64(2)));
-/// assert_eq!(get(semconv::DEPLOYMENT_ENVIRONMENT), Some("staging".into()));
-/// assert_eq!(get(semconv::DL_TENSOR_PARALLEL_SIZE), Some(Value::I64(4)));
-/// assert_eq!(get(semconv::HOST_GPU_COUNT), Some(Value::I64(0)));
-/// ```
 #[must_use]
-pub fn build_resource(
+pub(crate) fn build_resource(
     config: &LensConfig,
     rank: u32,
     world_size: u32,
@@ -163,26 +69,6 @@ pub fn build_resource(
 ) -> Resource {
     let k8s_secrets = Path::new(K8S_SECRETS_DIR).exists();
     compose(config, rank, world_size, caller, lookup, k8s_secrets)
-}
-
-/// Reads one variable of the process environment; non-UTF-8 values count as unset.
-///
-/// This is the `lookup` to pass to [`resolve_run_id`] and [`build_resource`] in production.
-/// A name that cannot be a variable name (empty, or containing `=` or NUL) yields `None`.
-///
-/// ```
-/// use nemo_lens::resource::process_env;
-///
-/// assert!(process_env("PATH").is_some());
-/// assert_eq!(process_env("NEMO_LENS_SURELY_UNSET_VARIABLE"), None);
-/// assert_eq!(process_env("A=B"), None);
-/// ```
-#[must_use]
-pub fn process_env(name: &str) -> Option<String> {
-    if name.is_empty() || name.contains(['=', '\0']) {
-        return None;
-    }
-    std::env::var(name).ok()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -537,6 +423,18 @@ fn detect_kubernetes(lookup: &dyn Fn(&str) -> Option<String>, k8s_secrets: bool)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_id_comes_from_config_then_slurm_then_random() {
+        let slurm = |name: &str| (name == "SLURM_JOB_ID").then(|| "777".to_string());
+        let none = |_: &str| None;
+
+        assert_eq!(resolve_run_id("exp-1", &slurm), "exp-1");
+        assert_eq!(resolve_run_id("", &slurm), "777");
+        let random = resolve_run_id("", &none);
+        assert_eq!(random.len(), 12);
+        assert!(random.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f')));
+    }
     use opentelemetry::Key;
 
     fn get_str(resource: &Resource, key: &'static str) -> Option<String> {
@@ -547,6 +445,46 @@ mod tests {
 
     fn no_env(_: &str) -> Option<String> {
         None
+    }
+
+    #[test]
+    fn caller_attributes_lose_to_detected_ones() {
+        use opentelemetry::{Key, KeyValue, Value};
+
+        let env = [("CUDA_VISIBLE_DEVICES", ""), ("DEPLOYMENT_ENV", "staging")];
+        let lookup = |name: &str| {
+            env.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        };
+        let config = LensConfig::default()
+            .with_service_name("pretrain")
+            .with_run_id("exp-7");
+        let caller = [
+            KeyValue::new(semconv::DL_TENSOR_PARALLEL_SIZE, 4_i64),
+            KeyValue::new(semconv::HOST_GPU_COUNT, 8_i64), // loses: detected values win
+        ];
+        let res = build_resource(&config, 0, 2, &caller, &lookup);
+
+        let get = |k: &'static str| res.get(&Key::from_static_str(k));
+        assert_eq!(get(semconv::SERVICE_NAME), Some("pretrain".into()));
+        assert_eq!(get(semconv::NEMO_RUN_ID), Some("exp-7".into()));
+        assert_eq!(
+            get(semconv::SERVICE_INSTANCE_ID),
+            Some("exp-7-rank0".into())
+        );
+        assert_eq!(get(semconv::DL_WORLD_SIZE), Some(Value::I64(2)));
+        assert_eq!(get(semconv::DEPLOYMENT_ENVIRONMENT), Some("staging".into()));
+        assert_eq!(get(semconv::DL_TENSOR_PARALLEL_SIZE), Some(Value::I64(4)));
+        assert_eq!(get(semconv::HOST_GPU_COUNT), Some(Value::I64(0)));
+    }
+
+    #[test]
+    fn an_empty_run_id_omits_the_run_attributes() {
+        let cuda = |k: &str| (k == "CUDA_VISIBLE_DEVICES").then(String::new);
+        let res = build_resource(&LensConfig::default(), 5, 8, &[], &cuda);
+        assert_eq!(get_str(&res, semconv::SERVICE_INSTANCE_ID), None);
+        assert_eq!(get_str(&res, semconv::NEMO_RUN_ID), None);
     }
 
     #[test]
@@ -574,10 +512,7 @@ mod tests {
 
     #[test]
     fn empty_service_name_becomes_unknown_service() {
-        let config = LensConfig {
-            service_name: String::new(),
-            ..LensConfig::default()
-        };
+        let config = LensConfig::default().with_service_name(String::new());
         let res = compose(&config, 0, 1, &[], &no_env, false);
         assert_eq!(
             get_str(&res, semconv::SERVICE_NAME).as_deref(),

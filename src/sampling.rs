@@ -1,14 +1,4 @@
 //! Rank-aware sampling: every span on a rank is kept, or every span dropped.
-//!
-//! With `sampler_enabled`, a rank whose md5 value (see [`strategy`](crate::strategy)) is not
-//! below `export_sample_rate` records nothing. The lens layer applies the decision as a per-layer
-//! filter, once, when the telemetry is built: on an unsampled rank every callsite gets
-//! `Interest::never` and a span costs what a disabled callsite costs. For code that creates spans
-//! through the OpenTelemetry API directly, the same decision is offered as an SDK sampler,
-//! [`RankAwareSampler`], installed on the tracer provider.
-//!
-//! The documented combination is `all_ranks` + `sampler_enabled=1` at rate 0.1: uniform random
-//! rank sampling. Combining `sampled` with the sampler at the same rate is redundant (same hash).
 
 use opentelemetry::trace::{Link, SpanKind, TraceContextExt, TraceId};
 use opentelemetry::{Context, KeyValue};
@@ -24,6 +14,18 @@ use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult, ShouldSample};
 /// assert_eq!(s.description(), "RankAwareSampler(rank=3, rate=0.1)");
 /// assert!(!RankAwareSampler::new(0, 8, 0.1).is_sampled());
 /// ```
+///
+/// # Rules
+///
+/// With `sampler_enabled`, a rank whose md5 value (see [`strategy`](crate::strategy)) is not
+/// below `export_sample_rate` records nothing. The lens layer applies the decision as a per-layer
+/// filter, once, when the telemetry is built: on an unsampled rank every callsite gets
+/// `Interest::never` and a span costs what a disabled callsite costs. For code that creates spans
+/// through the OpenTelemetry API directly, the same decision is offered as an SDK sampler,
+/// [`RankAwareSampler`], installed on the tracer provider.
+///
+/// The documented combination is `all_ranks` + `sampler_enabled=1` at rate 0.1: uniform random
+/// rank sampling. Combining `sampled` with the sampler at the same rate is redundant (same hash).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RankAwareSampler {
     rank: u32,

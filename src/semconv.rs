@@ -28,7 +28,7 @@
 //!
 //! # Releases
 //!
-//! * The 0.1.0 names are the ones this crate emits: the resource built by [`crate::resource`]
+//! * The 0.1.0 names are the ones this crate emits: the resource [`crate::Telemetry::resource`]
 //!   uses `service.*`, `dl.rank`, `dl.world_size`, `nemo.*`, `wandb.*`, `deployment.environment`,
 //!   `host.*`, `process.pid`, the seven 0.1.0 `slurm.*` names and `k8s.*`.
 //! * The *nightly* names (`nv.dl.*`, `nv.gpu.*`, `inverted.*` and the extended `slurm.*` set) are

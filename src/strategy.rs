@@ -51,6 +51,7 @@ pub const BUILTIN_STRATEGIES: [&str; 4] =
 
 /// A registered strategy: one of the built-ins or a user function.
 #[derive(Clone)]
+#[non_exhaustive]
 pub enum ExportStrategy {
     /// `all_ranks`.
     AllRanks,
@@ -98,6 +99,18 @@ impl ExportStrategy {
     /// assert!(!ExportStrategy::SingleRank.decide(&cfg, 0, 8).unwrap());
     /// ```
     pub fn decide(&self, config: &LensConfig, rank: u32, world_size: u32) -> Result<bool> {
+        self.decide_with(config, rank, world_size, &crate::env::process_var)
+    }
+
+    /// [`ExportStrategy::decide`], reading `LOCAL_RANK` through `lookup` (the builder's
+    /// [`env_lookup`](crate::TelemetryBuilder::env_lookup)).
+    pub(crate) fn decide_with(
+        &self,
+        config: &LensConfig,
+        rank: u32,
+        world_size: u32,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<bool> {
         Ok(match self {
             ExportStrategy::AllRanks => true,
             ExportStrategy::SingleRank => {
@@ -110,7 +123,8 @@ impl ExportStrategy {
             }
             ExportStrategy::Sampled => rank_is_sampled(rank, config.export_sample_rate),
             ExportStrategy::FirstRankPerNode => {
-                local_rank_is_zero(crate::config::env_var("LOCAL_RANK")?)?
+                // Read as it is: an empty value fails `int()` in Python too.
+                local_rank_is_zero(lookup("LOCAL_RANK"))?
             }
             ExportStrategy::Custom(f) => f(config, rank, world_size),
         })
@@ -120,9 +134,11 @@ impl ExportStrategy {
 fn local_rank_is_zero(value: Option<String>) -> Result<bool> {
     match value {
         None => Ok(true),
-        Some(v) => crate::config::parse_int("LOCAL_RANK", &v)
+        Some(v) => crate::env::parse_int("LOCAL_RANK", &v)
             .map(|r| r == 0)
-            .map_err(|_| LensError::InvalidLocalRank { value: v }),
+            .map_err(|_| LensError::InvalidLocalRank {
+                value: crate::env::shown(&v),
+            }),
     }
 }
 

@@ -81,18 +81,15 @@ impl Default for SpanCapture {
 impl SpanCapture {
     /// Captures every span (all groups enabled).
     pub fn new() -> Self {
-        Self::with_config(LensConfig {
-            span_groups: "all".into(),
-            ..LensConfig::default()
-        })
-        .expect("the default capture configuration is valid")
+        Self::with_config(LensConfig::default().with_span_groups("all"))
+            .expect("the default capture configuration is valid")
     }
 
     /// Captures with `config` (forced enabled, all ranks, traces on, metrics and logs off).
     ///
     /// ```
     /// use nemo_lens::{testing::SpanCapture, LensConfig};
-    /// let capture = SpanCapture::with_config(LensConfig { span_groups: "step".into(), ..LensConfig::default() }).unwrap();
+    /// let capture = SpanCapture::with_config(LensConfig::default().with_span_groups("step")).unwrap();
     /// capture.in_scope(|| {
     ///     tracing::info_span!("kept", nemo.group.step = tracing::field::Empty).in_scope(|| {});
     ///     tracing::info_span!("gated", nemo.group.optimizer = tracing::field::Empty).in_scope(|| {});
@@ -103,14 +100,12 @@ impl SpanCapture {
     pub fn with_config(config: LensConfig) -> crate::Result<Self> {
         let exporter = CollectingExporter::default();
         // Spans only: a capture must never reach for a collector with metrics or logs.
-        let config = LensConfig {
-            enabled: true,
-            traces_enabled: true,
-            metrics_enabled: false,
-            logs_enabled: false,
-            export_strategy: "all_ranks".into(),
-            ..config
-        };
+        let config = config
+            .with_enabled(true)
+            .with_traces_enabled(true)
+            .with_metrics_enabled(false)
+            .with_logs_enabled(false)
+            .with_export_strategy("all_ranks");
         let telemetry = Telemetry::builder(config)
             .span_exporter(exporter.clone())
             .synchronous_export(true)

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use nemo_lens::layer::REDACTED;
+use nemo_lens::REDACTED;
 use nemo_lens::testing::CollectingExporter;
 use nemo_lens::{LensConfig, Telemetry};
 use opentelemetry::{KeyValue, Value};
@@ -14,13 +14,13 @@ use tracing_subscriber::prelude::*;
 /// Runs `f` under a lens layer whose environment is `env`; returns the exported spans.
 fn spans_with_env(env: &'static [(&'static str, &'static str)], f: impl FnOnce()) -> Vec<SpanData> {
     let exporter = CollectingExporter::default();
-    let telemetry = Telemetry::builder(LensConfig {
-        enabled: true,
-        export_strategy: "all_ranks".into(),
-        span_groups: "all".into(),
-        metrics_enabled: false,
-        ..LensConfig::default()
-    })
+    let telemetry = Telemetry::builder(
+        LensConfig::default()
+            .with_enabled(true)
+            .with_export_strategy("all_ranks")
+            .with_span_groups("all")
+            .with_metrics_enabled(false),
+    )
     .span_exporter(exporter.clone())
     .synchronous_export(true)
     .allow_reinit_for_testing(true)
@@ -150,11 +150,11 @@ fn a_bad_limit_is_an_error_naming_the_variable() {
         ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "-1"),
         ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "1.5"),
     ] {
-        let err = Telemetry::builder(LensConfig {
-            enabled: true,
-            export_strategy: "all_ranks".into(),
-            ..LensConfig::default()
-        })
+        let err = Telemetry::builder(
+            LensConfig::default()
+                .with_enabled(true)
+                .with_export_strategy("all_ranks"),
+        )
         .span_exporter(CollectingExporter::default())
         .allow_reinit_for_testing(true)
         .env_lookup(move |k| (k == var).then(|| value.to_string()))

@@ -13,8 +13,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use nemo_lens::export::batch::{BatchConfig, MAX_QUEUE_SIZE_LIMIT};
-use nemo_lens::export::otlp::{OtlpProtocol, Signal, protocol_for};
+use nemo_lens::export::{BatchConfig, MAX_QUEUE_SIZE_LIMIT};
 use nemo_lens::testing::CollectingExporter;
 use nemo_lens::{LensConfig, LensError, Telemetry};
 use opentelemetry::trace::{Span as _, Tracer as _, TracerProvider as _};
@@ -156,38 +155,6 @@ proptest! {
             }
         }
     }
-
-    /// `OTEL_EXPORTER_OTLP_[<SIGNAL>_]PROTOCOL`: grpc when unset or blank, else one of the three
-    /// protocols, else an error naming the variable and the accepted values.
-    #[test]
-    fn protocol_variables_yield_a_default_a_protocol_or_a_named_error(
-        specific in any::<bool>(),
-        signal in prop::sample::select(vec![Signal::Traces, Signal::Metrics, Signal::Logs]),
-        value in garbage(),
-    ) {
-        let upper = match signal {
-            Signal::Traces => "TRACES",
-            Signal::Metrics => "METRICS",
-            Signal::Logs => "LOGS",
-        };
-        let var = if specific {
-            format!("OTEL_EXPORTER_OTLP_{upper}_PROTOCOL")
-        } else {
-            "OTEL_EXPORTER_OTLP_PROTOCOL".to_string()
-        };
-        let lookup = |k: &str| (k == var).then(|| value.clone());
-        match protocol_for(signal, &lookup) {
-            Ok(p) => {
-                if value.trim().is_empty() {
-                    prop_assert_eq!(p, OtlpProtocol::Grpc);
-                }
-            }
-            Err(e) => {
-                let msg = e.to_string();
-                prop_assert!(msg.contains(&var) && msg.contains(OtlpProtocol::ACCEPTED), "{}", msg);
-            }
-        }
-    }
 }
 
 proptest! {
@@ -217,11 +184,7 @@ proptest! {
         };
         // Metric and log pipelines would export over OTLP to nothing; their variables are still
         // read (the batch and protocol ones on every enabled rank).
-        let built = Telemetry::builder(LensConfig {
-            metrics_enabled: false,
-            logs_enabled: false,
-            ..config
-        })
+        let built = Telemetry::builder(config.with_metrics_enabled(false).with_logs_enabled(false))
             .span_exporter(CollectingExporter::default())
             .env_lookup(lookup)
             .allow_reinit_for_testing(true)
@@ -271,12 +234,12 @@ fn a_failed_setup_leaves_no_global_state_and_a_later_good_one_works() {
     }
     // Traces only: the point is the global tracer provider and span groups (a default metric
     // pipeline would export over OTLP to a collector that is not there).
-    let enabled = || LensConfig {
-        enabled: true,
-        export_strategy: "all_ranks".into(),
-        span_groups: "per_step".into(),
-        metrics_enabled: false,
-        ..LensConfig::default()
+    let enabled = || {
+        LensConfig::default()
+            .with_enabled(true)
+            .with_export_strategy("all_ranks")
+            .with_span_groups("per_step")
+            .with_metrics_enabled(false)
     };
     let no_env = |_: &str| None::<String>;
     // A path below a regular file can be neither created nor opened.
@@ -288,11 +251,11 @@ fn a_failed_setup_leaves_no_global_state_and_a_later_good_one_works() {
             .env_lookup(|k| (k == "OTEL_BSP_MAX_QUEUE_SIZE").then(|| "many".into()))
             .build()
             .unwrap_err(),
-        Telemetry::builder(LensConfig {
-            exporter: nemo_lens::ExporterKind::Console,
-            console_path: Some(unopenable),
-            ..enabled()
-        })
+        Telemetry::builder(
+            enabled()
+                .with_exporter(nemo_lens::ExporterKind::Console)
+                .with_console_path(Some(unopenable)),
+        )
         .env_lookup(no_env)
         .build()
         .unwrap_err(),
@@ -300,14 +263,11 @@ fn a_failed_setup_leaves_no_global_state_and_a_later_good_one_works() {
             .env_lookup(|k| (k == "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").then(|| "thrift".into()))
             .build()
             .unwrap_err(),
-        Telemetry::builder(LensConfig {
-            export_strategy: "every_other_rank".into(),
-            ..enabled()
-        })
-        .span_exporter(CollectingExporter::default())
-        .env_lookup(no_env)
-        .build()
-        .unwrap_err(),
+        Telemetry::builder(enabled().with_export_strategy("every_other_rank"))
+            .span_exporter(CollectingExporter::default())
+            .env_lookup(no_env)
+            .build()
+            .unwrap_err(),
     ];
     for (err, var) in failures.iter().zip([
         "OTEL_BSP_MAX_QUEUE_SIZE",

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use opentelemetry::KeyValue;
 use opentelemetry::trace::{SpanContext, SpanId, SpanKind, TraceFlags, TraceId, TraceState};
 
-use nemo_lens::export::batch::{
+use nemo_lens::export::{
     BatchConfig, BatchExport, BatchSpanProcessor, Batcher, MAX_QUEUE_SIZE_LIMIT,
 };
 use nemo_lens::{LensConfig, LensError, Telemetry};
@@ -73,12 +73,10 @@ impl SpanExporter for SlowExporter {
 }
 
 fn enabled() -> LensConfig {
-    LensConfig {
-        enabled: true,
-        export_strategy: "all_ranks".into(),
-        metrics_enabled: false,
-        ..LensConfig::default()
-    }
+    LensConfig::default()
+        .with_enabled(true)
+        .with_export_strategy("all_ranks")
+        .with_metrics_enabled(false)
 }
 
 fn status_kib(field: &str) -> u64 {

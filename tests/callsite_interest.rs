@@ -12,14 +12,14 @@ use tracing_core::Metadata;
 use tracing_subscriber::prelude::*;
 
 fn telemetry(span_groups: &str, logs_enabled: bool) -> Telemetry {
-    Telemetry::builder(LensConfig {
-        enabled: true,
-        export_strategy: "all_ranks".into(),
-        span_groups: span_groups.into(),
-        metrics_enabled: false,
-        logs_enabled,
-        ..LensConfig::default()
-    })
+    Telemetry::builder(
+        LensConfig::default()
+            .with_enabled(true)
+            .with_export_strategy("all_ranks")
+            .with_span_groups(span_groups)
+            .with_metrics_enabled(false)
+            .with_logs_enabled(logs_enabled),
+    )
     .span_exporter(opentelemetry_sdk::trace::InMemorySpanExporter::default())
     .log_exporter(opentelemetry_sdk::logs::InMemoryLogExporter::default())
     .allow_reinit_for_testing(true)
@@ -75,11 +75,11 @@ fn a_disabled_group_is_never() {
 
 #[test]
 fn a_non_exporting_rank_is_never() {
-    let t = Telemetry::builder(LensConfig {
-        enabled: true,
-        metrics_enabled: false,
-        ..LensConfig::default()
-    })
+    let t = Telemetry::builder(
+        LensConfig::default()
+            .with_enabled(true)
+            .with_metrics_enabled(false),
+    )
     .rank(0)
     .world_size(8)
     .allow_reinit_for_testing(true)

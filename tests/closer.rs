@@ -111,11 +111,11 @@ impl SpanExporter for Stuck {
 
 #[test]
 fn shutdown_returns_within_its_timeout_when_the_exporter_hangs() {
-    let telemetry = Telemetry::builder(LensConfig {
-        enabled: true,
-        export_strategy: "all_ranks".into(),
-        ..LensConfig::default()
-    })
+    let telemetry = Telemetry::builder(
+        LensConfig::default()
+            .with_enabled(true)
+            .with_export_strategy("all_ranks"),
+    )
     .span_exporter(Stuck)
     .allow_reinit_for_testing(true)
     .build()

@@ -64,12 +64,12 @@ fn absent_killed_restarted_and_gone_collector() {
         std::env::set_var("OTEL_EXPORTER_OTLP_TIMEOUT", "1000");
         std::env::set_var("OTEL_BSP_SCHEDULE_DELAY", "100");
     }
-    let telemetry = Telemetry::builder(LensConfig {
-        enabled: true,
-        exporter: ExporterKind::Otlp,
-        metrics_enabled: false,
-        ..LensConfig::default()
-    })
+    let telemetry = Telemetry::builder(
+        LensConfig::default()
+            .with_enabled(true)
+            .with_exporter(ExporterKind::Otlp)
+            .with_metrics_enabled(false),
+    )
     .build()
     .unwrap();
     let _guard = tracing_subscriber::registry()

@@ -21,13 +21,11 @@ const THREADS: usize = 8;
 const STEPS: usize = 200;
 
 fn enabled() -> LensConfig {
-    LensConfig {
-        enabled: true,
-        export_strategy: "all_ranks".into(),
-        span_groups: "all".into(),
-        metrics_enabled: false,
-        ..LensConfig::default()
-    }
+    LensConfig::default()
+        .with_enabled(true)
+        .with_export_strategy("all_ranks")
+        .with_span_groups("all")
+        .with_metrics_enabled(false)
 }
 
 fn int(span: &SpanData, key: &str) -> i64 {

@@ -4,8 +4,7 @@
 
 use std::collections::HashMap;
 
-use nemo_lens::config::{DEFAULT_PREFIX, parse_bool, parse_float, parse_int};
-use nemo_lens::{ConfigSources, ExporterKind, LensConfig, LensError};
+use nemo_lens::{ExporterKind, LensConfig, LensError, Telemetry};
 use proptest::prelude::*;
 
 const BOOL_KEYS: [&str; 5] = [
@@ -18,6 +17,39 @@ const BOOL_KEYS: [&str; 5] = [
 
 const TRUE_WORDS: [&str; 4] = ["1", "true", "yes", "on"];
 const FALSE_WORDS: [&str; 4] = ["0", "false", "no", "off"];
+
+/// `NEMO_LENS_<key>=text`, read as the crate reads it; `field` picks the value. A blank `text`
+/// is unset, so the field keeps its default.
+fn read<T>(key: &str, text: &str, field: impl Fn(&LensConfig) -> T) -> nemo_lens::Result<T> {
+    let var = format!("NEMO_LENS_{key}");
+    LensConfig::from_lookup("NEMO_LENS", None, |k| (k == var).then(|| text.to_string()))
+        .map(|cfg| field(&cfg))
+}
+
+/// A boolean variable (`NEMO_LENS_ENABLED`).
+fn parse_bool(text: &str) -> nemo_lens::Result<bool> {
+    read("ENABLED", text, |c| c.enabled)
+}
+
+/// An integer variable (`NEMO_LENS_EXPORT_RANK`).
+fn parse_int(text: &str) -> nemo_lens::Result<i64> {
+    read("EXPORT_RANK", text, |c| c.export_rank)
+}
+
+/// A float variable (`NEMO_LENS_EXPORT_SAMPLE_RATE`, which must also lie in `[0, 1]`).
+fn parse_float(text: &str) -> nemo_lens::Result<f64> {
+    read("EXPORT_SAMPLE_RATE", text, |c| c.export_sample_rate)
+}
+
+/// How an error message shows a value: stripped, at most 64 characters, `…` when cut.
+fn shown(text: &str) -> String {
+    let t = text.trim();
+    let mut out: String = t.chars().take(64).collect();
+    if t.chars().count() > 64 {
+        out.push('…');
+    }
+    out
+}
 
 /// Reads the configuration from `vars` only.
 fn load(
@@ -70,7 +102,7 @@ fn mixed_case(s: &str) -> String {
 
 #[test]
 fn defaults_when_nothing_is_set() {
-    let cfg = load_ok(DEFAULT_PREFIX, None, &[]);
+    let cfg = load_ok("NEMO_LENS", None, &[]);
     assert_eq!(cfg, LensConfig::default());
     assert!(!cfg.enabled);
     assert_eq!(cfg.service_name, "nemo");
@@ -88,7 +120,6 @@ fn defaults_when_nothing_is_set() {
     assert_eq!(cfg.wandb_entity, "");
     assert_eq!(cfg.wandb_project, "");
     assert_eq!(cfg.console_path, None);
-    assert_eq!(cfg.sources, ConfigSources::default());
     // Same with a fallback prefix and nothing set under either.
     assert_eq!(
         load_ok("MEGATRON_OTEL", Some("NEMO_LENS"), &[]),
@@ -121,29 +152,24 @@ fn every_field_from_the_environment() {
             ("WANDB_PROJECT", "llm"),
         ],
     );
-    let expected = LensConfig {
-        enabled: true,
-        service_name: "trainer".into(),
-        export_strategy: "sampled".into(),
-        export_rank: 5,
-        export_sample_rate: 0.25,
-        sampler_enabled: true,
-        traces_enabled: false,
-        metrics_enabled: false,
-        logs_enabled: true,
-        logs_level: tracing_core::LevelFilter::WARN,
-        span_groups: "per_step,Checkpoint".into(),
-        exporter: ExporterKind::Console,
-        run_id: "run-42".into(),
-        user: "alice".into(),
-        wandb_entity: "team".into(),
-        wandb_project: "llm".into(),
-        console_path: Some("/tmp/lens-{rank}.jsonl".into()),
-        sources: ConfigSources {
-            export_strategy: Some("NEMO_LENS_EXPORT_STRATEGY".into()),
-            span_groups: Some("NEMO_LENS_SPAN_GROUPS".into()),
-        },
-    };
+    let expected = LensConfig::default()
+        .with_enabled(true)
+        .with_service_name("trainer")
+        .with_export_strategy("sampled")
+        .with_export_rank(5)
+        .with_export_sample_rate(0.25)
+        .with_sampler_enabled(true)
+        .with_traces_enabled(false)
+        .with_metrics_enabled(false)
+        .with_logs_enabled(true)
+        .with_logs_level(tracing_core::LevelFilter::WARN)
+        .with_span_groups("per_step,Checkpoint")
+        .with_exporter(ExporterKind::Console)
+        .with_run_id("run-42")
+        .with_user("alice")
+        .with_wandb_entity("team")
+        .with_wandb_project("llm")
+        .with_console_path(Some("/tmp/lens-{rank}.jsonl".into()));
     assert_eq!(cfg, expected);
 }
 
@@ -159,12 +185,7 @@ fn custom_prefix_without_fallback_ignores_other_prefixes() {
     assert!(!cfg.enabled);
     assert_eq!(cfg.export_rank, -1);
     assert_eq!(cfg.span_groups, "default");
-    assert_eq!(cfg.sources.span_groups, None);
     assert_eq!(cfg.export_strategy, "all_ranks");
-    assert_eq!(
-        cfg.sources.export_strategy.as_deref(),
-        Some("MEGATRON_OTEL_EXPORT_STRATEGY")
-    );
 }
 
 #[test]
@@ -218,13 +239,6 @@ fn fallback_prefix_is_used_only_when_primary_is_empty() {
     assert_eq!(cfg.span_groups, "per_step");
     assert_eq!(cfg.export_rank, 2);
     assert_eq!(cfg.user, "primary-user");
-    assert_eq!(
-        cfg.sources,
-        ConfigSources {
-            export_strategy: Some("MEGATRON_OTEL_EXPORT_STRATEGY".into()),
-            span_groups: Some("MEGATRON_OTEL_SPAN_GROUPS".into()),
-        }
-    );
 
     // Primary unset, empty or blank: the fallback is read.
     for primary in [None, Some(""), Some("   ")] {
@@ -264,13 +278,6 @@ fn fallback_prefix_is_used_only_when_primary_is_empty() {
         assert_eq!(cfg.run_id, "fb-run");
         assert_eq!(cfg.user, "fallback-user");
         assert_eq!(cfg.console_path.as_deref(), Some("/tmp/fb.jsonl"));
-        assert_eq!(
-            cfg.sources,
-            ConfigSources {
-                export_strategy: Some("NEMO_LENS_EXPORT_STRATEGY".into()),
-                span_groups: Some("NEMO_LENS_SPAN_GROUPS".into()),
-            }
-        );
     }
 
     // A blank fallback is unset too.
@@ -381,7 +388,7 @@ fn full_boolean_vocabulary_in_mixed_case() {
                 ] {
                     let cfg = load_ok("NEMO_LENS", None, &[(var.as_str(), spelled.as_str())]);
                     assert_eq!(bool_field(&cfg, key), expected, "{var}={spelled:?}");
-                    assert_eq!(parse_bool(&var, &spelled).unwrap(), expected);
+                    assert_eq!(parse_bool(&spelled).unwrap(), expected);
                 }
             }
         }
@@ -548,47 +555,58 @@ fn unknown_exporter_names_the_variable_and_the_accepted_values() {
     );
 }
 
+/// The variable a setup error names for a bad strategy and a bad span group read through
+/// `vars` (prefix `MEGATRON_OTEL`, fallback `NEMO_LENS`).
+fn setup_errors(vars: &[(&str, &str)]) -> (String, String) {
+    let cfg = load_ok("MEGATRON_OTEL", Some("NEMO_LENS"), vars);
+    let build = |cfg: LensConfig| {
+        Telemetry::builder(cfg.with_enabled(true))
+            .allow_reinit_for_testing(true)
+            .build()
+            .unwrap_err()
+            .to_string()
+    };
+    let mut good_strategy = cfg.clone();
+    good_strategy.export_strategy = "all_ranks".into();
+    let mut good_groups = cfg;
+    good_groups.span_groups = "default".into();
+    (build(good_groups), build(good_strategy))
+}
+
 #[test]
-fn sources_record_where_strategy_and_span_groups_came_from() {
-    let cfg = load_ok(
-        "MEGATRON_OTEL",
-        Some("NEMO_LENS"),
-        &[
-            ("MEGATRON_OTEL_EXPORT_STRATEGY", "all_ranks"),
-            ("NEMO_LENS_SPAN_GROUPS", "per_step"),
-        ],
+fn setup_errors_name_the_variable_strategy_and_span_groups_came_from() {
+    let (strategy, groups) = setup_errors(&[
+        ("MEGATRON_OTEL_EXPORT_STRATEGY", "no_such_strategy"),
+        ("NEMO_LENS_SPAN_GROUPS", "no_such_group"),
+    ]);
+    assert!(
+        strategy.contains("(from MEGATRON_OTEL_EXPORT_STRATEGY)"),
+        "{strategy}"
     );
-    assert_eq!(
-        cfg.sources.export_strategy.as_deref(),
-        Some("MEGATRON_OTEL_EXPORT_STRATEGY")
+    assert!(groups.contains("(from NEMO_LENS_SPAN_GROUPS)"), "{groups}");
+    let (strategy, groups) = setup_errors(&[
+        ("NEMO_LENS_EXPORT_STRATEGY", "no_such_strategy"),
+        ("MEGATRON_OTEL_SPAN_GROUPS", "no_such_group"),
+    ]);
+    assert!(
+        strategy.contains("(from NEMO_LENS_EXPORT_STRATEGY)"),
+        "{strategy}"
     );
-    assert_eq!(
-        cfg.sources.span_groups.as_deref(),
-        Some("NEMO_LENS_SPAN_GROUPS")
+    assert!(
+        groups.contains("(from MEGATRON_OTEL_SPAN_GROUPS)"),
+        "{groups}"
     );
-    let cfg = load_ok(
-        "MEGATRON_OTEL",
-        Some("NEMO_LENS"),
-        &[
-            ("NEMO_LENS_EXPORT_STRATEGY", "sampled"),
-            ("MEGATRON_OTEL_SPAN_GROUPS", "verbose"),
-        ],
-    );
-    assert_eq!(
-        cfg.sources.export_strategy.as_deref(),
-        Some("NEMO_LENS_EXPORT_STRATEGY")
-    );
-    assert_eq!(
-        cfg.sources.span_groups.as_deref(),
-        Some("MEGATRON_OTEL_SPAN_GROUPS")
-    );
-    // Defaults leave the sources empty.
-    let cfg = load_ok(
-        "MEGATRON_OTEL",
-        Some("NEMO_LENS"),
-        &[("MEGATRON_OTEL_ENABLED", "1")],
-    );
-    assert_eq!(cfg.sources, ConfigSources::default());
+    // Set in code: the error names the field.
+    let err = Telemetry::builder(
+        LensConfig::default()
+            .with_enabled(true)
+            .with_export_strategy("no_such_strategy"),
+    )
+    .allow_reinit_for_testing(true)
+    .build()
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("(from export_strategy)"), "{err}");
 }
 
 #[test]
@@ -606,11 +624,9 @@ fn parse_int_follows_python_int_for_decimal_text() {
         ("9223372036854775807", i64::MAX),
         ("-9223372036854775808", i64::MIN),
     ] {
-        assert_eq!(parse_int(var, text).unwrap(), value, "{text:?}");
+        assert_eq!(parse_int(text).unwrap(), value, "{text:?}");
     }
     for text in [
-        "",
-        " ",
         "1.5",
         "1e3",
         "0x10",
@@ -626,9 +642,9 @@ fn parse_int_follows_python_int_for_decimal_text() {
         "-",
         "9223372036854775808",
     ] {
-        let err = parse_int(var, text).unwrap_err();
+        let err = parse_int(text).unwrap_err();
         assert!(
-            matches!(&err, LensError::InvalidInt { var: v, value } if v == var && value == text),
+            matches!(&err, LensError::InvalidInt { var: v, value } if v == var && *value == shown(text)),
             "{text:?}: {err:?}"
         );
         assert!(err.to_string().contains(var));
@@ -776,29 +792,37 @@ proptest! {
 
     #[test]
     fn parsers_never_panic_and_errors_name_the_variable(s in any_text()) {
-        let var = "NEMO_LENS_SOME_VAR";
-        match parse_bool(var, &s) {
+        // A blank value is unset: the default stays.
+        let blank = s.trim().is_empty();
+        match parse_bool(&s) {
+            Ok(b) if blank => prop_assert!(!b),
             Ok(b) => prop_assert_eq!(Some(b), is_bool_word(&s)),
             Err(e) => {
-                prop_assert!(matches!(&e, LensError::InvalidBool { value, .. } if *value == s), "{:?}", e);
-                assert_typed_error_naming(&e, var);
+                prop_assert!(matches!(&e, LensError::InvalidBool { value, .. } if *value == shown(&s)), "{:?}", e);
+                assert_typed_error_naming(&e, "NEMO_LENS_ENABLED");
             }
         }
-        match parse_int(var, &s) {
+        match parse_int(&s) {
+            Ok(i) if blank => prop_assert_eq!(i, -1),
             Ok(i) => prop_assert_eq!(Some(i), s.trim().replace('_', "").parse::<i64>().ok()),
             Err(e) => {
-                prop_assert!(matches!(&e, LensError::InvalidInt { value, .. } if *value == s), "{:?}", e);
-                assert_typed_error_naming(&e, var);
+                prop_assert!(matches!(&e, LensError::InvalidInt { value, .. } if *value == shown(&s)), "{:?}", e);
+                assert_typed_error_naming(&e, "NEMO_LENS_EXPORT_RANK");
             }
         }
-        match parse_float(var, &s) {
+        match parse_float(&s) {
+            Ok(f) if blank => prop_assert_eq!(f, 1.0),
             Ok(f) => {
-                prop_assert!(f.is_finite());
+                prop_assert!((0.0..=1.0).contains(&f));
                 prop_assert_eq!(Some(f), s.trim().parse::<f64>().ok());
             }
             Err(e) => {
-                prop_assert!(matches!(&e, LensError::InvalidFloat { value, .. } if *value == s), "{:?}", e);
-                assert_typed_error_naming(&e, var);
+                prop_assert!(
+                    matches!(&e, LensError::InvalidFloat { value, .. } if *value == shown(&s))
+                        || matches!(&e, LensError::SampleRateOutOfRange { .. }),
+                    "{:?}", e
+                );
+                assert_typed_error_naming(&e, "NEMO_LENS_EXPORT_SAMPLE_RATE");
             }
         }
     }
@@ -849,12 +873,12 @@ proptest! {
                 }
                 prop_assert_eq!(
                     cfg.export_rank,
-                    set("EXPORT_RANK").map_or(-1, |v| parse_int("X", &v).unwrap())
+                    set("EXPORT_RANK").map_or(-1, |v| parse_int(&v).unwrap())
                 );
                 prop_assert!((0.0..=1.0).contains(&cfg.export_sample_rate));
                 prop_assert_eq!(
                     cfg.export_sample_rate,
-                    set("EXPORT_SAMPLE_RATE").map_or(1.0, |v| parse_float("X", &v).unwrap())
+                    set("EXPORT_SAMPLE_RATE").map_or(1.0, |v| parse_float(&v).unwrap())
                 );
                 prop_assert_eq!(&cfg.export_strategy, &set("EXPORT_STRATEGY").unwrap_or("single_rank".into()));
                 prop_assert_eq!(&cfg.span_groups, &set("SPAN_GROUPS").unwrap_or("default".into()));
@@ -898,12 +922,12 @@ proptest! {
                     }
                     "EXPORT_RANK" => {
                         prop_assert_eq!(var.as_str(), "MEGATRON_OTEL_EXPORT_RANK");
-                        parse_int("X", &value).is_err()
+                        parse_int(&value).is_err()
                     }
                     "EXPORT_SAMPLE_RATE" => {
                         prop_assert_eq!(var.as_str(), "MEGATRON_OTEL_EXPORT_SAMPLE_RATE");
-                        parse_float("X", &value).is_ok_and(|f| !(0.0..=1.0).contains(&f))
-                            || parse_float("X", &value).is_err()
+                        parse_float(&value).is_ok_and(|f| !(0.0..=1.0).contains(&f))
+                            || parse_float(&value).is_err()
                     }
                     "EXPORTER" => !value.eq_ignore_ascii_case("otlp") && !value.eq_ignore_ascii_case("console"),
                     other => panic!("error for a key that is never validated: {other}"),
@@ -919,10 +943,9 @@ proptest! {
         left in "[ \\t\\n]{0,2}",
         right in "[ \\t\\n]{0,2}",
     ) {
-        let var = "NEMO_LENS_EXPORT_RANK";
         let expected = s.parse::<i64>().ok();
-        prop_assert_eq!(parse_int(var, &s).ok(), expected);
-        prop_assert_eq!(parse_int(var, &format!("{left}{s}{right}")).ok(), expected);
+        prop_assert_eq!(parse_int(&s).ok(), expected);
+        prop_assert_eq!(parse_int(&format!("{left}{s}{right}")).ok(), expected);
     }
 
     #[test]
@@ -934,7 +957,7 @@ proptest! {
         let plain = format!("{sign}{}", groups.concat());
         let underscored = format!("{sign}{}", groups.join("_"));
         prop_assert_eq!(
-            parse_int("V", &underscored).ok(),
+            parse_int(&underscored).ok(),
             plain.parse::<i64>().ok()
         );
     }
@@ -966,9 +989,11 @@ proptest! {
             .map(|(c, u)| if *u { c.to_ascii_uppercase() } else { c })
             .collect();
         let text = format!("{left}{spelled}{right}");
-        prop_assert_eq!(parse_bool("V", &text).ok(), Some(expected), "{:?}", text);
+        prop_assert_eq!(parse_bool(&text).ok(), Some(expected), "{:?}", text);
         // Anything that is not one of the words (ignoring case and surrounding white space)
         // is rejected.
-        prop_assert_eq!(parse_bool("V", &other).ok(), is_bool_word(&other));
+        if !other.trim().is_empty() {
+            prop_assert_eq!(parse_bool(&other).ok(), is_bool_word(&other));
+        }
     }
 }

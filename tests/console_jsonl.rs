@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use nemo_lens::export::console::{ConsoleSpanExporter, resolve_path};
+use nemo_lens::export::ConsoleSpanExporter;
 use opentelemetry::trace::{Link, Span, SpanKind, Status, TraceContextExt, Tracer, TracerProvider};
 use opentelemetry::{Array, Context, KeyValue, Value};
 use opentelemetry_sdk::Resource;
@@ -618,4 +618,9 @@ fn rank_files_are_separate_and_appended_to() {
     let line = parse(line.trim_end());
     let attrs = line.get("resource").get("attributes");
     assert_eq!(attrs.get("telemetry.sdk.language").str(), "rust");
+}
+
+/// The file a `{rank}` template names for `rank` (the documented rule of `NEMO_LENS_CONSOLE_PATH`).
+fn resolve_path(template: &str, rank: u32) -> std::path::PathBuf {
+    template.replace("{rank}", &rank.to_string()).into()
 }

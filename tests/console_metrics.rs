@@ -11,8 +11,8 @@ use std::path::Path;
 use std::thread;
 use std::time::Duration;
 
-use nemo_lens::export::console::{ConsoleSpanExporter, ConsoleWriter};
-use nemo_lens::export::console_metrics::ConsoleMetricExporter;
+use nemo_lens::export::ConsoleMetricExporter;
+use nemo_lens::export::{ConsoleSpanExporter, ConsoleWriter};
 use nemo_lens::{ExporterKind, InferenceMetrics, LensConfig, Telemetry};
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::MeterProvider as _;
@@ -133,14 +133,12 @@ fn same_as_python(ours: &Value, theirs: &Value, path: &str) {
 fn metric_lines_match_the_python_fixture_and_share_the_span_file() {
     let dir = tempfile::tempdir().unwrap();
     let template = dir.path().join("lens-{rank}.jsonl");
-    let config = LensConfig {
-        enabled: true,
-        exporter: ExporterKind::Console,
-        export_strategy: "all_ranks".into(),
-        span_groups: "all".into(),
-        console_path: Some(template.to_str().unwrap().to_owned()),
-        ..LensConfig::default()
-    };
+    let config = LensConfig::default()
+        .with_enabled(true)
+        .with_exporter(ExporterKind::Console)
+        .with_export_strategy("all_ranks")
+        .with_span_groups("all")
+        .with_console_path(Some(template.to_str().unwrap().to_owned()));
     let t = Telemetry::builder(config)
         .rank(3)
         .world_size(8)

@@ -7,11 +7,9 @@ use nemo_lens::testing::CollectingExporter;
 use nemo_lens::{LensConfig, LensError, Telemetry};
 
 fn enabled() -> LensConfig {
-    LensConfig {
-        enabled: true,
-        export_strategy: "all_ranks".into(),
-        ..LensConfig::default()
-    }
+    LensConfig::default()
+        .with_enabled(true)
+        .with_export_strategy("all_ranks")
 }
 
 #[test]

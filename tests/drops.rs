@@ -32,11 +32,9 @@ impl LogExporter for Refuse {
 }
 
 fn enabled() -> LensConfig {
-    LensConfig {
-        enabled: true,
-        logs_enabled: true,
-        ..LensConfig::default()
-    }
+    LensConfig::default()
+        .with_enabled(true)
+        .with_logs_enabled(true)
 }
 
 /// The `nemo.lens.dropped` value of `signal` in the last export that has it.
@@ -97,12 +95,10 @@ fn refused_spans_and_log_records_are_counted_and_exported_as_a_metric() {
 #[test]
 fn failed_metric_exports_are_counted() {
     // Every write to /dev/full fails (ENOSPC): the console exporters cannot write anything.
-    let config = LensConfig {
-        exporter: ExporterKind::Console,
-        console_path: Some("/dev/full".into()),
-        logs_enabled: false,
-        ..enabled()
-    };
+    let config = enabled()
+        .with_exporter(ExporterKind::Console)
+        .with_console_path(Some("/dev/full".into()))
+        .with_logs_enabled(false);
     let t = Telemetry::builder(config)
         .allow_reinit_for_testing(true)
         .build()
@@ -150,11 +146,11 @@ fn a_full_log_queue_drops_and_counts_instead_of_blocking() {
             Ok(())
         }
     }
-    let t = Telemetry::builder(LensConfig {
-        traces_enabled: false,
-        metrics_enabled: false,
-        ..enabled()
-    })
+    let t = Telemetry::builder(
+        enabled()
+            .with_traces_enabled(false)
+            .with_metrics_enabled(false),
+    )
     .env_lookup(|k| match k {
         "OTEL_BLRP_MAX_QUEUE_SIZE" => Some("16".into()),
         "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE" => Some("16".into()),

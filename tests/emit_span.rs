@@ -7,8 +7,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
-use nemo_lens::emit::{EmitSpan, EpochSeconds, emit_span};
 use nemo_lens::testing::{CollectingExporter, SpanCapture};
+use nemo_lens::{EmitSpan, EpochSeconds, emit_span};
 use nemo_lens::{LensConfig, LensError, semconv};
 use opentelemetry::trace::{TraceContextExt, Tracer, TracerProvider as _};
 use opentelemetry::{Context, KeyValue, Value};
@@ -37,11 +37,7 @@ fn group_gate_decides_before_any_work() {
     assert!(exporter.spans().is_empty());
 
     // With the real telemetry and `step` enabled, the same call emits through its tracer.
-    let capture = SpanCapture::with_config(LensConfig {
-        span_groups: "step".into(),
-        ..LensConfig::default()
-    })
-    .unwrap();
+    let capture = SpanCapture::with_config(LensConfig::default().with_span_groups("step")).unwrap();
     let tracer = capture.telemetry().tracer();
     let cx = EmitSpan::new("prefetch", 100.0, 101.5)
         .group("step")

@@ -209,11 +209,9 @@ fn sigint_truncates_open_spans_flushes_and_dies_by_the_signal() {
 #[test]
 fn a_panic_on_a_worker_thread_is_recorded_without_ending_the_run() {
     use nemo_lens::testing::SpanCapture;
-    let capture = SpanCapture::with_config(nemo_lens::LensConfig {
-        span_groups: "default".into(),
-        ..nemo_lens::LensConfig::default()
-    })
-    .unwrap();
+    let capture =
+        SpanCapture::with_config(nemo_lens::LensConfig::default().with_span_groups("default"))
+            .unwrap();
     capture.telemetry().install_panic_hook();
     let subscriber = capture.subscriber();
     let dispatch = tracing::Dispatch::new(subscriber);

@@ -18,14 +18,12 @@ const SCENARIO_VAR: &str = "LENSTEST_FORK_SCENARIO";
 const DIR_VAR: &str = "LENSTEST_FORK_DIR";
 
 fn console_to(path: &Path) -> LensConfig {
-    LensConfig {
-        enabled: true,
-        export_strategy: "all_ranks".into(),
-        exporter: ExporterKind::Console,
-        console_path: Some(path.display().to_string()),
-        metrics_enabled: false,
-        ..LensConfig::default()
-    }
+    LensConfig::default()
+        .with_enabled(true)
+        .with_export_strategy("all_ranks")
+        .with_exporter(ExporterKind::Console)
+        .with_console_path(Some(path.display().to_string()))
+        .with_metrics_enabled(false)
 }
 
 fn spans_in(path: &Path) -> Vec<Value> {

@@ -4,11 +4,7 @@ use nemo_lens::testing::SpanCapture;
 use nemo_lens::{LensConfig, LensError, groups};
 
 fn capture(spec: &str) -> SpanCapture {
-    SpanCapture::with_config(LensConfig {
-        span_groups: spec.into(),
-        ..LensConfig::default()
-    })
-    .unwrap()
+    SpanCapture::with_config(LensConfig::default().with_span_groups(spec)).unwrap()
 }
 
 #[tracing::instrument(fields(nemo.group.step))]

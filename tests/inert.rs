@@ -53,8 +53,8 @@ fn build(config: LensConfig, rank: u32, world_size: u32) -> (Telemetry, isize, i
         .world_size(world_size)
         .build()
         .unwrap();
-    // Give any thread a started provider would spawn the time to appear.
-    std::thread::sleep(std::time::Duration::from_millis(100));
+    // No wait: `std::thread::spawn` returns once the thread exists, so a thread a provider
+    // starts is counted here (`an_exporting_rank_does_start_its_pipeline` checks that).
     let (t1, f1) = (threads(), descriptors());
     (
         telemetry,
@@ -97,13 +97,11 @@ fn non_exporting_rank_builds_nothing() {
     if in_child("non_exporting_rank_builds_nothing") {
         // single_rank: only rank 7 of 8 exports. OTLP/gRPC would start a runtime if built.
         // Every pipeline switched on (the OTLP exporter by default): still nothing on this rank.
-        let config = LensConfig {
-            enabled: true,
-            traces_enabled: true,
-            metrics_enabled: true,
-            logs_enabled: true,
-            ..LensConfig::default()
-        };
+        let config = LensConfig::default()
+            .with_enabled(true)
+            .with_traces_enabled(true)
+            .with_metrics_enabled(true)
+            .with_logs_enabled(true);
         let (t, threads, fds) = build(config, 0, 8);
         assert!(!t.is_exporting());
         assert_eq!((threads, fds), (0, 0), "new threads, new descriptors");
@@ -117,15 +115,13 @@ fn unsampled_rank_records_nothing() {
     if in_child("unsampled_rank_records_nothing") {
         // all_ranks + sampler at 0.1: rank 0 (md5 value 0.785) is not sampled. Metrics are
         // off, so nothing at all is built; traces are built but the layer is inert.
-        let config = LensConfig {
-            enabled: true,
-            export_strategy: "all_ranks".into(),
-            sampler_enabled: true,
-            export_sample_rate: 0.1,
-            metrics_enabled: false,
-            exporter: nemo_lens::ExporterKind::Console,
-            ..LensConfig::default()
-        };
+        let config = LensConfig::default()
+            .with_enabled(true)
+            .with_export_strategy("all_ranks")
+            .with_sampler_enabled(true)
+            .with_export_sample_rate(0.1)
+            .with_metrics_enabled(false)
+            .with_exporter(nemo_lens::ExporterKind::Console);
         let (t, _, _) = build(config, 0, 8);
         assert!(t.is_exporting());
         assert!(
@@ -140,11 +136,9 @@ fn unsampled_rank_records_nothing() {
 fn an_exporting_rank_does_start_its_pipeline() {
     // The counterpart that shows the counts above can fail.
     if in_child("an_exporting_rank_does_start_its_pipeline") {
-        let config = LensConfig {
-            enabled: true,
-            exporter: nemo_lens::ExporterKind::Console,
-            ..LensConfig::default()
-        };
+        let config = LensConfig::default()
+            .with_enabled(true)
+            .with_exporter(nemo_lens::ExporterKind::Console);
         let (t, threads, _) = build(config, 0, 1);
         assert!(t.is_exporting());
         assert!(threads >= 1, "the batch processor thread");

@@ -260,11 +260,9 @@ impl std::io::Write for Buffer {
 #[test]
 fn composes_with_fmt_and_leaves_its_callsites_alone() {
     // A disabled group is `never` for the lens layer only: fmt still sees the span's events.
-    let capture = SpanCapture::with_config(nemo_lens::LensConfig {
-        span_groups: "default".into(),
-        ..Default::default()
-    })
-    .unwrap();
+    let capture =
+        SpanCapture::with_config(nemo_lens::LensConfig::default().with_span_groups("default"))
+            .unwrap();
     let out = Buffer::default();
     let writer = out.clone();
     let subscriber = tracing_subscriber::registry()

@@ -8,23 +8,20 @@ use serde_json::Value;
 use tracing_subscriber::prelude::*;
 
 fn console_config(dir: &tempfile::TempDir) -> LensConfig {
-    LensConfig {
-        enabled: true,
-        logs_enabled: true,
-        metrics_enabled: false,
-        exporter: ExporterKind::Console,
-        console_path: Some(dir.path().join("rank{rank}.jsonl").display().to_string()),
-        ..LensConfig::default()
-    }
+    LensConfig::default()
+        .with_enabled(true)
+        .with_logs_enabled(true)
+        .with_metrics_enabled(false)
+        .with_exporter(ExporterKind::Console)
+        .with_console_path(Some(
+            dir.path().join("rank{rank}.jsonl").display().to_string(),
+        ))
 }
 
 /// Runs `body` under a console-exporting telemetry on rank 2 of 4 (exporting with
 /// `export_rank = 2`) and returns the parsed lines of its file.
 fn run(config: LensConfig, dir: &tempfile::TempDir, body: impl FnOnce()) -> Vec<Value> {
-    let config = LensConfig {
-        export_rank: 2,
-        ..config
-    };
+    let config = config.with_export_rank(2);
     let telemetry = Telemetry::builder(config)
         .rank(2)
         .world_size(4)
@@ -138,10 +135,7 @@ fn level_threshold_defaults_to_info_and_is_configurable() {
         (k == "NEMO_LENS_LOGS_LEVEL").then(|| "error".to_string())
     })
     .unwrap();
-    let config = LensConfig {
-        logs_level: config.logs_level,
-        ..console_config(&dir)
-    };
+    let config = (console_config(&dir)).with_logs_level(config.logs_level);
     let lines = run(config, &dir, || {
         tracing::warn!("warn line");
         tracing::error!("error line");
@@ -188,27 +182,21 @@ fn exporter_stack_targets_are_never_bridged() {
 #[test]
 fn no_log_bridge_without_logs_enabled_or_on_a_non_exporting_rank() {
     let dir = tempfile::tempdir().unwrap();
-    let off = Telemetry::builder(LensConfig {
-        logs_enabled: false,
-        ..console_config(&dir)
-    })
-    .allow_reinit_for_testing(true)
-    .build()
-    .unwrap();
+    let off = Telemetry::builder((console_config(&dir)).with_logs_enabled(false))
+        .allow_reinit_for_testing(true)
+        .build()
+        .unwrap();
     assert!(
         off.layer::<tracing_subscriber::Registry>()
             .log_filter()
             .is_none()
     );
-    let other_rank = Telemetry::builder(LensConfig {
-        export_rank: 0,
-        ..console_config(&dir)
-    })
-    .rank(1)
-    .world_size(2)
-    .allow_reinit_for_testing(true)
-    .build()
-    .unwrap();
+    let other_rank = Telemetry::builder((console_config(&dir)).with_export_rank(0))
+        .rank(1)
+        .world_size(2)
+        .allow_reinit_for_testing(true)
+        .build()
+        .unwrap();
     assert!(
         other_rank
             .layer::<tracing_subscriber::Registry>()

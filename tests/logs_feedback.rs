@@ -53,14 +53,12 @@ fn collector_down_errors_go_to_fmt_never_into_the_log_pipeline() {
     tracing_log::LogTracer::init().unwrap();
 
     let logs = InMemoryLogExporter::default();
-    let config = LensConfig {
-        enabled: true,
-        logs_enabled: true,
-        metrics_enabled: false,
-        logs_level: tracing_core::LevelFilter::TRACE,
-        exporter: ExporterKind::Otlp,
-        ..LensConfig::default()
-    };
+    let config = LensConfig::default()
+        .with_enabled(true)
+        .with_logs_enabled(true)
+        .with_metrics_enabled(false)
+        .with_logs_level(tracing_core::LevelFilter::TRACE)
+        .with_exporter(ExporterKind::Otlp);
     let telemetry = Telemetry::builder(config)
         .log_exporter(logs.clone())
         .build()
@@ -112,7 +110,7 @@ fn collector_down_errors_go_to_fmt_never_into_the_log_pipeline() {
     );
     for r in &records {
         let target = r.record.target().map(|t| t.to_string()).unwrap_or_default();
-        for internal in nemo_lens::filter::INTERNAL_TARGETS {
+        for internal in nemo_lens::INTERNAL_TARGETS {
             assert!(
                 !target.starts_with(internal),
                 "internal record bridged: {r:#?}"

@@ -304,11 +304,9 @@ fn training_metrics_carry_the_callers_attributes_and_step_buckets() {
 
 #[test]
 fn a_non_exporting_rank_records_into_a_no_op_meter() {
-    let config = LensConfig {
-        enabled: true,
-        export_strategy: "single_rank".into(),
-        ..LensConfig::default()
-    };
+    let config = LensConfig::default()
+        .with_enabled(true)
+        .with_export_strategy("single_rank");
     // Rank 0 of 4: single_rank exports from the last rank only.
     let t = Telemetry::builder(config)
         .rank(0)

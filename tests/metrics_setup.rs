@@ -18,14 +18,12 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn console(path: Option<String>) -> LensConfig {
-    LensConfig {
-        enabled: true,
-        exporter: ExporterKind::Console,
-        export_strategy: "all_ranks".into(),
-        traces_enabled: false,
-        console_path: path,
-        ..LensConfig::default()
-    }
+    LensConfig::default()
+        .with_enabled(true)
+        .with_exporter(ExporterKind::Console)
+        .with_export_strategy("all_ranks")
+        .with_traces_enabled(false)
+        .with_console_path(path)
 }
 
 fn interval_env(value: &'static str) -> impl Fn(&str) -> Option<String> + Send + Sync + 'static {
@@ -63,10 +61,7 @@ fn a_malformed_interval_is_a_typed_error_on_every_enabled_rank() {
     for raw in ["10s", "-5", "0", "1.5", "ten"] {
         for (rank, world_size) in [(0, 1), (0, 4)] {
             // single_rank: rank 0 of 4 does not export, and fails all the same.
-            let config = LensConfig {
-                export_strategy: "single_rank".into(),
-                ..console(None)
-            };
+            let config = console(None).with_export_strategy("single_rank");
             let err = Telemetry::builder(config)
                 .rank(rank)
                 .world_size(world_size)
@@ -95,10 +90,7 @@ fn a_malformed_interval_is_a_typed_error_on_every_enabled_rank() {
         .env_lookup(interval_env("ten"))
         .build()
         .unwrap();
-    let metrics_off = LensConfig {
-        metrics_enabled: false,
-        ..console(None)
-    };
+    let metrics_off = console(None).with_metrics_enabled(false);
     Telemetry::builder(metrics_off)
         .env_lookup(interval_env("ten"))
         .allow_reinit_for_testing(true)
@@ -156,10 +148,7 @@ fn the_meter_provider_is_global_and_exports_on_its_interval() {
 fn otlp_metrics_need_no_application_runtime_and_shutdown_is_bounded() {
     let _s = serial();
     for protocol in ["grpc", "http/protobuf", "http/json"] {
-        let config = LensConfig {
-            exporter: ExporterKind::Otlp,
-            ..console(None)
-        };
+        let config = console(None).with_exporter(ExporterKind::Otlp);
         let t = Telemetry::builder(config)
             .env_lookup(move |k| {
                 (k == "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL").then(|| protocol.into())
@@ -181,10 +170,7 @@ fn otlp_metrics_need_no_application_runtime_and_shutdown_is_bounded() {
 
 #[test]
 fn a_bad_metrics_protocol_names_the_variable() {
-    let config = LensConfig {
-        exporter: ExporterKind::Otlp,
-        ..console(None)
-    };
+    let config = console(None).with_exporter(ExporterKind::Otlp);
     let err = Telemetry::builder(config)
         .env_lookup(|k| (k == "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL").then(|| "udp".into()))
         .allow_reinit_for_testing(true)
@@ -225,14 +211,8 @@ fn ranks_that_do_not_export_metrics_build_no_provider_and_start_no_thread() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    let non_exporting = LensConfig {
-        export_strategy: "single_rank".into(),
-        ..console(None)
-    };
-    let metrics_off = LensConfig {
-        metrics_enabled: false,
-        ..console(None)
-    };
+    let non_exporting = console(None).with_export_strategy("single_rank");
+    let metrics_off = console(None).with_metrics_enabled(false);
     let cases = [
         (LensConfig::default(), 0, 1),
         (non_exporting, 0, 4),

@@ -48,7 +48,7 @@ fn vm_rss_kib() -> u64 {
 
 fn forward_pass(forward: &tracing::Span, pass: u64) {
     let _e = forward.enter();
-    if pass % 100 == 0 {
+    if pass.is_multiple_of(100) {
         let layer = tracing::info_span!("attention", nemo.group.forward_backward = Empty, pass);
         let _l = layer.enter();
         tracing::info!(pass, "activations checked");
@@ -59,13 +59,13 @@ fn forward_pass(forward: &tracing::Span, pass: u64) {
 #[ignore = "child process of resident_memory_is_flat_over_millions_of_reentries"]
 fn child_reenters_one_span() {
     let exported = Counting::default();
-    let telemetry = Telemetry::builder(LensConfig {
-        enabled: true,
-        export_strategy: "all_ranks".into(),
-        span_groups: "all".into(),
-        metrics_enabled: false,
-        ..LensConfig::default()
-    })
+    let telemetry = Telemetry::builder(
+        LensConfig::default()
+            .with_enabled(true)
+            .with_export_strategy("all_ranks")
+            .with_span_groups("all")
+            .with_metrics_enabled(false),
+    )
     .span_exporter(exported.clone())
     .build()
     .expect("telemetry");

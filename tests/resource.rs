@@ -1,13 +1,13 @@
-//! Resource composition (`nemo_lens::resource`): precedence, run ids and detectors.
+//! Resource composition (`Telemetry::resource`): precedence, run ids and detectors, through a
+//! real exporting setup whose pipelines are all switched off.
 //!
 //! Every test reads the environment from a `HashMap`, never from the process. Tests that are not
 //! about GPU detection set `CUDA_VISIBLE_DEVICES` so that no `nvidia-smi` is spawned.
 
 use std::collections::HashMap;
 
-use nemo_lens::LensConfig;
-use nemo_lens::resource::{build_resource, resolve_run_id};
 use nemo_lens::semconv;
+use nemo_lens::{LensConfig, Telemetry};
 use opentelemetry::{Key, KeyValue, Value};
 use opentelemetry_sdk::Resource;
 
@@ -20,17 +20,44 @@ fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     map
 }
 
-fn lookup(map: &HashMap<String, String>) -> impl Fn(&str) -> Option<String> + '_ {
-    move |name| map.get(name).cloned()
+fn config(run_id: &str) -> LensConfig {
+    LensConfig::default()
+        .with_service_name("trainer")
+        .with_run_id(run_id)
 }
 
-// `LensConfig` has a crate-private field, so struct update syntax is not available here.
-#[allow(clippy::field_reassign_with_default)]
-fn config(run_id: &str) -> LensConfig {
-    let mut cfg = LensConfig::default();
-    cfg.service_name = "trainer".into();
-    cfg.run_id = run_id.into();
-    cfg
+/// An exporting setup (every pipeline off: nothing is exported, the resource is still built)
+/// reading the environment from `map`.
+fn telemetry(
+    cfg: &LensConfig,
+    rank: u32,
+    world: u32,
+    caller: &[KeyValue],
+    map: &HashMap<String, String>,
+) -> Telemetry {
+    let map = map.clone();
+    let cfg = cfg
+        .clone()
+        .with_enabled(true)
+        .with_export_strategy("all_ranks")
+        .with_traces_enabled(false)
+        .with_metrics_enabled(false)
+        .with_logs_enabled(false);
+    Telemetry::builder(cfg)
+        .rank(rank)
+        .world_size(world)
+        .resource_attributes(caller.to_vec())
+        .env_lookup(move |name| map.get(name).cloned())
+        .allow_reinit_for_testing(true)
+        .build()
+        .unwrap()
+}
+
+/// The run id setup resolves from `run_id` and `map`.
+fn resolve_run_id(run_id: &str, map: &HashMap<String, String>) -> String {
+    telemetry(&config(run_id), 0, 1, &[], map)
+        .run_id()
+        .to_owned()
 }
 
 fn build(
@@ -40,7 +67,10 @@ fn build(
     caller: &[KeyValue],
     map: &HashMap<String, String>,
 ) -> Resource {
-    build_resource(cfg, rank, world, caller, &lookup(map))
+    telemetry(cfg, rank, world, caller, map)
+        .resource()
+        .expect("an exporting rank has a resource")
+        .clone()
 }
 
 fn get(res: &Resource, key: &str) -> Option<Value> {
@@ -84,14 +114,14 @@ fn base_attributes_have_the_right_values_and_types() {
 #[test]
 fn rank_extremes_are_integers() {
     let map = env(&[]);
-    let res = build(&config("r"), u32::MAX, u32::MAX, &[], &map);
+    let res = build(&config("r"), u32::MAX - 1, u32::MAX, &[], &map);
     assert_eq!(
         get(&res, semconv::DL_RANK),
-        Some(Value::I64(i64::from(u32::MAX)))
+        Some(Value::I64(i64::from(u32::MAX - 1)))
     );
     assert_eq!(
         get_str(&res, semconv::SERVICE_INSTANCE_ID),
-        s("r-rank4294967295")
+        s("r-rank4294967294")
     );
 }
 
@@ -232,25 +262,24 @@ fn is_hex12(id: &str) -> bool {
 #[test]
 fn explicit_run_id_wins_over_slurm() {
     let map = env(&[("SLURM_JOB_ID", "123")]);
-    assert_eq!(resolve_run_id("my-run", &lookup(&map)), "my-run");
+    assert_eq!(resolve_run_id("my-run", &map), "my-run");
 }
 
 #[test]
 fn slurm_job_id_is_the_fallback_run_id() {
     let map = env(&[("SLURM_JOB_ID", "123")]);
-    assert_eq!(resolve_run_id("", &lookup(&map)), "123");
+    assert_eq!(resolve_run_id("", &map), "123");
 }
 
 #[test]
 fn random_run_id_is_12_hex_and_fresh() {
     let map = env(&[("SLURM_JOB_ID", "")]);
-    let a = resolve_run_id("", &lookup(&map));
-    let b = resolve_run_id("", &lookup(&map));
+    let a = resolve_run_id("", &map);
+    let b = resolve_run_id("", &map);
     assert!(is_hex12(&a), "{a}");
     assert!(is_hex12(&b), "{b}");
     assert_ne!(a, b);
-    let none = |_: &str| None;
-    assert!(is_hex12(&resolve_run_id("", &none)));
+    assert!(is_hex12(&resolve_run_id("", &HashMap::new())));
 }
 
 #[test]
@@ -265,11 +294,11 @@ fn service_instance_id_is_run_id_dash_rank() {
 }
 
 #[test]
-fn empty_run_id_omits_run_attributes() {
+fn an_empty_run_id_is_resolved_before_the_resource_is_built() {
     let map = env(&[("SLURM_JOB_ID", "77")]);
     let res = build(&config(""), 5, 8, &[], &map);
-    assert_eq!(get(&res, semconv::SERVICE_INSTANCE_ID), None);
-    assert_eq!(get(&res, semconv::NEMO_RUN_ID), None);
+    assert_eq!(get_str(&res, semconv::SERVICE_INSTANCE_ID), s("77-rank5"));
+    assert_eq!(get_str(&res, semconv::NEMO_RUN_ID), s("77"));
 }
 
 #[test]
@@ -528,7 +557,7 @@ mod nvidia_smi {
     }
 
     fn gpu_count(map: &HashMap<String, String>) -> Option<Value> {
-        let res = build_resource(&config("r"), 0, 1, &[], &lookup(map));
+        let res = build(&config("r"), 0, 1, &[], map);
         get(&res, semconv::HOST_GPU_COUNT)
     }
 

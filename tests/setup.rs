@@ -12,12 +12,10 @@ use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 use tracing_subscriber::prelude::*;
 
 fn enabled() -> LensConfig {
-    LensConfig {
-        enabled: true,
-        export_strategy: "all_ranks".into(),
-        span_groups: "all".into(),
-        ..LensConfig::default()
-    }
+    LensConfig::default()
+        .with_enabled(true)
+        .with_export_strategy("all_ranks")
+        .with_span_groups("all")
 }
 
 #[test]
@@ -77,10 +75,7 @@ fn rank_must_be_below_world_size() {
 
 #[test]
 fn sample_rate_of_a_config_built_in_code_is_checked() {
-    let config = LensConfig {
-        export_sample_rate: -0.5,
-        ..LensConfig::default()
-    };
+    let config = LensConfig::default().with_export_sample_rate(-0.5);
     assert!(matches!(
         Telemetry::builder(config).build(),
         Err(LensError::SampleRateOutOfRange { .. })
@@ -89,10 +84,7 @@ fn sample_rate_of_a_config_built_in_code_is_checked() {
 
 #[test]
 fn single_rank_exports_from_the_last_rank_by_default() {
-    let cfg = LensConfig {
-        enabled: true,
-        ..LensConfig::default()
-    };
+    let cfg = LensConfig::default().with_enabled(true);
     for rank in 0..4 {
         let t = Telemetry::builder(cfg.clone())
             .rank(rank)
@@ -108,17 +100,14 @@ fn single_rank_exports_from_the_last_rank_by_default() {
 #[test]
 fn a_strategy_closure_overrides_the_registry() {
     for rank in 0..4 {
-        let t = Telemetry::builder(LensConfig {
-            enabled: true,
-            ..LensConfig::default()
-        })
-        .rank(rank)
-        .world_size(4)
-        .export_strategy(|_, r, _| r % 2 == 0)
-        .span_exporter(CollectingExporter::default())
-        .allow_reinit_for_testing(true)
-        .build()
-        .unwrap();
+        let t = Telemetry::builder(LensConfig::default().with_enabled(true))
+            .rank(rank)
+            .world_size(4)
+            .export_strategy(|_, r, _| r % 2 == 0)
+            .span_exporter(CollectingExporter::default())
+            .allow_reinit_for_testing(true)
+            .build()
+            .unwrap();
         assert_eq!(t.is_exporting(), rank % 2 == 0);
     }
 }
@@ -171,19 +160,16 @@ fn extra_processors_see_every_span_and_the_exporter_still_gets_them() {
 fn processors_are_not_built_on_a_non_exporting_rank() {
     let built = Arc::new(AtomicUsize::new(0));
     let b = built.clone();
-    let t = Telemetry::builder(LensConfig {
-        enabled: true,
-        ..LensConfig::default()
-    })
-    .rank(0)
-    .world_size(2)
-    .span_processor(move || {
-        b.fetch_add(1, Ordering::SeqCst);
-        Counting::default()
-    })
-    .allow_reinit_for_testing(true)
-    .build()
-    .unwrap();
+    let t = Telemetry::builder(LensConfig::default().with_enabled(true))
+        .rank(0)
+        .world_size(2)
+        .span_processor(move || {
+            b.fetch_add(1, Ordering::SeqCst);
+            Counting::default()
+        })
+        .allow_reinit_for_testing(true)
+        .build()
+        .unwrap();
     assert!(!t.is_exporting());
     assert_eq!(built.load(Ordering::SeqCst), 0);
     assert!(t.resource().is_none());
@@ -191,16 +177,13 @@ fn processors_are_not_built_on_a_non_exporting_rank() {
 
 #[test]
 fn the_resource_carries_rank_and_run_identity() {
-    let t = Telemetry::builder(LensConfig {
-        run_id: "demo42".into(),
-        ..enabled()
-    })
-    .rank(3)
-    .world_size(8)
-    .span_exporter(CollectingExporter::default())
-    .allow_reinit_for_testing(true)
-    .build()
-    .unwrap();
+    let t = Telemetry::builder(enabled().with_run_id("demo42"))
+        .rank(3)
+        .world_size(8)
+        .span_exporter(CollectingExporter::default())
+        .allow_reinit_for_testing(true)
+        .build()
+        .unwrap();
     let r = t.resource().unwrap();
     let get = |k: &str| r.get(&opentelemetry::Key::from(k.to_string()));
     assert_eq!(get("dl.rank"), Some(opentelemetry::Value::I64(3)));

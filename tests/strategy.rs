@@ -123,11 +123,9 @@ fn rank_sample_value_lies_in_unit_interval_on_four_decimals() {
 }
 
 fn cfg(export_rank: i64, rate: f64) -> LensConfig {
-    LensConfig {
-        export_rank,
-        export_sample_rate: rate,
-        ..LensConfig::default()
-    }
+    LensConfig::default()
+        .with_export_rank(export_rank)
+        .with_export_sample_rate(rate)
 }
 
 fn exporting_ranks(strategy: &ExportStrategy, config: &LensConfig, world: u32) -> Vec<u32> {

@@ -105,13 +105,11 @@ impl Built {
 
 /// An enabled config exporting on every rank, with `groups` enabled and no metrics.
 pub fn exporting_config(groups: &str) -> LensConfig {
-    LensConfig {
-        enabled: true,
-        export_strategy: "all_ranks".into(),
-        span_groups: groups.into(),
-        metrics_enabled: false,
-        ..LensConfig::default()
-    }
+    LensConfig::default()
+        .with_enabled(true)
+        .with_export_strategy("all_ranks")
+        .with_span_groups(groups)
+        .with_metrics_enabled(false)
 }
 
 /// A lens telemetry with a [`Discard`] exporter behind the default batch processor.
@@ -145,11 +143,9 @@ pub fn build(wiring: Wiring) -> Built {
             let t = match wiring {
                 Wiring::LensNonExporting => {
                     let t = lens(
-                        LensConfig {
-                            enabled: true,
-                            metrics_enabled: false,
-                            ..LensConfig::default()
-                        },
+                        LensConfig::default()
+                            .with_enabled(true)
+                            .with_metrics_enabled(false),
                         0,
                         8,
                         exported,

@@ -33,7 +33,7 @@
 //! use std::sync::Arc;
 //! use std::sync::atomic::{AtomicU64, Ordering};
 //! use std::time::Duration;
-//! use nemo_lens::export::batch::{BatchConfig, BatchExport, Batcher};
+//! use nemo_lens::export::{BatchConfig, BatchExport, Batcher};
 //!
 //! struct Print;
 //! impl BatchExport<String> for Print {
@@ -80,7 +80,7 @@ pub const MAX_QUEUE_SIZE_LIMIT: usize = 1 << 24;
 /// Sizes and timeouts of a [`Batcher`].
 ///
 /// ```
-/// let c = nemo_lens::export::batch::BatchConfig::default();
+/// let c = nemo_lens::export::BatchConfig::default();
 /// assert_eq!((c.max_queue_size, c.max_export_batch_size), (2048, 512));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,7 +138,7 @@ impl BatchConfig {
     /// for log records), over the defaults.
     ///
     /// ```
-    /// use nemo_lens::export::batch::BatchConfig;
+    /// use nemo_lens::export::BatchConfig;
     /// let env = |k: &str| (k == "OTEL_BSP_MAX_QUEUE_SIZE").then(|| " 100 ".to_string());
     /// assert_eq!(BatchConfig::from_env("OTEL_BSP", &env).unwrap().max_queue_size, 100);
     /// let bad = |k: &str| (k == "OTEL_BSP_SCHEDULE_DELAY").then(|| "5s".to_string());
@@ -153,7 +153,7 @@ impl BatchConfig {
     /// `OTEL_BLRP_SCHEDULE_DELAY` default of the OpenTelemetry specification).
     ///
     /// ```
-    /// let d = nemo_lens::export::batch::BatchConfig::logs_default();
+    /// let d = nemo_lens::export::BatchConfig::logs_default();
     /// assert_eq!(d.scheduled_delay, std::time::Duration::from_millis(1000));
     /// ```
     pub fn logs_default() -> Self {
@@ -166,7 +166,7 @@ impl BatchConfig {
     /// [`BatchConfig::from_env`] over other defaults (e.g. [`BatchConfig::logs_default`]).
     ///
     /// ```
-    /// use nemo_lens::export::batch::BatchConfig;
+    /// use nemo_lens::export::BatchConfig;
     /// let c = BatchConfig::from_env_over("OTEL_BLRP", BatchConfig::logs_default(), &|_| None).unwrap();
     /// assert_eq!(c, BatchConfig::logs_default());
     /// ```
@@ -226,8 +226,8 @@ struct Shared<T> {
     wake_at: usize,
 }
 
-/// A bounded queue with a worker thread that exports it in batches; see the
-/// [module docs](self).
+/// A bounded queue with a worker thread that exports it in batches (see
+/// [`BatchSpanProcessor`]).
 pub struct Batcher<T: Send + 'static> {
     shared: Arc<Shared<T>>,
     control: mpsc::Sender<Control>,
@@ -535,7 +535,7 @@ impl<E: SpanExporter + 'static> BatchExport<SpanData> for SpanExport<E> {
 /// ```
 /// use std::sync::Arc;
 /// use std::sync::atomic::AtomicU64;
-/// use nemo_lens::export::batch::{BatchConfig, BatchSpanProcessor};
+/// use nemo_lens::export::{BatchConfig, BatchSpanProcessor};
 /// let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
 /// let dropped = Arc::new(AtomicU64::new(0));
 /// let processor = BatchSpanProcessor::new(exporter, BatchConfig::default(), dropped).unwrap();
@@ -643,7 +643,7 @@ impl<E: LogExporter + 'static> BatchExport<(SdkLogRecord, InstrumentationScope)>
 /// ```
 /// use std::sync::Arc;
 /// use std::sync::atomic::AtomicU64;
-/// use nemo_lens::export::batch::{BatchConfig, BatchLogProcessor};
+/// use nemo_lens::export::{BatchConfig, BatchLogProcessor};
 /// let exporter = opentelemetry_sdk::logs::InMemoryLogExporter::default();
 /// let dropped = Arc::new(AtomicU64::new(0));
 /// let processor = BatchLogProcessor::new(exporter, BatchConfig::logs_default(), dropped).unwrap();
@@ -711,8 +711,8 @@ impl<E: LogExporter + 'static> LogProcessor for BatchLogProcessor<E> {
     }
 }
 
-/// Telemetry dropped so far by this process's pipelines (see [`Telemetry::dropped`]
-/// (crate::Telemetry::dropped)): items a full queue refused, items of failed or timed-out
+/// Telemetry dropped so far by this process's pipelines (see
+/// [`Telemetry::dropped`](crate::Telemetry::dropped)): items a full queue refused, items of failed or timed-out
 /// exports, and items still queued when shutdown's deadline passed.
 ///
 /// ```

@@ -1,24 +1,4 @@
 //! Metric exporters whose failures are counted.
-//!
-//! The SDK's periodic reader logs a failed metric export and moves on. [`CountedMetricExporter`]
-//! wraps any push exporter and adds one to a counter for every export that fails, so the loss
-//! shows up in [`Telemetry::dropped`](crate::Telemetry::dropped) (`metric_exports`), in the
-//! shutdown report on stderr, and in the `nemo.lens.dropped` metric.
-//!
-//! ```
-//! use std::sync::Arc;
-//! use std::sync::atomic::{AtomicU64, Ordering};
-//! use nemo_lens::export::counted::CountedMetricExporter;
-//! use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
-//!
-//! let failed = Arc::new(AtomicU64::new(0));
-//! let exporter = CountedMetricExporter::new(InMemoryMetricExporter::default(), failed.clone());
-//! let provider = SdkMeterProvider::builder()
-//!     .with_reader(PeriodicReader::builder(exporter).build())
-//!     .build();
-//! provider.shutdown().unwrap();
-//! assert_eq!(failed.load(Ordering::Relaxed), 0);
-//! ```
 
 use std::fmt;
 use std::future::Future;
@@ -31,7 +11,29 @@ use opentelemetry_sdk::metrics::Temporality;
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 
-/// A push metric exporter that counts its failed exports; see the [module docs](self).
+/// A push metric exporter that counts its failed exports; see below.
+///
+/// # How it works
+///
+/// The SDK's periodic reader logs a failed metric export and moves on. [`CountedMetricExporter`]
+/// wraps any push exporter and adds one to a counter for every export that fails, so the loss
+/// shows up in [`Telemetry::dropped`](crate::Telemetry::dropped) (`metric_exports`), in the
+/// shutdown report on stderr, and in the `nemo.lens.dropped` metric.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use nemo_lens::export::CountedMetricExporter;
+/// use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
+///
+/// let failed = Arc::new(AtomicU64::new(0));
+/// let exporter = CountedMetricExporter::new(InMemoryMetricExporter::default(), failed.clone());
+/// let provider = SdkMeterProvider::builder()
+///     .with_reader(PeriodicReader::builder(exporter).build())
+///     .build();
+/// provider.shutdown().unwrap();
+/// assert_eq!(failed.load(Ordering::Relaxed), 0);
+/// ```
 pub struct CountedMetricExporter<E> {
     inner: E,
     failed: Arc<AtomicU64>,

@@ -1,15 +1,40 @@
-//! Exporters: where finished spans and metrics go.
+//! Exporters: where finished spans, metrics and log records go, and the queue before them.
 //!
-//! * [`console`]: compact JSONL, the layout of the Python library's console output.
-//! * [`console_logs`]: the same for log records, one JSON line each.
-//! * [`console_metrics`]: the same for metrics, one line per export.
-//! * [`counted`]: metric exporters whose failed exports are counted.
-//! * [`otlp`]: OTLP over gRPC, HTTP/protobuf or HTTP/JSON.
-//! * [`batch`]: the bounded queue and worker between the spans and the exporter, which counts
-//!   what it drops.
-pub mod batch;
-pub mod console;
-pub mod console_logs;
-pub mod console_metrics;
-pub mod counted;
-pub mod otlp;
+//! | type | what it does |
+//! |---|---|
+//! | [`ConsoleSpanExporter`], [`ConsoleMetricExporter`], [`ConsoleLogExporter`] | compact JSONL in the Python library's console layout, to stdout, a file or any writer |
+//! | [`ConsoleWriter`] | the line sink those three share, so their lines interleave whole |
+//! | [`BatchSpanProcessor`], [`BatchLogProcessor`] ([`BatchConfig`]) | the bounded queue and worker between the layer and an exporter, which count what they drop |
+//! | [`CountedMetricExporter`] | a metric exporter whose failed exports are counted |
+//! | [`OtlpProtocol`], [`Signal`] | OTLP over gRPC (feature `otlp-grpc`), HTTP/protobuf or HTTP/JSON (feature `otlp-http`), chosen per signal from `OTEL_EXPORTER_OTLP_*` |
+//!
+//! [`Telemetry`](crate::Telemetry) wires these up from the configuration; use them directly
+//! to build a pipeline of your own (a custom exporter behind the console layout, a test
+//! writer).
+//!
+//! ```
+//! use nemo_lens::export::ConsoleSpanExporter;
+//! use opentelemetry::trace::{Tracer, TracerProvider};
+//! use opentelemetry_sdk::trace::SdkTracerProvider;
+//!
+//! let provider = SdkTracerProvider::builder()
+//!     .with_simple_exporter(ConsoleSpanExporter::to_writer(std::io::sink()))
+//!     .build();
+//! provider.tracer("demo").in_span("train", |_cx| {});
+//! provider.shutdown().unwrap();
+//! ```
+
+pub(crate) mod batch;
+mod console;
+mod counted;
+pub(crate) mod otlp;
+
+pub(crate) use batch::DropCounters;
+pub use batch::{
+    BatchConfig, BatchExport, BatchLogProcessor, BatchSpanProcessor, Batcher, DropCounts,
+    MAX_QUEUE_SIZE_LIMIT,
+};
+pub(crate) use console::resolve_path;
+pub use console::{ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ConsoleWriter};
+pub use counted::CountedMetricExporter;
+pub use otlp::{OtlpProtocol, Signal};

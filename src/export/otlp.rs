@@ -6,21 +6,27 @@
 //! exporters read themselves. An unknown protocol is an error naming the variable.
 //!
 //! gRPC (tonic) needs a Tokio runtime while the exporter is built and for as long as it exports.
-//! nemo-lens owns a private one-worker runtime for that, whether or not the application runs
-//! Tokio, and shuts it down (in the background, never blocking a runtime thread) after the
-//! providers.
+//! nemo-lens owns a private one-worker runtime for that ([`Transport`], built on first use by the
+//! first gRPC signal and shared by the others), whether or not the application runs Tokio, and
+//! shuts it down (in the background, never blocking a runtime thread) after the providers.
+//!
+//! Each transport is a cargo feature: `otlp-grpc` (tonic and Tokio) and `otlp-http` (reqwest's
+//! blocking client), both on by default. A protocol whose feature is off is a setup error on
+//! the exporting rank that names the variable and the feature.
 
 use std::fmt;
 use std::str::FromStr;
 
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 
+use crate::env::{Env, invalid};
 use crate::error::{LensError, Result};
 
 /// An OTLP wire protocol.
 ///
 /// ```
-/// use nemo_lens::export::otlp::OtlpProtocol;
+/// use nemo_lens::export::OtlpProtocol;
 /// assert_eq!("http/protobuf".parse::<OtlpProtocol>().unwrap(), OtlpProtocol::HttpProtobuf);
 /// assert!("thrift".parse::<OtlpProtocol>().is_err());
 /// ```
@@ -38,11 +44,17 @@ impl OtlpProtocol {
     /// The accepted spellings, for error messages.
     pub const ACCEPTED: &'static str = "'grpc', 'http/protobuf', 'http/json'";
 
+    #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
     fn sdk(self) -> Protocol {
         match self {
+            #[cfg(feature = "otlp-grpc")]
             OtlpProtocol::Grpc => Protocol::Grpc,
+            #[cfg(feature = "otlp-http")]
             OtlpProtocol::HttpProtobuf => Protocol::HttpBinary,
+            #[cfg(feature = "otlp-http")]
             OtlpProtocol::HttpJson => Protocol::HttpJson,
+            #[allow(unreachable_patterns)]
+            _ => unreachable!("checked by Transport::check"),
         }
     }
 }
@@ -64,16 +76,14 @@ impl FromStr for OtlpProtocol {
             "grpc" => Ok(OtlpProtocol::Grpc),
             "http/protobuf" => Ok(OtlpProtocol::HttpProtobuf),
             "http/json" => Ok(OtlpProtocol::HttpJson),
-            _ => Err(LensError::InvalidArgument(format!(
-                "unknown OTLP protocol '{s}'. Expected one of: {}",
-                Self::ACCEPTED
-            ))),
+            _ => Err(invalid("OTLP protocol", s, Self::ACCEPTED)),
         }
     }
 }
 
 /// A telemetry signal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Signal {
     /// Spans.
     Traces,
@@ -84,6 +94,15 @@ pub enum Signal {
 }
 
 impl Signal {
+    /// `traces`, `metrics` or `logs`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Signal::Traces => "traces",
+            Signal::Metrics => "metrics",
+            Signal::Logs => "logs",
+        }
+    }
+
     fn upper(self) -> &'static str {
         match self {
             Signal::Traces => "TRACES",
@@ -93,132 +112,264 @@ impl Signal {
     }
 }
 
-/// Resolves the protocol of `signal` from the environment (through `lookup`).
-///
-/// ```
-/// use nemo_lens::export::otlp::{protocol_for, OtlpProtocol, Signal};
-/// let env = |k: &str| (k == "OTEL_EXPORTER_OTLP_PROTOCOL").then(|| "http/json".to_string());
-/// assert_eq!(protocol_for(Signal::Traces, &env).unwrap(), OtlpProtocol::HttpJson);
-/// let bad = |k: &str| (k == "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").then(|| "udp".to_string());
-/// let err = protocol_for(Signal::Traces, &bad).unwrap_err().to_string();
-/// assert!(err.contains("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") && err.contains("http/protobuf"));
-/// assert_eq!(protocol_for(Signal::Logs, &|_| None).unwrap(), OtlpProtocol::Grpc);
-/// ```
-pub fn protocol_for(
-    signal: Signal,
-    lookup: &dyn Fn(&str) -> Option<String>,
-) -> Result<OtlpProtocol> {
+/// The protocol of `signal`: `OTEL_EXPORTER_OTLP_<SIGNAL>_PROTOCOL`, else
+/// `OTEL_EXPORTER_OTLP_PROTOCOL`, else `grpc`. Anything else is an error naming the variable.
+pub(crate) fn protocol_for(signal: Signal, env: Env<'_>) -> Result<OtlpProtocol> {
     let specific = format!("OTEL_EXPORTER_OTLP_{}_PROTOCOL", signal.upper());
     for var in [specific.as_str(), "OTEL_EXPORTER_OTLP_PROTOCOL"] {
-        if let Some(v) = lookup(var).filter(|v| !v.trim().is_empty()) {
-            return v.parse().map_err(|_| {
-                LensError::InvalidArgument(format!(
-                    "Invalid value for {var}: '{v}'. Expected one of: {}",
-                    OtlpProtocol::ACCEPTED
-                ))
-            });
+        if let Some(v) = env.parse(var, OtlpProtocol::ACCEPTED, |v| v.parse().ok())? {
+            return Transport::check(v, signal, var);
         }
     }
-    Ok(OtlpProtocol::Grpc)
+    Transport::check(OtlpProtocol::Grpc, signal, "OTEL_EXPORTER_OTLP_PROTOCOL")
 }
 
-/// Builds a Tokio runtime for gRPC exporters: one worker thread, I/O and timers enabled.
-pub(crate) fn grpc_runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("nemo-lens-grpc")
-        .enable_all()
-        .build()
-        .map_err(|e| LensError::Exporter {
-            signal: "traces",
-            message: format!("cannot start the gRPC runtime: {e}"),
-        })
+/// The exporters' transports: the one private gRPC runtime of this process's exporters (built
+/// by the first signal that uses gRPC), and the builders of each signal's OTLP exporter.
+#[derive(Default)]
+pub(crate) struct Transport {
+    #[cfg(feature = "otlp-grpc")]
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
-/// Builds one signal's OTLP exporter: gRPC inside `runtime` (tonic spawns its channel worker
-/// there), HTTP with the blocking client (no runtime needed). Endpoint, headers, timeout and
-/// compression come from the `OTEL_EXPORTER_OTLP_*` variables, read by the exporter builders.
+/// The OTLP span exporter (an uninhabited stand-in without an OTLP feature).
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+pub(crate) type OtlpSpanExporter = opentelemetry_otlp::SpanExporter;
+/// The OTLP metric exporter.
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+pub(crate) type OtlpMetricExporter = opentelemetry_otlp::MetricExporter;
+/// The OTLP log exporter.
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+pub(crate) type OtlpLogExporter = opentelemetry_otlp::LogExporter;
+#[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
+pub(crate) type OtlpSpanExporter = unavailable::Unavailable;
+#[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
+pub(crate) type OtlpMetricExporter = unavailable::Unavailable;
+#[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
+pub(crate) type OtlpLogExporter = unavailable::Unavailable;
+
+impl Transport {
+    /// `protocol` if its feature is compiled in, else an error naming `var` and the feature.
+    fn check(protocol: OtlpProtocol, signal: Signal, var: &str) -> Result<OtlpProtocol> {
+        let (compiled, feature) = match protocol {
+            OtlpProtocol::Grpc => (cfg!(feature = "otlp-grpc"), "otlp-grpc"),
+            _ => (cfg!(feature = "otlp-http"), "otlp-http"),
+        };
+        if compiled {
+            Ok(protocol)
+        } else {
+            Err(LensError::Exporter {
+                signal: signal.as_str(),
+                message: format!(
+                    "OTLP over {protocol} (from {var}, or its default) needs nemo-lens's \
+                     `{feature}` cargo feature, which this build leaves out; enable it, pick \
+                     another protocol, or set NEMO_LENS_EXPORTER=console"
+                ),
+            })
+        }
+    }
+
+    /// The private runtime, built on first use: one worker thread, I/O and timers enabled.
+    #[cfg(feature = "otlp-grpc")]
+    fn runtime(&mut self, signal: Signal) -> Result<&tokio::runtime::Runtime> {
+        if self.runtime.is_none() {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("nemo-lens-grpc")
+                .enable_all()
+                .build()
+                .map_err(|e| LensError::Exporter {
+                    signal: signal.as_str(),
+                    message: format!("cannot start the gRPC runtime: {e}"),
+                })?;
+            self.runtime = Some(runtime);
+        }
+        Ok(self.runtime.as_ref().expect("built above"))
+    }
+
+    /// Stops the runtime without waiting for its worker (never blocks a runtime thread).
+    pub(crate) fn shutdown_background(&mut self) {
+        #[cfg(feature = "otlp-grpc")]
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+
+    /// Leaks the runtime: in a forked child its worker thread does not exist, and stopping it
+    /// would wait for it.
+    pub(crate) fn forget(&mut self) {
+        #[cfg(feature = "otlp-grpc")]
+        std::mem::forget(self.runtime.take());
+    }
+}
+
+/// Builds one signal's OTLP exporter: gRPC inside the private runtime (tonic spawns its channel
+/// worker there), HTTP with the blocking client (no runtime needed). Endpoint, headers, timeout
+/// and compression come from the `OTEL_EXPORTER_OTLP_*` variables, read by the exporter
+/// builders.
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 macro_rules! build_exporter {
-    ($builder:path, $signal:literal, $protocol:expr, $runtime:expr) => {{
+    ($self:ident, $builder:path, $signal:expr, $protocol:expr) => {{
         let protocol: OtlpProtocol = $protocol;
         let err = |e: opentelemetry_otlp::ExporterBuildError| LensError::Exporter {
-            signal: $signal,
+            signal: $signal.as_str(),
             message: e.to_string(),
         };
         match protocol {
+            #[cfg(feature = "otlp-grpc")]
             OtlpProtocol::Grpc => {
-                let rt = $runtime.ok_or_else(|| LensError::Exporter {
-                    signal: $signal,
-                    message: "gRPC needs the private runtime".into(),
-                })?;
-                let _guard = rt.enter();
+                let _guard = $self.runtime($signal)?.enter();
                 <$builder>::builder()
                     .with_tonic()
                     .with_protocol(protocol.sdk())
                     .build()
                     .map_err(err)
             }
+            #[cfg(feature = "otlp-http")]
             OtlpProtocol::HttpProtobuf | OtlpProtocol::HttpJson => <$builder>::builder()
                 .with_http()
                 .with_protocol(protocol.sdk())
                 .build()
                 .map_err(err),
+            #[allow(unreachable_patterns)]
+            _ => Err(
+                Transport::check(protocol, $signal, "OTEL_EXPORTER_OTLP_PROTOCOL")
+                    .expect_err("a compiled protocol is matched above"),
+            ),
         }
     }};
 }
 
-/// Builds the OTLP span exporter for `protocol`; gRPC is built inside `runtime`.
-pub(crate) fn span_exporter(
-    protocol: OtlpProtocol,
-    runtime: Option<&tokio::runtime::Runtime>,
-) -> Result<opentelemetry_otlp::SpanExporter> {
-    build_exporter!(
-        opentelemetry_otlp::SpanExporter,
-        "traces",
-        protocol,
-        runtime
-    )
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+impl Transport {
+    /// The OTLP span exporter for `protocol`.
+    pub(crate) fn span_exporter(&mut self, protocol: OtlpProtocol) -> Result<OtlpSpanExporter> {
+        build_exporter!(
+            self,
+            opentelemetry_otlp::SpanExporter,
+            Signal::Traces,
+            protocol
+        )
+    }
+
+    /// The OTLP log exporter for `protocol`.
+    pub(crate) fn log_exporter(&mut self, protocol: OtlpProtocol) -> Result<OtlpLogExporter> {
+        build_exporter!(
+            self,
+            opentelemetry_otlp::LogExporter,
+            Signal::Logs,
+            protocol
+        )
+    }
+
+    /// The OTLP metric exporter for `protocol` (cumulative temporality unless
+    /// `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` says otherwise). Over gRPC the
+    /// runtime's worker drives the channel while the periodic reader's own thread blocks on each
+    /// export, so no application Tokio runtime is needed.
+    pub(crate) fn metric_exporter(&mut self, protocol: OtlpProtocol) -> Result<OtlpMetricExporter> {
+        build_exporter!(
+            self,
+            opentelemetry_otlp::MetricExporter,
+            Signal::Metrics,
+            protocol
+        )
+    }
 }
 
-/// Builds the OTLP log exporter for `protocol`; gRPC is built inside `runtime`.
-pub(crate) fn log_exporter(
-    protocol: OtlpProtocol,
-    runtime: Option<&tokio::runtime::Runtime>,
-) -> Result<opentelemetry_otlp::LogExporter> {
-    build_exporter!(opentelemetry_otlp::LogExporter, "logs", protocol, runtime)
+#[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
+impl Transport {
+    /// Without an OTLP feature no protocol passes [`protocol_for`], so this is never reached.
+    pub(crate) fn span_exporter(&mut self, protocol: OtlpProtocol) -> Result<OtlpSpanExporter> {
+        Err(Self::check(protocol, Signal::Traces, "OTEL_EXPORTER_OTLP_PROTOCOL").unwrap_err())
+    }
+
+    /// See [`Transport::span_exporter`].
+    pub(crate) fn log_exporter(&mut self, protocol: OtlpProtocol) -> Result<OtlpLogExporter> {
+        Err(Self::check(protocol, Signal::Logs, "OTEL_EXPORTER_OTLP_PROTOCOL").unwrap_err())
+    }
+
+    /// See [`Transport::span_exporter`].
+    pub(crate) fn metric_exporter(&mut self, protocol: OtlpProtocol) -> Result<OtlpMetricExporter> {
+        Err(Self::check(protocol, Signal::Metrics, "OTEL_EXPORTER_OTLP_PROTOCOL").unwrap_err())
+    }
 }
 
-/// Builds the OTLP metric exporter for `protocol` (cumulative temporality unless
-/// `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` says otherwise); gRPC is built inside
-/// `runtime`, whose worker then drives the channel while the periodic reader's own thread
-/// blocks on each export, so no application Tokio runtime is needed.
-pub(crate) fn metric_exporter(
-    protocol: OtlpProtocol,
-    runtime: Option<&tokio::runtime::Runtime>,
-) -> Result<opentelemetry_otlp::MetricExporter> {
-    let err = |e: opentelemetry_otlp::ExporterBuildError| LensError::Exporter {
-        signal: "metrics",
-        message: e.to_string(),
-    };
-    match protocol {
-        OtlpProtocol::Grpc => {
-            let rt = runtime.ok_or_else(|| LensError::Exporter {
-                signal: "metrics",
-                message: "gRPC needs the private runtime".into(),
-            })?;
-            let _guard = rt.enter();
-            opentelemetry_otlp::MetricExporter::builder()
-                .with_tonic()
-                .with_protocol(protocol.sdk())
-                .build()
-                .map_err(err)
+/// The exporter type of a build without OTLP: uninhabited, so never built nor called.
+#[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
+mod unavailable {
+    use opentelemetry_sdk::error::OTelSdkResult;
+    use opentelemetry_sdk::logs::{LogBatch, LogExporter};
+    use opentelemetry_sdk::metrics::Temporality;
+    use opentelemetry_sdk::metrics::data::ResourceMetrics;
+    use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+    use opentelemetry_sdk::trace::{SpanData, SpanExporter};
+    use std::time::Duration;
+
+    /// No value of this type exists.
+    #[derive(Debug)]
+    pub(crate) enum Unavailable {}
+
+    impl SpanExporter for Unavailable {
+        async fn export(&self, _batch: Vec<SpanData>) -> OTelSdkResult {
+            match *self {}
         }
-        OtlpProtocol::HttpProtobuf | OtlpProtocol::HttpJson => {
-            opentelemetry_otlp::MetricExporter::builder()
-                .with_http()
-                .with_protocol(protocol.sdk())
-                .build()
-                .map_err(err)
+    }
+
+    impl LogExporter for Unavailable {
+        async fn export(&self, _batch: LogBatch<'_>) -> OTelSdkResult {
+            match *self {}
+        }
+    }
+
+    impl PushMetricExporter for Unavailable {
+        async fn export(&self, _metrics: &ResourceMetrics) -> OTelSdkResult {
+            match *self {}
+        }
+        fn force_flush(&self) -> OTelSdkResult {
+            match *self {}
+        }
+        fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+            match *self {}
+        }
+        fn temporality(&self) -> Temporality {
+            match *self {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// `OTEL_EXPORTER_OTLP_[<SIGNAL>_]PROTOCOL`: grpc when unset or blank, else one of the
+        /// three protocols (any case, stripped), else an error naming the variable and the
+        /// accepted values.
+        #[test]
+        fn protocol_variables_yield_a_default_a_protocol_or_a_named_error(
+            specific in any::<bool>(),
+            signal in prop::sample::select(vec![Signal::Traces, Signal::Metrics, Signal::Logs]),
+            value in prop_oneof![
+                any::<String>(),
+                "[ \\t]{0,2}(grpc|GRPC|http/protobuf|HTTP/JSON|http|udp|)[ \\t]{0,2}",
+            ],
+        ) {
+            let var = if specific {
+                format!("OTEL_EXPORTER_OTLP_{}_PROTOCOL", signal.upper())
+            } else {
+                "OTEL_EXPORTER_OTLP_PROTOCOL".to_string()
+            };
+            let lookup = |k: &str| (k == var).then(|| value.clone());
+            match protocol_for(signal, Env::new(&lookup)) {
+                Ok(p) if value.trim().is_empty() => prop_assert_eq!(p, OtlpProtocol::Grpc),
+                Ok(p) => prop_assert_eq!(p.to_string(), value.trim().to_ascii_lowercase()),
+                Err(e) => {
+                    let msg = e.to_string();
+                    prop_assert!(msg.contains(&var) && msg.contains(OtlpProtocol::ACCEPTED), "{}", msg);
+                }
+            }
         }
     }
 }

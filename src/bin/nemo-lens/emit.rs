@@ -1,7 +1,7 @@
 //! `nemo-lens emit-spans`: completed spans from epoch-second intervals.
 //!
 //! Each `--span NAME,START,END[,PARENT]` becomes one span, emitted with
-//! [`nemo_lens::emit::EmitSpan`] (so an end before the start is clamped and tagged
+//! [`nemo_lens::EmitSpan`] (so an end before the start is clamped and tagged
 //! `inverted.*`). Parents may be listed before or after their children; intervals need not
 //! nest. The input is checked as a whole first (field count, numbers, duplicate names, missing
 //! parents, cycles): any problem emits nothing and exits 1.
@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::anyhow;
-use nemo_lens::emit::{EmitSpan, EpochSeconds};
+use nemo_lens::{EmitSpan, EpochSeconds};
 use nemo_lens::{LensConfig, Telemetry};
 use opentelemetry::Context;
 use opentelemetry::trace::{SpanContext, TraceContextExt};
@@ -92,13 +92,13 @@ fn plan(args: &[String]) -> Result<Vec<SpanSpec>, Vec<String>> {
         }
     }
     for s in &specs {
-        if let Some(p) = &s.parent {
-            if !index.contains_key(p.as_str()) {
-                problems.push(format!(
-                    "span {:?}: parent {p:?} is not one of the --span names",
-                    s.name
-                ));
-            }
+        if let Some(p) = &s.parent
+            && !index.contains_key(p.as_str())
+        {
+            problems.push(format!(
+                "span {:?}: parent {p:?} is not one of the --span names",
+                s.name
+            ));
         }
     }
     if !problems.is_empty() {

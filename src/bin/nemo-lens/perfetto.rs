@@ -236,10 +236,10 @@ impl<W: Write> Writer<W> {
             *known = loc;
             return;
         }
-        if self.recent_order.len() == RECENT_SPANS {
-            if let Some(old) = self.recent_order.pop_front() {
-                self.recent.remove(&old);
-            }
+        if self.recent_order.len() == RECENT_SPANS
+            && let Some(old) = self.recent_order.pop_front()
+        {
+            self.recent.remove(&old);
         }
         self.recent.insert(span_id, loc);
         self.recent_order.push_back(span_id);

@@ -1,44 +1,5 @@
 //! Console log exporter: one compact JSON line per log record, in the layout of the Python SDK's
 //! `LogRecord.to_json(indent=None)` that NeMo Lens's console exporter writes.
-//!
-//! ```text
-//! {"body": "loss spiked", "severity_number": 13, "severity_text": "WARN",
-//!  "attributes": {"loss": 7.5, "code.namespace": "trainer", ...}, "dropped_attributes": 0,
-//!  "timestamp": "2026-11-29T23:59:01.123456Z", "observed_timestamp": "2026-11-29T23:59:01.123460Z",
-//!  "trace_id": "0x5b8e…", "span_id": "0x0e1f…", "trace_flags": 1,
-//!  "resource": {"attributes": {...}, "schema_url": ""}, "event_name": "event src/main.rs:42"}
-//! ```
-//! (one line in the output; wrapped here). As in Python, a record outside any span has the
-//! all-zero trace and span ids and `trace_flags` 0, `attributes` is `null` when empty, and a record
-//! without a timestamp has `"timestamp": null`. Bytes values are base64 strings (Python's
-//! `BytesEncoder`); floats, strings and times are written exactly like span lines (see
-//! [`console`](super::console)).
-//!
-//! Lines go to stdout or a per-rank file. Set up from the configuration, spans, metric batches
-//! and log records share one [`ConsoleWriter`] (one lock, whole lines per write), so their lines
-//! never split each other.
-//!
-//! ```
-//! use nemo_lens::export::console_logs::ConsoleLogExporter;
-//! use opentelemetry::logs::{Logger, LoggerProvider, LogRecord, Severity};
-//! use opentelemetry_sdk::logs::SdkLoggerProvider;
-//!
-//! let dir = tempfile::tempdir()?;
-//! let template = dir.path().join("rank{rank}.jsonl");
-//! let provider = SdkLoggerProvider::builder()
-//!     .with_simple_exporter(ConsoleLogExporter::to_path(template.to_str().unwrap(), 2)?)
-//!     .build();
-//! let logger = provider.logger("demo");
-//! let mut record = logger.create_log_record();
-//! record.set_severity_number(Severity::Warn);
-//! record.set_severity_text("WARN");
-//! record.set_body("loss spiked".into());
-//! logger.emit(record);
-//! provider.shutdown()?;
-//! let text = std::fs::read_to_string(dir.path().join("rank2.jsonl"))?;
-//! assert!(text.starts_with(r#"{"body": "loss spiked", "severity_number": 13, "severity_text": "WARN""#));
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
 
 use std::fmt;
 use std::future::Future;
@@ -55,14 +16,54 @@ use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::logs::{LogBatch, LogExporter, SdkLogRecord};
 use parking_lot::Mutex;
 
-use super::console::{
-    ConsoleWriter, resource_json, write_bool, write_f64, write_i64, write_json_str, write_time,
-};
-
-const EMPTY_RESOURCE_JSON: &str = r#"{"attributes": {}, "schema_url": ""}"#;
+use super::EMPTY_RESOURCE_JSON;
+use super::pyjson::{write_bool, write_f64, write_i64, write_json_str, write_time};
+use super::spans::resource_json;
+use super::writer::ConsoleWriter;
 
 /// OpenTelemetry log exporter writing Python-compatible JSON lines; see the
-/// [module docs](self).
+/// layout below.
+///
+/// # Layout
+///
+/// ```text
+/// {"body": "loss spiked", "severity_number": 13, "severity_text": "WARN",
+///  "attributes": {"loss": 7.5, "code.namespace": "trainer", ...}, "dropped_attributes": 0,
+///  "timestamp": "2026-11-29T23:59:01.123456Z", "observed_timestamp": "2026-11-29T23:59:01.123460Z",
+///  "trace_id": "0x5b8e…", "span_id": "0x0e1f…", "trace_flags": 1,
+///  "resource": {"attributes": {...}, "schema_url": ""}, "event_name": "event src/main.rs:42"}
+/// ```
+/// (one line in the output; wrapped here). As in Python, a record outside any span has the
+/// all-zero trace and span ids and `trace_flags` 0, `attributes` is `null` when empty, and a record
+/// without a timestamp has `"timestamp": null`. Bytes values are base64 strings (Python's
+/// `BytesEncoder`); floats, strings and times are written exactly like span lines (see
+/// [`ConsoleSpanExporter`](super::ConsoleSpanExporter)).
+///
+/// Lines go to stdout or a per-rank file. Set up from the configuration, spans, metric batches
+/// and log records share one [`ConsoleWriter`] (one lock, whole lines per write), so their lines
+/// never split each other.
+///
+/// ```
+/// use nemo_lens::export::ConsoleLogExporter;
+/// use opentelemetry::logs::{Logger, LoggerProvider, LogRecord, Severity};
+/// use opentelemetry_sdk::logs::SdkLoggerProvider;
+///
+/// let dir = tempfile::tempdir()?;
+/// let template = dir.path().join("rank{rank}.jsonl");
+/// let provider = SdkLoggerProvider::builder()
+///     .with_simple_exporter(ConsoleLogExporter::to_path(template.to_str().unwrap(), 2)?)
+///     .build();
+/// let logger = provider.logger("demo");
+/// let mut record = logger.create_log_record();
+/// record.set_severity_number(Severity::Warn);
+/// record.set_severity_text("WARN");
+/// record.set_body("loss spiked".into());
+/// logger.emit(record);
+/// provider.shutdown()?;
+/// let text = std::fs::read_to_string(dir.path().join("rank2.jsonl"))?;
+/// assert!(text.starts_with(r#"{"body": "loss spiked", "severity_number": 13, "severity_text": "WARN""#));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct ConsoleLogExporter {
     buf: Mutex<Vec<u8>>,
     writer: ConsoleWriter,
@@ -82,7 +83,7 @@ impl ConsoleLogExporter {
     /// Writes through `writer`, which span and metric exporters may share (lines never split).
     ///
     /// ```
-    /// use nemo_lens::export::{console::ConsoleWriter, console_logs::ConsoleLogExporter};
+    /// use nemo_lens::export::{ConsoleLogExporter, ConsoleWriter};
     /// let exporter = ConsoleLogExporter::new(ConsoleWriter::to_writer(std::io::sink()));
     /// # let _ = exporter;
     /// ```
@@ -98,7 +99,7 @@ impl ConsoleLogExporter {
     /// Writes to the process's stdout.
     ///
     /// ```
-    /// let exporter = nemo_lens::export::console_logs::ConsoleLogExporter::stdout();
+    /// let exporter = nemo_lens::export::ConsoleLogExporter::stdout();
     /// assert!(exporter.path().is_none());
     /// ```
     pub fn stdout() -> Self {
@@ -108,7 +109,7 @@ impl ConsoleLogExporter {
     /// Writes to any writer (a pipe, a socket, a test buffer).
     ///
     /// ```
-    /// let exporter = nemo_lens::export::console_logs::ConsoleLogExporter::to_writer(std::io::sink());
+    /// let exporter = nemo_lens::export::ConsoleLogExporter::to_writer(std::io::sink());
     /// # let _ = exporter;
     /// ```
     pub fn to_writer(w: impl Write + Send + 'static) -> Self {
@@ -120,7 +121,7 @@ impl ConsoleLogExporter {
     /// ```
     /// let dir = tempfile::tempdir()?;
     /// let t = dir.path().join("r{rank}.jsonl");
-    /// let exporter = nemo_lens::export::console_logs::ConsoleLogExporter::to_path(t.to_str().unwrap(), 1)?;
+    /// let exporter = nemo_lens::export::ConsoleLogExporter::to_path(t.to_str().unwrap(), 1)?;
     /// assert_eq!(exporter.path(), Some(dir.path().join("r1.jsonl").as_path()));
     /// # Ok::<(), std::io::Error>(())
     /// ```
@@ -173,7 +174,7 @@ impl LogExporter for ConsoleLogExporter {
 }
 
 /// Writes one record in the Python `LogRecord.to_json(indent=None)` layout (no newline).
-pub fn write_log_json(record: &SdkLogRecord, resource_json: &str, out: &mut Vec<u8>) {
+pub(crate) fn write_log_json(record: &SdkLogRecord, resource_json: &str, out: &mut Vec<u8>) {
     out.extend_from_slice(b"{\"body\": ");
     match record.body() {
         Some(body) => write_any(out, body),

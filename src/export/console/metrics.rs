@@ -1,72 +1,4 @@
 //! Console metric exporter: one JSON line per metric export, in the Python layout.
-//!
-//! [`ConsoleMetricExporter`] is an OpenTelemetry [`PushMetricExporter`]. Every time the
-//! periodic reader exports (every `OTEL_METRIC_EXPORT_INTERVAL` ms, and once more at shutdown)
-//! it writes the whole batch as **one** compact JSON line, exactly as Python NeMo Lens's
-//! `console` exporter does (the OTel Python SDK's `MetricsData.to_json(indent=None)`). A batch
-//! with no metrics writes nothing, as in Python.
-//!
-//! # What a line looks like
-//!
-//! Wrapped here for reading; on disk it is one line:
-//!
-//! ```text
-//! {"resource_metrics": [{"resource": {"attributes": {"dl.rank": 3, "service.name": "nemo"},
-//!  "schema_url": ""}, "scope_metrics": [{"scope": {"name": "nemo.lens", "version": "",
-//!  "schema_url": "", "attributes": null}, "metrics": [{"name": "gen_ai.server.request.duration",
-//!  "description": "GenAI server request duration.", "unit": "s", "data": {"data_points":
-//!  [{"attributes": {"gen_ai.operation.name": "text_completion"}, "start_time_unix_nano":
-//!  1795990174299938380, "time_unix_nano": 1795990174300933788, "count": 1, "sum": 0.5,
-//!  "bucket_counts": [0, 1, 0, ...], "explicit_bounds": [0.0, 5.0, ...], "min": 0.5, "max": 0.5,
-//!  "exemplars": []}], "aggregation_temporality": 2}}], "schema_url": ""}], "schema_url": ""}]}
-//! ```
-//!
-//! The `data` object depends on the instrument, with Python's key order:
-//!
-//! | instrument | `data` |
-//! |---|---|
-//! | gauge | `{"data_points": [{"attributes", "start_time_unix_nano", "time_unix_nano", "value", "exemplars"}]}` |
-//! | counter, up-down counter | `{"data_points": [...same...], "aggregation_temporality": 2, "is_monotonic": true}` |
-//! | histogram | `{"data_points": [{"attributes", "start_time_unix_nano", "time_unix_nano", "count", "sum", "bucket_counts", "explicit_bounds", "min", "max", "exemplars"}], "aggregation_temporality": 2}` |
-//! | exponential histogram | `{"data_points": [{"attributes", ..., "count", "sum", "scale", "zero_count", "positive": {"offset", "bucket_counts"}, "negative": {...}, "flags", "min", "max", "exemplars"}], "aggregation_temporality": 2}` |
-//!
-//! `aggregation_temporality` is Python's enum value: `1` delta, `2` cumulative (the default
-//! here, as in Python). Integer instruments write integers (`"sum": 10`), float instruments
-//! write floats like Python's `repr` (`"sum": 0.5`, `"explicit_bounds": [0.0, 5.0, ...]`); a gauge
-//! without a start time writes `"start_time_unix_nano": null`. Strings, floats and the resource
-//! follow the span exporter's rules ([`crate::export::console`]): `ensure_ascii` escaping,
-//! non-finite floats as strings, resource attributes sorted by key. Data-point attributes come
-//! sorted by key (the Rust SDK stores them that way; Python keeps the order of the first call).
-//!
-//! # Where the lines go
-//!
-//! Build it on a [`ConsoleWriter`]; give the span exporter a clone of the same writer and span
-//! lines and metric lines interleave, each line whole, in one stream. That is what
-//! [`Telemetry`](crate::Telemetry) does with `NEMO_LENS_EXPORTER=console`: stdout, or the
-//! per-rank file named by `NEMO_LENS_CONSOLE_PATH`.
-//!
-//! ```
-//! use nemo_lens::export::console::ConsoleWriter;
-//! use nemo_lens::export::console_metrics::ConsoleMetricExporter;
-//! use opentelemetry::metrics::MeterProvider as _;
-//! use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
-//!
-//! let dir = tempfile::tempdir()?;
-//! let writer = ConsoleWriter::to_path(dir.path().join("m-{rank}.jsonl").to_str().unwrap(), 0)?;
-//! let provider = SdkMeterProvider::builder()
-//!     .with_reader(PeriodicReader::builder(ConsoleMetricExporter::new(writer)).build())
-//!     .build();
-//! provider.meter("nemo.lens").u64_counter("steps").build().add(3, &[]);
-//! provider.shutdown()?; // final export
-//!
-//! let text = std::fs::read_to_string(dir.path().join("m-0.jsonl"))?;
-//! let line: serde_json::Value = serde_json::from_str(text.trim_end())?;
-//! let metric = &line["resource_metrics"][0]["scope_metrics"][0]["metrics"][0];
-//! assert_eq!(metric["name"], "steps");
-//! assert_eq!(metric["data"]["data_points"][0]["value"], 3);
-//! assert_eq!(metric["data"]["is_monotonic"], true);
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
 
 use std::fmt;
 use std::future::Future;
@@ -83,16 +15,16 @@ use opentelemetry_sdk::metrics::data::{
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use parking_lot::Mutex;
 
-use super::console::{
-    ConsoleWriter, resource_json, write_f64, write_i64, write_json_str, write_value,
-};
+use super::pyjson::{write_f64, write_i64, write_json_str, write_value};
+use super::spans::resource_json;
+use super::writer::ConsoleWriter;
 
 /// OpenTelemetry metric exporter writing one Python-NeMo-Lens-compatible JSON line per export.
 ///
-/// See the [module documentation](self) for the layout and an end-to-end example.
+/// The layout and an end-to-end example are below.
 ///
 /// ```
-/// use nemo_lens::export::console_metrics::ConsoleMetricExporter;
+/// use nemo_lens::export::ConsoleMetricExporter;
 /// use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
 /// use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 ///
@@ -102,6 +34,76 @@ use super::console::{
 ///     .with_reader(PeriodicReader::builder(exporter).build())
 ///     .build();
 /// # provider.shutdown().unwrap();
+/// ```
+///
+/// # Layout
+///
+/// [`ConsoleMetricExporter`] is an OpenTelemetry [`PushMetricExporter`]. Every time the
+/// periodic reader exports (every `OTEL_METRIC_EXPORT_INTERVAL` ms, and once more at shutdown)
+/// it writes the whole batch as **one** compact JSON line, exactly as Python NeMo Lens's
+/// `console` exporter does (the OTel Python SDK's `MetricsData.to_json(indent=None)`). A batch
+/// with no metrics writes nothing, as in Python.
+///
+/// # What a line looks like
+///
+/// Wrapped here for reading; on disk it is one line:
+///
+/// ```text
+/// {"resource_metrics": [{"resource": {"attributes": {"dl.rank": 3, "service.name": "nemo"},
+///  "schema_url": ""}, "scope_metrics": [{"scope": {"name": "nemo.lens", "version": "",
+///  "schema_url": "", "attributes": null}, "metrics": [{"name": "gen_ai.server.request.duration",
+///  "description": "GenAI server request duration.", "unit": "s", "data": {"data_points":
+///  [{"attributes": {"gen_ai.operation.name": "text_completion"}, "start_time_unix_nano":
+///  1795990174299938380, "time_unix_nano": 1795990174300933788, "count": 1, "sum": 0.5,
+///  "bucket_counts": [0, 1, 0, ...], "explicit_bounds": [0.0, 5.0, ...], "min": 0.5, "max": 0.5,
+///  "exemplars": []}], "aggregation_temporality": 2}}], "schema_url": ""}], "schema_url": ""}]}
+/// ```
+///
+/// The `data` object depends on the instrument, with Python's key order:
+///
+/// | instrument | `data` |
+/// |---|---|
+/// | gauge | `{"data_points": [{"attributes", "start_time_unix_nano", "time_unix_nano", "value", "exemplars"}]}` |
+/// | counter, up-down counter | `{"data_points": [...same...], "aggregation_temporality": 2, "is_monotonic": true}` |
+/// | histogram | `{"data_points": [{"attributes", "start_time_unix_nano", "time_unix_nano", "count", "sum", "bucket_counts", "explicit_bounds", "min", "max", "exemplars"}], "aggregation_temporality": 2}` |
+/// | exponential histogram | `{"data_points": [{"attributes", ..., "count", "sum", "scale", "zero_count", "positive": {"offset", "bucket_counts"}, "negative": {...}, "flags", "min", "max", "exemplars"}], "aggregation_temporality": 2}` |
+///
+/// `aggregation_temporality` is Python's enum value: `1` delta, `2` cumulative (the default
+/// here, as in Python). Integer instruments write integers (`"sum": 10`), float instruments
+/// write floats like Python's `repr` (`"sum": 0.5`, `"explicit_bounds": [0.0, 5.0, ...]`); a gauge
+/// without a start time writes `"start_time_unix_nano": null`. Strings, floats and the resource
+/// follow the span exporter's rules ([`crate::export::ConsoleSpanExporter`]): `ensure_ascii` escaping,
+/// non-finite floats as strings, resource attributes sorted by key. Data-point attributes come
+/// sorted by key (the Rust SDK stores them that way; Python keeps the order of the first call).
+///
+/// # Where the lines go
+///
+/// Build it on a [`ConsoleWriter`]; give the span exporter a clone of the same writer and span
+/// lines and metric lines interleave, each line whole, in one stream. That is what
+/// [`Telemetry`](crate::Telemetry) does with `NEMO_LENS_EXPORTER=console`: stdout, or the
+/// per-rank file named by `NEMO_LENS_CONSOLE_PATH`.
+///
+/// ```
+/// use nemo_lens::export::ConsoleWriter;
+/// use nemo_lens::export::ConsoleMetricExporter;
+/// use opentelemetry::metrics::MeterProvider as _;
+/// use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+///
+/// let dir = tempfile::tempdir()?;
+/// let writer = ConsoleWriter::to_path(dir.path().join("m-{rank}.jsonl").to_str().unwrap(), 0)?;
+/// let provider = SdkMeterProvider::builder()
+///     .with_reader(PeriodicReader::builder(ConsoleMetricExporter::new(writer)).build())
+///     .build();
+/// provider.meter("nemo.lens").u64_counter("steps").build().add(3, &[]);
+/// provider.shutdown()?; // final export
+///
+/// let text = std::fs::read_to_string(dir.path().join("m-0.jsonl"))?;
+/// let line: serde_json::Value = serde_json::from_str(text.trim_end())?;
+/// let metric = &line["resource_metrics"][0]["scope_metrics"][0]["metrics"][0];
+/// assert_eq!(metric["name"], "steps");
+/// assert_eq!(metric["data"]["data_points"][0]["value"], 3);
+/// assert_eq!(metric["data"]["is_monotonic"], true);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct ConsoleMetricExporter {
     writer: ConsoleWriter,
@@ -125,8 +127,8 @@ impl ConsoleMetricExporter {
     /// cumulative temporality like the Python console exporter.
     ///
     /// ```
-    /// use nemo_lens::export::console::ConsoleWriter;
-    /// use nemo_lens::export::console_metrics::ConsoleMetricExporter;
+    /// use nemo_lens::export::ConsoleWriter;
+    /// use nemo_lens::export::ConsoleMetricExporter;
     /// let exporter = ConsoleMetricExporter::new(ConsoleWriter::to_writer(std::io::sink()));
     /// # let _ = exporter;
     /// ```
@@ -142,7 +144,7 @@ impl ConsoleMetricExporter {
     /// Writes to the process's stdout.
     ///
     /// ```
-    /// let exporter = nemo_lens::export::console_metrics::ConsoleMetricExporter::stdout();
+    /// let exporter = nemo_lens::export::ConsoleMetricExporter::stdout();
     /// # let _ = exporter;
     /// ```
     pub fn stdout() -> Self {
@@ -152,7 +154,7 @@ impl ConsoleMetricExporter {
     /// Asks the reader for `temporality` instead of cumulative.
     ///
     /// ```
-    /// use nemo_lens::export::console_metrics::ConsoleMetricExporter;
+    /// use nemo_lens::export::ConsoleMetricExporter;
     /// use opentelemetry_sdk::metrics::Temporality;
     /// use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
     /// let exporter = ConsoleMetricExporter::stdout().with_temporality(Temporality::Delta);
@@ -207,20 +209,7 @@ impl PushMetricExporter for ConsoleMetricExporter {
 
 /// Appends one export batch as a JSON object (no trailing newline) to `out`: the formatter of
 /// [`ConsoleMetricExporter`].
-///
-/// ```
-/// use nemo_lens::export::console_metrics::write_metrics_json;
-/// use opentelemetry_sdk::metrics::data::ResourceMetrics;
-///
-/// let mut out = Vec::new();
-/// write_metrics_json(&ResourceMetrics::default(), &mut out);
-/// assert_eq!(
-///     String::from_utf8(out)?,
-///     r#"{"resource_metrics": [{"resource": {"attributes": {}, "schema_url": ""}, "scope_metrics": [], "schema_url": ""}]}"#
-/// );
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub fn write_metrics_json(metrics: &ResourceMetrics, out: &mut Vec<u8>) {
+pub(crate) fn write_metrics_json(metrics: &ResourceMetrics, out: &mut Vec<u8>) {
     let resource = metrics.resource();
     out.extend_from_slice(b"{\"resource_metrics\": [{\"resource\": ");
     out.extend_from_slice(resource_json(resource).as_bytes());
@@ -478,4 +467,19 @@ fn write_temporality(out: &mut Vec<u8>, temporality: Temporality) {
 fn write_nanos(out: &mut Vec<u8>, t: SystemTime) {
     let nanos = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let _ = write!(out, "{nanos}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_batch_has_the_python_layout() {
+        let mut out = Vec::new();
+        write_metrics_json(&ResourceMetrics::default(), &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"resource_metrics": [{"resource": {"attributes": {}, "schema_url": ""}, "scope_metrics": [], "schema_url": ""}]}"#
+        );
+    }
 }

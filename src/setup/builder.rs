@@ -1,0 +1,387 @@
+//! [`TelemetryBuilder`]: what a process asks for, checked and built once.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::logs::{LogExporter, SdkLoggerProvider};
+use opentelemetry_sdk::metrics::MeterProviderBuilder;
+use opentelemetry_sdk::trace::{SpanExporter, SpanProcessor};
+
+use super::SCOPE_NAME;
+use super::handle::{Inner, Telemetry};
+use super::pipelines::{Built, METRIC_INTERVAL_VAR, TraceParts};
+use super::processors::{BoxedProcessor, ExportSettings, exporter_processor, log_provider};
+use crate::config::LensConfig;
+use crate::env::Env;
+use crate::error::{LensError, Result};
+use crate::export::DropCounters;
+use crate::export::batch::BatchConfig;
+use crate::filter::LensFilter;
+use crate::groups::{self, GroupGate};
+use crate::ids;
+use crate::metrics::Instruments;
+use crate::propagation;
+use crate::resource;
+use crate::sampling::RankAwareSampler;
+use crate::strategy::{self, ExportStrategy};
+
+/// `1 +` the fork generation in which an enabled setup ran, or 0: a forked child (another
+/// generation) may set up its own telemetry.
+static INITIALIZED_IN: AtomicU64 = AtomicU64::new(0);
+
+pub(super) type ProcessorFactory =
+    Box<dyn FnOnce(&ExportSettings) -> Result<BoxedProcessor> + Send>;
+pub(super) type LogExporterFactory =
+    Box<dyn FnOnce(Resource, &ExportSettings) -> Result<SdkLoggerProvider> + Send>;
+pub(super) type ReaderFactory =
+    Box<dyn FnOnce(MeterProviderBuilder) -> MeterProviderBuilder + Send>;
+type Lookup = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// Builds a [`Telemetry`]: the counterpart of the Python `setup_telemetry(config, rank,
+/// world_size, resource_attributes, span_exporter, metric_reader, export_strategy)`.
+///
+/// 1. a second *enabled* setup in one process is an error ([`LensError::AlreadyInitialized`]);
+/// 2. an empty `run_id` becomes `SLURM_JOB_ID` or 12 random hex characters;
+/// 3. the export strategy decides whether this rank exports (evaluated even when disabled, so
+///    an unknown strategy fails on every rank);
+/// 4. disabled, or enabled on a non-exporting rank: **nothing is built**: no provider, no
+///    thread, no socket, and the layer is inert (every callsite `Interest::never`);
+/// 5. exporting: resource, tracer provider (ChaCha IDs, optional rank sampler, extra
+///    processors, then the exporter's batch processor), meter provider (the injected reader,
+///    or a periodic reader every `OTEL_METRIC_EXPORT_INTERVAL` ms, default 10 000, on the
+///    configured exporter; console output shares the span exporter's stream), logger provider
+///    (with `logs_enabled`), the W3C TraceContext + Baggage propagator and the global tracer
+///    and meter providers.
+///
+/// ```
+/// use nemo_lens::{ExporterKind, LensConfig, Telemetry};
+/// let telemetry = Telemetry::builder(LensConfig::default().with_enabled(true))
+///     .rank(3)
+///     .world_size(8) // single_rank: rank 7 exports, rank 3 builds nothing
+///     .build()?;
+/// assert!(!telemetry.is_exporting());
+/// # Ok::<(), nemo_lens::LensError>(())
+/// ```
+pub struct TelemetryBuilder {
+    config: LensConfig,
+    rank: u32,
+    world_size: u32,
+    resource_attributes: Vec<KeyValue>,
+    span_exporter: Option<ProcessorFactory>,
+    span_processors: Vec<Box<dyn FnOnce() -> BoxedProcessor + Send>>,
+    metric_reader: Option<ReaderFactory>,
+    log_exporter: Option<LogExporterFactory>,
+    export_strategy: Option<ExportStrategy>,
+    synchronous: bool,
+    allow_reinit: bool,
+    lookup: Lookup,
+}
+
+impl fmt::Debug for TelemetryBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TelemetryBuilder")
+            .field("config", &self.config)
+            .field("rank", &self.rank)
+            .field("world_size", &self.world_size)
+            .field("custom_span_exporter", &self.span_exporter.is_some())
+            .field("extra_span_processors", &self.span_processors.len())
+            .field("custom_metric_reader", &self.metric_reader.is_some())
+            .field("synchronous", &self.synchronous)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TelemetryBuilder {
+    pub(super) fn new(config: LensConfig) -> Self {
+        TelemetryBuilder {
+            config,
+            rank: 0,
+            world_size: 1,
+            resource_attributes: Vec::new(),
+            span_exporter: None,
+            span_processors: Vec::new(),
+            metric_reader: None,
+            log_exporter: None,
+            export_strategy: None,
+            synchronous: false,
+            allow_reinit: false,
+            lookup: Box::new(crate::env::process_var),
+        }
+    }
+
+    /// This process's rank (default 0).
+    pub fn rank(mut self, rank: u32) -> Self {
+        self.rank = rank;
+        self
+    }
+
+    /// The number of ranks (default 1).
+    pub fn world_size(mut self, world_size: u32) -> Self {
+        self.world_size = world_size;
+        self
+    }
+
+    /// Extra resource attributes (detected host/SLURM/Kubernetes values win on collision, as in
+    /// the Python library).
+    pub fn resource_attributes(mut self, attributes: impl IntoIterator<Item = KeyValue>) -> Self {
+        self.resource_attributes.extend(attributes);
+        self
+    }
+
+    /// Sends spans to `exporter` instead of the configured console/OTLP exporter (traces only;
+    /// metrics keep theirs). It is wrapped in the [batch processor](crate::export::BatchSpanProcessor), built
+    /// only on an exporting rank.
+    ///
+    /// ```
+    /// use opentelemetry_sdk::trace::InMemorySpanExporter;
+    /// let exporter = InMemorySpanExporter::default();
+    /// let builder = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default())
+    ///     .span_exporter(exporter.clone());
+    /// # let _ = builder;
+    /// ```
+    pub fn span_exporter<E: SpanExporter + 'static>(mut self, exporter: E) -> Self {
+        self.span_exporter = Some(Box::new(move |settings| {
+            exporter_processor(exporter, settings)
+        }));
+        self
+    }
+
+    /// Adds a span processor, built by `make` only on an exporting rank, registered before the
+    /// exporter's processor (the counterpart of `add_span_processor` after Python setup).
+    pub fn span_processor<P, F>(mut self, make: F) -> Self
+    where
+        P: SpanProcessor + 'static,
+        F: FnOnce() -> P + Send + 'static,
+    {
+        self.span_processors
+            .push(Box::new(move || BoxedProcessor(Box::new(make()))));
+        self
+    }
+
+    /// Reads metrics with `make()` (e.g. a `ManualReader` in tests) on an exporting rank.
+    pub fn metric_reader<R, F>(mut self, make: F) -> Self
+    where
+        R: opentelemetry_sdk::metrics::reader::MetricReader,
+        F: FnOnce() -> R + Send + 'static,
+    {
+        self.metric_reader = Some(Box::new(move |b| b.with_reader(make())));
+        self
+    }
+
+    /// Sends log records to `exporter` instead of the configured console/OTLP exporter (logs
+    /// only). It is wrapped in a batch processor, built only on an exporting rank with
+    /// `logs_enabled`.
+    ///
+    /// ```
+    /// use opentelemetry_sdk::logs::InMemoryLogExporter;
+    /// let exporter = InMemoryLogExporter::default();
+    /// let builder = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default())
+    ///     .log_exporter(exporter.clone());
+    /// # let _ = builder;
+    /// ```
+    pub fn log_exporter<E: LogExporter + 'static>(mut self, exporter: E) -> Self {
+        self.log_exporter = Some(Box::new(move |resource, settings| {
+            log_provider(exporter, resource, settings)
+        }));
+        self
+    }
+
+    /// Decides with `strategy` instead of the registry entry named by `export_strategy`.
+    ///
+    /// ```
+    /// let builder = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default())
+    ///     .export_strategy(|_cfg, rank, _ws| rank % 8 == 0);
+    /// # let _ = builder;
+    /// ```
+    pub fn export_strategy(
+        mut self,
+        strategy: impl Fn(&LensConfig, u32, u32) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.export_strategy = Some(ExportStrategy::custom(strategy));
+        self
+    }
+
+    /// Exports every span on the thread that ends it instead of batching (tests, debugging).
+    pub fn synchronous_export(mut self, synchronous: bool) -> Self {
+        self.synchronous = synchronous;
+        self
+    }
+
+    /// Reads environment variables (`SLURM_*`, `OTEL_*`, …) through `lookup` instead of the
+    /// process environment.
+    pub fn env_lookup(
+        mut self,
+        lookup: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.lookup = Box::new(lookup);
+        self
+    }
+
+    /// **Tests only**: allows a second enabled setup in this process.
+    ///
+    /// ```
+    /// let first = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default())
+    ///     .allow_reinit_for_testing(true)
+    ///     .build();
+    /// assert!(first.is_ok());
+    /// ```
+    #[cfg(any(feature = "testing", test))]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+    pub fn allow_reinit_for_testing(mut self, allow: bool) -> Self {
+        self.allow_reinit = allow;
+        self
+    }
+
+    /// Builds the pipelines (or nothing, on a disabled or non-exporting rank).
+    pub fn build(self) -> Result<Telemetry> {
+        let TelemetryBuilder {
+            mut config,
+            rank,
+            world_size,
+            resource_attributes,
+            span_exporter,
+            span_processors,
+            metric_reader,
+            log_exporter,
+            export_strategy,
+            synchronous,
+            allow_reinit,
+            lookup,
+        } = self;
+        config.validate()?;
+        if world_size == 0 || rank >= world_size {
+            return Err(LensError::InvalidArgument(format!(
+                "rank must be below world_size (rank {rank}, world_size {world_size})"
+            )));
+        }
+        ids::install_fork_handler();
+        let generation = ids::fork_generation();
+        if config.enabled
+            && !allow_reinit
+            && INITIALIZED_IN.load(Ordering::SeqCst) == generation + 1
+        {
+            return Err(LensError::AlreadyInitialized);
+        }
+        config.run_id = resource::resolve_run_id(&config.run_id, &*lookup);
+        let strategy = match export_strategy {
+            Some(s) => s,
+            None => {
+                strategy::get_export_strategy(&config.export_strategy, &config.strategy_origin())?
+            }
+        };
+        let decision = strategy.decide_with(&config, rank, world_size, &*lookup)?;
+        let resolved_groups = if config.enabled {
+            groups::resolve(&config.span_groups, &config.span_groups_origin())?
+        } else {
+            Default::default()
+        };
+        // Read on every enabled rank, so a bad value fails alike everywhere, before anything
+        // global is touched.
+        let (batch, log_batch, value_limit) = if config.enabled {
+            (
+                BatchConfig::from_env("OTEL_BSP", &*lookup)?,
+                BatchConfig::from_env_over("OTEL_BLRP", BatchConfig::logs_default(), &*lookup)?,
+                crate::env::value_length_limit(Env::new(&*lookup))?,
+            )
+        } else {
+            (BatchConfig::default(), BatchConfig::logs_default(), None)
+        };
+        let dropped = DropCounters::default();
+        let settings = ExportSettings {
+            synchronous,
+            batch,
+            dropped: dropped.spans.clone(),
+        };
+        let log_settings = ExportSettings {
+            synchronous,
+            batch: log_batch,
+            dropped: dropped.logs.clone(),
+        };
+        let exporting = config.enabled && decision;
+        let sampler = RankAwareSampler::new(rank, world_size, config.export_sample_rate);
+        let recording =
+            exporting && config.traces_enabled && (!config.sampler_enabled || sampler.is_sampled());
+
+        let gate = Arc::new(GroupGate::new(if exporting {
+            resolved_groups
+        } else {
+            Default::default()
+        }));
+        // Read on every enabled rank, so a bad value fails the whole job at start-up.
+        let metric_interval = if config.enabled && config.metrics_enabled && metric_reader.is_none()
+        {
+            Env::new(&*lookup).positive_millis(METRIC_INTERVAL_VAR)?
+        } else {
+            None
+        };
+        let mut built = Built::default();
+        if exporting {
+            let env = Env::new(&*lookup);
+            let resource =
+                resource::build_resource(&config, rank, world_size, &resource_attributes, &*lookup);
+            if config.traces_enabled {
+                let parts = TraceParts {
+                    resource: resource.clone(),
+                    sampler: config.sampler_enabled.then(|| sampler.clone()),
+                    processors: span_processors,
+                    exporter: span_exporter,
+                    settings,
+                    recording,
+                    value_limit,
+                };
+                built.traces(&config, rank, env, parts)?;
+            }
+            if config.metrics_enabled {
+                built.metrics(
+                    &config,
+                    rank,
+                    env,
+                    resource.clone(),
+                    metric_reader,
+                    metric_interval,
+                    &dropped,
+                )?;
+            }
+            if config.logs_enabled {
+                built.logs(
+                    &config,
+                    rank,
+                    env,
+                    resource.clone(),
+                    log_exporter,
+                    &log_settings,
+                )?;
+            }
+            propagation::install_global_propagator();
+            built.resource = Some(resource);
+        }
+        if config.enabled {
+            groups::install_process_gate(gate.clone());
+            INITIALIZED_IN.store(generation + 1, Ordering::SeqCst);
+        }
+        let instruments = match &built.meter_provider {
+            Some(p) => Instruments::new(
+                p.meter_with_scope(InstrumentationScope::builder(SCOPE_NAME).build()),
+            ),
+            None => Instruments::noop(),
+        };
+        Ok(Telemetry::from_inner(Inner {
+            instruments,
+            filter: LensFilter::new(built.pipeline.is_none(), gate.clone()),
+            config,
+            rank,
+            world_size,
+            exporting,
+            groups: gate,
+            built,
+            shutdown_done: AtomicBool::new(false),
+            panic_hook: AtomicBool::new(false),
+            generation,
+            dropped,
+        }))
+    }
+}

@@ -1,0 +1,577 @@
+//! [`Telemetry`]: the handle of one process's telemetry, and its shutdown.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak, mpsc};
+use std::time::{Duration, Instant};
+
+use opentelemetry::global::BoxedTracer;
+use opentelemetry::metrics::Meter;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::trace::noop::NoopTracer;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use tracing_subscriber::registry::LookupSpan;
+
+use super::SCOPE_NAME;
+use super::builder::TelemetryBuilder;
+use super::pipelines::Built;
+use crate::closer;
+use crate::config::LensConfig;
+use crate::error::{LensError, Result};
+use crate::exit::{self, ExitTarget};
+use crate::export::{DropCounters, DropCounts};
+use crate::filter::LensFilter;
+use crate::groups::{self, GroupGate};
+use crate::ids;
+use crate::layer::{LensLayer, WithLens};
+use crate::logs::LogFilter;
+use crate::metrics::{EventMetricsLayer, Instruments};
+
+pub(crate) struct Inner {
+    pub(super) config: LensConfig,
+    pub(super) rank: u32,
+    pub(super) world_size: u32,
+    pub(super) exporting: bool,
+    pub(super) groups: Arc<GroupGate>,
+    pub(super) filter: LensFilter,
+    pub(super) built: Built,
+    pub(super) instruments: Instruments,
+    pub(super) shutdown_done: AtomicBool,
+    pub(super) panic_hook: AtomicBool,
+    pub(super) dropped: DropCounters,
+    /// The fork generation of the setup; another one means this is a forked child.
+    pub(super) generation: u64,
+}
+
+/// The handle of one process's telemetry: the layer, the tracer, flush and shutdown.
+///
+/// Cloning is cheap (shared). Call [`Telemetry::shutdown`] before the process exits (a
+/// `finally`-style path): spans still open are ended as truncated and everything queued is
+/// exported. Dropping the last clone shuts down with a 5-second timeout.
+#[derive(Clone)]
+pub struct Telemetry {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("enabled", &self.inner.config.enabled)
+            .field("rank", &self.inner.rank)
+            .field("world_size", &self.inner.world_size)
+            .field("exporting", &self.inner.exporting)
+            .field("recording", &self.inner.built.pipeline.is_some())
+            .field("run_id", &self.inner.config.run_id)
+            .finish()
+    }
+}
+
+impl Telemetry {
+    pub(super) fn from_inner(inner: Inner) -> Self {
+        Telemetry {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Starts a builder for `config`.
+    ///
+    /// ```
+    /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// assert!(!telemetry.is_exporting());
+    /// ```
+    pub fn builder(config: LensConfig) -> TelemetryBuilder {
+        TelemetryBuilder::new(config)
+    }
+
+    /// A new lens layer for a `tracing` subscriber. On a rank that records nothing the layer is
+    /// inert: every callsite is `Interest::never` for it.
+    pub fn layer<S>(&self) -> LensLayer<S>
+    where
+        S: tracing_core::Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let provider = self.inner.built.logger_provider.as_ref();
+        let log_filter = match provider {
+            Some(_) => LogFilter::new(
+                self.inner.config.logs_level,
+                self.inner.built.pipeline.is_some(),
+                self.inner.groups.clone(),
+            ),
+            None => LogFilter::off(self.inner.groups.clone()),
+        };
+        LensLayer::new(
+            self.inner.built.pipeline.clone(),
+            self.inner.filter.clone(),
+            (provider, log_filter),
+        )
+    }
+
+    /// Whether this rank exports (enabled and chosen by the export strategy).
+    pub fn is_exporting(&self) -> bool {
+        self.inner.exporting
+    }
+
+    /// The configuration, with the run id resolved.
+    pub fn config(&self) -> &LensConfig {
+        &self.inner.config
+    }
+
+    /// The run id (`nemo.run.id`).
+    pub fn run_id(&self) -> &str {
+        &self.inner.config.run_id
+    }
+
+    /// The resource spans are exported with (`None` on a non-exporting rank).
+    ///
+    /// # What the resource holds
+    ///
+    /// Setup composes the OpenTelemetry [`Resource`] of one rank exactly as NeMo Lens
+    /// 0.1.0 / main does in Python. The layers are applied in this order and **a later layer wins**
+    /// on a key collision:
+    ///
+    /// 1. `service.name` = [`LensConfig::service_name`](crate::LensConfig::service_name),
+    ///    `service.version` = this crate's version, `dl.rank` and `dl.world_size` (integers);
+    /// 2. if the run id is non-empty: `nemo.run.id` = run id and
+    ///    `service.instance.id` = `"{run_id}-rank{rank}"`;
+    /// 3. `nemo.user.id`, `wandb.entity`, `wandb.project`, each only if non-empty;
+    /// 4. `deployment.environment` = `DEPLOYMENT_ENV` if that variable exists (even when empty),
+    ///    otherwise `ENVIRONMENT`; set only if the chosen value is non-empty;
+    /// 5. the caller's attributes (the `caller` argument);
+    /// 6. detected attributes: local (`host.name`, `process.pid`, `host.gpu.count`), then SLURM,
+    ///    then Kubernetes. Note that **detected values override the caller's** on a collision, as in
+    ///    Python;
+    /// 7. everything above is laid over the attributes parsed from `OTEL_RESOURCE_ATTRIBUTES`, which
+    ///    in turn lie over the SDK defaults `telemetry.sdk.name` = `opentelemetry`,
+    ///    `telemetry.sdk.language` = `rust` and `telemetry.sdk.version` = the `opentelemetry_sdk`
+    ///    version. So `OTEL_RESOURCE_ATTRIBUTES` can add keys but never replace a key Lens sets.
+    ///
+    /// As in the Python SDK's `Resource.create`, an empty `service.name` at the end becomes
+    /// `unknown_service`.
+    ///
+    /// Environment variables are read only through the `lookup` function passed in (production
+    /// passes the process environment), so the composition is deterministic and testable. Two inputs are not
+    /// behind `lookup`: the existence of `/var/run/secrets/kubernetes.io` (one way to detect
+    /// Kubernetes) and, when `CUDA_VISIBLE_DEVICES` is unset, the output of `nvidia-smi`, which is
+    /// found through the `PATH` given by `lookup` if any, else the process's own `PATH`, and is
+    /// abandoned after 5 seconds.
+    ///
+    /// ```
+    /// use nemo_lens::{semconv, LensConfig, Telemetry};
+    /// use opentelemetry::{Key, Value};
+    ///
+    /// let env = [
+    ///     ("SLURM_JOB_ID", "4242"),
+    ///     ("CUDA_VISIBLE_DEVICES", "0,1"),
+    ///     ("OTEL_RESOURCE_ATTRIBUTES", "team=ml%20infra,dl.rank=99"),
+    /// ];
+    /// let config = LensConfig::default()
+    ///     .with_enabled(true)
+    ///     .with_export_strategy("all_ranks")
+    ///     .with_traces_enabled(false)
+    ///     .with_metrics_enabled(false);
+    /// let telemetry = Telemetry::builder(config)
+    ///     .rank(3)
+    ///     .world_size(8)
+    ///     .env_lookup(move |name| env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string()))
+    ///     .build()?;
+    /// assert_eq!(telemetry.run_id(), "4242");
+    /// let res = telemetry.resource().expect("an exporting rank");
+    ///
+    /// let get = |k: &'static str| res.get(&Key::from_static_str(k));
+    /// assert_eq!(get(semconv::DL_RANK), Some(Value::I64(3))); // Lens beats the environment
+    /// assert_eq!(get(semconv::SERVICE_INSTANCE_ID), Some("4242-rank3".into()));
+    /// assert_eq!(get(semconv::SLURM_JOB_ID), Some("4242".into()));
+    /// assert_eq!(get(semconv::HOST_GPU_COUNT), Some(Value::I64(2)));
+    /// assert_eq!(get("team"), Some("ml infra".into())); // percent-decoded
+    /// assert_eq!(get(semconv::TELEMETRY_SDK_LANGUAGE), Some("rust".into()));
+    /// # Ok::<(), nemo_lens::LensError>(())
+    /// ```
+    pub fn resource(&self) -> Option<&Resource> {
+        self.inner.built.resource.as_ref()
+    }
+
+    /// An OpenTelemetry tracer for code that uses the OpenTelemetry API directly (a no-op
+    /// tracer on a non-exporting rank). Spans made with it skip the lens layer (no groups, no
+    /// truncation at shutdown).
+    pub fn tracer(&self) -> BoxedTracer {
+        match &self.inner.built.tracer_provider {
+            Some(p) => BoxedTracer::new(Box::new(p.tracer(SCOPE_NAME))),
+            None => BoxedTracer::new(Box::new(NoopTracer::new())),
+        }
+    }
+
+    /// The meter provider, when metrics are exported from this rank.
+    pub fn meter_provider(&self) -> Option<&SdkMeterProvider> {
+        self.inner.built.meter_provider.as_ref()
+    }
+
+    /// How often metrics are exported: `OTEL_METRIC_EXPORT_INTERVAL` or 10 s, when this rank
+    /// exports metrics through lens's periodic reader (`None` otherwise, and with an injected
+    /// [`TelemetryBuilder::metric_reader`]).
+    ///
+    /// ```
+    /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// assert_eq!(telemetry.metric_export_interval(), None); // disabled: no reader
+    /// ```
+    pub fn metric_export_interval(&self) -> Option<Duration> {
+        self.inner.built.metric_interval
+    }
+
+    /// The `nemo.lens` meter, for instruments of your own: the exporting meter provider's, or
+    /// a no-op meter on a rank that exports no metrics (disabled, metrics off, non-exporting).
+    ///
+    /// ```
+    /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// let tokens = telemetry.meter().u64_counter("my.tokens").with_unit("{token}").build();
+    /// tokens.add(512, &[]); // a no-op here: telemetry is disabled
+    /// ```
+    pub fn meter(&self) -> Meter {
+        self.inner.instruments.meter().clone()
+    }
+
+    /// The cached instruments of [`Telemetry::meter`], used by
+    /// [`InferenceMetrics`](crate::InferenceMetrics) and friends, [`crate::record_metrics`] and
+    /// [`Telemetry::metrics_layer`]. The handle itself is `AsRef<Instruments>`, so those accept
+    /// `&telemetry` directly.
+    ///
+    /// ```
+    /// use nemo_lens::TrainingMetrics;
+    /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// TrainingMetrics { loss: Some(0.9), ..Default::default() }.record(telemetry.instruments());
+    /// TrainingMetrics { loss: Some(0.8), ..Default::default() }.record(&telemetry); // same thing
+    /// ```
+    pub fn instruments(&self) -> &Instruments {
+        &self.inner.instruments
+    }
+
+    /// A layer that records `histogram.*`, `gauge.*`, `counter.*` and `monotonic_counter.*`
+    /// event fields as metrics (see [`crate::metrics::events`]). Inert (`Interest::never` for
+    /// every callsite) on a rank that exports no metrics.
+    ///
+    /// ```
+    /// use tracing_subscriber::prelude::*;
+    /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// let _guard = tracing_subscriber::registry()
+    ///     .with(telemetry.layer())
+    ///     .with(telemetry.metrics_layer())
+    ///     .set_default();
+    /// tracing::info!(histogram.step_ms = 812.5);
+    /// ```
+    pub fn metrics_layer<S>(&self) -> EventMetricsLayer<S>
+    where
+        S: tracing_core::Subscriber + for<'a> LookupSpan<'a>,
+    {
+        match &self.inner.built.meter_provider {
+            Some(_) => EventMetricsLayer::new(self.inner.instruments.clone()),
+            None => EventMetricsLayer::inert(),
+        }
+    }
+
+    /// Whether `group` is enabled for this telemetry.
+    pub fn is_span_group_enabled(&self, group: &str) -> bool {
+        self.inner.groups.is_enabled(group)
+    }
+
+    /// Replaces the enabled span groups of this telemetry (a spec like `NEMO_LENS_SPAN_GROUPS`)
+    /// and re-evaluates every callsite. An unknown name is an error and changes nothing; on a
+    /// non-exporting rank nothing is recorded whatever the groups.
+    ///
+    /// ```
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// t.set_span_groups("per_step").unwrap();
+    /// assert!(t.set_span_groups("warp").is_err());
+    /// ```
+    pub fn set_span_groups(&self, spec: &str) -> Result<()> {
+        let set = groups::resolve(spec, "set_span_groups")?;
+        self.inner.groups.set(set);
+        Ok(())
+    }
+
+    /// Number of spans the lens layer has started and not yet ended (0 in a forked child: the
+    /// parent's spans are not the child's).
+    pub fn open_spans(&self) -> usize {
+        if self.inner.inherited() {
+            return 0;
+        }
+        self.inner
+            .built
+            .pipeline
+            .as_ref()
+            .map_or(0, |p| p.open.len())
+    }
+
+    /// Whether this handle was set up in a parent process and inherited through `fork` without
+    /// exec. Such a handle is inert: its layer records nothing, and flush and shutdown return
+    /// at once without touching the parent's providers. Set up telemetry anew in the child to
+    /// record there.
+    ///
+    /// ```
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// assert!(!t.is_inherited_from_parent());
+    /// ```
+    pub fn is_inherited_from_parent(&self) -> bool {
+        self.inner.inherited()
+    }
+
+    /// Exports everything queued, without closing live spans.
+    pub fn force_flush(&self) -> Result<()> {
+        if self.inner.inherited() {
+            return Ok(());
+        }
+        let mut errors = Vec::new();
+        if let Some(p) = &self.inner.built.tracer_provider
+            && let Err(e) = p.force_flush()
+        {
+            errors.push(format!("traces: {e}"));
+        }
+        if let Some(p) = &self.inner.built.meter_provider
+            && let Err(e) = p.force_flush()
+        {
+            errors.push(format!("metrics: {e}"));
+        }
+        if let Some(p) = &self.inner.built.logger_provider
+            && let Err(e) = p.sdk().force_flush()
+        {
+            errors.push(format!("logs: {e}"));
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(LensError::Shutdown(errors.join("; ")))
+        }
+    }
+
+    /// Opts in to recording panics: a panic adds an `exception` event to the innermost open span
+    /// of its thread, and a panic that ends the process (on the main thread, or any panic under
+    /// `panic = "abort"`) then ends every open span as truncated and flushes, within
+    /// [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT)(crate::exit::EXIT_FLUSH_TIMEOUT). The previous panic hook still
+    /// runs, after it. See [`Telemetry::install_signal_handlers`] for the reasoning. Call it once, after setup.
+    ///
+    /// ```
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// t.install_panic_hook();
+    /// ```
+    pub fn install_panic_hook(&self) {
+        if !self.inner.panic_hook.swap(true, Ordering::SeqCst) {
+            let target: Weak<dyn ExitTarget> = Arc::downgrade(&self.inner) as _;
+            exit::install_panic_hook(target);
+        }
+    }
+
+    /// Installs SIGTERM and SIGINT handlers: on the signal, a dedicated thread ends every open
+    /// span as truncated, flushes within [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT)(crate::exit::EXIT_FLUSH_TIMEOUT),
+    /// then lets the signal end the process as it would have (status 128 + signo). The handler
+    /// itself only writes to a pipe. See below; without it, open and queued spans are
+    /// lost on those signals.
+    ///
+    /// ```no_run
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// t.install_signal_handlers().unwrap();
+    /// ```
+    ///
+    /// # Why a thread, and what is not covered
+    ///
+    /// Spans are exported when they end and batches when the worker gets to them, so a process that
+    /// dies abruptly loses its open spans (the `train` span of a run, the step that crashed) and
+    /// whatever is still queued. Two calls on the handle recover them:
+    ///
+    /// ```no_run
+    /// # let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// telemetry.install_panic_hook();
+    /// telemetry.install_signal_handlers().expect("signal handlers");
+    /// ```
+    ///
+    /// # Panic ([`Telemetry::install_panic_hook`](crate::Telemetry::install_panic_hook))
+    ///
+    /// The hook runs on the panicking thread, before unwinding, then calls the hook that was
+    /// installed before it (by default the one that prints the message):
+    ///
+    /// * the innermost span the lens layer records on that thread gets an `exception` event
+    ///   (`exception.type = "panic"`, `exception.message` = the panic message and location) and the
+    ///   status `ERROR`;
+    /// * when the panic ends the process (a panic on the thread named `main`, or any panic under
+    ///   `panic = "abort"`), every open span is then ended as truncated (reason `"process
+    ///   panicked"`) and the telemetry is shut down, flushing everything queued, within
+    ///   [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT).
+    ///
+    /// **The choice**: a panic on another thread often does not end the process (it is joined, or
+    /// caught, and the run goes on), so the hook does not end the run's spans for it: that thread's
+    /// spans end normally while it unwinds, the innermost one marked `ERROR` with the panic. If the
+    /// process then dies because the main thread re-panics on the `join`, the main-thread rule
+    /// applies.
+    ///
+    /// # SIGTERM and SIGINT ([`Telemetry::install_signal_handlers`](crate::Telemetry::install_signal_handlers))
+    ///
+    /// A preempted SLURM job gets SIGTERM (and SIGKILL some seconds later); Ctrl-C is SIGINT. The
+    /// handler itself only writes the signal number to a pipe (async-signal-safe); a dedicated thread
+    /// (`nemo-lens-signals`) reads it, ends every open span as truncated (reason `"process received
+    /// SIGTERM"` / `"… SIGINT"`), shuts the telemetry down within [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT), then
+    /// restores the default disposition and re-raises the signal, so the process dies *by the
+    /// signal* as it would have without the handler (a shell reports status 128 + signo). A second
+    /// signal while the flush runs kills the process at once. In a process forked after the
+    /// handlers were installed, the signals have their default effect.
+    ///
+    /// Without the handlers, SIGTERM and SIGINT end the process at once: spans still open and spans
+    /// queued in the batch processor (up to `OTEL_BSP_MAX_QUEUE_SIZE`, by default up to 5 s worth)
+    /// are lost. SIGKILL can never be handled.
+    pub fn install_signal_handlers(&self) -> Result<()> {
+        let target: Weak<dyn ExitTarget> = Arc::downgrade(&self.inner) as _;
+        exit::install_signal_handlers(target)
+    }
+
+    /// Telemetry dropped so far: spans a full queue refused (the exporter could not keep up),
+    /// spans of failed or timed-out exports, spans still queued when shutdown's deadline passed.
+    /// Exported + dropped = produced. Reported once on stderr at shutdown when not zero.
+    ///
+    /// ```
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// assert_eq!(t.dropped(), nemo_lens::DropCounts::default());
+    /// ```
+    pub fn dropped(&self) -> DropCounts {
+        self.inner.dropped.snapshot()
+    }
+
+    /// Ends open spans as truncated, flushes and shuts the providers down, returning within
+    /// `timeout` (plus scheduling slack) even when an exporter hangs. A second call does nothing.
+    ///
+    /// # Truncation
+    ///
+    /// Batch processors export a span when it ends, so a run-scoped span (`train`, `job`) that is
+    /// still open when the process shuts down would vanish. The lens layer records every span it
+    /// starts in a small slab (one short lock per span start and end). [`Telemetry::shutdown`]
+    /// (crate::Telemetry::shutdown) first ends every span still in it, **innermost first** (reverse
+    /// start order), each with
+    ///
+    /// * the attribute `nemo.span.truncated = true`,
+    /// * an event `nemo.span.truncated` with `nemo.span.truncated.reason`,
+    /// * the attributes and events recorded on it up to then, and its status left as it was
+    ///   (truncation is not an error),
+    ///
+    /// and only then shuts the providers down, so the batch processor flushes the truncated spans
+    /// with everything else. `force_flush` never closes live spans.
+    ///
+    /// Spans created directly through the OpenTelemetry API (`Telemetry::tracer()`) are not tracked.
+    ///
+    /// **Fork**: a process forked without exec inherits the slab with its parent's open spans (and
+    /// possibly a lock another parent thread held). The child never reads, locks or ends them: they
+    /// belong to the parent, which ends and exports them; the child forgets them (see
+    /// [`Telemetry::is_inherited_from_parent`]).
+    pub fn shutdown(&self, timeout: Duration) -> Result<()> {
+        self.inner.shutdown(timeout)
+    }
+}
+
+impl AsRef<Instruments> for Telemetry {
+    fn as_ref(&self) -> &Instruments {
+        &self.inner.instruments
+    }
+}
+
+impl Inner {
+    #[inline]
+    fn inherited(&self) -> bool {
+        self.generation != ids::fork_generation()
+    }
+
+    fn shutdown(&self, timeout: Duration) -> Result<()> {
+        self.shutdown_because(timeout, closer::REASON_SHUTDOWN)
+    }
+}
+
+impl ExitTarget for Inner {
+    fn record_panic(&self, message: &str) {
+        if self.inherited() || self.built.pipeline.is_none() {
+            return;
+        }
+        tracing::Span::current().with_subscriber(|(id, dispatch)| {
+            if let Some(with) = dispatch.downcast_ref::<WithLens>() {
+                (with.with_innermost)(dispatch, id, &mut |data| {
+                    data.record_exception("panic", message)
+                });
+            }
+        });
+    }
+
+    fn shutdown_because(&self, timeout: Duration, reason: &'static str) -> Result<()> {
+        if self.shutdown_done.swap(true, Ordering::SeqCst) || self.inherited() {
+            // Done already, or a forked child: the parent's providers have no worker threads
+            // here, and shutting them down would wait out `timeout` per processor.
+            return Ok(());
+        }
+        let deadline = Instant::now() + timeout;
+        if let Some(p) = &self.built.pipeline {
+            p.open.close_all(reason);
+        }
+        let tracer = self.built.tracer_provider.clone();
+        let meter = self.built.meter_provider.clone();
+        let logger = self.built.logger_provider.as_ref().map(|p| p.sdk().clone());
+        if tracer.is_none() && meter.is_none() && logger.is_none() {
+            return Ok(());
+        }
+        let (tx, rx) = mpsc::channel();
+        let worker = std::thread::Builder::new()
+            .name("nemo-lens-shutdown".into())
+            .spawn(move || {
+                let mut errors = Vec::new();
+                let remaining = || deadline.saturating_duration_since(Instant::now());
+                if let Some(t) = tracer
+                    && let Err(e) = t.shutdown_with_timeout(remaining())
+                {
+                    errors.push(format!("traces: {e}"));
+                }
+                // Logs before metrics, so the last metric export carries the final
+                // `nemo.lens.dropped` counts of spans and logs.
+                if let Some(l) = logger
+                    && let Err(e) = l.shutdown_with_timeout(remaining())
+                {
+                    errors.push(format!("logs: {e}"));
+                }
+                if let Some(m) = meter
+                    && let Err(e) = m.shutdown_with_timeout(remaining())
+                {
+                    errors.push(format!("metrics: {e}"));
+                }
+                let _ = tx.send(errors);
+            });
+        // The processors stop exporting at the deadline and then report; allow them a moment.
+        let wait = deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(500);
+        let result = match worker {
+            Err(e) => Err(LensError::Shutdown(format!(
+                "cannot start the shutdown thread: {e}"
+            ))),
+            Ok(_) => match rx.recv_timeout(wait) {
+                Ok(errors) if errors.is_empty() => Ok(()),
+                Ok(errors) => Err(LensError::Shutdown(errors.join("; "))),
+                Err(_) => Err(LensError::Shutdown(format!(
+                    "timed out after {timeout:?}; data still queued was abandoned"
+                ))),
+            },
+        };
+        let dropped = self.dropped.snapshot();
+        if dropped.total() > 0 {
+            // Reported once: shutdown runs once.
+            eprintln!(
+                "nemo-lens: dropped {dropped} (queue full, export failed or timed out, or still \
+                 queued at shutdown; see OTEL_BSP_MAX_QUEUE_SIZE and OTEL_BLRP_MAX_QUEUE_SIZE)"
+            );
+        }
+        result
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if self.inherited() {
+            // A forked child: dropping the parent's providers would shut them down (waiting for
+            // worker threads that did not survive the fork) and a Tokio runtime would try to
+            // stop threads that do not exist. Leak them instead; the child's memory is its own.
+            std::mem::forget(self.built.tracer_provider.take());
+            std::mem::forget(self.built.meter_provider.take());
+            std::mem::forget(self.built.logger_provider.take());
+            self.built.transport.forget();
+            return;
+        }
+        let _ = self.shutdown(Duration::from_secs(5));
+        self.built.transport.shutdown_background();
+    }
+}

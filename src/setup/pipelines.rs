@@ -1,0 +1,219 @@
+//! What an exporting rank builds: the three providers, the console writer they share and the
+//! one private Tokio runtime of the gRPC exporters.
+//!
+//! Nothing here runs on a disabled or non-exporting rank: [`Built::default`] (all `None`) is
+//! what such a rank keeps.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use opentelemetry::global;
+use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, SdkMeterProvider};
+use opentelemetry_sdk::trace::SdkTracerProvider;
+
+use super::SCOPE_NAME;
+use super::builder::{LogExporterFactory, ProcessorFactory, ReaderFactory};
+use super::processors::{BoxedProcessor, ExportSettings, exporter_processor, log_provider};
+use crate::config::{ExporterKind, LensConfig};
+use crate::env::Env;
+use crate::error::{LensError, Result};
+use crate::export::DropCounters;
+use crate::export::otlp::{self, Signal};
+use crate::export::{
+    ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ConsoleWriter,
+    CountedMetricExporter, resolve_path,
+};
+use crate::ids::ChaChaIdGenerator;
+use crate::layer::Pipeline;
+use crate::logs::LensLoggerProvider;
+use crate::propagation;
+use crate::sampling::RankAwareSampler;
+
+/// The metric export interval when `OTEL_METRIC_EXPORT_INTERVAL` is unset (10 s, as Python).
+pub(super) const DEFAULT_METRIC_EXPORT_INTERVAL: Duration = Duration::from_millis(10_000);
+
+/// The variable of the metric export interval, in milliseconds.
+pub(super) const METRIC_INTERVAL_VAR: &str = "OTEL_METRIC_EXPORT_INTERVAL";
+
+/// What one process built. All `None` on a disabled or non-exporting rank.
+#[derive(Default)]
+pub(crate) struct Built {
+    /// What the layer records through (`None`: the layer is inert).
+    pub(crate) pipeline: Option<Arc<Pipeline>>,
+    pub(crate) tracer_provider: Option<SdkTracerProvider>,
+    pub(crate) meter_provider: Option<SdkMeterProvider>,
+    pub(crate) logger_provider: Option<LensLoggerProvider>,
+    pub(crate) resource: Option<Resource>,
+    /// The interval of the periodic metric reader lens built (none with an injected reader).
+    pub(crate) metric_interval: Option<Duration>,
+    /// The exporters' transports: the gRPC runtime, when a signal uses gRPC.
+    pub(crate) transport: otlp::Transport,
+    /// The console output shared by the console exporters (opened once, on first use).
+    console: Option<ConsoleWriter>,
+}
+
+/// What the trace pipeline is built from.
+pub(super) struct TraceParts {
+    pub(super) resource: Resource,
+    pub(super) sampler: Option<RankAwareSampler>,
+    pub(super) processors: Vec<Box<dyn FnOnce() -> BoxedProcessor + Send>>,
+    pub(super) exporter: Option<ProcessorFactory>,
+    pub(super) settings: ExportSettings,
+    /// Whether the layer records (false on a rank the rank sampler leaves out).
+    pub(super) recording: bool,
+    pub(super) value_limit: Option<usize>,
+}
+
+impl Built {
+    /// The console writer of this process: stdout, or the per-rank file of
+    /// `NEMO_LENS_CONSOLE_PATH`, opened on first use and shared by every console exporter so
+    /// their lines interleave whole.
+    fn console_writer(&mut self, config: &LensConfig, rank: u32) -> Result<ConsoleWriter> {
+        if let Some(w) = &self.console {
+            return Ok(w.clone());
+        }
+        let writer = match &config.console_path {
+            Some(template) => {
+                ConsoleWriter::to_path(template, rank).map_err(|source| LensError::OutputFile {
+                    var: "NEMO_LENS_CONSOLE_PATH".into(),
+                    path: resolve_path(template, rank).display().to_string(),
+                    source,
+                })?
+            }
+            None => ConsoleWriter::stdout(),
+        };
+        self.console = Some(writer.clone());
+        Ok(writer)
+    }
+
+    /// Builds the tracer provider (ChaCha IDs, optional rank sampler, the user's processors,
+    /// then the exporter's), installs it as the global one, and the layer's pipeline when this
+    /// rank records.
+    pub(super) fn traces(
+        &mut self,
+        config: &LensConfig,
+        rank: u32,
+        env: Env<'_>,
+        parts: TraceParts,
+    ) -> Result<()> {
+        let mut builder = SdkTracerProvider::builder()
+            .with_resource(parts.resource)
+            .with_id_generator(ChaChaIdGenerator::new());
+        if let Some(sampler) = parts.sampler {
+            builder = builder.with_sampler(sampler);
+        }
+        for make in parts.processors {
+            builder = builder.with_span_processor(make());
+        }
+        let exporter = match parts.exporter {
+            Some(make) => make(&parts.settings)?,
+            None => match config.exporter {
+                ExporterKind::Console => {
+                    let writer = self.console_writer(config, rank)?;
+                    exporter_processor(ConsoleSpanExporter::with_writer(writer), &parts.settings)?
+                }
+                ExporterKind::Otlp => {
+                    let protocol = otlp::protocol_for(Signal::Traces, env)?;
+                    let exporter = self.transport.span_exporter(protocol)?;
+                    exporter_processor(exporter, &parts.settings)?
+                }
+            },
+        };
+        let provider = builder.with_span_processor(exporter).build();
+        global::set_tracer_provider(provider.clone());
+        if parts.recording {
+            self.pipeline = Some(Arc::new(Pipeline::new(
+                provider.tracer(SCOPE_NAME),
+                propagation::env_parent(&|k| env.raw(k)),
+                parts.value_limit,
+            )));
+        }
+        self.tracer_provider = Some(provider);
+        Ok(())
+    }
+
+    /// Builds the meter provider (the injected reader, or a periodic reader on the configured
+    /// exporter whose failed exports are counted) and installs it as the global one.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn metrics(
+        &mut self,
+        config: &LensConfig,
+        rank: u32,
+        env: Env<'_>,
+        resource: Resource,
+        reader: Option<ReaderFactory>,
+        interval: Option<Duration>,
+        dropped: &DropCounters,
+    ) -> Result<()> {
+        let builder: MeterProviderBuilder = SdkMeterProvider::builder().with_resource(resource);
+        let builder = match reader {
+            Some(add_reader) => add_reader(builder),
+            None => {
+                let interval = interval.unwrap_or(DEFAULT_METRIC_EXPORT_INTERVAL);
+                self.metric_interval = Some(interval);
+                let failed = dropped.metric_exports.clone();
+                match config.exporter {
+                    ExporterKind::Console => {
+                        let writer = self.console_writer(config, rank)?;
+                        let exporter = ConsoleMetricExporter::new(writer);
+                        builder.with_reader(periodic(exporter, failed, interval))
+                    }
+                    ExporterKind::Otlp => {
+                        let protocol = otlp::protocol_for(Signal::Metrics, env)?;
+                        let exporter = self.transport.metric_exporter(protocol)?;
+                        builder.with_reader(periodic(exporter, failed, interval))
+                    }
+                }
+            }
+        };
+        let provider = builder.build();
+        dropped.observe(&provider.meter(SCOPE_NAME));
+        global::set_meter_provider(provider.clone());
+        self.meter_provider = Some(provider);
+        Ok(())
+    }
+
+    /// Builds the logger provider the layer bridges events into.
+    pub(super) fn logs(
+        &mut self,
+        config: &LensConfig,
+        rank: u32,
+        env: Env<'_>,
+        resource: Resource,
+        exporter: Option<LogExporterFactory>,
+        settings: &ExportSettings,
+    ) -> Result<()> {
+        let provider = match exporter {
+            Some(make) => make(resource, settings)?,
+            None => match config.exporter {
+                ExporterKind::Console => {
+                    let writer = self.console_writer(config, rank)?;
+                    log_provider(ConsoleLogExporter::new(writer), resource, settings)?
+                }
+                ExporterKind::Otlp => {
+                    let protocol = otlp::protocol_for(Signal::Logs, env)?;
+                    let exporter = self.transport.log_exporter(protocol)?;
+                    log_provider(exporter, resource, settings)?
+                }
+            },
+        };
+        self.logger_provider = Some(LensLoggerProvider::new(provider));
+        Ok(())
+    }
+}
+
+/// A periodic reader every `interval` on `exporter`, whose failed exports add to `failed`.
+fn periodic<E: PushMetricExporter>(
+    exporter: E,
+    failed: Arc<AtomicU64>,
+    interval: Duration,
+) -> PeriodicReader<CountedMetricExporter<E>> {
+    PeriodicReader::builder(CountedMetricExporter::new(exporter, failed))
+        .with_interval(interval)
+        .build()
+}

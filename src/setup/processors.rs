@@ -1,0 +1,133 @@
+//! The span and log processors lens puts before an exporter: batched (counted drops) or
+//! synchronous, and every export run with OpenTelemetry telemetry suppressed.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use opentelemetry::Context;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::logs::{LogExporter, SdkLoggerProvider};
+use opentelemetry_sdk::trace::{SimpleSpanProcessor, Span, SpanData, SpanExporter, SpanProcessor};
+
+use crate::error::Result;
+use crate::export::batch::{BatchConfig, BatchLogProcessor, BatchSpanProcessor};
+
+/// A span processor behind a box (the SDK builder wants a concrete type).
+pub(super) struct BoxedProcessor(pub(super) Box<dyn SpanProcessor>);
+
+impl fmt::Debug for BoxedProcessor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl SpanProcessor for BoxedProcessor {
+    fn on_start(&self, span: &mut Span, cx: &Context) {
+        self.0.on_start(span, cx)
+    }
+    fn on_end(&self, span: SpanData) {
+        self.0.on_end(span)
+    }
+    fn force_flush(&self) -> OTelSdkResult {
+        self.0.force_flush()
+    }
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.0.shutdown_with_timeout(timeout)
+    }
+    fn shutdown(&self) -> OTelSdkResult {
+        self.0.shutdown()
+    }
+    fn set_resource(&mut self, resource: &Resource) {
+        self.0.set_resource(resource)
+    }
+}
+
+/// A logger provider for `exporter`: nemo-lens's batch processor (`OTEL_BLRP_*`, counted
+/// drops), or synchronous.
+pub(super) fn log_provider<E: LogExporter + 'static>(
+    exporter: E,
+    resource: Resource,
+    settings: &ExportSettings,
+) -> Result<SdkLoggerProvider> {
+    let builder = SdkLoggerProvider::builder().with_resource(resource);
+    Ok(if settings.synchronous {
+        builder.with_simple_exporter(exporter).build()
+    } else {
+        builder
+            .with_log_processor(BatchLogProcessor::new(
+                exporter,
+                settings.batch,
+                settings.dropped.clone(),
+            )?)
+            .build()
+    })
+}
+
+/// An exporter that runs with OpenTelemetry telemetry suppressed, so that what it logs through
+/// `tracing` is not recorded by the lens layer (which would re-enter the exporter's lock in the
+/// synchronous processor).
+#[derive(Debug)]
+struct Suppressed<E>(E);
+
+impl<E: SpanExporter> SpanExporter for Suppressed<E> {
+    fn export(
+        &self,
+        batch: Vec<SpanData>,
+    ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
+        let future = {
+            let _guard = Context::enter_telemetry_suppressed_scope();
+            self.0.export(batch)
+        };
+        SuppressedFuture(Box::pin(future))
+    }
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        let _guard = Context::enter_telemetry_suppressed_scope();
+        self.0.shutdown_with_timeout(timeout)
+    }
+    fn force_flush(&self) -> OTelSdkResult {
+        let _guard = Context::enter_telemetry_suppressed_scope();
+        self.0.force_flush()
+    }
+    fn set_resource(&mut self, resource: &Resource) {
+        self.0.set_resource(resource)
+    }
+}
+
+/// Polls the wrapped export future with telemetry suppressed.
+struct SuppressedFuture<F>(std::pin::Pin<Box<F>>);
+
+impl<F: std::future::Future> std::future::Future for SuppressedFuture<F> {
+    type Output = F::Output;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let _guard = Context::enter_telemetry_suppressed_scope();
+        self.0.as_mut().poll(cx)
+    }
+}
+
+/// How the exporter's processor is built.
+pub(super) struct ExportSettings {
+    pub(super) synchronous: bool,
+    pub(super) batch: BatchConfig,
+    pub(super) dropped: Arc<AtomicU64>,
+}
+
+pub(super) fn exporter_processor<E: SpanExporter + 'static>(
+    exporter: E,
+    settings: &ExportSettings,
+) -> Result<BoxedProcessor> {
+    Ok(if settings.synchronous {
+        BoxedProcessor(Box::new(SimpleSpanProcessor::new(Suppressed(exporter))))
+    } else {
+        BoxedProcessor(Box::new(BatchSpanProcessor::new(
+            exporter,
+            settings.batch,
+            settings.dropped.clone(),
+        )?))
+    })
+}
