@@ -314,10 +314,13 @@ fn forked_child_reseeds() {
     assert_eq!(parents.len(), 2 * FORK_SPANS);
 }
 
-/// The check above detects the failure: the SDK's default generator keeps a thread-local RNG
-/// that a forked child inherits, so the child repeats the parent's next IDs exactly.
+/// Canary of an upstream bug, and proof that the check above detects the failure: the SDK's
+/// default `RandomIdGenerator` (opentelemetry_sdk 0.33) keeps a thread-local RNG that a forked
+/// child inherits, so the child repeats the parent's next IDs exactly. When this fails, the SDK
+/// has fixed it: the reason for re-seeding in `ChaChaIdGenerator` is then gone (keep the test
+/// above, drop this one).
 #[test]
-fn sdk_random_id_generator_repeats_ids_after_fork() {
+fn upstream_canary_sdk_random_id_generator_repeats_ids_after_fork() {
     let generator = RandomIdGenerator::default();
     let (parent, child) = fork_and_draw(&generator);
     assert_eq!(parent.spans, child.spans);
