@@ -135,6 +135,10 @@ pub struct LensConfig {
     /// Rust only: with `exporter = console`, write JSONL to this file instead of stdout
     /// (`<P>_CONSOLE_PATH`); `{rank}` is replaced by the rank, so ranks never interleave.
     pub console_path: Option<String>,
+    /// Rust only: the flight recorder, watchdog and control file (`<P>_FLIGHT_RECORDER`,
+    /// `<P>_FLIGHT_RECORDER_GROUPS`, `<P>_DUMP_DIR`, `<P>_HANG_TIMEOUT`, `<P>_CONTROL_FILE`); see
+    /// [`crate::recorder`].
+    pub flight_recorder: crate::recorder::RecorderConfig,
     /// Which variables the fields validated at setup were read from (for error messages);
     /// empty for a config built in code.
     pub sources: ConfigSources,
@@ -177,6 +181,7 @@ impl Default for LensConfig {
             wandb_entity: String::new(),
             wandb_project: String::new(),
             console_path: None,
+            flight_recorder: Default::default(),
             sources: ConfigSources::default(),
         }
     }
@@ -404,6 +409,7 @@ impl LensConfig {
         if let Some((_, v)) = get("CONSOLE_PATH") {
             cfg.console_path = Some(v);
         }
+        cfg.flight_recorder = crate::recorder::RecorderConfig::read(&mut get, primary)?;
         if let Some(v) = lookup("OTEL_SERVICE_NAME").map(|v| v.trim().to_string())
             && !v.is_empty()
         {

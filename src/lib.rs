@@ -111,6 +111,7 @@ pub mod layer;
 pub mod logs;
 pub mod metrics;
 pub mod propagation;
+pub mod recorder;
 pub mod resource;
 pub mod sampling;
 pub mod semconv;
@@ -132,6 +133,7 @@ pub use metrics::{
     RlMetrics, TrainingMetrics, record_metrics, register_metric_group, registered_metric_groups,
     unregister_metric_group,
 };
+pub use recorder::{FlightRecorder, RecorderLayer};
 pub use sampling::RankAwareSampler;
 pub use setup::{SCOPE_NAME, Telemetry, TelemetryBuilder};
 pub use span_ext::LensSpanExt;

@@ -80,6 +80,7 @@ use crate::layer::{self, LensLayer, Pipeline, WithLens};
 use crate::logs::{LensLoggerProvider, LogFilter};
 use crate::metrics::{EventMetricsLayer, Instruments};
 use crate::propagation;
+use crate::recorder::{self, FlightRecorder, RecorderLayer};
 use crate::resource;
 use crate::sampling::RankAwareSampler;
 use crate::strategy::{self, ExportStrategy};
@@ -419,6 +420,7 @@ impl TelemetryBuilder {
         } else {
             Default::default()
         };
+        let recorder_plan = recorder::Plan::new(&config)?;
         // Read on every enabled rank, so a bad value fails alike everywhere, before anything
         // global is touched.
         let (batch, log_batch, value_limit) = if config.enabled {
@@ -580,10 +582,36 @@ impl TelemetryBuilder {
             ),
             None => Instruments::noop(),
         };
+        let filter = LensFilter::new(built.pipeline.is_none(), gate.clone());
+        // The flight recorder, on every enabled rank, exporting or not: its own slots and
+        // thread (no provider, exporter thread or socket); see `crate::recorder`.
+        let flight_recorder = match recorder_plan {
+            Some(plan) => {
+                let resource = built.resource.clone().unwrap_or_else(|| {
+                    resource::build_resource(
+                        &config,
+                        rank,
+                        world_size,
+                        &resource_attributes,
+                        &*lookup,
+                    )
+                });
+                Some(plan.start(
+                    &config,
+                    rank,
+                    exporting,
+                    &resource,
+                    gate.clone(),
+                    filter.clone(),
+                )?)
+            }
+            None => None,
+        };
         Ok(Telemetry {
             inner: Arc::new(Inner {
                 instruments,
-                filter: LensFilter::new(built.pipeline.is_none(), gate.clone()),
+                filter,
+                flight_recorder,
                 config,
                 rank,
                 world_size,
@@ -680,6 +708,7 @@ pub(crate) struct Inner {
     exporting: bool,
     groups: Arc<GroupGate>,
     filter: LensFilter,
+    flight_recorder: Option<FlightRecorder>,
     built: Built,
     instruments: Instruments,
     shutdown_done: AtomicBool,
@@ -743,6 +772,33 @@ impl Telemetry {
             self.inner.filter.clone(),
             (provider, log_filter),
         )
+    }
+
+    /// The [flight recorder](crate::recorder)'s layer: add it next to [`Telemetry::layer`]. It
+    /// records spans of the recorder's groups on every enabled rank, exporting or not, and is
+    /// inert (no interest registered, level hint `OFF`) when the recorder is off.
+    ///
+    /// ```
+    /// use tracing_subscriber::prelude::*;
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// let _s = tracing_subscriber::registry().with(t.layer()).with(t.recorder_layer());
+    /// ```
+    pub fn recorder_layer<S>(&self) -> RecorderLayer<S>
+    where
+        S: tracing_core::Subscriber + for<'a> LookupSpan<'a>,
+    {
+        FlightRecorder::layer(self.inner.flight_recorder.as_ref())
+    }
+
+    /// The [flight recorder](crate::recorder), when `NEMO_LENS_FLIGHT_RECORDER` (or a control
+    /// file) turned it on for this enabled rank.
+    ///
+    /// ```
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// assert!(t.flight_recorder().is_none());
+    /// ```
+    pub fn flight_recorder(&self) -> Option<&FlightRecorder> {
+        self.inner.flight_recorder.as_ref()
     }
 
     /// Whether this rank exports (enabled and chosen by the export strategy).
@@ -1001,6 +1057,9 @@ impl Inner {
             // Done already, or a forked child: the parent's providers have no worker threads
             // here, and shutting them down would wait out `timeout` per processor.
             return Ok(());
+        }
+        if let Some(r) = &self.flight_recorder {
+            r.on_truncation(reason);
         }
         let deadline = Instant::now() + timeout;
         if let Some(p) = &self.built.pipeline {
