@@ -65,10 +65,15 @@ pub(crate) fn reload(shared: &Shared) {
         }
     };
     if shared.exporting {
+        shared.capture_left.store(0, Ordering::Release);
+        shared.gate.set(set);
+        // Steps that start from now on run with the new interest: they are the ones counted.
+        shared
+            .capture_since_ns
+            .store(super::unix_ns(), Ordering::Relaxed);
         shared
             .capture_left
-            .store(count.map_or(0, |n| n as i64), Ordering::Relaxed);
-        shared.gate.set(set);
+            .store(count.map_or(0, |n| n as i64), Ordering::Release);
     }
     match count {
         Some(n) => eprintln!("nemo-lens: SIGUSR2: span groups '{spec}' for {n} steps"),

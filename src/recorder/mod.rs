@@ -146,6 +146,8 @@ pub(crate) struct Shared {
     pub(crate) dropped: AtomicU64,
     /// `step` spans left in a control-file capture (0: none running).
     pub(crate) capture_left: AtomicI64,
+    /// Only `step` spans started after the switch count toward a capture.
+    pub(crate) capture_since_ns: AtomicU64,
     /// The recorder layer was added to a subscriber.
     pub(crate) registered: AtomicBool,
     pub(crate) watchdog_fired: AtomicBool,
@@ -184,7 +186,8 @@ impl Shared {
         }
         self.last_close_ns.store(record.end_ns, Ordering::Relaxed);
         if self.control_file.is_some()
-            && self.capture_left.load(Ordering::Relaxed) > 0
+            && self.capture_left.load(Ordering::Acquire) > 0
+            && record.start_ns >= self.capture_since_ns.load(Ordering::Relaxed)
             && meta_of(record).and_then(groups::declared_group) == Some(groups::STEP)
             && self.capture_left.fetch_sub(1, Ordering::Relaxed) == 1
         {
@@ -331,6 +334,7 @@ impl Plan {
             last_close_ns: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             capture_left: AtomicI64::new(0),
+            capture_since_ns: AtomicU64::new(0),
             registered: AtomicBool::new(false),
             watchdog_fired: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
