@@ -164,9 +164,11 @@ fn train_step(step: u64, args: &Args, rng: &mut ChaCha8Rng) -> f64 {
 #[instrument(skip(hang), fields(nemo.group.forward_backward))]
 fn forward_backward(ms: u64, hang: bool) {
     sleep(Duration::from_millis(ms));
-    while hang {
+    if hang {
         // A stuck kernel: never returns, never reaches the collective.
-        sleep(Duration::from_secs(1));
+        loop {
+            sleep(Duration::from_secs(1));
+        }
     }
 }
 
@@ -176,7 +178,9 @@ fn forward_backward(ms: u64, hang: bool) {
 #[instrument(skip(rank, world_size, dir), fields(nemo.group.collective))]
 fn all_reduce(step: u64, rank: u32, world_size: u32, dir: &Path) {
     let arrival = |s: u64, r: u32| dir.join(format!("step{s}-rank{r}"));
-    if let Err(e) = std::fs::create_dir_all(dir).and_then(|_| std::fs::write(arrival(step, rank), b"")) {
+    if let Err(e) =
+        std::fs::create_dir_all(dir).and_then(|_| std::fs::write(arrival(step, rank), b""))
+    {
         tracing::error!("barrier: {e}");
         return;
     }

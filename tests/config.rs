@@ -139,6 +139,7 @@ fn every_field_from_the_environment() {
         wandb_entity: "team".into(),
         wandb_project: "llm".into(),
         console_path: Some("/tmp/lens-{rank}.jsonl".into()),
+        flight_recorder: Default::default(),
         sources: ConfigSources {
             export_strategy: Some("NEMO_LENS_EXPORT_STRATEGY".into()),
             span_groups: Some("NEMO_LENS_SPAN_GROUPS".into()),

@@ -154,13 +154,19 @@ fn read_dump(path: &Path) -> Result<Option<Dump>> {
             continue;
         }
         dump.open.push(OpenSpan {
-            id: v["context"]["span_id"].as_str().unwrap_or_default().to_string(),
+            id: v["context"]["span_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
             parent: v["parent_id"].as_str().map(str::to_string),
             name: name.to_string(),
             group: attrs["nemo.group"].as_str().map(str::to_string),
             step: STEP_ATTRIBUTES.iter().find_map(|k| int(attrs.get(*k))),
             age_s: attrs["nemo.span.open_age_s"].as_f64(),
-            start_us: v["start_time"].as_str().and_then(parse_time_us).unwrap_or(0),
+            start_us: v["start_time"]
+                .as_str()
+                .and_then(parse_time_us)
+                .unwrap_or(0),
         });
     }
     if dump.rank < 0 {
@@ -170,7 +176,11 @@ fn read_dump(path: &Path) -> Result<Option<Dump>> {
 }
 
 fn state_of(dump: &Dump) -> RankState {
-    let parents: BTreeSet<&str> = dump.open.iter().filter_map(|s| s.parent.as_deref()).collect();
+    let parents: BTreeSet<&str> = dump
+        .open
+        .iter()
+        .filter_map(|s| s.parent.as_deref())
+        .collect();
     let innermost = dump
         .open
         .iter()
@@ -204,7 +214,10 @@ pub fn analyse(files: &[PathBuf], world_size: Option<i64>) -> Result<Report> {
     let mut latest: BTreeMap<i64, Dump> = BTreeMap::new();
     for path in files {
         let Some(dump) = read_dump(path)? else {
-            eprintln!("warning: {}: no span line with a rank; skipped", path.display());
+            eprintln!(
+                "warning: {}: no span line with a rank; skipped",
+                path.display()
+            );
             continue;
         };
         match latest.get(&dump.rank) {
@@ -223,7 +236,9 @@ pub fn analyse(files: &[PathBuf], world_size: Option<i64>) -> Result<Report> {
     let mut groups: Vec<(bool, Group)> = by_key
         .into_iter()
         .map(|((span, step), members)| {
-            let collective = members.iter().any(|m| m.group.as_deref() == Some("collective"));
+            let collective = members
+                .iter()
+                .any(|m| m.group.as_deref() == Some("collective"));
             let group = Group {
                 span,
                 step,
@@ -336,7 +351,10 @@ pub fn render(report: &Report) -> String {
         } else {
             format!(" (ranks {})", ranks_label(&g.ranks))
         };
-        out.push_str(&format!("  {who} {}{list}\n", place(&g.span, g.step, g.open_s)));
+        out.push_str(&format!(
+            "  {who} {}{list}\n",
+            place(&g.span, g.step, g.open_s)
+        ));
     }
     if !report.outliers.is_empty() {
         out.push_str("outliers:\n");

@@ -1,0 +1,140 @@
+//! Cost of the flight recorder ([`nemo_lens::recorder`]): one span (create with one field +
+//! enter + exit + close) of a recorded group, of an unrecorded group and with no group, on a
+//! non-exporting rank and on an exporting rank, with the recorder on
+//! (`NEMO_LENS_FLIGHT_RECORDER=4096`, layer `telemetry.recorder_layer()`) and off. One
+//! subscriber alive at a time (callsite interest is shared by live dispatchers).
+//!
+//! Run: `cargo bench --bench recorder`.
+//!
+//! FIGURES (filled from the run below)
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use nemo_lens::{LensConfig, Telemetry};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SpanData, SpanExporter};
+use tracing::Dispatch;
+use tracing::field::Empty;
+use tracing_subscriber::prelude::*;
+
+/// Drops every batch: measures the pipeline, not an exporter.
+#[derive(Debug, Clone, Default)]
+struct Discard(Arc<AtomicU64>);
+
+impl SpanExporter for Discard {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        self.0.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        black_box(batch);
+        Ok(())
+    }
+}
+
+fn telemetry(recorder: usize, exporting: bool) -> Telemetry {
+    let mut config = LensConfig {
+        enabled: true,
+        metrics_enabled: false,
+        span_groups: "per_step".into(),
+        ..LensConfig::default()
+    };
+    config.flight_recorder.capacity = recorder;
+    config.flight_recorder.hang_timeout = None;
+    config.flight_recorder.dump_dir = Some(std::env::temp_dir());
+    Telemetry::builder(config)
+        .rank(if exporting { 7 } else { 0 })
+        .world_size(8)
+        .span_exporter(Discard::default())
+        .allow_reinit_for_testing(true)
+        .build()
+        .unwrap()
+}
+
+#[inline(never)]
+fn step_span(step: i64) {
+    let s = tracing::info_span!("train_step", nemo.group.step = Empty, step);
+    let _e = s.enter();
+}
+
+#[inline(never)]
+fn unrecorded_group_span(step: i64) {
+    let s = tracing::info_span!(
+        "forward_backward",
+        nemo.group.forward_backward = Empty,
+        step
+    );
+    let _e = s.enter();
+}
+
+#[inline(never)]
+fn plain_span(step: i64) {
+    let s = tracing::info_span!("load_batch", step);
+    let _e = s.enter();
+}
+
+fn case(c: &mut Criterion, name: &str, recorder: usize, exporting: bool, span: fn(i64)) {
+    let t = telemetry(recorder, exporting);
+    let dispatch = Dispatch::new(
+        tracing_subscriber::registry()
+            .with(t.layer())
+            .with(t.recorder_layer()),
+    );
+    tracing::dispatcher::with_default(&dispatch, || {
+        let mut i = 0_i64;
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                i += 1;
+                span(black_box(i))
+            })
+        });
+    });
+    drop(dispatch);
+    let _ = t.shutdown(std::time::Duration::from_secs(5));
+}
+
+fn benches(c: &mut Criterion) {
+    // Non-exporting rank: only the recorder's callsites pay.
+    case(c, "non_exporting/recorder_off/step", 0, false, step_span);
+    case(
+        c,
+        "non_exporting/recorder_on/step_recorded",
+        4096,
+        false,
+        step_span,
+    );
+    case(
+        c,
+        "non_exporting/recorder_on/other_group",
+        4096,
+        false,
+        unrecorded_group_span,
+    );
+    case(
+        c,
+        "non_exporting/recorder_on/no_group",
+        4096,
+        false,
+        plain_span,
+    );
+    // Exporting rank: the recorder's overhead on spans exported anyway.
+    case(c, "exporting/recorder_off/no_group", 0, true, plain_span);
+    case(c, "exporting/recorder_on/no_group", 4096, true, plain_span);
+    case(c, "exporting/recorder_off/step", 0, true, step_span);
+    case(
+        c,
+        "exporting/recorder_on/step_recorded",
+        4096,
+        true,
+        step_span,
+    );
+}
+
+criterion_group! {
+    name = recorder;
+    config = Criterion::default()
+        .warm_up_time(std::time::Duration::from_secs(1))
+        .measurement_time(std::time::Duration::from_secs(3));
+    targets = benches
+}
+criterion_main!(recorder);
