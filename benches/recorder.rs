@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::Criterion;
 use nemo_lens::{LensConfig, Telemetry};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
@@ -93,48 +93,68 @@ fn case(c: &mut Criterion, name: &str, recorder: usize, exporting: bool, span: f
     let _ = t.shutdown(std::time::Duration::from_secs(5));
 }
 
-fn benches(c: &mut Criterion) {
+/// `(name, recorder slots, exporting rank, span)`.
+type Case = (&'static str, usize, bool, fn(i64));
+
+const CASES: [Case; 8] = [
     // Non-exporting rank: only the recorder's callsites pay.
-    case(c, "non_exporting/recorder_off/step", 0, false, step_span);
-    case(
-        c,
+    ("non_exporting/recorder_off/step", 0, false, step_span),
+    (
         "non_exporting/recorder_on/step_recorded",
         4096,
         false,
         step_span,
-    );
-    case(
-        c,
+    ),
+    (
         "non_exporting/recorder_on/other_group",
         4096,
         false,
         unrecorded_group_span,
-    );
-    case(
-        c,
+    ),
+    (
         "non_exporting/recorder_on/no_group",
         4096,
         false,
         plain_span,
-    );
+    ),
     // Exporting rank: the recorder's overhead on spans exported anyway.
-    case(c, "exporting/recorder_off/no_group", 0, true, plain_span);
-    case(c, "exporting/recorder_on/no_group", 4096, true, plain_span);
-    case(c, "exporting/recorder_off/step", 0, true, step_span);
-    case(
-        c,
-        "exporting/recorder_on/step_recorded",
-        4096,
-        true,
-        step_span,
+    ("exporting/recorder_off/no_group", 0, true, plain_span),
+    ("exporting/recorder_on/no_group", 4096, true, plain_span),
+    ("exporting/recorder_off/step", 0, true, step_span),
+    ("exporting/recorder_on/step_recorded", 4096, true, step_span),
+];
+
+/// Runs one case `n` times with no timing, for `valgrind --tool=callgrind` (instruction counts
+/// do not depend on machine load): `RECORDER_BENCH_CASE=<name> RECORDER_BENCH_N=<n>`.
+fn instructions(name: &str, n: i64) {
+    let (_, slots, exporting, span) = CASES
+        .iter()
+        .find(|c| c.0 == name)
+        .unwrap_or_else(|| panic!("no case {name}"));
+    let t = telemetry(*slots, *exporting);
+    let dispatch = Dispatch::new(
+        tracing_subscriber::registry()
+            .with(t.layer())
+            .with(t.recorder_layer()),
     );
+    tracing::dispatcher::with_default(&dispatch, || {
+        for i in 0..n {
+            span(black_box(i));
+        }
+    });
 }
 
-criterion_group! {
-    name = recorder;
-    config = Criterion::default()
+fn main() {
+    if let Ok(name) = std::env::var("RECORDER_BENCH_CASE") {
+        let n = std::env::var("RECORDER_BENCH_N").map_or(100_000, |v| v.parse().unwrap());
+        return instructions(&name, n);
+    }
+    let mut c = Criterion::default()
         .warm_up_time(std::time::Duration::from_secs(1))
-        .measurement_time(std::time::Duration::from_secs(3));
-    targets = benches
+        .measurement_time(std::time::Duration::from_secs(3))
+        .configure_from_args();
+    for (name, slots, exporting, span) in CASES {
+        case(&mut c, name, slots, exporting, span);
+    }
+    c.final_summary();
 }
-criterion_main!(recorder);

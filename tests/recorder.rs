@@ -380,3 +380,39 @@ fn variables_are_read_and_bad_values_are_typed_errors_naming_them() {
         "{err}"
     );
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, failure_persistence: None, ..Default::default() })]
+
+    /// Any value of a recorder variable: its default when blank, a value, or an `InvalidValue`
+    /// naming the variable. Never a panic.
+    #[test]
+    fn recorder_variables_yield_a_default_a_value_or_a_named_error(
+        var in proptest::sample::select(vec![
+            "NEMO_LENS_FLIGHT_RECORDER",
+            "NEMO_LENS_FLIGHT_RECORDER_GROUPS",
+            "NEMO_LENS_DUMP_DIR",
+            "NEMO_LENS_HANG_TIMEOUT",
+            "NEMO_LENS_CONTROL_FILE",
+        ]),
+        value in proptest::prop_oneof![
+            proptest::prelude::any::<String>(),
+            "[ \\t]{0,2}[-+_.0-9eEinfa]{0,24}[ \\t]{0,2}",
+        ],
+    ) {
+        match from_env(&[(var, value.as_str())]) {
+            Ok(c) => {
+                if value.trim().is_empty() {
+                    proptest::prop_assert_eq!(&c.flight_recorder, &Default::default());
+                }
+                proptest::prop_assert!(c.flight_recorder.capacity <= nemo_lens::recorder::config::MAX_CAPACITY);
+            }
+            Err(e) => {
+                proptest::prop_assert!(
+                    matches!(&e, LensError::InvalidValue { var: v, .. } if v == var),
+                    "{:?}", e
+                );
+            }
+        }
+    }
+}

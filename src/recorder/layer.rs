@@ -32,7 +32,7 @@ use tracing_subscriber::layer::{Context, Filter, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
 use super::Shared;
-use super::ring::{ATTRS, Attr, INLINE, Kind, Record};
+use super::ring::{ATTRS, Attr, END_WORD, INLINE, Kind, Record, WORDS};
 use crate::filter::interest;
 use crate::groups::{GROUP_FIELD_PREFIX, declared_group};
 use crate::ids;
@@ -253,14 +253,16 @@ where
         let Some(slot) = shared.open.find(id.into_u64()) else {
             return;
         };
-        let record = shared.open.read(slot);
+        // Moved as words, open slot to ring slot: no decoding on the training thread.
+        let mut words = [0u64; WORDS];
+        let used = shared.open.read_words(slot, &mut words);
         shared.open.remove(slot);
-        let Some(mut record) = record else {
+        let Some(used) = used else {
             shared.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        record.end_ns = super::unix_ns();
-        shared.closed(&record);
+        words[END_WORD] = super::unix_ns();
+        shared.closed(&words[..used]);
     }
 }
 

@@ -180,15 +180,22 @@ impl Shared {
     }
 
     /// A span closed: into the ring, and count it for the watchdog and a capture.
-    pub(crate) fn closed(&self, record: &Record) {
-        if self.capacity > 0 && !self.ring.push(record) {
+    /// `words`: the encoded record ([`ring`] layout: metadata address, id, parent, start, end).
+    pub(crate) fn closed(&self, words: &[u64]) {
+        if self.capacity > 0 && !self.ring.push_words(words) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
-        self.last_close_ns.store(record.end_ns, Ordering::Relaxed);
+        self.last_close_ns
+            .store(words[ring::END_WORD], Ordering::Relaxed);
         if self.control_file.is_some()
             && self.capture_left.load(Ordering::Acquire) > 0
-            && record.start_ns >= self.capture_since_ns.load(Ordering::Relaxed)
-            && meta_of(record).and_then(groups::declared_group) == Some(groups::STEP)
+            && words[3] >= self.capture_since_ns.load(Ordering::Relaxed)
+            && meta_of(&Record {
+                meta: words[0] as usize,
+                ..Record::default()
+            })
+            .and_then(groups::declared_group)
+                == Some(groups::STEP)
             && self.capture_left.fetch_sub(1, Ordering::Relaxed) == 1
         {
             thread::notify(thread::CAPTURE_DONE);

@@ -82,7 +82,9 @@ pub(crate) struct Record {
 }
 
 impl Record {
-    fn encode(&self, w: &mut [u64; WORDS]) {
+    /// Writes the record's words and returns how many are used (the header and its
+    /// attributes: a span with one field writes 10 words, not [`WORDS`]).
+    fn encode(&self, w: &mut [u64; WORDS]) -> usize {
         w[0] = self.meta as u64;
         w[1] = self.id;
         w[2] = self.parent;
@@ -96,6 +98,7 @@ impl Record {
                 w[base + 1 + j] = u64::from_le_bytes(a.bytes[j * 8..j * 8 + 8].try_into().unwrap());
             }
         }
+        used(w)
     }
 
     fn decode(w: &[u64; WORDS]) -> Record {
@@ -130,6 +133,15 @@ impl Record {
     }
 }
 
+/// Words in use by the record in `w` (its header says how many attributes follow).
+#[inline]
+fn used(w: &[u64; WORDS]) -> usize {
+    HEADER + (w[5] as usize).min(ATTRS) * ATTR_WORDS
+}
+
+/// The end time word of an encoded record.
+pub(crate) const END_WORD: usize = 4;
+
 /// One seqlock-guarded slot.
 pub(crate) struct Slot {
     seq: AtomicU64,
@@ -148,6 +160,14 @@ impl Default for Slot {
 impl Slot {
     /// Writes `record`, or returns `false` at once when another writer holds the slot.
     pub(crate) fn write(&self, record: &Record) -> bool {
+        let mut w = [0u64; WORDS];
+        let n = record.encode(&mut w);
+        self.write_words(&w[..n])
+    }
+
+    /// Writes encoded words (see [`Slot::read_words`]), or returns `false` at once when another
+    /// writer holds the slot.
+    pub(crate) fn write_words(&self, w: &[u64]) -> bool {
         let seq = self.seq.load(Ordering::Relaxed);
         if seq & 1 == 1
             || self
@@ -158,10 +178,8 @@ impl Slot {
             return false;
         }
         fence(Ordering::Release);
-        let mut w = [0u64; WORDS];
-        record.encode(&mut w);
         for (slot, v) in self.words.iter().zip(w) {
-            slot.store(v, Ordering::Relaxed);
+            slot.store(*v, Ordering::Relaxed);
         }
         self.seq.store(seq + 2, Ordering::Release);
         true
@@ -170,6 +188,14 @@ impl Slot {
     /// A consistent copy of the slot, or `None` when it was never written or a writer kept
     /// changing it.
     pub(crate) fn read(&self) -> Option<Record> {
+        let mut w = [0u64; WORDS];
+        self.read_words(&mut w)?;
+        Some(Record::decode(&w))
+    }
+
+    /// Copies the slot's used words into `w` (consistent: the sequence was even and unchanged
+    /// around the copy) and returns how many; `None` when never written or always busy.
+    pub(crate) fn read_words(&self, w: &mut [u64; WORDS]) -> Option<usize> {
         for _ in 0..64 {
             let before = self.seq.load(Ordering::Acquire);
             if before == 0 {
@@ -179,13 +205,17 @@ impl Slot {
                 std::hint::spin_loop();
                 continue;
             }
-            let mut w = [0u64; WORDS];
-            for (v, slot) in w.iter_mut().zip(&self.words) {
+            for (v, slot) in w[..HEADER].iter_mut().zip(&self.words) {
+                *v = slot.load(Ordering::Relaxed);
+            }
+            // A torn count is clamped here and rejected by the sequence check below.
+            let n = used(w);
+            for (v, slot) in w[HEADER..n].iter_mut().zip(&self.words[HEADER..n]) {
                 *v = slot.load(Ordering::Relaxed);
             }
             fence(Ordering::Acquire);
             if self.seq.load(Ordering::Relaxed) == before {
-                return Some(Record::decode(&w));
+                return Some(n);
             }
         }
         None
@@ -208,12 +238,20 @@ impl Ring {
 
     /// Appends `record`, overwriting the oldest; `false` when it was dropped (no slots, or the
     /// slot is being written by another thread).
+    #[cfg(test)]
     pub(crate) fn push(&self, record: &Record) -> bool {
+        let mut w = [0u64; WORDS];
+        let n = record.encode(&mut w);
+        self.push_words(&w[..n])
+    }
+
+    /// Appends an encoded record (the words of an open-table slot), overwriting the oldest.
+    pub(crate) fn push_words(&self, w: &[u64]) -> bool {
         if self.slots.is_empty() {
             return false;
         }
         let i = self.head.fetch_add(1, Ordering::Relaxed);
-        self.slots[(i % self.slots.len() as u64) as usize].write(record)
+        self.slots[(i % self.slots.len() as u64) as usize].write_words(w)
     }
 
     /// The kept records, oldest first.
@@ -288,6 +326,10 @@ impl OpenTable {
 
     pub(crate) fn read(&self, slot: usize) -> Option<Record> {
         self.slots[slot].read()
+    }
+
+    pub(crate) fn read_words(&self, slot: usize, w: &mut [u64; WORDS]) -> Option<usize> {
+        self.slots[slot].read_words(w)
     }
 
     pub(crate) fn write(&self, slot: usize, record: &Record) -> bool {
