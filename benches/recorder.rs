@@ -36,17 +36,17 @@
 //! cached-interest check runs instead of the level check). A span the lens layer exports anyway
 //! pays the field-name scan and one open-table probe (+69 instructions).
 //!
-//! **Wall time**, criterion medians (1 s warm-up, 3 s measurement), 2-vCPU AMD EPYC KVM VM
+//! **Wall time**, criterion medians (`target/criterion/*/new/estimates.json`; 1 s warm-up, 3 s measurement), 2-vCPU AMD EPYC KVM VM
 //! **shared with other developers' builds** (load average 7.4-8.7 during run 2, 8.8-12 during
 //! run 1, which was before the closed-span move was changed to copy words), "run 1 / run 2":
 //!
 //! | case | recorder off | recorder on |
 //! |---|---|---|
-//! | non-exporting, `step` (recorded) | 1.63 / 3.14 ns | 284 / 583 ns |
+//! | non-exporting, `step` (recorded) | 1.63 / 2.92 ns | 284 / 563 ns |
 //! | non-exporting, other group | | 1.56 / 3.41 ns |
-//! | non-exporting, no group | | 2.69 / 3.81 ns |
-//! | exporting, no group | 1.10 / 1.79 µs | 1.29 / 1.68 µs |
-//! | exporting, `step` | 1.08 / 2.01 µs | 1.13 / 2.31 µs |
+//! | non-exporting, no group | | 2.69 / 3.71 ns |
+//! | exporting, no group | 1.10 / 1.78 µs | 1.29 / 1.64 µs |
+//! | exporting, `step` | 1.08 / 1.72 µs | 1.13 / 2.29 µs |
 //!
 //! On this load the exporting cases differ by less than their run-to-run spread; the
 //! instruction counts above are the figures to compare. A quiet-machine run is still to be
