@@ -416,3 +416,73 @@ proptest::proptest! {
         }
     }
 }
+
+const CHILD: &str = "NEMO_LENS_RECORDER_TEST_CHILD";
+
+fn proc_threads() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .map(|t| {
+            std::fs::read_to_string(t.unwrap().path().join("comm"))
+                .unwrap()
+                .trim()
+                .to_string()
+        })
+        .collect()
+}
+
+fn proc_descriptors() -> Vec<String> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.unwrap().path()).ok())
+        .map(|p| p.display().to_string())
+        .collect()
+}
+
+/// The recorder's own thread and pipe are all a non-exporting rank gains: no provider, no
+/// exporter thread, no network socket. Runs in a fresh child process (counts are per process).
+#[test]
+fn a_non_exporting_rank_with_the_recorder_gains_one_thread_and_a_socket_pair_only() {
+    let name = "a_non_exporting_rank_with_the_recorder_gains_one_thread_and_a_socket_pair_only";
+    if std::env::var_os(CHILD).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--test-threads=1"])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (threads, fds) = (proc_threads(), proc_descriptors());
+    let t = non_exporting(16, dir.path());
+    let (threads_after, fds_after) = (proc_threads(), proc_descriptors());
+    assert!(t.resource().is_none() && t.meter_provider().is_none());
+    let mut new_threads = threads_after.clone();
+    for t in &threads {
+        if let Some(i) = new_threads.iter().position(|n| n == t) {
+            new_threads.remove(i);
+        }
+    }
+    assert_eq!(new_threads, ["nemo-lens-recor"], "comm is cut to 15 bytes");
+    let new_fds: Vec<&String> = fds_after.iter().filter(|f| !fds.contains(f)).collect();
+    assert_eq!(new_fds.len(), 2, "{new_fds:?}");
+    assert!(
+        new_fds.iter().all(|f| f.starts_with("socket:")),
+        "{new_fds:?}"
+    );
+    let unix = std::fs::read_to_string("/proc/self/net/unix").unwrap();
+    for f in new_fds {
+        let inode = f.trim_start_matches("socket:[").trim_end_matches(']');
+        assert!(
+            unix.lines()
+                .any(|l| l.split_whitespace().nth(6) == Some(inode)),
+            "socket {inode} is a Unix socket (the signal pipe), not a network one"
+        );
+    }
+}

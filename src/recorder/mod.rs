@@ -39,7 +39,7 @@
 //! `NEMO_LENS_FLIGHT_RECORDER_GROUPS` (default `job,step,checkpoint,collective`; `collective` is
 //! the group libraries put around communication), `NEMO_LENS_DUMP_DIR`,
 //! `NEMO_LENS_HANG_TIMEOUT`, `NEMO_LENS_CONTROL_FILE`. They are read with the rest of
-//! [`LensConfig`](crate::LensConfig); a bad value is a typed error naming the variable.
+//! [`LensConfig`]; a bad value is a typed error naming the variable.
 //!
 //! # Dumps
 //!
@@ -76,7 +76,7 @@
 //! # Cost and memory
 //!
 //! Only spans of the recorder's groups are recorded; [`RecorderLayer`]'s per-layer filter
-//! decides once per callsite (see [`layer`](self::layer) for the exact rules), so every other
+//! decides once per callsite (see [`layer`] for the exact rules), so every other
 //! callsite keeps its cost. Recording a span takes a slot of the open table (a compare-and-swap),
 //! fills it (the callsite's static metadata, ids, times and up to six field values, strings cut
 //! to 24 bytes) and, on close, copies it into the ring: no allocation, no lock, no waiting; a
