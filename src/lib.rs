@@ -79,6 +79,10 @@
 //! * **Backdated spans** ([`emit`]): [`emit_span`] records a completed span from timestamps
 //!   taken earlier (clamping and tagging an end before the start).
 //! * **Testing** ([`testing`], feature `testing`): capture finished spans in your own tests.
+//! * **Flight recorder** ([`recorder`]): with `NEMO_LENS_FLIGHT_RECORDER=N`, every enabled rank
+//!   (exporting or not) keeps its last N closed and all open spans of a few groups in fixed
+//!   slots and dumps them on `SIGUSR1`, from a hang watchdog and at truncation;
+//!   [`Telemetry::recorder_layer`] adds it to the subscriber, `nemo-lens hang` reads the dumps.
 //! * **Reliability**: a bounded batch queue that counts what it drops ([`export::batch`],
 //!   [`Telemetry::dropped`]); opt-in panic hook and SIGTERM/SIGINT handlers that truncate open
 //!   spans and flush before the process dies ([`exit`]); inert inherited telemetry in a process

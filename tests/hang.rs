@@ -381,3 +381,36 @@ fn a_control_file_switch_turns_per_step_spans_on_and_back_off_in_a_running_train
     });
     assert!(stderr(dir, 0).contains("NEMO_LENS_CONTROL_FILE"));
 }
+
+#[test]
+fn a_fatal_panic_dumps_the_open_spans() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let env = [
+        ("NEMO_LENS_FLIGHT_RECORDER", "64"),
+        ("NEMO_LENS_DUMP_DIR", "dumps"),
+    ];
+    let mut child = trainer(
+        dir,
+        0,
+        &env,
+        &["--steps", "5", "--step-ms", "1", "--panic-at", "3"],
+    );
+    let status = poll("the trainer to panic", || child.try_wait().unwrap());
+    assert!(!status.success());
+    let dumps = files_ending(&dir.join("dumps"), "-panic.jsonl");
+    assert_eq!(dumps.len(), 1, "{}", stderr(dir, 0));
+    let d = lines(&dumps[0]);
+    let open: Vec<(&str, &Value)> = d
+        .iter()
+        .filter(|l| l["attributes"]["nemo.span.open"] == true)
+        .map(|l| (l["name"].as_str().unwrap(), &l["attributes"]))
+        .collect();
+    assert_eq!(
+        open.iter().map(|o| o.0).collect::<Vec<_>>(),
+        ["train", "train_step"]
+    );
+    assert_eq!(open[1].1["step"], 3, "the step that panicked");
+    let closed = d.iter().filter(|l| l["name"] == "train_step").count() - 1;
+    assert_eq!(closed, 2, "steps 1 and 2 closed before the panic");
+}

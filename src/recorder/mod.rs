@@ -44,7 +44,7 @@
 //! # Dumps
 //!
 //! One file per rank and dump, `nemo-lens-dump-rank<R>-pid<P>-<n>-<reason>.jsonl` in
-//! `NEMO_LENS_DUMP_DIR` (default: the working directory), written whole under a temporary name
+//! `NEMO_LENS_DUMP_DIR` (default: the working directory at setup; created if missing), written whole under a temporary name
 //! and renamed. Each line is a span in the [console layout](crate::export::console) (the
 //! resource of the rank included), so `nemo-lens perfetto` and `nemo-lens summary` read dumps
 //! like any span file. Closed spans come first, oldest first; open spans follow, ended at the
@@ -102,7 +102,7 @@ mod thread;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -352,7 +352,9 @@ impl Plan {
             rank,
             trace_id,
             resource_json,
-            dump_dir: rc.dump_dir.clone().unwrap_or_else(|| PathBuf::from(".")),
+            // Resolved now: a later `chdir` of the trainer does not move the dumps.
+            dump_dir: std::path::absolute(rc.dump_dir.as_deref().unwrap_or(Path::new(".")))
+                .unwrap_or_else(|_| rc.dump_dir.clone().unwrap_or_default()),
             hang_timeout: rc.hang_timeout.filter(|_| rc.capacity > 0),
             control_file: rc.control_file.clone(),
             exporting,
