@@ -368,9 +368,18 @@ fn a_control_file_switch_turns_per_step_spans_on_and_back_off_in_a_running_train
     });
     settle(&spans);
     let captured = count(&spans, "train_step");
-    // The three counted steps, plus at most the one that started before the switch back took
-    // effect on the recorder's thread.
-    assert!((3..=4).contains(&captured), "{captured} train_step spans");
+    // The three counted steps, plus those that started before the recorder's thread had switched
+    // back (one at most on a quiet machine; more when that thread waits for a core).
+    assert!(captured >= 3, "{captured} train_step spans");
+    let after = checkpoints();
+    poll("ten more checkpoints", || {
+        (checkpoints() >= after + 10).then_some(())
+    });
+    assert_eq!(
+        count(&spans, "train_step"),
+        captured,
+        "per-step spans are off again"
+    );
     // Each captured step's pass (a step in flight at a switch may have only one of the two).
     let passes = count(&spans, "forward_backward");
     assert!(

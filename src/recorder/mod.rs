@@ -68,8 +68,10 @@
 //! With `NEMO_LENS_CONTROL_FILE` set, `SIGUSR2` makes the recorder's thread re-read that file:
 //! a group spec (as `NEMO_LENS_SPAN_GROUPS`) and an optional step count, e.g. `per_step 100`.
 //! The exported span groups switch to the spec (callsite interest is rebuilt once, by the
-//! thread, not checked per span); with a count, after that many `step`-group spans have closed
-//! they switch back to the configured groups. An empty file switches back at once. A bad spec
+//! thread, not checked per span); with a count, after that many `step`-group spans (started
+//! after the switch) have closed, the thread switches back to the configured groups (a step
+//! that starts before it has done so is still captured: one at most unless the thread waits for
+//! a core). An empty file switches back at once. A bad spec
 //! is reported on stderr and changes nothing. Only exporting ranks switch (the others export
 //! nothing whatever the groups).
 //!
