@@ -448,6 +448,8 @@ fn a_non_exporting_rank_with_the_recorder_gains_one_thread_and_a_socket_pair_onl
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([name, "--exact", "--test-threads=1"])
             .env(CHILD, "1")
+            // No `nvidia-smi` probe (its reader thread is not the recorder's).
+            .env("CUDA_VISIBLE_DEVICES", "")
             .output()
             .unwrap();
         assert!(
@@ -461,15 +463,29 @@ fn a_non_exporting_rank_with_the_recorder_gains_one_thread_and_a_socket_pair_onl
     let dir = tempfile::tempdir().unwrap();
     let (threads, fds) = (proc_threads(), proc_descriptors());
     let t = non_exporting(16, dir.path());
-    let (threads_after, fds_after) = (proc_threads(), proc_descriptors());
+    let fds_after = proc_descriptors();
     assert!(t.resource().is_none() && t.meter_provider().is_none());
-    let mut new_threads = threads_after.clone();
-    for t in &threads {
-        if let Some(i) = new_threads.iter().position(|n| n == t) {
-            new_threads.remove(i);
+    // The new thread names itself once it runs: poll (bounded) for the name.
+    let new_threads = |now: Vec<String>| {
+        let mut new = now;
+        for t in &threads {
+            if let Some(i) = new.iter().position(|n| n == t) {
+                new.remove(i);
+            }
         }
+        new
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut added = new_threads(proc_threads());
+    while added != ["nemo-lens-recor"] && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        added = new_threads(proc_threads());
     }
-    assert_eq!(new_threads, ["nemo-lens-recor"], "comm is cut to 15 bytes");
+    assert_eq!(
+        added,
+        ["nemo-lens-recor"],
+        "one thread (comm is cut to 15 bytes)"
+    );
     let new_fds: Vec<&String> = fds_after.iter().filter(|f| !fds.contains(f)).collect();
     assert_eq!(new_fds.len(), 2, "{new_fds:?}");
     assert!(
