@@ -16,7 +16,24 @@
 //! SIGTERM/SIGINT handlers ([`nemo_lens::exit`]), so a preempted job (`kill -TERM`, or Ctrl-C on
 //! `--steps 0`, which runs until interrupted) or a crash (`--panic-at STEP`) still exports its
 //! finished spans, and its open ones as truncated (`nemo.span.truncated = true`).
+//!
+//! With `--barrier-dir DIR`, every step ends its forward/backward pass with an `all_reduce` span
+//! (group `collective`) that waits for the other ranks through a file barrier (one file per rank
+//! and step in `DIR`), as a real gradient all-reduce does; `--hang-at STEP` makes this rank stop
+//! inside its `forward_backward` span at that step, so the others wait in `all_reduce` forever.
+//! With `NEMO_LENS_FLIGHT_RECORDER=N` every rank keeps a flight recorder ([`nemo_lens::recorder`]):
+//!
+//! ```sh
+//! export NEMO_LENS_ENABLED=1 NEMO_LENS_EXPORTER=console NEMO_LENS_FLIGHT_RECORDER=1024 \
+//!        NEMO_LENS_HANG_TIMEOUT=5 NEMO_LENS_DUMP_DIR=dumps
+//! for r in 0 1 2 3; do
+//!   cargo run --example trainer -- --rank $r --world-size 4 --steps 0 --barrier-dir barrier \
+//!       $( [ $r = 2 ] && echo --hang-at 3 ) &
+//! done
+//! sleep 10; nemo-lens hang dumps/*.jsonl   # names rank 2 in forward_backward at step 3
+//! ```
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -53,6 +70,12 @@ struct Args {
     /// Panic in this step (simulates a crash).
     #[arg(long)]
     panic_at: Option<u64>,
+    /// Directory of the file barrier of the `all_reduce` span (no `all_reduce` without it).
+    #[arg(long)]
+    barrier_dir: Option<PathBuf>,
+    /// Hang forever inside `forward_backward` in this step (simulates a stuck rank).
+    #[arg(long)]
+    hang_at: Option<u64>,
 }
 
 fn main() -> ExitCode {
@@ -78,6 +101,7 @@ fn main() -> ExitCode {
     tracing_subscriber::registry()
         .with(telemetry.layer()) // spans (and, with NEMO_LENS_LOGS_ENABLED=1, log records)
         .with(telemetry.metrics_layer()) // `histogram.*` / `gauge.*` / `counter.*` event fields
+        .with(telemetry.recorder_layer()) // the flight recorder (NEMO_LENS_FLIGHT_RECORDER=N)
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
@@ -106,7 +130,7 @@ fn train(args: &Args, telemetry: &Telemetry) {
     let mut step = 1;
     while args.steps == 0 || step <= args.steps {
         let started = Instant::now();
-        let loss = train_step(step, args.step_ms, args.panic_at, &mut rng);
+        let loss = train_step(step, args, &mut rng);
         // Metrics: a no-op on ranks that export nothing.
         TrainingMetrics {
             step_duration_s: Some(started.elapsed().as_secs_f64()),
@@ -122,21 +146,50 @@ fn train(args: &Args, telemetry: &Telemetry) {
     }
 }
 
-#[instrument(skip(rng, panic_at), fields(nemo.group.step, dl.loss = tracing::field::Empty))]
-fn train_step(step: u64, step_ms: u64, panic_at: Option<u64>, rng: &mut ChaCha8Rng) -> f64 {
-    forward_backward(step_ms * 2 / 3);
-    if panic_at == Some(step) {
+#[instrument(skip(args, rng), fields(nemo.group.step, dl.loss = tracing::field::Empty))]
+fn train_step(step: u64, args: &Args, rng: &mut ChaCha8Rng) -> f64 {
+    forward_backward(args.step_ms * 2 / 3, args.hang_at == Some(step));
+    if args.panic_at == Some(step) {
         panic!("simulated failure in step {step}");
     }
-    optimizer_step(step_ms / 3);
+    if let Some(dir) = &args.barrier_dir {
+        all_reduce(step, args.rank, args.world_size, dir);
+    }
+    optimizer_step(args.step_ms / 3);
     let loss = 2.0 / (step as f64).sqrt() + (rng.next_u32() % 100) as f64 / 1000.0;
     tracing::Span::current().record("dl.loss", loss);
     loss
 }
 
-#[instrument(fields(nemo.group.forward_backward))]
-fn forward_backward(ms: u64) {
+#[instrument(skip(hang), fields(nemo.group.forward_backward))]
+fn forward_backward(ms: u64, hang: bool) {
     sleep(Duration::from_millis(ms));
+    if hang {
+        // A stuck kernel: never returns, never reaches the collective.
+        loop {
+            sleep(Duration::from_secs(1));
+        }
+    }
+}
+
+/// A simulated gradient all-reduce: announce this rank's arrival at `step` with a file, then wait
+/// until every rank has arrived. Arrival files of step - 2 are removed (every rank has left that
+/// barrier once this one is reached), so the directory stays small.
+#[instrument(skip(rank, world_size, dir), fields(nemo.group.collective))]
+fn all_reduce(step: u64, rank: u32, world_size: u32, dir: &Path) {
+    let arrival = |s: u64, r: u32| dir.join(format!("step{s}-rank{r}"));
+    if let Err(e) =
+        std::fs::create_dir_all(dir).and_then(|_| std::fs::write(arrival(step, rank), b""))
+    {
+        tracing::error!("barrier: {e}");
+        return;
+    }
+    if step > 2 {
+        let _ = std::fs::remove_file(arrival(step - 2, rank));
+    }
+    while !(0..world_size).all(|r| arrival(step, r).exists()) {
+        sleep(Duration::from_millis(2));
+    }
 }
 
 #[instrument(fields(nemo.group.optimizer))]

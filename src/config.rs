@@ -146,6 +146,10 @@ pub struct LensConfig {
     /// Rust only: with `exporter = console`, write JSONL to this file instead of stdout
     /// (`<P>_CONSOLE_PATH`); `{rank}` is replaced by the rank, so ranks never interleave.
     pub console_path: Option<String>,
+    /// Rust only: the flight recorder, watchdog and control file (`<P>_FLIGHT_RECORDER`,
+    /// `<P>_FLIGHT_RECORDER_GROUPS`, `<P>_DUMP_DIR`, `<P>_HANG_TIMEOUT`, `<P>_CONTROL_FILE`); see
+    /// [`crate::recorder`].
+    pub flight_recorder: crate::recorder::RecorderConfig,
     /// Which variables the fields validated at setup were read from (for error messages);
     /// empty for a config built in code.
     pub(crate) sources: ConfigSources,
@@ -182,6 +186,7 @@ impl PartialEq for LensConfig {
             wandb_entity,
             wandb_project,
             console_path,
+            flight_recorder,
             sources: _,
         } = self;
         *enabled == other.enabled
@@ -201,6 +206,7 @@ impl PartialEq for LensConfig {
             && *wandb_entity == other.wandb_entity
             && *wandb_project == other.wandb_project
             && *console_path == other.console_path
+            && *flight_recorder == other.flight_recorder
     }
 }
 
@@ -224,6 +230,7 @@ impl Default for LensConfig {
             wandb_entity: String::new(),
             wandb_project: String::new(),
             console_path: None,
+            flight_recorder: Default::default(),
             sources: ConfigSources::default(),
         }
     }
@@ -343,6 +350,7 @@ impl LensConfig {
         if let Some((_, v)) = get("CONSOLE_PATH") {
             cfg.console_path = Some(v);
         }
+        cfg.flight_recorder = crate::recorder::RecorderConfig::read(&mut get, primary)?;
         if let Some(v) = lookup("OTEL_SERVICE_NAME").map(|v| v.trim().to_string())
             && !v.is_empty()
         {
@@ -467,6 +475,17 @@ impl LensConfig {
     #[must_use]
     pub fn with_wandb_project(mut self, wandb_project: impl Into<String>) -> Self {
         self.wandb_project = wandb_project.into();
+        self
+    }
+
+    /// Sets the flight recorder's configuration (`<P>_FLIGHT_RECORDER*`, `<P>_DUMP_DIR`,
+    /// `<P>_HANG_TIMEOUT`, `<P>_CONTROL_FILE`).
+    #[must_use]
+    pub fn with_flight_recorder(
+        mut self,
+        flight_recorder: crate::recorder::RecorderConfig,
+    ) -> Self {
+        self.flight_recorder = flight_recorder;
         self
     }
 

@@ -66,7 +66,12 @@ pub const FORWARD_BACKWARD: &str = "forward_backward";
 /// `optimizer`: the optimizer step.
 pub const OPTIMIZER: &str = "optimizer";
 
-/// The eight built-in groups.
+/// `collective`: communication between ranks (all-reduce, barriers, ...), put around it by
+/// libraries; not in any preset but `all` (the Python presets are unchanged), recorded by the
+/// [flight recorder](crate::recorder) by default.
+pub const COLLECTIVE: &str = "collective";
+
+/// The eight built-in groups of the Python library (the registry also holds [`COLLECTIVE`]).
 pub const BUILTIN_GROUPS: [&str; 8] = [
     JOB,
     CHECKPOINT,
@@ -92,7 +97,11 @@ fn registry() -> &'static RwLock<Registry> {
     REGISTRY.get_or_init(|| {
         let set = |names: &[&str]| names.iter().map(|s| s.to_string()).collect();
         RwLock::new(Registry {
-            groups: set(&BUILTIN_GROUPS),
+            groups: BUILTIN_GROUPS
+                .iter()
+                .chain(&[COLLECTIVE])
+                .map(|s| s.to_string())
+                .collect(),
             presets: BTreeMap::from([
                 ("default".to_string(), set(&[JOB, CHECKPOINT, EVALUATE])),
                 ("per_step".to_string(), set(&BUILTIN_GROUPS)),

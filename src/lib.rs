@@ -107,6 +107,10 @@
 //! * **Backdated spans**: [`emit_span`] records a completed span from timestamps
 //!   taken earlier (clamping and tagging an end before the start).
 //! * **Testing** ([`testing`], feature `testing`): capture finished spans in your own tests.
+//! * **Flight recorder** ([`recorder`]): with `NEMO_LENS_FLIGHT_RECORDER=N`, every enabled rank
+//!   (exporting or not) keeps its last N closed and all open spans of a few groups in fixed
+//!   slots and dumps them on `SIGUSR1`, from a hang watchdog and at truncation;
+//!   [`Telemetry::recorder_layer`] adds it to the subscriber, `nemo-lens hang` reads the dumps.
 //! * **Reliability**: a bounded batch queue that counts what it drops ([`export::BatchSpanProcessor`],
 //!   [`Telemetry::dropped`]); opt-in panic hook and SIGTERM/SIGINT handlers that truncate open
 //!   spans and flush before the process dies; inert inherited telemetry in a process forked
@@ -159,6 +163,7 @@ mod layer;
 mod logs;
 pub mod metrics;
 pub mod propagation;
+pub mod recorder;
 mod resource;
 mod sampling;
 pub mod semconv;
@@ -183,6 +188,7 @@ pub use metrics::{
     RlMetrics, TrainingMetrics, record_metrics, register_metric_group, registered_metric_groups,
     unregister_metric_group,
 };
+pub use recorder::{FlightRecorder, RecorderLayer};
 pub use sampling::RankAwareSampler;
 pub use setup::{SCOPE_NAME, Telemetry, TelemetryBuilder};
 pub use span_ext::LensSpanExt;

@@ -25,7 +25,7 @@
 //! ```
 
 pub(crate) mod batch;
-mod console;
+pub(crate) mod console;
 mod counted;
 pub(crate) mod otlp;
 

@@ -25,6 +25,7 @@ use crate::groups::{self, GroupGate};
 use crate::ids;
 use crate::metrics::Instruments;
 use crate::propagation;
+use crate::recorder;
 use crate::resource;
 use crate::sampling::RankAwareSampler;
 use crate::strategy::{self, ExportStrategy};
@@ -279,6 +280,7 @@ impl TelemetryBuilder {
         } else {
             Default::default()
         };
+        let recorder_plan = recorder::Plan::new(&config)?;
         // Read on every enabled rank, so a bad value fails alike everywhere, before anything
         // global is touched.
         let (batch, log_batch, value_limit) = if config.enabled {
@@ -369,9 +371,35 @@ impl TelemetryBuilder {
             ),
             None => Instruments::noop(),
         };
+        let filter = LensFilter::new(built.pipeline.is_none(), gate.clone());
+        // The flight recorder, on every enabled rank, exporting or not: its own slots and
+        // thread (no provider, exporter thread or socket); see `crate::recorder`.
+        let flight_recorder = match recorder_plan {
+            Some(plan) => {
+                let resource = built.resource.clone().unwrap_or_else(|| {
+                    resource::build_resource(
+                        &config,
+                        rank,
+                        world_size,
+                        &resource_attributes,
+                        &*lookup,
+                    )
+                });
+                Some(plan.start(
+                    &config,
+                    rank,
+                    exporting,
+                    &resource,
+                    gate.clone(),
+                    filter.clone(),
+                )?)
+            }
+            None => None,
+        };
         Ok(Telemetry::from_inner(Inner {
             instruments,
-            filter: LensFilter::new(built.pipeline.is_none(), gate.clone()),
+            filter,
+            flight_recorder,
             config,
             rank,
             world_size,

@@ -27,6 +27,7 @@ use crate::ids;
 use crate::layer::{LensLayer, WithLens};
 use crate::logs::LogFilter;
 use crate::metrics::{EventMetricsLayer, Instruments};
+use crate::recorder::{FlightRecorder, RecorderLayer};
 
 pub(crate) struct Inner {
     pub(super) config: LensConfig,
@@ -35,6 +36,7 @@ pub(crate) struct Inner {
     pub(super) exporting: bool,
     pub(super) groups: Arc<GroupGate>,
     pub(super) filter: LensFilter,
+    pub(super) flight_recorder: Option<FlightRecorder>,
     pub(super) built: Built,
     pub(super) instruments: Instruments,
     pub(super) shutdown_done: AtomicBool,
@@ -104,6 +106,33 @@ impl Telemetry {
             self.inner.filter.clone(),
             (provider, log_filter),
         )
+    }
+
+    /// The [flight recorder](crate::recorder)'s layer: add it next to [`Telemetry::layer`]. It
+    /// records spans of the recorder's groups on every enabled rank, exporting or not, and is
+    /// inert (no interest registered, level hint `OFF`) when the recorder is off.
+    ///
+    /// ```
+    /// use tracing_subscriber::prelude::*;
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// let _s = tracing_subscriber::registry().with(t.layer()).with(t.recorder_layer());
+    /// ```
+    pub fn recorder_layer<S>(&self) -> RecorderLayer<S>
+    where
+        S: tracing_core::Subscriber + for<'a> LookupSpan<'a>,
+    {
+        FlightRecorder::layer(self.inner.flight_recorder.as_ref())
+    }
+
+    /// The [flight recorder](crate::recorder), when `NEMO_LENS_FLIGHT_RECORDER` (or a control
+    /// file) turned it on for this enabled rank.
+    ///
+    /// ```
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// assert!(t.flight_recorder().is_none());
+    /// ```
+    pub fn flight_recorder(&self) -> Option<&FlightRecorder> {
+        self.inner.flight_recorder.as_ref()
     }
 
     /// Whether this rank exports (enabled and chosen by the export strategy).
@@ -497,6 +526,9 @@ impl ExitTarget for Inner {
             // Done already, or a forked child: the parent's providers have no worker threads
             // here, and shutting them down would wait out `timeout` per processor.
             return Ok(());
+        }
+        if let Some(r) = &self.flight_recorder {
+            r.on_truncation(reason);
         }
         let deadline = Instant::now() + timeout;
         if let Some(p) = &self.built.pipeline {

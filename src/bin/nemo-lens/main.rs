@@ -2,11 +2,13 @@
 //!
 //! * `perfetto` merges per-rank console JSONL into one Chrome Trace Event file ([`perfetto`]);
 //! * `summary` prints per-rank span statistics and a straggler report ([`summary`]);
-//! * `emit-spans` exports completed spans from epoch-second intervals ([`emit`]).
+//! * `emit-spans` exports completed spans from epoch-second intervals ([`emit`]);
+//! * `hang` names the stuck rank from flight-recorder dumps ([`hang`]).
 //!
 //! Input files are read by [`input`] (plain or gzip JSONL, streamed, bad lines skipped).
 
 mod emit;
+mod hang;
 mod input;
 mod perfetto;
 mod summary;
@@ -21,7 +23,8 @@ Exit codes:
   0  success (skipped malformed input lines are reported on stderr, not an error)
   1  invalid input: emit-spans got a bad --span (\"nothing emitted: invalid span input\")
   2  usage error, an input or output file that cannot be opened or written, or (emit-spans)
-     an exporter that cannot be set up or fails to export";
+     an exporter that cannot be set up or fails to export
+  3  hang: a suspect rank was named (an outlier or a rank without a dump)";
 
 /// Tools for NeMo Lens span files: merge ranks into a Perfetto timeline, find stragglers, emit
 /// backdated spans.
@@ -88,6 +91,21 @@ enum Command {
         /// names another --span (listed before or after). Repeat for each span.
         #[arg(long = "span", value_name = "NAME,START,END[,PARENT]", required = true)]
         spans: Vec<String>,
+    },
+    /// Which rank is stuck, and where: merge flight-recorder dumps (NEMO_LENS_FLIGHT_RECORDER)
+    /// of any number of ranks, group ranks by innermost open span and step, name the outliers
+    /// and the ranks without a dump. Exit code 3 when it names a suspect.
+    #[command(after_help = EXIT_CODES)]
+    Hang {
+        /// Dump files (`nemo-lens-dump-rank*.jsonl`); the latest dump of each rank is used.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Number of ranks, when the dumps do not carry `dl.world_size`.
+        #[arg(long)]
+        world_size: Option<i64>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -161,6 +179,17 @@ fn run(cli: Cli) -> Result<(), Failure> {
         })
         .map_err(Failure::setup),
         Command::EmitSpans { service, spans } => emit::run(&service, &spans),
+        Command::Hang {
+            files,
+            world_size,
+            json,
+        } => match hang::run(&files, world_size, json).map_err(Failure::setup)? {
+            false => Ok(()),
+            true => Err(Failure {
+                code: 3,
+                error: anyhow::anyhow!("a suspect rank was named"),
+            }),
+        },
     }
 }
 

@@ -16,7 +16,9 @@ mod writer;
 
 pub use logs::ConsoleLogExporter;
 pub use metrics::ConsoleMetricExporter;
+pub(crate) use pyjson::{write_attributes, write_json_str, write_time};
 pub use spans::ConsoleSpanExporter;
+pub(crate) use spans::resource_json;
 pub use writer::ConsoleWriter;
 pub(crate) use writer::resolve_path;
 
