@@ -228,6 +228,16 @@ pub struct TelemetryBuilder {
     synchronous: bool,
     allow_reinit: bool,
     lookup: Lookup,
+    /// `unknown_rank`, `unknown_world_size`, `no_random_run_id`.
+    unknown: Unknown,
+}
+
+/// Which parts of its identity a process said it does not know.
+#[derive(Debug, Default, Clone, Copy)]
+struct Unknown {
+    rank: bool,
+    world_size: bool,
+    run_id: bool,
 }
 
 impl fmt::Debug for TelemetryBuilder {
@@ -259,6 +269,7 @@ impl TelemetryBuilder {
             synchronous: false,
             allow_reinit: false,
             lookup: Box::new(resource::process_env),
+            unknown: Unknown::default(),
         }
     }
 
@@ -271,6 +282,37 @@ impl TelemetryBuilder {
     /// The number of ranks (default 1).
     pub fn world_size(mut self, world_size: u32) -> Self {
         self.world_size = world_size;
+        self
+    }
+
+    /// This process does not know its rank (a launcher, a job-level tool such as `nemo-lens
+    /// emit-spans`): the resource gets no `dl.rank` and no rank-derived `service.instance.id`
+    /// (values given in `OTEL_RESOURCE_ATTRIBUTES` still apply). Export strategies and `{rank}`
+    /// in `NEMO_LENS_CONSOLE_PATH` see rank 0.
+    ///
+    /// ```
+    /// let builder = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default())
+    ///     .unknown_rank()
+    ///     .unknown_world_size()
+    ///     .no_random_run_id();
+    /// # let _ = builder;
+    /// ```
+    pub fn unknown_rank(mut self) -> Self {
+        self.unknown.rank = true;
+        self
+    }
+
+    /// This process does not know the world size: the resource gets no `dl.world_size`.
+    pub fn unknown_world_size(mut self) -> Self {
+        self.unknown.world_size = true;
+        self
+    }
+
+    /// Without a configured `run_id` and without `SLURM_JOB_ID`, leave the run id empty instead
+    /// of drawing a random one: the resource then has no `nemo.run.id` and no
+    /// `service.instance.id` (a one-off process would otherwise stamp a run id no rank shares).
+    pub fn no_random_run_id(mut self) -> Self {
+        self.unknown.run_id = true;
         self
     }
 
@@ -391,8 +433,15 @@ impl TelemetryBuilder {
             synchronous,
             allow_reinit,
             lookup,
+            unknown,
         } = self;
         config.validate()?;
+        let rank = if unknown.rank { 0 } else { rank };
+        let world_size = if unknown.world_size {
+            world_size.max(rank.saturating_add(1))
+        } else {
+            world_size
+        };
         if world_size == 0 || rank >= world_size {
             return Err(LensError::InvalidArgument(format!(
                 "rank must be below world_size (rank {rank}, world_size {world_size})"
@@ -406,7 +455,10 @@ impl TelemetryBuilder {
         {
             return Err(LensError::AlreadyInitialized);
         }
-        config.run_id = resource::resolve_run_id(&config.run_id, &*lookup);
+        let no_job_id = lookup("SLURM_JOB_ID").is_none_or(|v| v.trim().is_empty());
+        if !(unknown.run_id && config.run_id.is_empty() && no_job_id) {
+            config.run_id = resource::resolve_run_id(&config.run_id, &*lookup);
+        }
         let strategy = match export_strategy {
             Some(s) => s,
             None => {
@@ -460,8 +512,13 @@ impl TelemetryBuilder {
         };
         let mut built = Built::default();
         if exporting {
-            let resource =
-                resource::build_resource(&config, rank, world_size, &resource_attributes, &*lookup);
+            let resource = resource::build_resource_for(
+                &config,
+                (!unknown.rank).then_some(rank),
+                (!unknown.world_size).then_some(world_size),
+                &resource_attributes,
+                &*lookup,
+            );
             if config.traces_enabled {
                 let mut builder = SdkTracerProvider::builder()
                     .with_resource(resource.clone())

@@ -1,22 +1,30 @@
-//! Streaming reader for per-rank console JSONL (plain or gzip).
+//! Streaming reader for per-rank console output (plain or gzip).
 //!
-//! Every line of a console file is one JSON object: a finished span (the layout of
-//! `nemo_lens::export::console`, shared with Python NeMo Lens) or a metric batch
-//! (`{"resource_metrics": [...]}`, written by a Python rank's console metric exporter).
-//! [`for_each_record`] reads the files one line at a time through a reused buffer, parses the line
-//! into a [`Record`] and hands it to a callback, so memory does not grow with the input.
+//! A console file is a stream of JSON records: finished spans (the layout of
+//! `nemo_lens::export::console`, shared with Python NeMo Lens), metric batches
+//! (`{"resource_metrics": [...]}`) and log records (the Python SDK's `LogRecord.to_json` layout,
+//! also written by `nemo_lens::export::console_logs`). Records are one per line (compact JSONL)
+//! or pretty-printed over many lines (Python Lens 0.1.0 writes `to_json(indent=4)`), mixed freely;
+//! [`framing`] splits the stream. [`for_each_record`] parses each record into a [`Record`] and
+//! hands it to a callback, so memory does not grow with the input: at most
+//! [`ReadOptions::max_record_bytes`] of one record are held, and a longer record is skipped
+//! unread and counted.
 //!
-//! Bad input is never fatal: a line that is not valid JSON, not UTF-8, or neither a span nor a
-//! metric batch is skipped and counted in [`Stats`] (with the first few locations kept for the
-//! report); a gzip stream cut short ends its file early and is reported the same way. Only a file
-//! that cannot be opened at all is an error.
+//! Bad input is never fatal: a record that is not valid JSON, not UTF-8, cut short, too long, or
+//! neither a span, a metric batch nor a log record is skipped and counted in [`Stats`] (with the
+//! first few locations kept for the report); a gzip stream cut short ends its file early and is
+//! reported the same way. Only a file that cannot be opened at all is an error.
 //!
-//! Python ranks write non-finite floats as bare `NaN` / `Infinity` tokens (not JSON); a line that
-//! fails to parse is rescanned and those tokens are read as the strings `"NaN"`, `"Infinity"`,
-//! `"-Infinity"`, as this crate's console exporter writes them, so a span with a NaN loss is kept.
+//! Python ranks write non-finite floats as bare `NaN` / `Infinity` tokens (not JSON); a record
+//! that fails to parse is rescanned and those tokens are read as the strings `"NaN"`,
+//! `"Infinity"`, `"-Infinity"`, as this crate's console exporter writes them, so a span with a
+//! NaN loss is kept. Timestamps are RFC 3339 with any offset ([`timestamp`]).
 //!
 //! Gzip is recognised by its magic bytes (`1f 8b`), whatever the file name; concatenated gzip
 //! members (what `cat a.gz b.gz` gives) are read as one stream.
+
+mod framing;
+mod timestamp;
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, IsTerminal, Read};
@@ -165,10 +173,10 @@ pub struct ResourceMetrics {
     pub scope_metrics: Vec<ScopeMetrics>,
 }
 
-/// A line as parsed: every key optional, classified afterwards (cheaper than an untagged enum,
-/// which would buffer the whole line).
+/// A record as parsed: every key optional, classified afterwards (cheaper than an untagged enum,
+/// which would buffer the whole record).
 #[derive(Debug, Deserialize)]
-struct RawLine {
+struct RawRecord {
     #[serde(default)]
     name: Option<String>,
     #[serde(default)]
@@ -181,8 +189,9 @@ struct RawLine {
     end_time: Option<String>,
     #[serde(default)]
     status: Option<StatusLine>,
+    /// `null` in a log record without attributes.
     #[serde(default)]
-    attributes: Map<String, Value>,
+    attributes: Option<Map<String, Value>>,
     #[serde(default)]
     events: Vec<EventLine>,
     #[serde(default)]
@@ -191,6 +200,21 @@ struct RawLine {
     resource: Option<ResourceLine>,
     #[serde(default)]
     resource_metrics: Option<Vec<ResourceMetrics>>,
+    // Log records.
+    #[serde(default)]
+    body: Option<Value>,
+    #[serde(default)]
+    severity_text: Option<String>,
+    #[serde(default)]
+    severity_number: Option<i64>,
+    #[serde(default)]
+    timestamp: Option<String>,
+    #[serde(default)]
+    observed_timestamp: Option<String>,
+    #[serde(default)]
+    trace_id: Option<String>,
+    #[serde(default)]
+    span_id: Option<String>,
 }
 
 /// A finished span, with its times in microseconds since the Unix epoch.
@@ -221,7 +245,8 @@ pub struct Span {
 }
 
 impl Span {
-    /// Duration in µs (never negative).
+    /// Duration in µs (never negative; timestamps are within years 0000–9999, so the difference
+    /// cannot overflow).
     pub fn duration_us(&self) -> i64 {
         (self.end_us - self.start_us).max(0)
     }
@@ -235,7 +260,41 @@ impl Span {
     }
 }
 
-/// What one line holds.
+/// A log record (Python `LogRecord.to_json` layout).
+#[derive(Debug)]
+pub struct LogRecord {
+    /// The message (`null` when the record has none).
+    pub body: Value,
+    /// `INFO`, `WARN`, … as written.
+    pub severity_text: Option<String>,
+    /// OpenTelemetry severity number (9 = INFO, 13 = WARN, 17 = ERROR).
+    pub severity_number: Option<i64>,
+    /// `timestamp`, else `observed_timestamp`, µs since the epoch.
+    pub time_us: i64,
+    /// Record attributes.
+    pub attributes: Map<String, Value>,
+    /// Trace id of the span the record was written in (`None` outside any span).
+    pub trace_id: Option<String>,
+    /// Span id of the span the record was written in.
+    pub span_id: Option<String>,
+    /// Rank: the resource's `dl.rank`, else the file name's.
+    pub rank: Option<i64>,
+    /// The resource's `host.name`.
+    pub host: Option<String>,
+}
+
+impl LogRecord {
+    /// The severity as a label: the text, else the number, else `UNSPECIFIED`.
+    pub fn severity(&self) -> String {
+        match (&self.severity_text, self.severity_number) {
+            (Some(t), _) if !t.is_empty() => t.clone(),
+            (_, Some(n)) => format!("SEVERITY_{n}"),
+            _ => "UNSPECIFIED".to_owned(),
+        }
+    }
+}
+
+/// What one record holds.
 #[derive(Debug)]
 pub enum Record {
     /// A finished span.
@@ -247,15 +306,26 @@ pub enum Record {
         /// The file name's rank, for resources without `dl.rank`.
         file_rank: Option<i64>,
     },
+    /// A log record.
+    Log(Box<LogRecord>),
 }
 
-/// Parses an RFC 3339 UTC timestamp into µs since the epoch.
-pub fn parse_time_us(s: &str) -> Option<i64> {
-    let t = humantime::parse_rfc3339_weak(s).ok()?;
-    match t.duration_since(std::time::UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_micros()).ok(),
-        Err(e) => i64::try_from(e.duration().as_micros()).ok().map(|v| -v),
+pub use timestamp::parse_time_us;
+
+/// At most this many characters of a bad value are quoted in a skip reason.
+const QUOTE_CHARS: usize = 40;
+
+/// `value` quoted for an error message, cut to [`QUOTE_CHARS`] characters.
+fn quote(value: &str) -> String {
+    match value.char_indices().nth(QUOTE_CHARS) {
+        Some((cut, _)) => format!("{:?}…", &value[..cut]),
+        None => format!("{value:?}"),
     }
+}
+
+/// An id that is absent: missing, empty, or all zeros (a Rust record outside any span).
+fn present_id(id: Option<String>) -> Option<String> {
+    id.filter(|s| s.trim_start_matches("0x").bytes().any(|b| b != b'0'))
 }
 
 /// Python's `json.dumps` writes non-finite floats as the bare tokens `NaN`, `Infinity` and
@@ -295,12 +365,12 @@ fn quote_non_finite(line: &[u8]) -> Option<Vec<u8>> {
     changed.then_some(out)
 }
 
-/// Parses one line; the error says why it was skipped.
-pub fn parse_line(line: &[u8], file_rank: Option<i64>) -> Result<Record, String> {
-    let raw: RawLine = match serde_json::from_slice(line) {
+/// Parses one record; the error says why it was skipped.
+pub fn parse_record(bytes: &[u8], file_rank: Option<i64>) -> Result<Record, String> {
+    let raw: RawRecord = match serde_json::from_slice(bytes) {
         Ok(raw) => raw,
-        // Only a line that fails pays for the rescan.
-        Err(e) => match quote_non_finite(line) {
+        // Only a record that fails pays for the rescan.
+        Err(e) => match quote_non_finite(bytes) {
             Some(fixed) => serde_json::from_slice(&fixed).map_err(|_| e.to_string())?,
             None => return Err(e.to_string()),
         },
@@ -308,31 +378,57 @@ pub fn parse_line(line: &[u8], file_rank: Option<i64>) -> Result<Record, String>
     if let Some(batch) = raw.resource_metrics {
         return Ok(Record::Metrics { batch, file_rank });
     }
-    let (Some(name), Some(context), Some(start), Some(end)) =
-        (raw.name, raw.context, raw.start_time, raw.end_time)
-    else {
-        return Err(
-            "neither a span (name, context, start_time, end_time) nor a metric batch \
-                    (resource_metrics)"
-                .into(),
-        );
-    };
-    let start_us = parse_time_us(&start).ok_or_else(|| format!("bad start_time {start:?}"))?;
-    let end_us = parse_time_us(&end).ok_or_else(|| format!("bad end_time {end:?}"))?;
     let resource = raw.resource.unwrap_or_default().attributes;
-    Ok(Record::Span(Box::new(Span {
-        name,
-        context,
-        parent_id: raw.parent_id,
-        start_us,
-        end_us,
-        status: raw.status.unwrap_or_default(),
-        attributes: raw.attributes,
-        events: raw.events,
-        links: raw.links,
-        rank: resource.rank().or(file_rank),
-        host: resource.host_name,
-    })))
+    let rank = resource.rank().or(file_rank);
+    let attributes = raw.attributes.unwrap_or_default();
+    if let (Some(name), Some(context), Some(start), Some(end)) =
+        (raw.name, raw.context, raw.start_time, raw.end_time)
+    {
+        let start_us =
+            parse_time_us(&start).ok_or_else(|| format!("bad start_time {}", quote(&start)))?;
+        let end_us = parse_time_us(&end).ok_or_else(|| format!("bad end_time {}", quote(&end)))?;
+        return Ok(Record::Span(Box::new(Span {
+            name,
+            context,
+            parent_id: raw.parent_id,
+            start_us,
+            end_us,
+            status: raw.status.unwrap_or_default(),
+            attributes,
+            events: raw.events,
+            links: raw.links,
+            rank,
+            host: resource.host_name,
+        })));
+    }
+    if raw.observed_timestamp.is_some()
+        || raw.severity_number.is_some()
+        || raw.severity_text.is_some()
+    {
+        let time = [&raw.timestamp, &raw.observed_timestamp]
+            .into_iter()
+            .flatten()
+            .find_map(|t| parse_time_us(t))
+            .ok_or_else(|| {
+                "log record without a valid timestamp or observed_timestamp".to_owned()
+            })?;
+        return Ok(Record::Log(Box::new(LogRecord {
+            body: raw.body.unwrap_or(Value::Null),
+            severity_text: raw.severity_text,
+            severity_number: raw.severity_number,
+            time_us: time,
+            attributes,
+            trace_id: present_id(raw.trace_id),
+            span_id: present_id(raw.span_id),
+            rank,
+            host: resource.host_name,
+        })));
+    }
+    Err(
+        "neither a span (name, context, start_time, end_time), a metric batch \
+         (resource_metrics) nor a log record (body, severity, observed_timestamp)"
+            .into(),
+    )
 }
 
 /// The rank in a file name: the digits after the last `rank` (`spans-rank3.jsonl`,
@@ -349,17 +445,23 @@ pub fn rank_from_file_name(path: &Path) -> Option<i64> {
 /// Counts of what was read and skipped.
 #[derive(Debug, Default)]
 pub struct Stats {
-    /// Non-empty lines read.
-    pub lines: u64,
-    /// Span lines.
+    /// Records read (every frame: parsed, malformed, cut or too long).
+    pub records: u64,
+    /// Span records.
     pub spans: u64,
-    /// Metric-batch lines.
+    /// Metric batches.
     pub metric_batches: u64,
-    /// Lines skipped (malformed, truncated, not UTF-8, unknown shape).
+    /// Log records.
+    pub log_records: u64,
+    /// Records skipped as malformed (not JSON, cut short, not UTF-8, unknown shape).
     pub skipped: u64,
+    /// Records skipped unread because they exceed [`ReadOptions::max_record_bytes`].
+    pub too_long: u64,
+    /// Bytes of the records skipped for their length.
+    pub too_long_bytes: u64,
     /// Files cut short by a read or decompression error.
     pub truncated_files: u64,
-    /// `file:line: reason` of the first skipped lines and cut files.
+    /// `file:line: reason` of the first skipped records and cut files.
     pub examples: Vec<String>,
 }
 
@@ -370,18 +472,62 @@ impl Stats {
         }
     }
 
-    /// Prints the skipped-line report to stderr (nothing when nothing was skipped).
+    /// Prints the skipped-record report to stderr (nothing when nothing was skipped).
     pub fn report(&self) {
-        if self.skipped == 0 && self.truncated_files == 0 {
+        if self.skipped == 0 && self.too_long == 0 && self.truncated_files == 0 {
             return;
         }
         eprintln!(
-            "warning: skipped {} malformed line(s) of {}; {} file(s) ended early",
-            self.skipped, self.lines, self.truncated_files
+            "warning: skipped {} malformed record(s) and {} record(s) over the size limit \
+             ({} bytes) of {} read; {} file(s) ended early",
+            self.skipped, self.too_long, self.too_long_bytes, self.records, self.truncated_files
         );
         for e in &self.examples {
             eprintln!("  {e}");
         }
+    }
+
+    /// The counts as JSON (for `otherData` and `summary --json`).
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "records": self.records,
+            "spans": self.spans,
+            "metric_batches": self.metric_batches,
+            "log_records": self.log_records,
+            "skipped_records": self.skipped,
+            "too_long_records": self.too_long,
+            "too_long_bytes": self.too_long_bytes,
+            "truncated_files": self.truncated_files,
+        })
+    }
+}
+
+/// How input is read (shared by `perfetto` and `summary`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReadOptions {
+    /// Longest record read, in bytes (suffix K, M or G for KiB, MiB, GiB). Longer records (a
+    /// line with no end, a span with huge attributes) are skipped unread and counted.
+    #[arg(long, value_name = "BYTES", default_value = "16M", value_parser = parse_bytes)]
+    pub max_record_bytes: usize,
+}
+
+/// Parses `--max-record-bytes` (`65536`, `64K`, `16M`, `1G`; at least 1 KiB).
+pub fn parse_bytes(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let (digits, unit) = match t.as_bytes().last() {
+        Some(b'k' | b'K') => (&t[..t.len() - 1], 1 << 10),
+        Some(b'm' | b'M') => (&t[..t.len() - 1], 1 << 20),
+        Some(b'g' | b'G') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("expected a byte count such as 65536, 64K or 16M, got {s:?}"))?;
+    match n.checked_mul(unit) {
+        Some(v) if v >= 1024 => Ok(v),
+        _ => Err(format!(
+            "expected a byte count from 1K to the address space, got {s:?}"
+        )),
     }
 }
 
@@ -455,55 +601,61 @@ pub fn progress_bar(paths: &[PathBuf], enabled: bool) -> ProgressBar {
 /// the reading and is returned.
 pub fn for_each_record(
     paths: &[PathBuf],
+    options: &ReadOptions,
     progress: &ProgressBar,
     mut f: impl FnMut(&Source, Record) -> Result<()>,
 ) -> Result<Stats> {
     let mut stats = Stats::default();
-    let mut buf = Vec::with_capacity(64 * 1024);
     for (index, path) in paths.iter().enumerate() {
         let source = Source {
             index,
             file_rank: rank_from_file_name(path),
         };
-        let mut reader = open(path, progress)?;
-        let mut line_no = 0u64;
+        let mut framer = framing::Framer::new(open(path, progress)?, options.max_record_bytes);
         loop {
-            buf.clear();
-            match reader.read_until(b'\n', &mut buf) {
-                Ok(0) => break,
-                Ok(_) => {}
+            let frame = match framer.next_frame() {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
                 Err(e) => {
                     stats.truncated_files += 1;
                     stats.note(format!(
-                        "{}: stopped after line {line_no}: {e}",
-                        path.display()
+                        "{}: stopped at line {}: {e}",
+                        path.display(),
+                        framer.line()
                     ));
                     break;
                 }
-            }
-            line_no += 1;
-            let line = buf.trim_ascii();
-            if line.is_empty() {
-                continue;
-            }
-            stats.lines += 1;
-            match parse_line(line, source.file_rank) {
-                Ok(record) => {
-                    match &record {
-                        Record::Span(_) => stats.spans += 1,
-                        Record::Metrics { .. } => stats.metric_batches += 1,
+            };
+            stats.records += 1;
+            let at = || format!("{}:{}", path.display(), framer.start_line());
+            let reason = match frame {
+                framing::Frame::Record => match parse_record(framer.record(), source.file_rank) {
+                    Ok(record) => {
+                        match &record {
+                            Record::Span(_) => stats.spans += 1,
+                            Record::Metrics { .. } => stats.metric_batches += 1,
+                            Record::Log(_) => stats.log_records += 1,
+                        }
+                        f(&source, record)?;
+                        continue;
                     }
-                    f(&source, record)?;
+                    Err(reason) => reason,
+                },
+                framing::Frame::TooLong { bytes } => {
+                    stats.too_long += 1;
+                    stats.too_long_bytes += bytes;
+                    stats.note(format!(
+                        "{}: record of {bytes} bytes skipped (over --max-record-bytes {})",
+                        at(),
+                        options.max_record_bytes
+                    ));
+                    continue;
                 }
-                Err(reason) => {
-                    stats.skipped += 1;
-                    stats.note(format!("{}:{line_no}: {reason}", path.display()));
-                }
-            }
-        }
-        // Shrink a buffer that one huge line blew up.
-        if buf.capacity() > 4 << 20 {
-            buf = Vec::with_capacity(64 * 1024);
+                framing::Frame::Cut => "record cut short".to_owned(),
+                framing::Frame::NotJson => "not a JSON object".to_owned(),
+            };
+            stats.skipped += 1;
+            stats.note(format!("{}: {reason}", at()));
         }
     }
     progress.finish_and_clear();
@@ -537,11 +689,30 @@ mod tests {
     }
 
     #[test]
-    fn times_parse_to_microseconds() {
+    fn byte_counts_take_binary_suffixes() {
+        assert_eq!(parse_bytes("16M"), Ok(16 << 20));
+        assert_eq!(parse_bytes(" 64k "), Ok(64 << 10));
+        assert_eq!(parse_bytes("2048"), Ok(2048));
+        assert!(parse_bytes("12").is_err());
+        assert!(parse_bytes("lots").is_err());
+        assert!(parse_bytes("99999999999999999G").is_err());
+    }
+
+    #[test]
+    fn log_records_in_the_python_layout_are_read() {
+        let line = br#"{"body": "step 1 done", "severity_number": 9, "severity_text": "INFO", "attributes": null, "dropped_attributes": 0, "timestamp": null, "observed_timestamp": "2026-11-30T16:48:32.517393+01:00", "trace_id": "", "span_id": "0x0000000000000000", "trace_flags": 0, "resource": {"attributes": {"dl.rank": 5}, "schema_url": ""}, "event_name": ""}"#;
+        let Ok(Record::Log(log)) = parse_record(line, None) else {
+            panic!("not a log record")
+        };
+        assert_eq!(log.body, "step 1 done");
+        assert_eq!(log.severity(), "INFO");
+        assert_eq!(log.rank, Some(5));
+        assert_eq!(log.trace_id, None);
+        assert_eq!(log.span_id, None);
         assert_eq!(
-            parse_time_us("2026-11-29T22:09:34.298704Z"),
-            Some(1_795_990_174_298_704)
+            log.time_us,
+            parse_time_us("2026-11-30T15:48:32.517393Z").unwrap()
         );
-        assert_eq!(parse_time_us("yesterday"), None);
+        assert!(log.attributes.is_empty());
     }
 }
