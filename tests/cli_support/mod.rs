@@ -32,6 +32,13 @@ pub const PYTHON_FIXTURE: &str = concat!(
     "/tests/fixtures/python-lens-rank3.jsonl"
 );
 
+/// A file of `tests/fixtures` (see its README for how each was made).
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
 /// Formats µs since the epoch like the console exporter.
 pub fn ts(us: i64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_micros(us as u64);
@@ -180,4 +187,63 @@ pub fn write_job(dir: &Path) -> Vec<PathBuf> {
 /// The `nemo-lens` binary built for this test run.
 pub fn bin() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_nemo-lens"))
+}
+
+/// What [`run_measured`] saw.
+#[derive(Debug)]
+pub struct Measured {
+    /// Exit code (`None` when a signal ended the process).
+    pub code: Option<i32>,
+    /// Everything the process wrote to stdout.
+    pub stdout: String,
+    /// Everything the process wrote to stderr.
+    pub stderr: String,
+    /// Peak resident set size of the process, in bytes (`ru_maxrss` from `wait4`).
+    pub peak_rss: u64,
+}
+
+/// Runs `cmd` to completion and measures its peak resident memory with `wait4(2)`, which
+/// reports the usage of that one child (not of every child of the test process, as
+/// `getrusage(RUSAGE_CHILDREN)` would while other tests run theirs).
+pub fn run_measured(cmd: &mut std::process::Command) -> Measured {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn nemo-lens");
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = Vec::new();
+            r.read_to_end(&mut s).unwrap();
+            String::from_utf8_lossy(&s).into_owned()
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: an all-zero `rusage` is a valid value; `wait4` fills it for our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let waited = loop {
+        // SAFETY: `status` and `usage` are valid for writes; `pid` is our unwaited child.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if r == -1 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        break r;
+    };
+    assert_eq!(waited, pid, "wait4: {}", std::io::Error::last_os_error());
+    // The child is reaped: keep `Child` from waiting on a pid that may be reused.
+    std::mem::forget(child);
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    Measured {
+        code,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+        // Linux reports ru_maxrss in KiB.
+        peak_rss: usage.ru_maxrss as u64 * 1024,
+    }
 }

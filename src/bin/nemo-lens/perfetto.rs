@@ -24,8 +24,8 @@
 //! * links read before their span wait with their attributes (serialized) within
 //!   [`PENDING_LINK_BYTES`]; a link beyond it is counted (`links_over_budget`) and not drawn;
 //! * process and track names live within [`TRACK_TABLE_BYTES`]; beyond it a rank's process or a
-//!   thread track is used without its name (`unnamed_tracks`), and a track known only by
-//!   `thread.name` falls back to the rank's main track.
+//!   thread track is used without its name, and a track known only by `thread.name` falls back
+//!   to the rank's main track (each event placed so is counted in `unnamed_tracks`).
 //!
 //! The output may not be one of the inputs (same file, by device and inode): that is refused
 //! before anything is written.
@@ -71,7 +71,8 @@ pub struct Outcome {
     pub unresolved_links: u64,
     /// Links not drawn because the links waiting for their span filled [`PENDING_LINK_BYTES`].
     pub links_over_budget: u64,
-    /// Processes and tracks left unnamed because [`TRACK_TABLE_BYTES`] was full.
+    /// Events placed on a process or track left unnamed (or, for a track known only by its
+    /// `thread.name`, on the rank's main track) because [`TRACK_TABLE_BYTES`] was full.
     pub unnamed_tracks: u64,
 }
 
@@ -97,8 +98,8 @@ impl Outcome {
         }
         if self.unnamed_tracks > 0 {
             eprintln!(
-                "warning: {} process(es) or track(s) left unnamed: the {TRACK_TABLE_BYTES}-byte \
-                 table of names is full",
+                "warning: {} event(s) placed on an unnamed process or track (or a rank's main \
+                 track): the {TRACK_TABLE_BYTES}-byte table of track names was full",
                 self.unnamed_tracks
             );
         }
@@ -224,10 +225,9 @@ impl<W: Write> Writer<W> {
         })
     }
 
-    /// Charges `bytes` to the track table; false (and counted) when it is full.
+    /// Charges `bytes` to the track table; false when it is full.
     fn charge_track(&mut self, bytes: usize) -> bool {
         if self.track_bytes + bytes > TRACK_TABLE_BYTES {
-            self.unnamed_tracks += 1;
             return false;
         }
         self.track_bytes += bytes;
@@ -245,7 +245,11 @@ impl<W: Write> Writer<W> {
     }
 
     fn process(&mut self, pid: i64, label: &str, host: Option<&str>) -> Result<()> {
-        if self.processes.contains(&pid) || !self.charge_track(ENTRY_BYTES) {
+        if self.processes.contains(&pid) {
+            return Ok(());
+        }
+        if !self.charge_track(ENTRY_BYTES) {
+            self.unnamed_tracks += 1;
             return Ok(());
         }
         self.processes.insert(pid);
@@ -272,35 +276,49 @@ impl<W: Write> Writer<W> {
     /// The span's track: `thread.id`, else a number for `thread.name`, else 0 (one per rank).
     fn thread(&mut self, pid: i64, attributes: &Map<String, Value>) -> Result<i64> {
         let id = attributes.get(semconv::THREAD_ID).and_then(Value::as_i64);
-        let name = attributes.get(semconv::THREAD_NAME).and_then(Value::as_str);
+        let mut name = attributes.get(semconv::THREAD_NAME).and_then(Value::as_str);
+        let mut over_budget = false;
         let tid = match (id, name) {
             (Some(id), _) => id,
-            (None, Some(name)) => match self.named_threads.get(&(pid, name.to_owned())).copied() {
+            (None, Some(n)) => match self.named_threads.get(&(pid, n.to_owned())).copied() {
                 Some(tid) => tid,
-                None if self.charge_track(name.len() + ENTRY_BYTES) => {
+                // Room for the name twice: its entry here and its track's label below.
+                None if self.track_bytes + 2 * (n.len() + ENTRY_BYTES) <= TRACK_TABLE_BYTES => {
+                    self.track_bytes += n.len() + ENTRY_BYTES;
                     let next = self.named_threads.len() as i64 + 1;
-                    self.named_threads.insert((pid, name.to_owned()), next);
+                    self.named_threads.insert((pid, n.to_owned()), next);
                     next
                 }
-                None => 0,
+                None => {
+                    // The rank's main track, under its own name.
+                    over_budget = true;
+                    name = None;
+                    0
+                }
             },
             (None, None) => 0,
         };
-        let label_bytes = name.map_or(16, str::len) + ENTRY_BYTES;
-        if !self.threads.contains(&(pid, tid)) && self.charge_track(label_bytes) {
-            self.threads.insert((pid, tid));
-            let label = match (name, tid) {
-                (Some(n), _) => n.to_owned(),
-                (None, 0) => "spans".to_owned(),
-                (None, t) => format!("thread {t}"),
-            };
-            self.emit(&Event::new(
-                "thread_name",
-                "M",
-                pid,
-                tid,
-                serde_json::json!({ "name": label }),
-            ))?;
+        if !self.threads.contains(&(pid, tid)) {
+            if self.charge_track(name.map_or(16, str::len) + ENTRY_BYTES) {
+                self.threads.insert((pid, tid));
+                let label = match (name, tid) {
+                    (Some(n), _) => n.to_owned(),
+                    (None, 0) => "spans".to_owned(),
+                    (None, t) => format!("thread {t}"),
+                };
+                self.emit(&Event::new(
+                    "thread_name",
+                    "M",
+                    pid,
+                    tid,
+                    serde_json::json!({ "name": label }),
+                ))?;
+            } else {
+                over_budget = true;
+            }
+        }
+        if over_budget {
+            self.unnamed_tracks += 1;
         }
         Ok(tid)
     }

@@ -488,7 +488,9 @@ fn plot(steps: &mut BTreeMap<i64, Vec<StepSpan>>, path: &Path) -> Result<(usize,
 
     let width = (160 + n_steps.clamp(10, 400) * 4) as u32;
     let height = (140 + ranks.len().clamp(4, 256) * 18) as u32;
-    let root = SVGBackend::new(path, (width.max(640), height)).into_drawing_area();
+    // Drawn into memory and written here: plotters' own file target drops a failed write.
+    let mut svg = String::new();
+    let root = SVGBackend::with_string(&mut svg, (width.max(640), height)).into_drawing_area();
     let draw = || -> Result<(), Box<dyn std::error::Error>> {
         root.fill(&WHITE)?;
         let mut chart = ChartBuilder::on(&root)
@@ -531,6 +533,8 @@ fn plot(steps: &mut BTreeMap<i64, Vec<StepSpan>>, path: &Path) -> Result<(usize,
         Ok(())
     };
     draw().map_err(|e| anyhow::anyhow!("{e}"))?;
+    drop(root);
+    std::fs::write(path, svg.as_bytes())?;
     Ok((ranks.len(), n_steps))
 }
 
