@@ -40,6 +40,34 @@ use serde_json::json;
 const RANKS: i64 = 8;
 const STEPS: i64 = 6_000;
 
+/// The plain files re-written pretty-printed, as Python Lens 0.1.0 writes its console output
+/// (`json.dumps(indent=4)`); returns the files and their bytes.
+fn pretty(dir: &Path, plain: &[PathBuf]) -> (Vec<PathBuf>, u64) {
+    let mut files = Vec::new();
+    let mut bytes = 0;
+    for path in plain {
+        let out_path = dir.join(format!(
+            "pretty-{}",
+            path.file_name().unwrap().to_string_lossy()
+        ));
+        let mut out = BufWriter::new(fs::File::create(&out_path).unwrap());
+        for line in fs::read_to_string(path).unwrap().lines() {
+            let value: serde_json::Value = serde_json::from_str(line).unwrap();
+            let mut ser = serde_json::Serializer::with_formatter(
+                &mut out,
+                serde_json::ser::PrettyFormatter::with_indent(b"    "),
+            );
+            serde::Serialize::serialize(&value, &mut ser).unwrap();
+            writeln!(out).unwrap();
+        }
+        out.flush().unwrap();
+        drop(out);
+        bytes += fs::metadata(&out_path).unwrap().len();
+        files.push(out_path);
+    }
+    (files, bytes)
+}
+
 /// Writes one plain and one gzip file per rank; returns (plain files, gz files, plain bytes).
 fn generate(dir: &Path) -> (Vec<PathBuf>, Vec<PathBuf>, u64) {
     let mut plain = Vec::new();
@@ -116,6 +144,12 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("summary_plain", |b| {
         b.iter(|| run(&["summary", "--no-progress", "--json"], &plain))
+    });
+    // The same records pretty-printed (more bytes; throughput counted in these bytes).
+    let (pretty_files, pretty_bytes) = pretty(dir.path(), &plain);
+    group.throughput(Throughput::Bytes(pretty_bytes));
+    group.bench_function("summary_pretty", |b| {
+        b.iter(|| run(&["summary", "--no-progress", "--json"], &pretty_files))
     });
     group.finish();
 }

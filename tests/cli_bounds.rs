@@ -6,7 +6,7 @@
 //! huge record, links waiting for spans that never come, distinct track names, distinct span
 //! names), so without the bounds the peak is well above [`PEAK_BOUND`]; with them it stays near
 //! the fixed budgets (record cap 16 MiB, link budget 16 MiB, track names 8 MiB, span names
-//! 16 MiB, link index about 12 MB). Lines are written with `format!` (the inputs are large and
+//! 16 MiB, link index about 20 MB). Lines are written with `format!` (the inputs are large and
 //! the test build is unoptimised).
 
 mod cli_support;

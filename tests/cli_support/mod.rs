@@ -179,7 +179,7 @@ pub fn write_job(dir: &Path) -> Vec<PathBuf> {
     enc.finish().unwrap();
     files.push(gz);
     let py = dir.join("python-lens-rank3.jsonl");
-    fs::copy(PYTHON_FIXTURE, &py).expect("the Python fixture is part of the shared test data");
+    fs::copy(PYTHON_FIXTURE, &py).expect("the Python fixture is in tests/fixtures");
     files.push(py);
     files
 }

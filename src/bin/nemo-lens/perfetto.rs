@@ -19,8 +19,9 @@
 //! span positions (to draw links) and the links still waiting for their target, never the spans.
 //! Every table is bounded in bytes:
 //!
-//! * the index of recent spans holds [`RECENT_SPANS`] fixed-size entries (about 12 MB); a link
-//!   whose span is not in it (older, or never seen) is counted and not drawn;
+//! * the index of recent spans holds [`RECENT_SPANS`] fixed-size entries (about 20 MB: 2^19
+//!   hash buckets of 33 bytes and the eviction queue); a link whose span is not in it (older,
+//!   or never seen) is counted and not drawn;
 //! * links read before their span wait with their attributes (serialized) within
 //!   [`PENDING_LINK_BYTES`]; a link beyond it is counted (`links_over_budget`) and not drawn;
 //! * process and track names live within [`TRACK_TABLE_BYTES`]; beyond it a rank's process or a
@@ -44,7 +45,7 @@ use serde_json::{Map, Value};
 
 use crate::input::{self, LogRecord, ReadOptions, Record, Span, Stats};
 
-/// How many recent spans' positions are kept to draw links (the index peaks at about 12 MB).
+/// How many recent spans' positions are kept to draw links (the index takes about 20 MB).
 pub const RECENT_SPANS: usize = 1 << 18;
 /// Bytes of links that may wait for a span not read yet (attributes as JSON, plus
 /// [`ENTRY_BYTES`] each).
