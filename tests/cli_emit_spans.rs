@@ -372,7 +372,9 @@ fn flags_override_the_environment() {
 
 #[test]
 fn a_bad_identity_exits_2_naming_the_variable_and_emits_nothing() {
-    let cases: &[(&[(&str, &str)], &[&str], &str)] = &[
+    /// (environment, flags, expected in stderr)
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str], &'a str);
+    let cases: &[Case] = &[
         (&[("SLURM_PROCID", "three")], &[], "SLURM_PROCID=\"three\""),
         (&[("RANK", "-1")], &[], "RANK=\"-1\""),
         (

@@ -19,7 +19,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0  success (skipped malformed input lines are reported on stderr, not an error)
+  0  success (skipped input records are reported on stderr, not an error)
   1  invalid input: emit-spans got a bad --span (\"nothing emitted: invalid span input\")
   2  usage error, an input or output file that cannot be opened or written (any write error,
      stdout included; an output that is one of the inputs is refused), or (emit-spans) an
