@@ -181,7 +181,9 @@ struct Writer<W: Write> {
     events: u64,
     processes: HashSet<i64>,
     /// `(pid, thread.name)` → tid, for tracks named but not numbered.
-    named_threads: HashMap<(i64, String), i64>,
+    named_threads: HashMap<i64, HashMap<String, i64>>,
+    /// Tracks numbered for their `thread.name` so far.
+    named_count: i64,
     threads: HashSet<(i64, i64)>,
     recent: HashMap<u64, Loc>,
     recent_order: VecDeque<u64>,
@@ -211,6 +213,7 @@ impl<W: Write> Writer<W> {
             events: 0,
             processes: HashSet::new(),
             named_threads: HashMap::new(),
+            named_count: 0,
             threads: HashSet::new(),
             recent: HashMap::with_capacity(RECENT_SPANS),
             recent_order: VecDeque::with_capacity(RECENT_SPANS),
@@ -281,14 +284,18 @@ impl<W: Write> Writer<W> {
         let mut over_budget = false;
         let tid = match (id, name) {
             (Some(id), _) => id,
-            (None, Some(n)) => match self.named_threads.get(&(pid, n.to_owned())).copied() {
+            (None, Some(n)) => match self.named_threads.get(&pid).and_then(|m| m.get(n)).copied() {
                 Some(tid) => tid,
                 // Room for the name twice: its entry here and its track's label below.
                 None if self.track_bytes + 2 * (n.len() + ENTRY_BYTES) <= TRACK_TABLE_BYTES => {
                     self.track_bytes += n.len() + ENTRY_BYTES;
-                    let next = self.named_threads.len() as i64 + 1;
-                    self.named_threads.insert((pid, n.to_owned()), next);
-                    next
+                    self.named_count += 1;
+                    let tid = self.named_count;
+                    self.named_threads
+                        .entry(pid)
+                        .or_default()
+                        .insert(n.to_owned(), tid);
+                    tid
                 }
                 None => {
                     // The rank's main track, under its own name.

@@ -56,6 +56,8 @@ pub const NAME_TABLE_BYTES: usize = 16 << 20;
 const ENTRY_BYTES: usize = 96;
 /// Distinct log severities counted by name; others are counted as `OTHER`.
 const MAX_SEVERITIES: usize = 32;
+/// Longest severity label kept (the rest is cut).
+const MAX_SEVERITY_CHARS: usize = 32;
 
 /// Span names treated as the training step (first in the straggler report, rows of the heatmap).
 pub const STEP_SPAN_NAMES: [&str; 2] = ["step", "train_step"];
@@ -227,7 +229,10 @@ fn collect(opts: &Options) -> Result<Collected> {
     let bar = input::progress_bar(&opts.files, opts.progress);
     let stats = input::for_each_record(&opts.files, &opts.read, &bar, |_, record| {
         if let Record::Log(log) = &record {
-            let severity = log.severity();
+            let mut severity = log.severity();
+            if let Some((cut, _)) = severity.char_indices().nth(MAX_SEVERITY_CHARS) {
+                severity.truncate(cut);
+            }
             let key = if logs.len() < MAX_SEVERITIES || logs.contains_key(&severity) {
                 severity
             } else {
