@@ -17,13 +17,13 @@
 //!
 //! Recovery from damaged input follows the two shapes:
 //!
-//! * a record whose first line holds more than its opening bracket is compact: a newline before
-//!   it closes means the line was cut (a killed process), and the record is [`Frame::Cut`]; the
-//!   next line starts afresh;
-//! * a record whose opening bracket is alone on its line is pretty-printed: it may span lines,
-//!   but a `{` at column 0 before it closes is the start of the next record (json.dumps indents
-//!   every nested value), so the unfinished one is [`Frame::Cut`];
-//! * a raw newline inside a string is never valid JSON: the record is cut there;
+//! * a record whose first line holds more than its opening bracket is compact: the record is that
+//!   line, found with `memchr` (a line cut by a killed process then fails to parse, and the next
+//!   line starts afresh);
+//! * a record whose opening bracket is alone on its line is pretty-printed: it ends where its
+//!   brackets balance (outside strings), but a `{` at column 0 before that is the start of the
+//!   next record (json.dumps indents every nested value), so the unfinished one is
+//!   [`Frame::Cut`], and so is one with a raw newline inside a string (never valid JSON);
 //! * a line that starts with anything but `{` or `[` outside a record is [`Frame::NotJson`]
 //!   (it is consumed to its end, never stored).
 //!
@@ -34,29 +34,43 @@ use std::io::{self, BufRead};
 /// What [`Framer::next_frame`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Frame {
-    /// A complete top-level value; its bytes are [`Framer::record`].
+    /// A compact line or a pretty-printed value whose brackets balance; its bytes are
+    /// [`Framer::record`] (still to be parsed).
     Record,
     /// A value longer than the cap, skipped unread; `bytes` is how long it was.
     TooLong {
         /// Length of the record in bytes (up to where it ended or was cut).
         bytes: u64,
     },
-    /// A record that ends before it closes (cut line, raw newline in a string, end of input).
+    /// A pretty-printed record that ends before it closes (the next record starts, a raw
+    /// newline in a string, end of input).
     Cut,
     /// A line outside any record that does not start a JSON object or array.
     NotJson,
 }
 
+/// How a record is laid out, decided by what follows its opening bracket.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// The opening bracket is not read yet.
+    #[default]
+    Start,
+    /// After the bracket: only blanks so far on its line.
+    Undecided,
+    /// More than the bracket on its first line: the record is that line.
+    Compact,
+    /// The bracket alone on its line: the record ends where its brackets balance.
+    Pretty,
+}
+
 /// Where a record stands while it is being scanned.
 #[derive(Debug, Default)]
 struct Scan {
+    layout: Layout,
     depth: u64,
     in_string: bool,
     escaped: bool,
-    /// `None` until the record's first newline, then whether it is pretty-printed.
-    multi_line: Option<bool>,
-    /// Non-blank bytes on the record's first line (the opening bracket included).
-    first_line_content: u64,
+    /// The last byte scanned was a newline (a `{` now starts the next record).
     at_line_start: bool,
     len: u64,
     too_long: bool,
@@ -64,17 +78,64 @@ struct Scan {
 
 /// How a scan of one buffer ended.
 enum End {
-    /// The record closed; the closing bracket is consumed.
+    /// The record is complete (a compact line, or balanced brackets); its last byte is consumed.
     Complete,
     /// The record is cut; the byte that revealed it is consumed (newline) or not (`{` of the
     /// next record).
     Cut,
 }
 
+/// Bytes that matter outside strings in a pretty-printed record.
+const STRUCTURAL: [bool; 256] = {
+    let mut t = [false; 256];
+    t[b'"' as usize] = true;
+    t[b'{' as usize] = true;
+    t[b'}' as usize] = true;
+    t[b'[' as usize] = true;
+    t[b']' as usize] = true;
+    t[b'\n' as usize] = true;
+    t
+};
+
 impl Scan {
     /// Scans `chunk`; returns how many bytes belong to the record and whether it ended.
     fn scan(&mut self, chunk: &[u8], line: &mut u64) -> (usize, Option<End>) {
         let mut i = 0;
+        while i < chunk.len() {
+            match self.layout {
+                Layout::Start => {
+                    // The opening bracket.
+                    self.depth = 1;
+                    self.layout = Layout::Undecided;
+                    i += 1;
+                }
+                Layout::Undecided => match chunk[i] {
+                    b' ' | b'\t' | b'\r' => i += 1,
+                    b'\n' => {
+                        *line += 1;
+                        self.layout = Layout::Pretty;
+                        self.at_line_start = true;
+                        i += 1;
+                    }
+                    _ => self.layout = Layout::Compact,
+                },
+                Layout::Compact => {
+                    return match memchr::memchr(b'\n', &chunk[i..]) {
+                        Some(p) => {
+                            *line += 1;
+                            (i + p + 1, Some(End::Complete))
+                        }
+                        None => (chunk.len(), None),
+                    };
+                }
+                Layout::Pretty => return self.scan_pretty(chunk, i, line),
+            }
+        }
+        (i, None)
+    }
+
+    /// [`Scan::scan`] for a pretty-printed record, from `chunk[i..]`.
+    fn scan_pretty(&mut self, chunk: &[u8], mut i: usize, line: &mut u64) -> (usize, Option<End>) {
         while i < chunk.len() {
             if self.in_string {
                 if self.escaped {
@@ -86,10 +147,7 @@ impl Scan {
                     i += 1;
                     continue;
                 }
-                let Some(p) = chunk[i..]
-                    .iter()
-                    .position(|&b| matches!(b, b'"' | b'\\' | b'\n'))
-                else {
+                let Some(p) = memchr::memchr3(b'"', b'\\', b'\n', &chunk[i..]) else {
                     return (chunk.len(), None);
                 };
                 i += p;
@@ -97,6 +155,7 @@ impl Scan {
                     b'"' => self.in_string = false,
                     b'\\' => self.escaped = true,
                     _ => {
+                        // A raw newline is never inside a JSON string: the record was cut.
                         *line += 1;
                         return (i + 1, Some(End::Cut));
                     }
@@ -104,40 +163,28 @@ impl Scan {
                 i += 1;
                 continue;
             }
-            let b = chunk[i];
             if self.at_line_start {
                 self.at_line_start = false;
-                if b == b'{' && self.multi_line == Some(true) {
+                if chunk[i] == b'{' {
                     return (i, Some(End::Cut));
                 }
             }
-            match b {
-                b'\n' => {
-                    *line += 1;
-                    if self.multi_line.is_none() {
-                        if self.first_line_content > 1 {
-                            return (i + 1, Some(End::Cut));
-                        }
-                        self.multi_line = Some(true);
+            let Some(p) = chunk[i..].iter().position(|&b| STRUCTURAL[usize::from(b)]) else {
+                return (chunk.len(), None);
+            };
+            i += p;
+            match chunk[i] {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' => {
+                    self.depth = self.depth.saturating_sub(1);
+                    if self.depth == 0 {
+                        return (i + 1, Some(End::Complete));
                     }
-                    self.at_line_start = true;
                 }
-                b' ' | b'\t' | b'\r' => {}
                 _ => {
-                    if self.multi_line.is_none() {
-                        self.first_line_content += 1;
-                    }
-                    match b {
-                        b'"' => self.in_string = true,
-                        b'{' | b'[' => self.depth += 1,
-                        b'}' | b']' => {
-                            self.depth = self.depth.saturating_sub(1);
-                            if self.depth == 0 {
-                                return (i + 1, Some(End::Complete));
-                            }
-                        }
-                        _ => {}
-                    }
+                    *line += 1;
+                    self.at_line_start = true;
                 }
             }
             i += 1;
@@ -226,7 +273,7 @@ impl<R: BufRead> Framer<R> {
             if chunk.is_empty() {
                 return Ok(());
             }
-            match chunk.iter().position(|&b| b == b'\n') {
+            match memchr::memchr(b'\n', chunk) {
                 Some(p) => {
                     self.reader.consume(p + 1);
                     self.line += 1;
@@ -245,7 +292,12 @@ impl<R: BufRead> Framer<R> {
         loop {
             let chunk = self.reader.fill_buf()?;
             if chunk.is_empty() {
-                return Ok(self.finish(&scan, Frame::Cut));
+                // The last line of a file may lack its newline; anything else is cut.
+                let frame = match scan.layout {
+                    Layout::Compact => Frame::Record,
+                    _ => Frame::Cut,
+                };
+                return Ok(self.finish(&scan, frame));
             }
             let (used, end) = scan.scan(chunk, &mut self.line);
             scan.len += used as u64;
@@ -260,7 +312,16 @@ impl<R: BufRead> Framer<R> {
             self.reader.consume(used);
             match end {
                 None => {}
-                Some(End::Complete) => return Ok(self.finish(&scan, Frame::Record)),
+                Some(End::Complete) => {
+                    if scan.layout == Layout::Compact {
+                        // The line's newline is not part of the record.
+                        scan.len -= 1;
+                        if self.record.last() == Some(&b'\n') {
+                            self.record.pop();
+                        }
+                    }
+                    return Ok(self.finish(&scan, Frame::Record));
+                }
                 Some(End::Cut) => return Ok(self.finish(&scan, Frame::Cut)),
             }
         }
@@ -304,9 +365,10 @@ mod tests {
 
     #[test]
     fn cut_lines_resynchronise_on_the_next_record() {
-        // A compact line cut in half, a garbage line, a pretty record cut by the next record's
-        // `{` at column 0, a string cut by a newline, and a record cut by the end of input.
-        let input = "{\"a\": [1, \nnot json at all {\n{\n    \"x\": 1,\n{\"ok\": 1}\n{\"s\": \"abc\n{\"ok\": 2}\n{\"end\": ";
+        // A compact line cut in half (a record, for the parser to refuse), a garbage line, a
+        // pretty record cut by the next record's `{` at column 0, a pretty string cut by a
+        // newline, and a pretty record cut by the end of input.
+        let input = "{\"a\": [1, \nnot json at all {\n{\n    \"x\": 1,\n{\"ok\": 1}\n{\n \"s\": \"abc\n{\"ok\": 2}\n{\n \"end\": ";
         let got: Vec<(u64, Frame)> = frames(input, 1 << 20)
             .into_iter()
             .map(|(l, f, _)| (l, f))
@@ -314,13 +376,13 @@ mod tests {
         assert_eq!(
             got,
             [
-                (1, Frame::Cut),
+                (1, Frame::Record),
                 (2, Frame::NotJson),
                 (3, Frame::Cut),
                 (5, Frame::Record),
                 (6, Frame::Cut),
-                (7, Frame::Record),
-                (8, Frame::Cut),
+                (8, Frame::Record),
+                (9, Frame::Cut),
             ]
         );
     }
