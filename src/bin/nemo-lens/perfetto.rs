@@ -413,15 +413,20 @@ impl<W: Write> Writer<W> {
                 self.flow(from, here, &link.attributes)?;
                 continue;
             }
-            let attributes = serde_json::to_string(&link.attributes)?;
-            let cost = attributes.len() + ENTRY_BYTES;
-            if self.pending_bytes + cost <= PENDING_LINK_BYTES {
+            // Measured before serializing, so a link over the budget costs no copy.
+            let fits =
+                |bytes: usize| self.pending_bytes + bytes + ENTRY_BYTES <= PENDING_LINK_BYTES;
+            let attributes = match fits(json_len(&link.attributes)) {
+                true => Some(serde_json::to_string(&link.attributes)?).filter(|a| fits(a.len())),
+                false => None,
+            };
+            if let Some(attributes) = attributes {
+                self.pending_bytes += attributes.len() + ENTRY_BYTES;
                 self.pending
                     .entry(key)
                     .or_default()
                     .push((here, attributes));
                 self.pending_count += 1;
-                self.pending_bytes += cost;
             } else {
                 self.unresolved_links += 1;
                 self.links_over_budget += 1;
@@ -513,6 +518,23 @@ impl<W: Write> Writer<W> {
         self.out.flush()?;
         Ok(())
     }
+}
+
+/// A lower bound of the length of `map` written as JSON (its keys and strings unescaped), found
+/// without writing it.
+fn json_len(map: &Map<String, Value>) -> usize {
+    fn value_len(v: &Value) -> usize {
+        match v {
+            Value::Null | Value::Bool(_) | Value::Number(_) => 4,
+            Value::String(s) => s.len() + 2,
+            Value::Array(a) => 2 + a.iter().map(|v| value_len(v) + 1).sum::<usize>(),
+            Value::Object(m) => json_len(m),
+        }
+    }
+    2 + map
+        .iter()
+        .map(|(k, v)| k.len() + 4 + value_len(v))
+        .sum::<usize>()
 }
 
 /// `s` cut to `max` characters (with `…`).
