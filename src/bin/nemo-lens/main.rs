@@ -22,8 +22,8 @@ Exit codes:
   0  success (skipped input records are reported on stderr, not an error)
   1  invalid input: emit-spans got a bad --span (\"nothing emitted: invalid span input\")
   2  usage error, an input or output file that cannot be opened or written (any write error,
-     stdout included; an output that is one of the inputs is refused), or (emit-spans) an
-     exporter that cannot be set up or fails to export";
+     stdout included; an output that is one of the inputs is refused), or (emit-spans) a bad
+     rank, world size or run id, an exporter that cannot be set up or fails to export";
 
 /// Tools for NeMo Lens span files: merge ranks into a Perfetto timeline, find stragglers, emit
 /// backdated spans.
