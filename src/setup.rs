@@ -291,11 +291,28 @@ impl TelemetryBuilder {
     /// in `NEMO_LENS_CONSOLE_PATH` see rank 0.
     ///
     /// ```
-    /// let builder = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default())
+    /// use nemo_lens::{LensConfig, Telemetry};
+    /// use opentelemetry::Key;
+    /// use opentelemetry_sdk::trace::InMemorySpanExporter;
+    ///
+    /// let mut config = LensConfig::default();
+    /// config.enabled = true;
+    /// config.metrics_enabled = false;
+    /// let telemetry = Telemetry::builder(config)
+    ///     .span_exporter(InMemorySpanExporter::default())
+    ///     .env_lookup(|_| None) // no SLURM_JOB_ID, no OTEL_RESOURCE_ATTRIBUTES
     ///     .unknown_rank()
     ///     .unknown_world_size()
-    ///     .no_random_run_id();
-    /// # let _ = builder;
+    ///     .no_random_run_id()
+    ///     # .allow_reinit_for_testing(true)
+    ///     .build()?;
+    /// let resource = telemetry.resource().unwrap();
+    /// for key in ["dl.rank", "dl.world_size", "service.instance.id", "nemo.run.id"] {
+    ///     assert_eq!(resource.get(&Key::from_static_str(key)), None, "{key}");
+    /// }
+    /// assert_eq!(telemetry.run_id(), "");
+    /// # telemetry.shutdown(std::time::Duration::from_secs(5))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn unknown_rank(mut self) -> Self {
         self.unknown.rank = true;
