@@ -67,6 +67,19 @@ pub(crate) fn build_resource(
     caller: &[KeyValue],
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Resource {
+    build_resource_for(config, Some(rank), Some(world_size), caller, lookup)
+}
+
+/// [`build_resource`] for a process that may not know its rank or world size (a launcher, a
+/// job-level tool): an unknown one gets no `dl.rank` / `dl.world_size`, and an unknown rank no
+/// rank-derived `service.instance.id` (values from `OTEL_RESOURCE_ATTRIBUTES` still apply).
+pub(crate) fn build_resource_for(
+    config: &LensConfig,
+    rank: Option<u32>,
+    world_size: Option<u32>,
+    caller: &[KeyValue],
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Resource {
     let k8s_secrets = Path::new(K8S_SECRETS_DIR).exists();
     compose(config, rank, world_size, caller, lookup, k8s_secrets)
 }
@@ -78,8 +91,8 @@ pub(crate) fn build_resource(
 /// [`build_resource`] with the Kubernetes secrets-directory probe passed in.
 fn compose(
     config: &LensConfig,
-    rank: u32,
-    world_size: u32,
+    rank: Option<u32>,
+    world_size: Option<u32>,
     caller: &[KeyValue],
     lookup: &dyn Fn(&str) -> Option<String>,
     k8s_secrets: bool,
@@ -115,22 +128,28 @@ fn compose(
 /// Layers 1–4: the attributes Lens derives from its configuration.
 fn lens_attributes(
     config: &LensConfig,
-    rank: u32,
-    world_size: u32,
+    rank: Option<u32>,
+    world_size: Option<u32>,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Vec<KeyValue> {
     let mut attrs = vec![
         KeyValue::new(semconv::SERVICE_NAME, config.service_name.clone()),
         KeyValue::new(semconv::SERVICE_VERSION, env!("CARGO_PKG_VERSION")),
-        KeyValue::new(semconv::DL_RANK, i64::from(rank)),
-        KeyValue::new(semconv::DL_WORLD_SIZE, i64::from(world_size)),
     ];
+    if let Some(rank) = rank {
+        attrs.push(KeyValue::new(semconv::DL_RANK, i64::from(rank)));
+    }
+    if let Some(world_size) = world_size {
+        attrs.push(KeyValue::new(semconv::DL_WORLD_SIZE, i64::from(world_size)));
+    }
     if !config.run_id.is_empty() {
         attrs.push(KeyValue::new(semconv::NEMO_RUN_ID, config.run_id.clone()));
-        attrs.push(KeyValue::new(
-            semconv::SERVICE_INSTANCE_ID,
-            format!("{}-rank{rank}", config.run_id),
-        ));
+        if let Some(rank) = rank {
+            attrs.push(KeyValue::new(
+                semconv::SERVICE_INSTANCE_ID,
+                format!("{}-rank{rank}", config.run_id),
+            ));
+        }
     }
     for (key, value) in [
         (semconv::NEMO_USER_ID, &config.user),
@@ -501,19 +520,19 @@ mod tests {
     #[test]
     fn secrets_directory_activates_kubernetes() {
         let env = |name: &str| (name == "HOSTNAME").then(|| "pod-7".to_string());
-        let res = compose(&LensConfig::default(), 0, 1, &[], &env, true);
+        let res = compose(&LensConfig::default(), Some(0), Some(1), &[], &env, true);
         assert_eq!(
             get_str(&res, semconv::K8S_POD_NAME).as_deref(),
             Some("pod-7")
         );
-        let res = compose(&LensConfig::default(), 0, 1, &[], &env, false);
+        let res = compose(&LensConfig::default(), Some(0), Some(1), &[], &env, false);
         assert_eq!(get_str(&res, semconv::K8S_POD_NAME), None);
     }
 
     #[test]
     fn empty_service_name_becomes_unknown_service() {
         let config = LensConfig::default().with_service_name(String::new());
-        let res = compose(&config, 0, 1, &[], &no_env, false);
+        let res = compose(&config, Some(0), Some(1), &[], &no_env, false);
         assert_eq!(
             get_str(&res, semconv::SERVICE_NAME).as_deref(),
             Some(UNKNOWN_SERVICE)

@@ -10,11 +10,29 @@ use std::process::Output;
 use cli_support::bin;
 use serde_json::Value;
 
+/// Launcher variables that give emit-spans its identity; cleared from every run.
+const LAUNCHER_ENV: [&str; 7] = [
+    "RANK",
+    "WORLD_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_JOB_ID",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+];
+
 /// Runs emit-spans with the console exporter writing to `dir/spans-{rank}.jsonl`, with a clean
-/// NEMO_LENS/OTEL environment.
+/// NEMO_LENS/OTEL/launcher environment.
 fn emit(dir: &Path, extra_env: &[(&str, &str)], spans: &[&str]) -> Output {
+    emit_with(dir, extra_env, &[], spans)
+}
+
+fn emit_with(dir: &Path, extra_env: &[(&str, &str)], flags: &[&str], spans: &[&str]) -> Output {
     let mut cmd = bin();
     common::clear_telemetry_env(&mut cmd);
+    for k in LAUNCHER_ENV {
+        cmd.env_remove(k);
+    }
     cmd.env("NEMO_LENS_EXPORTER", "console")
         .env(
             "NEMO_LENS_CONSOLE_PATH",
@@ -24,7 +42,8 @@ fn emit(dir: &Path, extra_env: &[(&str, &str)], spans: &[&str]) -> Output {
     for (k, v) in extra_env {
         cmd.env(k, v);
     }
-    cmd.args(["emit-spans", "--service", "launcher"]);
+    cmd.args(["emit-spans", "--service", "launcher"])
+        .args(flags);
     for s in spans {
         cmd.args(["--span", s]);
     }
@@ -32,7 +51,11 @@ fn emit(dir: &Path, extra_env: &[(&str, &str)], spans: &[&str]) -> Output {
 }
 
 fn lines(dir: &Path) -> Vec<Value> {
-    match std::fs::read_to_string(dir.join("spans-0.jsonl")) {
+    lines_of(dir, 0)
+}
+
+fn lines_of(dir: &Path, rank: u32) -> Vec<Value> {
+    match std::fs::read_to_string(dir.join(format!("spans-{rank}.jsonl"))) {
         Ok(text) => text
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
@@ -224,4 +247,153 @@ fn emits_over_otlp_to_a_real_collector() {
         stage.field("End time").as_deref(),
         Some("1795989650000000000")
     );
+}
+
+/// The resource attributes of the one span emitted into `dir/spans-{rank}.jsonl`.
+fn resource_of(dir: &Path, rank: u32, out: &Output) -> serde_json::Map<String, Value> {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let spans = lines_of(dir, rank);
+    assert_eq!(spans.len(), 1, "{stderr}");
+    spans[0]["resource"]["attributes"]
+        .as_object()
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn an_identity_it_does_not_know_is_never_stamped() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = emit(dir.path(), &[], &["a,1795989600,1795989601"]);
+    let resource = resource_of(dir.path(), 0, &out);
+    for key in [
+        "dl.rank",
+        "dl.world_size",
+        "service.instance.id",
+        "nemo.run.id",
+    ] {
+        assert!(!resource.contains_key(key), "{key} stamped: {resource:?}");
+    }
+    assert_eq!(resource["service.name"], "launcher");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("identity: rank unknown (not stamped), world size unknown (not stamped), run id unknown (not stamped)"),
+        "{stderr}"
+    );
+
+    // What the job's environment says about itself is inherited, never replaced.
+    let dir = tempfile::tempdir().unwrap();
+    let out = emit(
+        dir.path(),
+        &[(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "dl.rank=7,service.instance.id=node-a,site=lab",
+        )],
+        &["a,1795989600,1795989601"],
+    );
+    let resource = resource_of(dir.path(), 0, &out);
+    assert_eq!(resource["dl.rank"], "7");
+    assert_eq!(resource["service.instance.id"], "node-a");
+    assert!(!resource.contains_key("nemo.run.id"), "{resource:?}");
+}
+
+#[test]
+fn identity_comes_from_the_launcher_environment_like_a_trainer_s() {
+    // srun: SLURM_PROCID / SLURM_NTASKS, run id from SLURM_JOB_ID as the library derives it.
+    let dir = tempfile::tempdir().unwrap();
+    let out = emit(
+        dir.path(),
+        &[
+            ("SLURM_PROCID", "3"),
+            ("SLURM_NTASKS", "8"),
+            ("SLURM_JOB_ID", "4242"),
+        ],
+        &["a,1795989600,1795989601"],
+    );
+    let resource = resource_of(dir.path(), 3, &out);
+    assert_eq!(resource["dl.rank"], 3);
+    assert_eq!(resource["dl.world_size"], 8);
+    assert_eq!(resource["nemo.run.id"], "4242");
+    assert_eq!(resource["service.instance.id"], "4242-rank3");
+    assert_eq!(resource["slurm.job.id"], "4242");
+
+    // torchrun: RANK / WORLD_SIZE win over SLURM's; NEMO_LENS_RUN_ID over SLURM_JOB_ID.
+    let dir = tempfile::tempdir().unwrap();
+    let out = emit(
+        dir.path(),
+        &[
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("SLURM_PROCID", "5"),
+            ("SLURM_JOB_ID", "4242"),
+            ("NEMO_LENS_RUN_ID", "exp-9"),
+        ],
+        &["a,1795989600,1795989601"],
+    );
+    let resource = resource_of(dir.path(), 1, &out);
+    assert_eq!(resource["dl.rank"], 1);
+    assert_eq!(resource["dl.world_size"], 2);
+    assert_eq!(resource["service.instance.id"], "exp-9-rank1");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("rank 1 (from RANK), world size 2 (from WORLD_SIZE), run id exp-9 (from NEMO_LENS_RUN_ID)"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn flags_override_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = emit_with(
+        dir.path(),
+        &[("RANK", "1"), ("WORLD_SIZE", "2"), ("SLURM_JOB_ID", "4242")],
+        &["--rank", "6", "--world-size", "16", "--run-id", "launch-1"],
+        &["a,1795989600,1795989601"],
+    );
+    let resource = resource_of(dir.path(), 6, &out);
+    assert_eq!(resource["dl.rank"], 6);
+    assert_eq!(resource["dl.world_size"], 16);
+    assert_eq!(resource["nemo.run.id"], "launch-1");
+    assert_eq!(resource["service.instance.id"], "launch-1-rank6");
+
+    // A rank alone: no world size is made up, the instance id still derives from the rank.
+    let dir = tempfile::tempdir().unwrap();
+    let out = emit_with(
+        dir.path(),
+        &[("NEMO_LENS_RUN_ID", "exp")],
+        &["--rank", "2"],
+        &["a,1795989600,1795989601"],
+    );
+    let resource = resource_of(dir.path(), 2, &out);
+    assert_eq!(resource["dl.rank"], 2);
+    assert!(!resource.contains_key("dl.world_size"), "{resource:?}");
+    assert_eq!(resource["service.instance.id"], "exp-rank2");
+}
+
+#[test]
+fn a_bad_identity_exits_2_naming_the_variable_and_emits_nothing() {
+    /// (environment, flags, expected in stderr)
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str], &'a str);
+    let cases: &[Case] = &[
+        (&[("SLURM_PROCID", "three")], &[], "SLURM_PROCID=\"three\""),
+        (&[("RANK", "-1")], &[], "RANK=\"-1\""),
+        (
+            &[("RANK", "4"), ("WORLD_SIZE", "4")],
+            &[],
+            "rank 4 (RANK) must be below the world size 4 (WORLD_SIZE)",
+        ),
+        (&[], &["--rank", "2", "--world-size", "2"], "must be below"),
+        (&[], &["--run-id", " "], "--run-id must not be empty"),
+    ];
+    for (env, flags, why) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let out = emit_with(dir.path(), env, flags, &["a,1795989600,1795989601"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{env:?} {flags:?}: {stderr}");
+        assert!(stderr.contains(why), "{env:?} {flags:?}: {stderr}");
+        assert!(
+            std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+            "{env:?} {flags:?} wrote a file"
+        );
+    }
 }

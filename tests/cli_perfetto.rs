@@ -5,9 +5,10 @@ mod cli_support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
+use std::path::{Path, PathBuf};
 
-use cli_support::{STEPS, T0_US, bin, span_id, write_job};
-use serde_json::Value;
+use cli_support::{STEPS, T0_US, bin, fixture, span_id, write_job};
+use serde_json::{Value, json};
 
 fn run_perfetto(files: &[std::path::PathBuf], out: &std::path::Path) -> (Value, String) {
     let output = bin()
@@ -193,9 +194,9 @@ fn merges_ranks_into_valid_trace_event_json() {
     assert_eq!(duration["args"]["count"], 1.0);
 
     // Skipped lines are counted and reported.
-    assert_eq!(trace["otherData"]["skipped_lines"], 3);
+    assert_eq!(trace["otherData"]["skipped_records"], 3);
     assert_eq!(trace["otherData"]["spans"], 4 * 2 * STEPS + 3);
-    assert!(stderr.contains("skipped 3 malformed line(s)"), "{stderr}");
+    assert!(stderr.contains("skipped 3 malformed record(s)"), "{stderr}");
     assert!(stderr.contains("spans-rank0.jsonl:4:"), "{stderr}");
 }
 
@@ -251,4 +252,180 @@ fn help_documents_exit_codes_and_version_is_printed() {
         String::from_utf8_lossy(&version.stdout).trim(),
         format!("nemo-lens {}", env!("CARGO_PKG_VERSION"))
     );
+}
+
+/// Runs perfetto on `files` into a fresh file; returns the trace.
+fn trace_of(files: &[PathBuf]) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    run_perfetto(files, &dir.path().join("trace.json")).0
+}
+
+#[test]
+fn pretty_printed_python_records_read_exactly_like_compact_ones() {
+    // The same five records, one per line and as json.dumps(indent=4) writes them.
+    let compact = trace_of(&[fixture("python-lens-rank3.jsonl")]);
+    let pretty = trace_of(&[fixture("python-lens-rank3-indent4.json")]);
+    assert_eq!(compact["otherData"]["skipped_records"], 0);
+    assert_eq!(pretty["otherData"]["skipped_records"], 0);
+    assert_eq!(pretty["otherData"]["spans"], 3);
+    assert_eq!(pretty["otherData"]["metric_batches"], 2);
+    assert_eq!(events(&pretty), events(&compact));
+}
+
+#[test]
+fn python_0_1_0_console_output_with_log_records_becomes_instants() {
+    // Real stdout of Python Lens 0.1.0: pretty-printed spans, metric batches and log records.
+    let trace = trace_of(&[fixture("python-lens-0.1.0-stdout-rank5.txt")]);
+    let other = &trace["otherData"];
+    assert_eq!(
+        (
+            &other["spans"],
+            &other["metric_batches"],
+            &other["log_records"]
+        ),
+        (&json!(2), &json!(2), &json!(2)),
+        "{other}"
+    );
+    assert_eq!(other["skipped_records"], 0, "{other}");
+    let events = events(&trace);
+    let logs: Vec<&Value> = events.iter().filter(|e| e["cat"] == "log").collect();
+    assert_eq!(logs.len(), 2);
+    let step = events
+        .iter()
+        .find(|e| e["ph"] == "X" && e["name"] == "train_step")
+        .unwrap();
+    let info = logs.iter().find(|e| e["name"] == "step 1 done").unwrap();
+    assert_eq!(
+        (info["ph"].as_str(), info["s"].as_str()),
+        (Some("i"), Some("t"))
+    );
+    assert_eq!(info["pid"], 5);
+    assert_eq!(info["args"]["severity"], "INFO");
+    assert_eq!(info["args"]["severity_number"], 9);
+    assert_eq!(info["args"]["code.line.number"], 18);
+    // Written inside train_step: its ids, and a time within the span.
+    assert_eq!(info["args"]["span_id"], step["args"]["span_id"]);
+    assert_eq!(info["args"]["trace_id"], step["args"]["trace_id"]);
+    let (ts, start, dur) = (
+        info["ts"].as_i64().unwrap(),
+        step["ts"].as_i64().unwrap(),
+        step["dur"].as_i64().unwrap(),
+    );
+    assert!(
+        start <= ts && ts <= start + dur,
+        "{ts} not in [{start}, +{dur}]"
+    );
+    let warn = logs.iter().find(|e| e["name"] == "loss spike").unwrap();
+    assert_eq!(warn["args"]["severity"], "WARN");
+    assert_eq!(warn["args"]["dl.loss"], 7.5);
+
+    // The same records one per line (Lens after 0.1.0) give the same trace.
+    let compact = trace_of(&[fixture("python-lens-logs-rank5.jsonl")]);
+    assert_eq!(compact["traceEvents"], trace["traceEvents"]);
+}
+
+#[test]
+fn a_cut_pretty_record_is_skipped_and_the_next_one_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = fs::read_to_string(fixture("python-lens-rank3-indent4.json")).unwrap();
+    // The first record cut after 10 of its lines (a killed writer), then the whole file.
+    let head: Vec<&str> = text.lines().take(10).collect();
+    let path = dir.path().join("cut-rank3.json");
+    fs::write(&path, head.join("\n") + "\n" + &text).unwrap();
+    let (trace, stderr) = run_perfetto(&[path], &dir.path().join("t.json"));
+    assert_eq!(trace["otherData"]["skipped_records"], 1);
+    assert_eq!(trace["otherData"]["spans"], 3);
+    assert!(
+        stderr.contains("cut-rank3.json:1: record cut short"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn timestamps_with_offsets_and_before_1970_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = |name: &str, start: &str, end: &str| {
+        json!({
+            "name": name,
+            "context": { "trace_id": "0x1", "span_id": "0x2" },
+            "start_time": start,
+            "end_time": end,
+            "resource": { "attributes": { "dl.rank": 0 } },
+        })
+        .to_string()
+    };
+    let path = dir.path().join("times-rank0.jsonl");
+    let lines = [
+        line(
+            "offset",
+            "2026-11-30T03:00:00.5+05:00",
+            "2026-11-29T14:00:01-08:00",
+        ),
+        line("old", "1969-07-20T20:17:40Z", "1969-07-20T20:17:41.25Z"),
+    ];
+    fs::write(&path, lines.join("\n")).unwrap();
+    let (trace, _) = run_perfetto(&[path], &dir.path().join("t.json"));
+    assert_eq!(trace["otherData"]["skipped_records"], 0);
+    let span = |n: &str| {
+        events(&trace)
+            .iter()
+            .find(|e| e["name"] == n)
+            .unwrap()
+            .clone()
+    };
+    // 2026-11-29T22:00:00.5Z
+    assert_eq!(span("offset")["ts"], 1_795_989_600_500_000_i64);
+    assert_eq!(span("offset")["dur"], 500_000);
+    assert_eq!(span("old")["ts"], -14_182_940_000_000_i64);
+    assert_eq!(span("old")["dur"], 1_250_000);
+}
+
+fn perfetto_status(inputs: &[&Path], output: &Path) -> (Option<i32>, String) {
+    let out = bin()
+        .arg("perfetto")
+        .args(inputs)
+        .arg("-o")
+        .arg(output)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_output_that_is_one_of_the_inputs_is_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_job(dir.path());
+    let input = &files[1];
+    let before = fs::read(input).unwrap();
+    let symlink = dir.path().join("alias.json");
+    std::os::unix::fs::symlink(input, &symlink).unwrap();
+    let hard = dir.path().join("hard.json");
+    fs::hard_link(input, &hard).unwrap();
+    for output in [input.clone(), symlink, hard] {
+        let (code, stderr) = perfetto_status(&[&files[0], input], &output);
+        assert_eq!(code, Some(2), "{}: {stderr}", output.display());
+        assert!(
+            stderr.contains("it is input file 2") && stderr.contains("nothing was written"),
+            "{stderr}"
+        );
+        assert_eq!(
+            fs::read(input).unwrap(),
+            before,
+            "{} changed",
+            input.display()
+        );
+    }
+}
+
+#[test]
+fn a_failed_write_exits_2() {
+    let (code, stderr) = perfetto_status(
+        &[&fixture("python-lens-rank3.jsonl")],
+        Path::new("/dev/full"),
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("No space left on device"), "{stderr}");
 }

@@ -80,6 +80,16 @@ pub struct TelemetryBuilder {
     synchronous: bool,
     allow_reinit: bool,
     lookup: Lookup,
+    /// `unknown_rank`, `unknown_world_size`, `no_random_run_id`.
+    unknown: Unknown,
+}
+
+/// Which parts of its identity a process said it does not know.
+#[derive(Debug, Default, Clone, Copy)]
+struct Unknown {
+    rank: bool,
+    world_size: bool,
+    run_id: bool,
 }
 
 impl fmt::Debug for TelemetryBuilder {
@@ -111,6 +121,7 @@ impl TelemetryBuilder {
             synchronous: false,
             allow_reinit: false,
             lookup: Box::new(crate::env::process_var),
+            unknown: Unknown::default(),
         }
     }
 
@@ -123,6 +134,52 @@ impl TelemetryBuilder {
     /// The number of ranks (default 1).
     pub fn world_size(mut self, world_size: u32) -> Self {
         self.world_size = world_size;
+        self
+    }
+
+    /// This process does not know its rank (a launcher, a job-level tool such as `nemo-lens
+    /// emit-spans`): the resource gets no `dl.rank` and no rank-derived `service.instance.id`
+    /// (values given in `OTEL_RESOURCE_ATTRIBUTES` still apply). Export strategies and `{rank}`
+    /// in `NEMO_LENS_CONSOLE_PATH` see rank 0.
+    ///
+    /// ```
+    /// use nemo_lens::{LensConfig, Telemetry};
+    /// use opentelemetry::Key;
+    /// use opentelemetry_sdk::trace::InMemorySpanExporter;
+    ///
+    /// let config = LensConfig::default().with_enabled(true).with_metrics_enabled(false);
+    /// let telemetry = Telemetry::builder(config)
+    ///     .span_exporter(InMemorySpanExporter::default())
+    ///     .env_lookup(|_| None) // no SLURM_JOB_ID, no OTEL_RESOURCE_ATTRIBUTES
+    ///     .unknown_rank()
+    ///     .unknown_world_size()
+    ///     .no_random_run_id()
+    ///     # .allow_reinit_for_testing(true)
+    ///     .build()?;
+    /// let resource = telemetry.resource().unwrap();
+    /// for key in ["dl.rank", "dl.world_size", "service.instance.id", "nemo.run.id"] {
+    ///     assert_eq!(resource.get(&Key::from_static_str(key)), None, "{key}");
+    /// }
+    /// assert_eq!(telemetry.run_id(), "");
+    /// # telemetry.shutdown(std::time::Duration::from_secs(5))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn unknown_rank(mut self) -> Self {
+        self.unknown.rank = true;
+        self
+    }
+
+    /// This process does not know the world size: the resource gets no `dl.world_size`.
+    pub fn unknown_world_size(mut self) -> Self {
+        self.unknown.world_size = true;
+        self
+    }
+
+    /// Without a configured `run_id` and without `SLURM_JOB_ID`, leave the run id empty instead
+    /// of drawing a random one: the resource then has no `nemo.run.id` and no
+    /// `service.instance.id` (a one-off process would otherwise stamp a run id no rank shares).
+    pub fn no_random_run_id(mut self) -> Self {
+        self.unknown.run_id = true;
         self
     }
 
@@ -252,8 +309,15 @@ impl TelemetryBuilder {
             synchronous,
             allow_reinit,
             lookup,
+            unknown,
         } = self;
         config.validate()?;
+        let rank = if unknown.rank { 0 } else { rank };
+        let world_size = if unknown.world_size {
+            world_size.max(rank.saturating_add(1))
+        } else {
+            world_size
+        };
         if world_size == 0 || rank >= world_size {
             return Err(LensError::InvalidArgument(format!(
                 "rank must be below world_size (rank {rank}, world_size {world_size})"
@@ -267,7 +331,10 @@ impl TelemetryBuilder {
         {
             return Err(LensError::AlreadyInitialized);
         }
-        config.run_id = resource::resolve_run_id(&config.run_id, &*lookup);
+        let no_job_id = lookup("SLURM_JOB_ID").is_none_or(|v| v.trim().is_empty());
+        if !(unknown.run_id && config.run_id.is_empty() && no_job_id) {
+            config.run_id = resource::resolve_run_id(&config.run_id, &*lookup);
+        }
         let strategy = match export_strategy {
             Some(s) => s,
             None => {
@@ -323,8 +390,13 @@ impl TelemetryBuilder {
         let mut built = Built::default();
         if exporting {
             let env = Env::new(&*lookup);
-            let resource =
-                resource::build_resource(&config, rank, world_size, &resource_attributes, &*lookup);
+            let resource = resource::build_resource_for(
+                &config,
+                (!unknown.rank).then_some(rank),
+                (!unknown.world_size).then_some(world_size),
+                &resource_attributes,
+                &*lookup,
+            );
             if config.traces_enabled {
                 let parts = TraceParts {
                     resource: resource.clone(),

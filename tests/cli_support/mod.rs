@@ -32,6 +32,13 @@ pub const PYTHON_FIXTURE: &str = concat!(
     "/tests/fixtures/python-lens-rank3.jsonl"
 );
 
+/// A file of `tests/fixtures` (see its README for how each was made).
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
 /// Formats µs since the epoch like the console exporter.
 pub fn ts(us: i64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_micros(us as u64);
@@ -172,7 +179,7 @@ pub fn write_job(dir: &Path) -> Vec<PathBuf> {
     enc.finish().unwrap();
     files.push(gz);
     let py = dir.join("python-lens-rank3.jsonl");
-    fs::copy(PYTHON_FIXTURE, &py).expect("the Python fixture is part of the shared test data");
+    fs::copy(PYTHON_FIXTURE, &py).expect("the Python fixture is in tests/fixtures");
     files.push(py);
     files
 }

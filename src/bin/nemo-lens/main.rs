@@ -5,7 +5,8 @@
 //! * `emit-spans` exports completed spans from epoch-second intervals ([`emit`]);
 //! * `hang` names the stuck rank from flight-recorder dumps ([`hang`]).
 //!
-//! Input files are read by [`input`] (plain or gzip JSONL, streamed, bad lines skipped).
+//! Input files are read by [`input`] (plain or gzip, compact or pretty-printed records, streamed,
+//! bad or oversized records skipped and counted).
 
 mod emit;
 mod hang;
@@ -20,10 +21,11 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0  success (skipped malformed input lines are reported on stderr, not an error)
+  0  success (skipped input records are reported on stderr, not an error)
   1  invalid input: emit-spans got a bad --span (\"nothing emitted: invalid span input\")
-  2  usage error, an input or output file that cannot be opened or written, or (emit-spans)
-     an exporter that cannot be set up or fails to export
+  2  usage error, an input or output file that cannot be opened or written (any write error,
+     stdout included; an output that is one of the inputs is refused), or (emit-spans) a bad
+     rank, world size or run id, an exporter that cannot be set up or fails to export
   3  hang: a suspect rank was named (an outlier or a rank without a dump)";
 
 /// Tools for NeMo Lens span files: merge ranks into a Perfetto timeline, find stragglers, emit
@@ -50,6 +52,8 @@ enum Command {
         /// Do not draw the progress bar (it is drawn only when stderr is a terminal anyway).
         #[arg(long)]
         no_progress: bool,
+        #[command(flatten)]
+        read: input::ReadOptions,
     },
     /// Per span name and rank: count, total, p50/p90/p99/max duration; then the ranks whose
     /// median is slower than the cross-rank median (stragglers). The step span (named `step` or
@@ -77,6 +81,8 @@ enum Command {
         /// Do not draw the progress bar.
         #[arg(long)]
         no_progress: bool,
+        #[command(flatten)]
+        read: input::ReadOptions,
     },
     /// Emit completed spans from epoch-second intervals through the normal exporter
     /// configuration (NEMO_LENS_EXPORTER, NEMO_LENS_CONSOLE_PATH, OTEL_EXPORTER_OTLP_*,
@@ -91,6 +97,8 @@ enum Command {
         /// names another --span (listed before or after). Repeat for each span.
         #[arg(long = "span", value_name = "NAME,START,END[,PARENT]", required = true)]
         spans: Vec<String>,
+        #[command(flatten)]
+        identity: emit::IdentityArgs,
     },
     /// Which rank is stuck, and where: merge flight-recorder dumps (NEMO_LENS_FLIGHT_RECORDER)
     /// of any number of ranks, group ranks by innermost open span and step, name the outliers
@@ -143,23 +151,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
             files,
             output,
             no_progress,
+            read,
         } => {
-            let outcome = perfetto::run(&files, &output, !no_progress).map_err(Failure::setup)?;
-            outcome.stats.report();
-            eprintln!(
-                "wrote {} ({} spans, {} metric batches, {} trace events, {} links)",
-                output.display(),
-                outcome.stats.spans,
-                outcome.stats.metric_batches,
-                outcome.events,
-                outcome.flows
-            );
-            if outcome.unresolved_links > 0 {
-                eprintln!(
-                    "warning: {} link(s) point to spans not found in the input; not drawn",
-                    outcome.unresolved_links
-                );
-            }
+            let outcome =
+                perfetto::run(&files, &output, &read, !no_progress).map_err(Failure::setup)?;
+            outcome.report(&output);
             Ok(())
         }
         Command::Summary {
@@ -169,6 +165,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             threshold,
             plot,
             no_progress,
+            read,
         } => summary::run(&summary::Options {
             files,
             group_by,
@@ -176,9 +173,14 @@ fn run(cli: Cli) -> Result<(), Failure> {
             threshold_percent: threshold,
             plot,
             progress: !no_progress,
+            read,
         })
         .map_err(Failure::setup),
-        Command::EmitSpans { service, spans } => emit::run(&service, &spans),
+        Command::EmitSpans {
+            service,
+            spans,
+            identity,
+        } => emit::run(&service, &spans, &identity),
         Command::Hang {
             files,
             world_size,

@@ -13,16 +13,28 @@
 //! | span event | instant event `ph: "i"`, `s: "t"`, on the span's track |
 //! | span link | flow `ph: "s"` at the linked span → `ph: "f"` (`bp: "e"`) at the linking span |
 //! | metric data point | counter event `ph: "C"` on the rank's process (`value`, or `sum` and `count` for histograms) |
+//! | log record | instant event `ph: "i"`, `cat: "log"`, named by its body, on the rank's track, severity and attributes in `args` |
 //!
 //! Events are written as they are read: memory holds the track names, a bounded index of recent
 //! span positions (to draw links) and the links still waiting for their target, never the spans.
-//! A link whose span is not in the index (older than [`RECENT_SPANS`] spans, or never seen) is
-//! counted and not drawn.
+//! Every table is bounded in bytes:
+//!
+//! * the index of recent spans holds [`RECENT_SPANS`] fixed-size entries (about 20 MB: 2^19
+//!   hash buckets of 33 bytes and the eviction queue); a link whose span is not in it (older,
+//!   or never seen) is counted and not drawn;
+//! * links read before their span wait with their attributes (serialized) within
+//!   [`PENDING_LINK_BYTES`]; a link beyond it is counted (`links_over_budget`) and not drawn;
+//! * process and track names live within [`TRACK_TABLE_BYTES`]; beyond it a rank's process or a
+//!   thread track is used without its name, and a track known only by `thread.name` falls back
+//!   to the rank's main track (each event placed so is counted in `unnamed_tracks`).
+//!
+//! The output may not be one of the inputs (same file, by device and inode): that is refused
+//! before anything is written.
 //!
 //! [Trace Event format]: https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::fs::File;
+use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
@@ -31,12 +43,19 @@ use nemo_lens::semconv;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::input::{self, Record, Span, Stats};
+use crate::input::{self, LogRecord, ReadOptions, Record, Span, Stats};
 
-/// How many recent spans' positions are kept to draw links (the index peaks at about 25 MB).
+/// How many recent spans' positions are kept to draw links (the index takes about 20 MB).
 pub const RECENT_SPANS: usize = 1 << 18;
-/// How many links may wait for a span not read yet.
-const MAX_PENDING_LINKS: usize = 1 << 16;
+/// Bytes of links that may wait for a span not read yet (attributes as JSON, plus
+/// [`ENTRY_BYTES`] each).
+pub const PENDING_LINK_BYTES: usize = 16 << 20;
+/// Bytes of process and track names (names plus [`ENTRY_BYTES`] per entry).
+pub const TRACK_TABLE_BYTES: usize = 8 << 20;
+/// What one table entry is counted for besides its strings (key, value, hashing overhead).
+const ENTRY_BYTES: usize = 64;
+/// Longest log body used as an event name (the whole body is in `args`).
+const LOG_NAME_CHARS: usize = 80;
 /// `pid` base for files whose rank is unknown (`pid` = base + position on the command line).
 const UNKNOWN_RANK_PID_BASE: i64 = 1_000_000;
 
@@ -49,8 +68,43 @@ pub struct Outcome {
     pub events: u64,
     /// Links drawn as flows.
     pub flows: u64,
-    /// Links whose span was not found.
+    /// Links whose span was not found (those over the budget included).
     pub unresolved_links: u64,
+    /// Links not drawn because the links waiting for their span filled [`PENDING_LINK_BYTES`].
+    pub links_over_budget: u64,
+    /// Events placed on a process or track left unnamed (or, for a track known only by its
+    /// `thread.name`, on the rank's main track) because [`TRACK_TABLE_BYTES`] was full.
+    pub unnamed_tracks: u64,
+}
+
+impl Outcome {
+    /// Prints what was written and skipped to stderr.
+    pub fn report(&self, output: &Path) {
+        self.stats.report();
+        eprintln!(
+            "wrote {} ({} spans, {} metric batches, {} log records, {} trace events, {} links)",
+            output.display(),
+            self.stats.spans,
+            self.stats.metric_batches,
+            self.stats.log_records,
+            self.events,
+            self.flows
+        );
+        if self.unresolved_links > 0 {
+            eprintln!(
+                "warning: {} link(s) point to spans not found in the input; not drawn ({} of \
+                 them over the {PENDING_LINK_BYTES}-byte budget of links waiting for their span)",
+                self.unresolved_links, self.links_over_budget
+            );
+        }
+        if self.unnamed_tracks > 0 {
+            eprintln!(
+                "warning: {} event(s) placed on an unnamed process or track (or a rank's main \
+                 track): the {TRACK_TABLE_BYTES}-byte table of track names was full",
+                self.unnamed_tracks
+            );
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -117,8 +171,8 @@ struct Loc {
 }
 
 /// A link read before the span it points to: where the linking span is, and the link's
-/// attributes.
-type PendingLink = (Loc, Map<String, Value>);
+/// attributes as JSON.
+type PendingLink = (Loc, String);
 
 /// Streams events into the output file.
 struct Writer<W: Write> {
@@ -127,16 +181,23 @@ struct Writer<W: Write> {
     events: u64,
     processes: HashSet<i64>,
     /// `(pid, thread.name)` → tid, for tracks named but not numbered.
-    named_threads: HashMap<(i64, String), i64>,
+    named_threads: HashMap<i64, HashMap<String, i64>>,
+    /// Tracks numbered for their `thread.name` so far.
+    named_count: i64,
     threads: HashSet<(i64, i64)>,
     recent: HashMap<u64, Loc>,
     recent_order: VecDeque<u64>,
     /// Linked span id → the linking spans' positions, for links read before their span.
     pending: HashMap<u64, Vec<PendingLink>>,
     pending_count: usize,
+    pending_bytes: usize,
+    /// Bytes charged to `processes`, `threads` and `named_threads`.
+    track_bytes: usize,
     next_flow_id: u64,
     flows: u64,
     unresolved_links: u64,
+    links_over_budget: u64,
+    unnamed_tracks: u64,
 }
 
 fn span_id_key(hex: &str) -> Option<u64> {
@@ -152,15 +213,29 @@ impl<W: Write> Writer<W> {
             events: 0,
             processes: HashSet::new(),
             named_threads: HashMap::new(),
+            named_count: 0,
             threads: HashSet::new(),
             recent: HashMap::with_capacity(RECENT_SPANS),
             recent_order: VecDeque::with_capacity(RECENT_SPANS),
             pending: HashMap::new(),
             pending_count: 0,
+            pending_bytes: 0,
+            track_bytes: 0,
             next_flow_id: 1,
             flows: 0,
             unresolved_links: 0,
+            links_over_budget: 0,
+            unnamed_tracks: 0,
         })
+    }
+
+    /// Charges `bytes` to the track table; false when it is full.
+    fn charge_track(&mut self, bytes: usize) -> bool {
+        if self.track_bytes + bytes > TRACK_TABLE_BYTES {
+            return false;
+        }
+        self.track_bytes += bytes;
+        true
     }
 
     fn emit<A: Serialize>(&mut self, event: &Event<'_, A>) -> Result<()> {
@@ -174,9 +249,14 @@ impl<W: Write> Writer<W> {
     }
 
     fn process(&mut self, pid: i64, label: &str, host: Option<&str>) -> Result<()> {
-        if !self.processes.insert(pid) {
+        if self.processes.contains(&pid) {
             return Ok(());
         }
+        if !self.charge_track(ENTRY_BYTES) {
+            self.unnamed_tracks += 1;
+            return Ok(());
+        }
+        self.processes.insert(pid);
         let name = match host {
             Some(h) => format!("{label} ({h})"),
             None => label.to_owned(),
@@ -200,31 +280,53 @@ impl<W: Write> Writer<W> {
     /// The span's track: `thread.id`, else a number for `thread.name`, else 0 (one per rank).
     fn thread(&mut self, pid: i64, attributes: &Map<String, Value>) -> Result<i64> {
         let id = attributes.get(semconv::THREAD_ID).and_then(Value::as_i64);
-        let name = attributes.get(semconv::THREAD_NAME).and_then(Value::as_str);
+        let mut name = attributes.get(semconv::THREAD_NAME).and_then(Value::as_str);
+        let mut over_budget = false;
         let tid = match (id, name) {
             (Some(id), _) => id,
-            (None, Some(name)) => {
-                let next = self.named_threads.len() as i64 + 1;
-                *self
-                    .named_threads
-                    .entry((pid, name.to_owned()))
-                    .or_insert(next)
-            }
+            (None, Some(n)) => match self.named_threads.get(&pid).and_then(|m| m.get(n)).copied() {
+                Some(tid) => tid,
+                // Room for the name twice: its entry here and its track's label below.
+                None if self.track_bytes + 2 * (n.len() + ENTRY_BYTES) <= TRACK_TABLE_BYTES => {
+                    self.track_bytes += n.len() + ENTRY_BYTES;
+                    self.named_count += 1;
+                    let tid = self.named_count;
+                    self.named_threads
+                        .entry(pid)
+                        .or_default()
+                        .insert(n.to_owned(), tid);
+                    tid
+                }
+                None => {
+                    // The rank's main track, under its own name.
+                    over_budget = true;
+                    name = None;
+                    0
+                }
+            },
             (None, None) => 0,
         };
-        if self.threads.insert((pid, tid)) {
-            let label = match (name, tid) {
-                (Some(n), _) => n.to_owned(),
-                (None, 0) => "spans".to_owned(),
-                (None, t) => format!("thread {t}"),
-            };
-            self.emit(&Event::new(
-                "thread_name",
-                "M",
-                pid,
-                tid,
-                serde_json::json!({ "name": label }),
-            ))?;
+        if !self.threads.contains(&(pid, tid)) {
+            if self.charge_track(name.map_or(16, str::len) + ENTRY_BYTES) {
+                self.threads.insert((pid, tid));
+                let label = match (name, tid) {
+                    (Some(n), _) => n.to_owned(),
+                    (None, 0) => "spans".to_owned(),
+                    (None, t) => format!("thread {t}"),
+                };
+                self.emit(&Event::new(
+                    "thread_name",
+                    "M",
+                    pid,
+                    tid,
+                    serde_json::json!({ "name": label }),
+                ))?;
+            } else {
+                over_budget = true;
+            }
+        }
+        if over_budget {
+            self.unnamed_tracks += 1;
         }
         Ok(tid)
     }
@@ -247,7 +349,7 @@ impl<W: Write> Writer<W> {
 
     /// A flow arrow from the linked span to the linking span; the link's attributes are the
     /// arrow head's args.
-    fn flow(&mut self, from: Loc, to: Loc, attributes: &Map<String, Value>) -> Result<()> {
+    fn flow<A: Serialize>(&mut self, from: Loc, to: Loc, attributes: A) -> Result<()> {
         let id = self.next_flow_id;
         self.next_flow_id += 1;
         let mut start = Event::new("link", "s", from.pid, from.tid, Map::new());
@@ -309,26 +411,66 @@ impl<W: Write> Writer<W> {
             };
             if let Some(from) = self.recent.get(&key).copied() {
                 self.flow(from, here, &link.attributes)?;
-            } else if self.pending_count < MAX_PENDING_LINKS {
+                continue;
+            }
+            // Measured before serializing, so a link over the budget costs no copy.
+            let fits =
+                |bytes: usize| self.pending_bytes + bytes + ENTRY_BYTES <= PENDING_LINK_BYTES;
+            let attributes = match fits(json_len(&link.attributes)) {
+                true => Some(serde_json::to_string(&link.attributes)?).filter(|a| fits(a.len())),
+                false => None,
+            };
+            if let Some(attributes) = attributes {
+                self.pending_bytes += attributes.len() + ENTRY_BYTES;
                 self.pending
                     .entry(key)
                     .or_default()
-                    .push((here, link.attributes.clone()));
+                    .push((here, attributes));
                 self.pending_count += 1;
             } else {
                 self.unresolved_links += 1;
+                self.links_over_budget += 1;
             }
         }
         if let Some(key) = span_id_key(&span.context.span_id) {
             if let Some(waiting) = self.pending.remove(&key) {
                 self.pending_count -= waiting.len();
                 for (to, attributes) in waiting {
+                    self.pending_bytes -= attributes.len() + ENTRY_BYTES;
+                    let attributes: Map<String, Value> = serde_json::from_str(&attributes)?;
                     self.flow(here, to, &attributes)?;
                 }
             }
             self.remember(key, here);
         }
         Ok(())
+    }
+
+    /// A log record: an instant on the rank's track (or its `thread.*` track).
+    fn log(&mut self, log: &LogRecord, pid: i64) -> Result<()> {
+        let tid = self.thread(pid, &log.attributes)?;
+        let name = match &log.body {
+            Value::String(s) => clip(s, LOG_NAME_CHARS),
+            Value::Null => format!("log {}", log.severity()),
+            other => clip(&other.to_string(), LOG_NAME_CHARS),
+        };
+        let mut args = log.attributes.clone();
+        args.insert("severity".into(), log.severity().into());
+        if let Some(n) = log.severity_number {
+            args.insert("severity_number".into(), n.into());
+        }
+        args.insert("body".into(), log.body.clone());
+        if let Some(t) = &log.trace_id {
+            args.insert("trace_id".into(), t.clone().into());
+        }
+        if let Some(s) = &log.span_id {
+            args.insert("span_id".into(), s.clone().into());
+        }
+        let mut instant = Event::new(&name, "i", pid, tid, args);
+        instant.cat = Some("log");
+        instant.ts = Some(log.time_us);
+        instant.s = Some("t");
+        self.emit(&instant)
     }
 
     fn metrics(&mut self, batch: &[input::ResourceMetrics], pid: i64) -> Result<()> {
@@ -365,20 +507,41 @@ impl<W: Write> Writer<W> {
     }
 
     fn finish(mut self, outcome: &Outcome) -> Result<()> {
-        let other = serde_json::json!({
-            "generator": concat!("nemo-lens ", env!("CARGO_PKG_VERSION")),
-            "lines": outcome.stats.lines,
-            "spans": outcome.stats.spans,
-            "metric_batches": outcome.stats.metric_batches,
-            "skipped_lines": outcome.stats.skipped,
-            "truncated_files": outcome.stats.truncated_files,
-            "unresolved_links": outcome.unresolved_links,
-        });
+        let mut other = outcome.stats.to_json();
+        other["generator"] = concat!("nemo-lens ", env!("CARGO_PKG_VERSION")).into();
+        other["unresolved_links"] = outcome.unresolved_links.into();
+        other["links_over_budget"] = outcome.links_over_budget.into();
+        other["unnamed_tracks"] = outcome.unnamed_tracks.into();
         self.out.write_all(b"\n], \"otherData\": ")?;
         serde_json::to_writer(&mut self.out, &other)?;
         self.out.write_all(b"}\n")?;
         self.out.flush()?;
         Ok(())
+    }
+}
+
+/// A lower bound of the length of `map` written as JSON (its keys and strings unescaped), found
+/// without writing it.
+fn json_len(map: &Map<String, Value>) -> usize {
+    fn value_len(v: &Value) -> usize {
+        match v {
+            Value::Null | Value::Bool(_) | Value::Number(_) => 4,
+            Value::String(s) => s.len() + 2,
+            Value::Array(a) => 2 + a.iter().map(|v| value_len(v) + 1).sum::<usize>(),
+            Value::Object(m) => json_len(m),
+        }
+    }
+    2 + map
+        .iter()
+        .map(|(k, v)| k.len() + 4 + value_len(v))
+        .sum::<usize>()
+}
+
+/// `s` cut to `max` characters (with `…`).
+fn clip(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &s[..cut]),
+        None => s.to_owned(),
     }
 }
 
@@ -408,14 +571,42 @@ fn pid_of(rank: Option<i64>, index: usize) -> (i64, String) {
     }
 }
 
+/// Refuses an output that is one of the inputs (the same file by device and inode, so a
+/// symbolic or hard link to an input is caught too): creating it would truncate the input.
+fn refuse_input_as_output(inputs: &[PathBuf], output: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(out) = fs::metadata(output) else {
+        return Ok(()); // does not exist yet: it cannot be an input
+    };
+    for (i, input) in inputs.iter().enumerate() {
+        if let Ok(m) = fs::metadata(input)
+            && (m.dev(), m.ino()) == (out.dev(), out.ino())
+        {
+            anyhow::bail!(
+                "refusing to write {}: it is input file {} ({}); nothing was written",
+                output.display(),
+                i + 1,
+                input.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Converts `inputs` into `output`.
-pub fn run(inputs: &[PathBuf], output: &Path, progress: bool) -> Result<Outcome> {
+pub fn run(
+    inputs: &[PathBuf],
+    output: &Path,
+    read: &ReadOptions,
+    progress: bool,
+) -> Result<Outcome> {
+    refuse_input_as_output(inputs, output)?;
     let file = File::create(output)
         .with_context(|| format!("cannot create output file {}", output.display()))?;
     let mut writer = Writer::new(BufWriter::with_capacity(1 << 20, file))
         .with_context(|| format!("cannot write {}", output.display()))?;
     let bar = input::progress_bar(inputs, progress);
-    let stats = input::for_each_record(inputs, &bar, |source, record| {
+    let stats = input::for_each_record(inputs, read, &bar, |source, record| {
         match record {
             Record::Span(span) => {
                 let (pid, label) = pid_of(span.rank, source.index);
@@ -430,6 +621,11 @@ pub fn run(inputs: &[PathBuf], output: &Path, progress: bool) -> Result<Outcome>
                     writer.metrics(std::slice::from_ref(rm), pid)?;
                 }
             }
+            Record::Log(log) => {
+                let (pid, label) = pid_of(log.rank, source.index);
+                writer.process(pid, &label, log.host.as_deref())?;
+                writer.log(&log, pid)?;
+            }
         }
         Ok(())
     })
@@ -439,6 +635,8 @@ pub fn run(inputs: &[PathBuf], output: &Path, progress: bool) -> Result<Outcome>
         events: writer.events,
         flows: writer.flows,
         unresolved_links: writer.unresolved_links + writer.pending_count as u64,
+        links_over_budget: writer.links_over_budget,
+        unnamed_tracks: writer.unnamed_tracks,
     };
     writer
         .finish(&outcome)
@@ -449,7 +647,7 @@ pub fn run(inputs: &[PathBuf], output: &Path, progress: bool) -> Result<Outcome>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::input::parse_line;
+    use crate::input::parse_record;
 
     fn span(name: &str, id: u64, start_s: u32, link_to: Option<u64>) -> Box<Span> {
         let links = match link_to {
@@ -464,7 +662,7 @@ mod tests {
                "end_time": "2026-01-01T00:00:{:02}.000000Z", "links": {links}}}"#,
             start_s + 1
         );
-        match parse_line(line.as_bytes(), Some(0)).unwrap() {
+        match parse_record(line.as_bytes(), Some(0)).unwrap() {
             Record::Span(s) => s,
             other => panic!("{other:?}"),
         }

@@ -22,10 +22,23 @@
 //! of a span is its `dl.step` attribute, else `step`, else its position among that rank's step
 //! spans ordered by start time.
 //!
-//! Memory: the durations of complete spans are kept (8 bytes each) to compute exact percentiles.
+//! # Log records
+//!
+//! Log records (Python `LogRecord.to_json` layout) are counted by severity and listed after the
+//! tables.
+//!
+//! # Memory
+//!
+//! Records are streamed (see [`input`]). The table of (span name, rank) groups is bounded in
+//! bytes by [`NAME_TABLE_BYTES`]: once it is full, spans of a name and rank not seen before are
+//! skipped and counted (`spans_over_budget`, reported on stderr and in `--json`). Within the
+//! table, the durations of complete spans are kept (8 bytes each, plus 24 per step span with
+//! `--plot`) to compute exact percentiles. Totals are summed in 128 bits, so spans from year 0
+//! to 9999 cannot overflow them.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
@@ -35,7 +48,16 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::GroupBy;
-use crate::input::{self, Record};
+use crate::input::{self, ReadOptions, Record};
+
+/// Bytes of the (span name, rank) table: each group is charged its name plus [`ENTRY_BYTES`].
+pub const NAME_TABLE_BYTES: usize = 16 << 20;
+/// What one group is charged besides its name (map node, key, vector header).
+const ENTRY_BYTES: usize = 96;
+/// Distinct log severities counted by name; others are counted as `OTHER`.
+const MAX_SEVERITIES: usize = 32;
+/// Longest severity label kept (the rest is cut).
+const MAX_SEVERITY_CHARS: usize = 32;
 
 /// Span names treated as the training step (first in the straggler report, rows of the heatmap).
 pub const STEP_SPAN_NAMES: [&str; 2] = ["step", "train_step"];
@@ -60,6 +82,8 @@ pub struct Options {
     pub threshold_percent: f64,
     /// Heatmap output.
     pub plot: Option<PathBuf>,
+    /// How input is read.
+    pub read: ReadOptions,
     /// Progress bar on a terminal.
     pub progress: bool,
 }
@@ -129,8 +153,12 @@ pub struct Report {
     step_span: Option<String>,
     spans: Vec<Row>,
     stragglers: Vec<NameReport>,
-    lines: u64,
-    skipped_lines: u64,
+    /// Log records by severity.
+    logs: BTreeMap<String, u64>,
+    /// What was read and skipped ([`input::Stats::to_json`]).
+    input: Value,
+    /// Spans skipped because the table of span names was full.
+    spans_over_budget: u64,
 }
 
 /// µs → ms, rounded to the µs.
@@ -187,32 +215,58 @@ fn step_attribute(attributes: &serde_json::Map<String, Value>) -> Option<i64> {
 struct Collected {
     groups: BTreeMap<(String, i64), Group>,
     steps: BTreeMap<i64, Vec<StepSpan>>,
+    logs: BTreeMap<String, u64>,
     stats: input::Stats,
+    spans_over_budget: u64,
 }
 
 fn collect(opts: &Options) -> Result<Collected> {
     let mut groups: BTreeMap<(String, i64), Group> = BTreeMap::new();
     let mut steps: BTreeMap<i64, Vec<StepSpan>> = BTreeMap::new();
+    let mut logs: BTreeMap<String, u64> = BTreeMap::new();
+    let mut table_bytes = 0usize;
+    let mut spans_over_budget = 0u64;
     let bar = input::progress_bar(&opts.files, opts.progress);
-    let stats = input::for_each_record(&opts.files, &bar, |_, record| {
+    let stats = input::for_each_record(&opts.files, &opts.read, &bar, |_, record| {
+        if let Record::Log(log) = &record {
+            let mut severity = log.severity();
+            if let Some((cut, _)) = severity.char_indices().nth(MAX_SEVERITY_CHARS) {
+                severity.truncate(cut);
+            }
+            let key = if logs.len() < MAX_SEVERITIES || logs.contains_key(&severity) {
+                severity
+            } else {
+                "OTHER".to_owned()
+            };
+            *logs.entry(key).or_default() += 1;
+        }
         if let Record::Span(span) = record {
             let rank = span.rank.unwrap_or(UNKNOWN_RANK);
             let truncated = span.is_truncated();
-            if opts.plot.is_some() && is_step(&span.name) && !truncated {
-                steps.entry(rank).or_default().push(StepSpan {
+            let duration_us = span.duration_us();
+            let step =
+                (opts.plot.is_some() && is_step(&span.name) && !truncated).then(|| StepSpan {
                     step: step_attribute(&span.attributes),
                     start_us: span.start_us,
-                    duration_us: span.duration_us(),
+                    duration_us,
                 });
+            let key = (span.name, rank);
+            if !groups.contains_key(&key) {
+                let cost = key.0.len() + ENTRY_BYTES;
+                if table_bytes + cost > NAME_TABLE_BYTES {
+                    spans_over_budget += 1;
+                    return Ok(());
+                }
+                table_bytes += cost;
             }
-            let group = match groups.get_mut(&(span.name.clone(), rank)) {
-                Some(g) => g,
-                None => groups.entry((span.name.clone(), rank)).or_default(),
-            };
+            if let Some(step) = step {
+                steps.entry(rank).or_default().push(step);
+            }
+            let group = groups.entry(key).or_default();
             if truncated {
                 group.truncated += 1;
             } else {
-                group.durations_us.push(span.duration_us());
+                group.durations_us.push(duration_us);
             }
         }
         Ok(())
@@ -220,7 +274,9 @@ fn collect(opts: &Options) -> Result<Collected> {
     Ok(Collected {
         groups,
         steps,
+        logs,
         stats,
+        spans_over_budget,
     })
 }
 
@@ -240,7 +296,7 @@ fn build_report(collected: &mut Collected, opts: &Options) -> Report {
             rank: rank_opt(*rank),
             count: d.len() as u64,
             truncated: group.truncated,
-            total_ms: ms(d.iter().sum::<i64>() as f64),
+            total_ms: ms(d.iter().map(|&v| i128::from(v)).sum::<i128>() as f64),
             p50_ms: p(50.0),
             p90_ms: p(90.0),
             p99_ms: p(99.0),
@@ -299,8 +355,9 @@ fn build_report(collected: &mut Collected, opts: &Options) -> Report {
         step_span,
         spans: rows,
         stragglers,
-        lines: collected.stats.lines,
-        skipped_lines: collected.stats.skipped,
+        logs: collected.logs.clone(),
+        input: collected.stats.to_json(),
+        spans_over_budget: collected.spans_over_budget,
     }
 }
 
@@ -398,6 +455,15 @@ fn render_text(report: &Report) -> String {
             );
         }
     }
+    if !report.logs.is_empty() {
+        let total: u64 = report.logs.values().sum();
+        let parts: Vec<String> = report
+            .logs
+            .iter()
+            .map(|(s, n)| format!("{s} {n}"))
+            .collect();
+        let _ = writeln!(out, "\nLog records: {total} ({})", parts.join(", "));
+    }
     out
 }
 
@@ -420,11 +486,16 @@ fn plot(steps: &mut BTreeMap<i64, Vec<StepSpan>>, path: &Path) -> Result<(usize,
     let max_step = cells.iter().map(|c| c.1).max().unwrap_or(0);
     let lo = cells.iter().map(|c| c.2).min().unwrap_or(0) as f64 / 1000.0;
     let hi = cells.iter().map(|c| c.2).max().unwrap_or(0) as f64 / 1000.0;
-    let n_steps = (max_step - min_step + 1) as usize;
+    // Step numbers come from the input: compute the span in 128 bits.
+    let n_steps =
+        usize::try_from(i128::from(max_step) - i128::from(min_step) + 1).unwrap_or(usize::MAX);
+    let x_end = max_step.saturating_add(1);
 
     let width = (160 + n_steps.clamp(10, 400) * 4) as u32;
     let height = (140 + ranks.len().clamp(4, 256) * 18) as u32;
-    let root = SVGBackend::new(path, (width.max(640), height)).into_drawing_area();
+    // Drawn into memory and written here: plotters' own file target drops a failed write.
+    let mut svg = String::new();
+    let root = SVGBackend::with_string(&mut svg, (width.max(640), height)).into_drawing_area();
     let draw = || -> Result<(), Box<dyn std::error::Error>> {
         root.fill(&WHITE)?;
         let mut chart = ChartBuilder::on(&root)
@@ -435,7 +506,7 @@ fn plot(steps: &mut BTreeMap<i64, Vec<StepSpan>>, path: &Path) -> Result<(usize,
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(70)
-            .build_cartesian_2d(min_step..max_step + 1, (0..ranks.len()).into_segmented())?;
+            .build_cartesian_2d(min_step..x_end, (0..ranks.len()).into_segmented())?;
         chart
             .configure_mesh()
             .disable_mesh()
@@ -458,7 +529,7 @@ fn plot(steps: &mut BTreeMap<i64, Vec<StepSpan>>, path: &Path) -> Result<(usize,
             Rectangle::new(
                 [
                     (step, SegmentValue::Exact(row)),
-                    (step + 1, SegmentValue::Exact(row + 1)),
+                    (step.saturating_add(1), SegmentValue::Exact(row + 1)),
                 ],
                 color.filled(),
             )
@@ -467,20 +538,33 @@ fn plot(steps: &mut BTreeMap<i64, Vec<StepSpan>>, path: &Path) -> Result<(usize,
         Ok(())
     };
     draw().map_err(|e| anyhow::anyhow!("{e}"))?;
+    drop(root);
+    std::fs::write(path, svg.as_bytes())?;
     Ok((ranks.len(), n_steps))
 }
 
-/// Runs `nemo-lens summary`.
+/// Runs `nemo-lens summary`. A failed write (stdout or the heatmap) is an error.
 pub fn run(opts: &Options) -> Result<()> {
     let mut collected = collect(opts)?;
     collected.stats.report();
-    let report = build_report(&mut collected, opts);
-    if opts.json {
-        let text = serde_json::to_string_pretty(&report)?;
-        println!("{text}");
-    } else {
-        print!("{}", render_text(&report));
+    if collected.spans_over_budget > 0 {
+        eprintln!(
+            "warning: skipped {} span(s) of names first seen after the {NAME_TABLE_BYTES}-byte \
+             table of span names was full",
+            collected.spans_over_budget
+        );
     }
+    let report = build_report(&mut collected, opts);
+    let text = if opts.json {
+        serde_json::to_string_pretty(&report)? + "\n"
+    } else {
+        render_text(&report)
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .context("cannot write the report to stdout")?;
     if let Some(path) = &opts.plot {
         let (ranks, steps) = plot(&mut collected.steps, path)
             .with_context(|| format!("cannot draw the heatmap {}", path.display()))?;

@@ -1,0 +1,407 @@
+//! `nemo-lens` memory does not grow with the input: hostile inputs generated on the fly into
+//! temporary files, the real binary run as a child process, and its peak resident memory read
+//! with `wait4(2)` (see [`run_measured`]).
+//!
+//! Measuring a child's peak needs care: Linux folds the address space a process had *before*
+//! `exec` into its `ru_maxrss`, and a child spawned by this test process starts in a copy (or,
+//! with `posix_spawn`, in the very address space) of a process that holds the other tests'
+//! inputs and outputs. So the test executable re-runs itself as a small probe (this file has
+//! its own `main`, `harness = false`): the probe, fresh from `exec` and a few MiB in size,
+//! spawns `nemo-lens`, waits for it with `wait4` and writes its `ru_maxrss` to a file. The
+//! tests run one after the other, each printed with its figure.
+//!
+//! Each input holds at least 150 MB of what the tool used to keep in memory (an endless line, a
+//! huge record, links waiting for spans that never come, distinct track names, distinct span
+//! names), so without the bounds the peak is well above [`PEAK_BOUND`]; with them it stays near
+//! the fixed budgets (record cap 16 MiB, link budget 16 MiB, track names 8 MiB, span names
+//! 16 MiB, link index about 20 MB). Lines are written with `format!` (the inputs are large and
+//! the test build is unoptimised).
+
+mod cli_support;
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use cli_support::{T0_US, bin, span_line};
+use serde_json::{Value, json};
+
+/// One rank-0 span line, written directly (fast for megabyte strings in a debug build).
+/// `attributes` and `links` are JSON text.
+fn raw_span(name: &str, span_id: u64, attributes: &str, links: &str) -> String {
+    format!(
+        r#"{{"name": "{name}", "context": {{"trace_id": "0x{:032x}", "span_id": "0x{span_id:016x}"}}, "parent_id": null, "start_time": "2026-11-29T22:00:00.000000Z", "end_time": "2026-11-29T22:00:00.001000Z", "status": {{"status_code": "UNSET"}}, "attributes": {attributes}, "events": [], "links": {links}, "resource": {{"attributes": {{"dl.rank": 0}}, "schema_url": ""}}}}"#,
+        0xabc
+    )
+}
+
+/// Set in the probe's environment: where it writes the peak RSS of the command it runs.
+const PROBE_ENV: &str = "NEMO_LENS_CLI_BOUNDS_PROBE_OUT";
+
+/// What [`run_measured`] saw.
+#[derive(Debug)]
+struct Measured {
+    /// Exit code (`None` when a signal ended the process).
+    code: Option<i32>,
+    /// Everything the process wrote to stdout.
+    stdout: String,
+    /// Everything the process wrote to stderr.
+    stderr: String,
+    /// Peak resident set size of the process, in bytes.
+    peak_rss: u64,
+}
+
+/// The probe: runs the command after the first argument with this process's stdio, waits for
+/// it with `wait4`, writes its `ru_maxrss` (bytes) to `out` and exits with its status.
+fn probe(out: OsString) -> ! {
+    let mut args = std::env::args_os().skip(1);
+    let program = args.next().expect("probe: no command");
+    let child = Command::new(program)
+        .args(args)
+        .spawn()
+        .expect("probe: spawn");
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: an all-zero `rusage` is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `status` and `usage` are valid for writes; `pid` is our unwaited child.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if r == pid {
+            break;
+        }
+        let err = std::io::Error::last_os_error();
+        assert_eq!(
+            err.kind(),
+            std::io::ErrorKind::Interrupted,
+            "probe: wait4: {err}"
+        );
+    }
+    // Linux reports ru_maxrss in KiB.
+    fs::write(out, (usage.ru_maxrss as u64 * 1024).to_string()).expect("probe: write");
+    std::process::exit(if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    });
+}
+
+/// Runs `cmd` (no stdin, stdout and stderr captured) through the probe; see the module
+/// documentation.
+fn run_measured(cmd: &Command) -> Measured {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("peak-rss");
+    let mut probe = Command::new(std::env::current_exe().unwrap());
+    probe
+        .env(PROBE_ENV, &out)
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => probe.env(k, v),
+            None => probe.env_remove(k),
+        };
+    }
+    let output = probe.stdin(Stdio::null()).output().expect("run the probe");
+    let peak_rss = fs::read_to_string(&out)
+        .unwrap_or_else(|e| panic!("the probe wrote no figure ({e}): {output:?}"))
+        .parse()
+        .unwrap();
+    Measured {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        peak_rss,
+    }
+}
+
+/// A generous bound on the peak resident memory of one run (debug build; the runs peak at
+/// 10–60 MiB).
+const PEAK_BOUND: u64 = 96 << 20;
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1 << 20) as f64
+}
+
+fn assert_bounded(m: &Measured, what: &str) {
+    assert_eq!(m.code, Some(0), "{what}: {}", m.stderr);
+    assert!(
+        m.peak_rss < PEAK_BOUND,
+        "{what}: peak RSS {:.1} MiB, bound {:.0} MiB",
+        mib(m.peak_rss),
+        mib(PEAK_BOUND)
+    );
+    eprintln!("{what}: peak RSS {:.1} MiB", mib(m.peak_rss));
+}
+
+/// A few ordinary span lines of rank 0.
+fn normal_lines(n: i64) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            span_line(
+                "train_step",
+                0xabc,
+                0x100 + i as u64,
+                None,
+                T0_US + i * 1000,
+                T0_US + i * 1000 + 500,
+                json!({ "step": i }),
+                json!([]),
+                json!([]),
+                Some(0),
+            )
+        })
+        .collect()
+}
+
+fn summary_json(files: &[PathBuf]) -> (Measured, Value) {
+    let m = run_measured(bin().arg("summary").arg("--json").args(files));
+    let report = serde_json::from_str(&m.stdout).unwrap_or(Value::Null);
+    (m, report)
+}
+
+fn perfetto(files: &[PathBuf], out: &Path) -> (Measured, Value) {
+    let m = run_measured(bin().arg("perfetto").args(files).arg("-o").arg(out));
+    let trace = fs::read(out)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null);
+    (m, trace)
+}
+
+fn gzip_of_an_endless_line_of_zeros_is_skipped_in_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    // 256 MiB of zeros, no newline: 256 gzip members of 1 MiB each (concatenated members are
+    // one stream), so the file is small and quick to write.
+    let member = {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        enc.write_all(&vec![b'0'; 1 << 20]).unwrap();
+        enc.finish().unwrap()
+    };
+    let zeros = dir.path().join("zeros-rank1.jsonl.gz");
+    let mut f = BufWriter::new(fs::File::create(&zeros).unwrap());
+    for _ in 0..256 {
+        f.write_all(&member).unwrap();
+    }
+    f.into_inner().unwrap().sync_all().unwrap();
+    let good = dir.path().join("spans-rank0.jsonl");
+    fs::write(&good, normal_lines(3).join("\n") + "\n").unwrap();
+
+    let (m, report) = summary_json(&[zeros, good]);
+    assert_bounded(&m, "summary, 256 MiB line of zeros in gzip");
+    assert_eq!(report["input"]["skipped_records"], 1, "{report}");
+    assert_eq!(report["input"]["spans"], 3, "{report}");
+    assert!(
+        m.stderr
+            .contains("zeros-rank1.jsonl.gz:1: not a JSON object"),
+        "{}",
+        m.stderr
+    );
+}
+
+fn a_huge_record_is_skipped_counted_and_the_next_one_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("spans-rank0.jsonl");
+    let lines = normal_lines(2);
+    let mut f = BufWriter::new(fs::File::create(&path).unwrap());
+    writeln!(f, "{}", lines[0]).unwrap();
+    // One 200 MiB record (a span whose attribute is 200 MiB of text), then a normal line.
+    let head = br#"{"name": "huge", "attributes": {"blob": ""#;
+    let tail = br#""}, "start_time": "2026-11-29T22:00:00Z", "end_time": "2026-11-29T22:00:01Z"}"#;
+    f.write_all(head).unwrap();
+    let chunk = vec![b'a'; 1 << 20];
+    for _ in 0..200 {
+        f.write_all(&chunk).unwrap();
+    }
+    f.write_all(tail).unwrap();
+    writeln!(f).unwrap();
+    writeln!(f, "{}", lines[1]).unwrap();
+    f.into_inner().unwrap().sync_all().unwrap();
+    let huge_len = (head.len() + (200 << 20) + tail.len()) as u64;
+
+    let out = dir.path().join("trace.json");
+    let (m, trace) = perfetto(std::slice::from_ref(&path), &out);
+    assert_bounded(&m, "perfetto, one 200 MiB record");
+    let other = &trace["otherData"];
+    assert_eq!(other["too_long_records"], 1, "{other}");
+    assert_eq!(other["too_long_bytes"], huge_len, "{other}");
+    assert_eq!(other["spans"], 2, "{other}");
+    assert!(
+        m.stderr.contains(&format!(
+            "spans-rank0.jsonl:2: record of {huge_len} bytes skipped (over --max-record-bytes 16777216)"
+        )),
+        "{}",
+        m.stderr
+    );
+}
+
+fn links_to_unseen_spans_stay_within_their_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("spans-rank0.jsonl");
+    let mut f = BufWriter::new(fs::File::create(&path).unwrap());
+    // 1,500 spans, each linking with a 100 KB attribute to a span that never comes: 150 MB the
+    // old table of waiting links held whole.
+    const SPANS: u64 = 1500;
+    let filler = "x".repeat(100_000);
+    for i in 0..SPANS {
+        let links = format!(
+            r#"[{{"context": {{"trace_id": "0xabc", "span_id": "0x{:016x}"}}, "attributes": {{"why": "{filler}"}}}}]"#,
+            0xdead_0000 + i
+        );
+        writeln!(f, "{}", raw_span("consumer", 0x1000 + i, "{}", &links)).unwrap();
+    }
+    f.into_inner().unwrap().sync_all().unwrap();
+
+    let out = dir.path().join("trace.json");
+    let (m, trace) = perfetto(&[path], &out);
+    assert_bounded(&m, "perfetto, 1,500 unresolved 100 KB links");
+    let other = &trace["otherData"];
+    assert_eq!(other["spans"], SPANS, "{other}");
+    assert_eq!(other["unresolved_links"], SPANS, "{other}");
+    let over = other["links_over_budget"].as_u64().unwrap();
+    // 16 MiB hold about 167 of the links; the rest are counted.
+    assert!((1200..SPANS).contains(&over), "{other}");
+    assert!(
+        m.stderr.contains(&format!("{over} of them over the")),
+        "{}",
+        m.stderr
+    );
+    let drawn = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .count() as u64;
+    assert_eq!(drawn, SPANS, "every span is still drawn");
+}
+
+fn distinct_thread_names_stay_within_the_track_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("spans-rank0.jsonl");
+    let mut f = BufWriter::new(fs::File::create(&path).unwrap());
+    // 1,500 spans, each on its own 100 KB `thread.name` (150 MB of track names).
+    const SPANS: u64 = 1500;
+    let filler = "t".repeat(100_000);
+    for i in 0..SPANS {
+        let attributes = format!(r#"{{"thread.name": "{i}-{filler}"}}"#);
+        writeln!(f, "{}", raw_span("work", 0x1000 + i, &attributes, "[]")).unwrap();
+    }
+    f.into_inner().unwrap().sync_all().unwrap();
+
+    let out = dir.path().join("trace.json");
+    let (m, trace) = perfetto(&[path], &out);
+    assert_bounded(&m, "perfetto, 1,500 distinct 100 KB thread names");
+    let other = &trace["otherData"];
+    let events = trace["traceEvents"].as_array().unwrap();
+    let named = events
+        .iter()
+        .filter(|e| e["name"] == "thread_name" && e["tid"] != 0)
+        .count() as u64;
+    // 8 MiB name about 80 of the tracks; the other spans go to the rank's main track, counted.
+    assert!((40..120).contains(&named), "{named} named tracks");
+    assert_eq!(other["unnamed_tracks"], SPANS - named, "{other}");
+    assert!(
+        m.stderr.contains("table of track names was full"),
+        "{}",
+        m.stderr
+    );
+    let main_track = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["tid"] == 0)
+        .count() as u64;
+    assert_eq!(main_track, SPANS - named);
+}
+
+fn distinct_span_names_stay_within_the_name_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("spans-rank0.jsonl");
+    let mut f = BufWriter::new(fs::File::create(&path).unwrap());
+    // 2,000 distinct 100 KB span names (200 MB of names), then one more span of the first name.
+    const NAMES: u64 = 2000;
+    let filler = "n".repeat(100_000);
+    for i in 0..=NAMES {
+        let name = format!("{}-{filler}", i % NAMES);
+        writeln!(f, "{}", raw_span(&name, 0x1000 + i, "{}", "[]")).unwrap();
+    }
+    f.into_inner().unwrap().sync_all().unwrap();
+
+    let (m, report) = summary_json(&[path]);
+    assert_bounded(&m, "summary, 2,000 distinct 100 KB span names");
+    let over = report["spans_over_budget"].as_u64().unwrap();
+    let rows = report["spans"].as_array().unwrap();
+    // 16 MiB hold about 167 of the names; spans of later names are counted, not kept.
+    assert!((100..300).contains(&rows.len()), "{} rows", rows.len());
+    assert_eq!(over + rows.len() as u64 + 1, NAMES + 1);
+    // The repeated first name still lands in its row.
+    assert_eq!(
+        rows.iter().map(|r| r["count"].as_u64().unwrap()).max(),
+        Some(2)
+    );
+    assert!(
+        m.stderr
+            .contains(&format!("skipped {over} span(s) of names first seen after")),
+        "{}",
+        m.stderr
+    );
+}
+
+/// The tests, in the order they run.
+const TESTS: [(&str, fn()); 5] = [
+    (
+        "gzip_of_an_endless_line_of_zeros_is_skipped_in_bounded_memory",
+        gzip_of_an_endless_line_of_zeros_is_skipped_in_bounded_memory,
+    ),
+    (
+        "a_huge_record_is_skipped_counted_and_the_next_one_read",
+        a_huge_record_is_skipped_counted_and_the_next_one_read,
+    ),
+    (
+        "links_to_unseen_spans_stay_within_their_budget",
+        links_to_unseen_spans_stay_within_their_budget,
+    ),
+    (
+        "distinct_thread_names_stay_within_the_track_table",
+        distinct_thread_names_stay_within_the_track_table,
+    ),
+    (
+        "distinct_span_names_stay_within_the_name_table",
+        distinct_span_names_stay_within_the_name_table,
+    ),
+];
+
+/// Runs the tests whose name contains one of the free arguments (all without any), or acts as
+/// the probe.
+fn main() {
+    if let Some(out) = std::env::var_os(PROBE_ENV) {
+        probe(out);
+    }
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let selected: Vec<_> = TESTS
+        .iter()
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f)))
+        .collect();
+    println!("\nrunning {} tests", selected.len());
+    let mut failed = Vec::new();
+    for (name, test) in selected {
+        let started = std::time::Instant::now();
+        let ok = std::panic::catch_unwind(test).is_ok();
+        println!(
+            "test {name} ... {} ({:.1} s)",
+            if ok { "ok" } else { "FAILED" },
+            started.elapsed().as_secs_f64()
+        );
+        if !ok {
+            failed.push(*name);
+        }
+    }
+    if !failed.is_empty() {
+        println!("\nfailures: {failed:?}");
+        std::process::exit(101);
+    }
+    println!("\ntest result: ok");
+}
