@@ -13,7 +13,7 @@
 //! ```
 //! use tracing_subscriber::prelude::*;
 //! let dir = tempfile::tempdir().unwrap();
-//! let mut config = nemo_lens::LensConfig { enabled: true, ..Default::default() };
+//! let mut config = nemo_lens::LensConfig::default().with_enabled(true);
 //! config.flight_recorder.capacity = 64;
 //! config.flight_recorder.dump_dir = Some(dir.path().to_path_buf());
 //! let telemetry = nemo_lens::Telemetry::builder(config)
