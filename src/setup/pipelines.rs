@@ -18,9 +18,11 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 
 use super::SCOPE_NAME;
 use super::builder::{LogExporterFactory, ProcessorFactory, ReaderFactory};
-use super::processors::{BoxedProcessor, ExportSettings, exporter_processor, log_provider};
+use super::processors::{
+    BoxedProcessor, ExportSettings, SpanProcessors, exporter_processor, log_provider,
+};
 use crate::config::{ExporterKind, LensConfig};
-use crate::env::Env;
+use crate::env::{Env, shown};
 use crate::error::{LensError, Result};
 use crate::export::DropCounters;
 use crate::export::otlp::{self, Signal};
@@ -46,6 +48,9 @@ pub(crate) struct Built {
     /// What the layer records through (`None`: the layer is inert).
     pub(crate) pipeline: Option<Arc<Pipeline>>,
     pub(crate) tracer_provider: Option<SdkTracerProvider>,
+    /// The tracer provider's span processors, which the handle shuts down (not the provider:
+    /// see [`SpanProcessors`]).
+    pub(crate) span_processors: SpanProcessors,
     pub(crate) meter_provider: Option<SdkMeterProvider>,
     pub(crate) logger_provider: Option<LensLoggerProvider>,
     pub(crate) resource: Option<Resource>,
@@ -81,7 +86,7 @@ impl Built {
             Some(template) => {
                 ConsoleWriter::to_path(template, rank).map_err(|source| LensError::OutputFile {
                     var: "NEMO_LENS_CONSOLE_PATH".into(),
-                    path: resolve_path(template, rank).display().to_string(),
+                    path: shown(&resolve_path(template, rank).display().to_string()),
                     source,
                 })?
             }
@@ -101,16 +106,15 @@ impl Built {
         env: Env<'_>,
         parts: TraceParts,
     ) -> Result<()> {
+        let resource = parts.resource.clone();
         let mut builder = SdkTracerProvider::builder()
             .with_resource(parts.resource)
             .with_id_generator(ChaChaIdGenerator::new());
         if let Some(sampler) = parts.sampler {
             builder = builder.with_sampler(sampler);
         }
-        for make in parts.processors {
-            builder = builder.with_span_processor(make());
-        }
-        let exporter = match parts.exporter {
+        let mut processors: Vec<BoxedProcessor> = parts.processors.into_iter().map(|make| make()).collect();
+        processors.push(match parts.exporter {
             Some(make) => make(&parts.settings)?,
             None => match config.exporter {
                 ExporterKind::Console => {
@@ -123,8 +127,13 @@ impl Built {
                     exporter_processor(exporter, &parts.settings)?
                 }
             },
-        };
-        let provider = builder.with_span_processor(exporter).build();
+        });
+        let processors = SpanProcessors::new(processors, &resource);
+        for p in processors.registered() {
+            builder = builder.with_span_processor(p);
+        }
+        let provider = builder.build();
+        self.span_processors = processors;
         global::set_tracer_provider(provider.clone());
         if parts.recording {
             self.pipeline = Some(Arc::new(Pipeline::new(
