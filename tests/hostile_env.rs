@@ -7,7 +7,7 @@ mod common;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn trainer() -> Command {
     let mut cmd = Command::new(common::example("trainer"));
@@ -22,19 +22,23 @@ fn trainer() -> Command {
     cmd
 }
 
-/// Runs `cmd`, killing it (and failing) if it has not exited within a generous bound.
+/// Runs `cmd`, killing it (and failing) if it has not exited within a generous bound. Its
+/// output is read meanwhile, so a flood cannot block it on a full pipe.
 fn run_bounded(cmd: &mut Command) -> Output {
-    let mut child = cmd.spawn().unwrap();
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
+    let child = cmd.spawn().unwrap();
+    let pid = child.id() as libc::pid_t;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            // SAFETY: kills our own child, still unwaited (its waiter is blocked).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
             panic!("the trainer hung for 60 s");
         }
-        std::thread::sleep(Duration::from_millis(20));
     }
-    child.wait_with_output().unwrap()
 }
 
 #[test]
