@@ -227,7 +227,7 @@ pub(crate) fn clamp_queue_size(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn span(name: &'static str) -> SpanData {

@@ -7,6 +7,7 @@
 //! | [`BatchSpanProcessor`], [`BatchLogProcessor`] ([`BatchConfig`]) | the bounded queue and worker between the layer and an exporter, which count what they drop |
 //! | [`ByteBudget`] ([`ApproxSize`]) | the byte budget of those queues (`NEMO_LENS_QUEUE_MAX_BYTES`) |
 //! | [`DeadlineExporter`] | runs a span or log exporter's exports on a helper thread, so the export timeout holds for every transport |
+//! | [`MessageLimit`] | keeps OTLP span requests under the collector's 4 MiB limit: splits batches, drops (counted) a span too large alone |
 //! | [`CountedMetricExporter`] | a metric exporter whose failed exports are counted |
 //! | [`OtlpProtocol`], [`Signal`] | OTLP over gRPC (feature `otlp-grpc`), HTTP/protobuf or HTTP/JSON (feature `otlp-http`), chosen per signal from `OTEL_EXPORTER_OTLP_*` |
 //!
@@ -31,6 +32,7 @@ pub(crate) mod budget;
 mod console;
 mod counted;
 mod deadline;
+mod split;
 pub(crate) mod otlp;
 
 pub(crate) use batch::DropCounters;
@@ -45,4 +47,5 @@ pub(crate) use console::resolve_path;
 pub use console::{ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ConsoleWriter};
 pub use counted::CountedMetricExporter;
 pub use deadline::{DeadlineExporter, ExportAnswer, MAX_STUCK_HELPERS};
+pub use split::{MAX_MESSAGE_BYTES, MessageLimit};
 pub use otlp::{OtlpProtocol, Signal};

@@ -28,7 +28,7 @@ use crate::export::DropCounters;
 use crate::export::otlp::{self, Signal};
 use crate::export::{
     ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ConsoleWriter,
-    CountedMetricExporter, resolve_path,
+    CountedMetricExporter, MessageLimit, resolve_path,
 };
 use crate::ids::ChaChaIdGenerator;
 use crate::layer::Pipeline;
@@ -124,6 +124,8 @@ impl Built {
                 ExporterKind::Otlp => {
                     let protocol = otlp::protocol_for(Signal::Traces, env)?;
                     let exporter = self.transport.span_exporter(protocol)?;
+                    // One huge span must not make the collector refuse its whole batch.
+                    let exporter = MessageLimit::new(exporter, parts.settings.dropped.clone());
                     exporter_processor(exporter, &parts.settings)?
                 }
             },
