@@ -336,12 +336,10 @@ impl LensConfig {
             cfg.sources.span_groups = Some(var);
         }
         if let Some((var, v)) = get("EXPORTER") {
-            cfg.exporter = v
-                .parse()
-                .map_err(|_| LensError::UnknownExporter {
-                    var,
-                    value: env::shown(&v),
-                })?;
+            cfg.exporter = v.parse().map_err(|_| LensError::UnknownExporter {
+                var,
+                value: env::shown(&v),
+            })?;
         }
         if let Some((_, v)) = get("RUN_ID") {
             cfg.run_id = v;

@@ -71,8 +71,17 @@ fn a_huge_bad_value_is_reported_in_a_readable_length() {
     ] {
         let output = run_bounded(trainer().env(var, value));
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{var}: {}", &stderr[..stderr.len().min(500)]);
-        assert!(stderr.contains(var), "{var}: {}", &stderr[..stderr.len().min(500)]);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{var}: {}",
+            &stderr[..stderr.len().min(500)]
+        );
+        assert!(
+            stderr.contains(var),
+            "{var}: {}",
+            &stderr[..stderr.len().min(500)]
+        );
         assert!(
             stderr.len() < 1024,
             "{var}: {} bytes on stderr: {}…",

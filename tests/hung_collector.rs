@@ -46,11 +46,7 @@ fn flush_is_bounded_and_spans_ending_during_shutdown_are_counted() {
         })
     };
     emit(100);
-    telemetry
-        .meter()
-        .u64_counter("steps")
-        .build()
-        .add(1, &[]);
+    telemetry.meter().u64_counter("steps").build().add(1, &[]);
 
     // Bounded by the export timeout (1 s), plus a generous margin for "did not hang".
     let started = Instant::now();

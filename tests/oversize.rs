@@ -39,14 +39,18 @@ fn a_span_above_the_grpc_message_limit_is_dropped_alone_and_counted() {
     .build()
     .unwrap();
     let blob = "x".repeat(6 << 20);
-    tracing::subscriber::with_default(tracing_subscriber::registry().with(telemetry.layer()), || {
-        for i in 0..40_i64 {
-            tracing::info_span!("step", kind = "small", i).in_scope(|| {});
-            if i == 20 {
-                tracing::info_span!("step", kind = "huge", blob = blob.as_str()).in_scope(|| {});
+    tracing::subscriber::with_default(
+        tracing_subscriber::registry().with(telemetry.layer()),
+        || {
+            for i in 0..40_i64 {
+                tracing::info_span!("step", kind = "small", i).in_scope(|| {});
+                if i == 20 {
+                    tracing::info_span!("step", kind = "huge", blob = blob.as_str())
+                        .in_scope(|| {});
+                }
             }
-        }
-    });
+        },
+    );
     let _ = telemetry.shutdown(Duration::from_secs(20));
     collector.wait_for("the 40 small spans", Duration::from_secs(30), |_| {
         delivered(&collector, "small") == 40

@@ -46,11 +46,14 @@ fn spans_with_huge_attributes_stay_within_the_byte_budget_and_the_rest_are_count
     .unwrap();
     let blob = "x".repeat(1 << 20);
     let before = rss_kib();
-    tracing::subscriber::with_default(tracing_subscriber::registry().with(telemetry.layer()), || {
-        for i in 0..300_i64 {
-            tracing::info_span!("big", i, blob = blob.as_str()).in_scope(|| {});
-        }
-    });
+    tracing::subscriber::with_default(
+        tracing_subscriber::registry().with(telemetry.layer()),
+        || {
+            for i in 0..300_i64 {
+                tracing::info_span!("big", i, blob = blob.as_str()).in_scope(|| {});
+            }
+        },
+    );
     let grown_mib = rss_kib().saturating_sub(before) / 1024;
     let dropped = telemetry.dropped().spans;
     eprintln!("resident memory grew by {grown_mib} MiB; dropped {dropped} of 300");
@@ -58,7 +61,11 @@ fn spans_with_huge_attributes_stay_within_the_byte_budget_and_the_rest_are_count
     assert!(grown_mib < 100, "resident memory grew by {grown_mib} MiB");
     assert!(dropped >= 300 - 16, "dropped {dropped}");
     let _ = telemetry.shutdown(Duration::from_secs(1));
-    assert_eq!(telemetry.dropped().spans, 300, "nothing delivered, all counted");
+    assert_eq!(
+        telemetry.dropped().spans,
+        300,
+        "nothing delivered, all counted"
+    );
 }
 
 #[test]

@@ -100,7 +100,14 @@ fn run_sigterm_while_main_finishes(protocol: &str) {
     // 40 steps of 25 ms: `main` finishes about a second after the signal, while the signal
     // thread's flush still waits (up to 5 s) on the hung collector.
     let mut child = trainer(&collector, protocol)
-        .args(["--steps", "40", "--step-ms", "25", "--checkpoint-every", "0"])
+        .args([
+            "--steps",
+            "40",
+            "--step-ms",
+            "25",
+            "--checkpoint-every",
+            "0",
+        ])
         .spawn()
         .unwrap();
     let (rx, reader) = stderr_lines(&mut child);

@@ -145,6 +145,19 @@ impl ApproxSize for (SdkLogRecord, InstrumentationScope) {
 }
 
 /// A lock-free count of the bytes a queue holds, against its limit.
+///
+/// The batch queues take each item's [`ApproxSize`] from their budget when it is queued and
+/// give it back once its batch is exported (or dropped); an item that does not fit is dropped
+/// and counted. The limit is `NEMO_LENS_QUEUE_MAX_BYTES` ([`QUEUE_MAX_BYTES_VAR`]), default
+/// [`DEFAULT_QUEUE_MAX_BYTES`] (64 MiB) for the span queue and as much for the log queue. An
+/// `OTEL_BSP_MAX_QUEUE_SIZE` / `OTEL_BLRP_MAX_QUEUE_SIZE` whose ring of slots (allocated up
+/// front) would not fit in it is clamped, with a warning on stderr.
+///
+/// ```
+/// let budget = nemo_lens::export::ByteBudget::new(1 << 20);
+/// assert!(budget.try_reserve(4096));
+/// assert_eq!(budget.used(), 4096);
+/// ```
 #[derive(Debug)]
 pub struct ByteBudget {
     used: AtomicUsize,
@@ -231,7 +244,9 @@ pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn span(name: &'static str) -> SpanData {
-        use opentelemetry::trace::{SpanContext, SpanId, SpanKind, TraceFlags, TraceId, TraceState};
+        use opentelemetry::trace::{
+            SpanContext, SpanId, SpanKind, TraceFlags, TraceId, TraceState,
+        };
         let now = std::time::SystemTime::now();
         SpanData {
             span_context: SpanContext::new(
@@ -260,7 +275,8 @@ pub(crate) mod tests {
     fn a_span_costs_its_text() {
         let mut span = span("step");
         let small = span.approx_size();
-        span.attributes.push(KeyValue::new("blob", "x".repeat(1 << 20)));
+        span.attributes
+            .push(KeyValue::new("blob", "x".repeat(1 << 20)));
         assert!(span.approx_size() >= small + (1 << 20));
     }
 
@@ -283,7 +299,10 @@ pub(crate) mod tests {
             queue_max_bytes(Env::new(&|_| None)).unwrap(),
             DEFAULT_QUEUE_MAX_BYTES
         );
-        assert_eq!(queue_max_bytes(Env::new(&get(" 1048576 "))).unwrap(), 1 << 20);
+        assert_eq!(
+            queue_max_bytes(Env::new(&get(" 1048576 "))).unwrap(),
+            1 << 20
+        );
         for bad in ["1", "64MiB", "-5", "1e9"] {
             let lookup = move |k: &str| (k == QUEUE_MAX_BYTES_VAR).then(|| bad.to_string());
             let err = queue_max_bytes(Env::new(&lookup)).unwrap_err().to_string();

@@ -1,39 +1,4 @@
 //! [`DeadlineExporter`]: an export that can always be abandoned at its deadline.
-//!
-//! The batch worker gives every export `OTEL_BSP_EXPORT_TIMEOUT` (`OTEL_BLRP_EXPORT_TIMEOUT`
-//! for logs) and abandons it then, counting its batch as dropped. It can only abandon an export
-//! whose future *yields*: the gRPC exporter does, but the HTTP exporter runs reqwest's blocking
-//! client inside `poll`, which holds the worker for the client's own timeout (10 s by default)
-//! whatever the export timeout says, and a shutdown that waits for it cannot count what it held.
-//!
-//! [`DeadlineExporter`] wraps any span or log exporter and runs each export on a helper thread;
-//! the future the worker polls only waits for the helper's answer, so it yields and the worker's
-//! deadline holds for every transport:
-//!
-//! ```text
-//! batch worker ── export(batch) ──▶ helper thread: block_on(inner.export(batch))
-//!      │  polls a future that waits for the answer; gives up at the export timeout,
-//!      ▼  counts the batch as dropped and moves on
-//! ```
-//!
-//! A helper still stuck in an export when the next batch comes is left to finish on its own
-//! (its result is ignored: that batch was counted already) and a fresh helper takes the batch,
-//! so a hung collector sees one attempt per batch, each bounded by the export timeout. At most
-//! [`MAX_STUCK_HELPERS`] helpers may be stuck at once; beyond that a batch fails at once
-//! (counted) instead of starting another thread.
-//!
-//! ```
-//! use nemo_lens::export::DeadlineExporter;
-//! use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
-//! use opentelemetry::trace::{Tracer, TracerProvider};
-//!
-//! let memory = InMemorySpanExporter::default();
-//! let provider = SdkTracerProvider::builder()
-//!     .with_simple_exporter(DeadlineExporter::new("spans", memory.clone()))
-//!     .build();
-//! provider.tracer("demo").in_span("step", |_cx| {});
-//! assert_eq!(memory.get_finished_spans().unwrap().len(), 1);
-//! ```
 
 use std::fmt;
 use std::future::Future;
@@ -226,7 +191,42 @@ fn block_on<F: Future>(future: F) -> F::Output {
 }
 
 /// A span or log exporter whose exports run on a helper thread, so that the batch worker's
-/// export timeout is enforced whatever the transport (see the [module docs](self)).
+/// export timeout is enforced whatever the transport.
+///
+/// The batch worker gives every export `OTEL_BSP_EXPORT_TIMEOUT` (`OTEL_BLRP_EXPORT_TIMEOUT`
+/// for logs) and abandons it then, counting its batch as dropped. It can only abandon an export
+/// whose future *yields*: the gRPC exporter does, but the HTTP exporter runs reqwest's blocking
+/// client inside `poll`, which holds the worker for the client's own timeout (10 s by default)
+/// whatever the export timeout says, and a shutdown that waits for it cannot count what it held.
+///
+/// [`DeadlineExporter`] wraps any span or log exporter and runs each export on a helper thread;
+/// the future the worker polls only waits for the helper's answer, so it yields and the worker's
+/// deadline holds for every transport:
+///
+/// ```text
+/// batch worker ── export(batch) ──▶ helper thread: block_on(inner.export(batch))
+///      │  polls a future that waits for the answer; gives up at the export timeout,
+///      ▼  counts the batch as dropped and moves on
+/// ```
+///
+/// A helper still stuck in an export when the next batch comes is left to finish on its own
+/// (its result is ignored: that batch was counted already) and a fresh helper takes the batch,
+/// so a hung collector sees one attempt per batch, each bounded by the export timeout. At most
+/// [`MAX_STUCK_HELPERS`] helpers may be stuck at once; beyond that a batch fails at once
+/// (counted) instead of starting another thread.
+///
+/// ```
+/// use nemo_lens::export::DeadlineExporter;
+/// use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+/// use opentelemetry::trace::{Tracer, TracerProvider};
+///
+/// let memory = InMemorySpanExporter::default();
+/// let provider = SdkTracerProvider::builder()
+///     .with_simple_exporter(DeadlineExporter::new("spans", memory.clone()))
+///     .build();
+/// provider.tracer("demo").in_span("step", |_cx| {});
+/// assert_eq!(memory.get_finished_spans().unwrap().len(), 1);
+/// ```
 pub struct DeadlineExporter<E> {
     inner: Arc<E>,
     helpers: Helpers,
@@ -284,10 +284,8 @@ impl<E: SpanExporter + 'static> SpanExporter for DeadlineExporter<E> {
 impl<E: LogExporter + 'static> LogExporter for DeadlineExporter<E> {
     fn export(&self, batch: LogBatch<'_>) -> impl Future<Output = OTelSdkResult> + Send {
         // The batch borrows the caller's records: the helper gets its own copy.
-        let owned: Vec<(SdkLogRecord, InstrumentationScope)> = batch
-            .iter()
-            .map(|(r, s)| (r.clone(), s.clone()))
-            .collect();
+        let owned: Vec<(SdkLogRecord, InstrumentationScope)> =
+            batch.iter().map(|(r, s)| (r.clone(), s.clone())).collect();
         let inner = self.inner.clone();
         self.helpers.run(Box::new(move || {
             let refs: Vec<(&SdkLogRecord, &InstrumentationScope)> =

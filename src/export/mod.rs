@@ -32,8 +32,8 @@ pub(crate) mod budget;
 mod console;
 mod counted;
 mod deadline;
-mod split;
 pub(crate) mod otlp;
+mod split;
 
 pub(crate) use batch::DropCounters;
 pub use batch::{
@@ -47,5 +47,5 @@ pub(crate) use console::resolve_path;
 pub use console::{ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ConsoleWriter};
 pub use counted::CountedMetricExporter;
 pub use deadline::{DeadlineExporter, ExportAnswer, MAX_STUCK_HELPERS};
-pub use split::{MAX_MESSAGE_BYTES, MessageLimit};
 pub use otlp::{OtlpProtocol, Signal};
+pub use split::{MAX_MESSAGE_BYTES, MessageLimit};

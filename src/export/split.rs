@@ -1,37 +1,4 @@
 //! [`MessageLimit`]: OTLP batches kept under the collector's message size limit.
-//!
-//! A collector refuses an OTLP request larger than its receive limit (4 MiB by default for
-//! gRPC servers, the OpenTelemetry Collector's and rotel's included) as a whole: one span with a
-//! huge attribute would sink every innocent span of its batch. [`MessageLimit`] wraps the OTLP
-//! span exporter and, before each export,
-//!
-//! * drops a span whose own size ([`ApproxSize`], which errs high) exceeds
-//!   [`MAX_MESSAGE_BYTES`], counting it as dropped (it could never be delivered);
-//! * splits the rest into consecutive requests of at most [`MAX_MESSAGE_BYTES`] each.
-//!
-//! When a request fails, the batch counts as dropped as a whole (as without splitting), so a
-//! request sent before the failing one may be both delivered and counted.
-//!
-//! ```
-//! use std::sync::Arc;
-//! use std::sync::atomic::{AtomicU64, Ordering};
-//! use nemo_lens::export::MessageLimit;
-//! use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
-//! use opentelemetry::trace::{Span, Tracer, TracerProvider};
-//!
-//! let memory = InMemorySpanExporter::default();
-//! let dropped = Arc::new(AtomicU64::new(0));
-//! let provider = SdkTracerProvider::builder()
-//!     .with_simple_exporter(MessageLimit::new(memory.clone(), dropped.clone()))
-//!     .build();
-//! let tracer = provider.tracer("demo");
-//! tracer.in_span("small", |_cx| {});
-//! let mut huge = tracer.start("huge");
-//! huge.set_attribute(opentelemetry::KeyValue::new("blob", "x".repeat(5 << 20)));
-//! huge.end();
-//! assert_eq!(memory.get_finished_spans().unwrap().len(), 1); // "small" only
-//! assert_eq!(dropped.load(Ordering::Relaxed), 1); // "huge", counted
-//! ```
 
 use std::fmt;
 use std::future::Future;
@@ -52,8 +19,40 @@ pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
 /// What a request costs beyond its spans (resource, scope, framing), kept free under the limit.
 const REQUEST_OVERHEAD: usize = 64 << 10;
 
-/// A span exporter whose requests stay under [`MAX_MESSAGE_BYTES`] (see the
-/// [module docs](self)).
+/// A span exporter whose requests stay under [`MAX_MESSAGE_BYTES`].
+///
+/// A collector refuses an OTLP request larger than its receive limit (4 MiB by default for
+/// gRPC servers, the OpenTelemetry Collector's and rotel's included) as a whole: one span with a
+/// huge attribute would sink every innocent span of its batch. [`MessageLimit`] wraps the OTLP
+/// span exporter and, before each export,
+///
+/// * drops a span whose own size ([`ApproxSize`], which errs high) exceeds
+///   [`MAX_MESSAGE_BYTES`], counting it as dropped (it could never be delivered);
+/// * splits the rest into consecutive requests of at most [`MAX_MESSAGE_BYTES`] each.
+///
+/// When a request fails, the batch counts as dropped as a whole (as without splitting), so a
+/// request sent before the failing one may be both delivered and counted.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use nemo_lens::export::MessageLimit;
+/// use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+/// use opentelemetry::trace::{Span, Tracer, TracerProvider};
+///
+/// let memory = InMemorySpanExporter::default();
+/// let dropped = Arc::new(AtomicU64::new(0));
+/// let provider = SdkTracerProvider::builder()
+///     .with_simple_exporter(MessageLimit::new(memory.clone(), dropped.clone()))
+///     .build();
+/// let tracer = provider.tracer("demo");
+/// tracer.in_span("small", |_cx| {});
+/// let mut huge = tracer.start("huge");
+/// huge.set_attribute(opentelemetry::KeyValue::new("blob", "x".repeat(5 << 20)));
+/// huge.end();
+/// assert_eq!(memory.get_finished_spans().unwrap().len(), 1); // "small" only
+/// assert_eq!(dropped.load(Ordering::Relaxed), 1); // "huge", counted
+/// ```
 pub struct MessageLimit<E> {
     inner: E,
     dropped: Arc<AtomicU64>,
@@ -147,6 +146,9 @@ mod tests {
         batch.insert(3, huge);
         let (requests, oversized) = split(batch, one * 3);
         assert_eq!(oversized, 1);
-        assert_eq!(requests.iter().map(Vec::len).collect::<Vec<_>>(), [3, 3, 3, 1]);
+        assert_eq!(
+            requests.iter().map(Vec::len).collect::<Vec<_>>(),
+            [3, 3, 3, 1]
+        );
     }
 }

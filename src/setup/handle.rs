@@ -448,6 +448,10 @@ impl Telemetry {
     /// signal while the flush runs kills the process at once. In a process forked after the
     /// handlers were installed, the signals have their default effect.
     ///
+    /// The signal decides the exit status even when `main` finishes during the flush: `main`'s
+    /// [`Telemetry::shutdown`] waits for the signal thread's, and if `main` then returns, an
+    /// `atexit` handler waits for the flush to end and ends the process by the signal.
+    ///
     /// Without the handlers, SIGTERM and SIGINT end the process at once: spans still open and spans
     /// queued in the batch processor (up to `OTEL_BSP_MAX_QUEUE_SIZE`, by default up to 5 s worth)
     /// are lost. SIGKILL can never be handled.
@@ -456,8 +460,10 @@ impl Telemetry {
         exit::install_signal_handlers(target)
     }
 
-    /// Telemetry dropped so far: spans a full queue refused (the exporter could not keep up),
-    /// spans of failed or timed-out exports, spans still queued when shutdown's deadline passed.
+    /// Telemetry dropped so far: spans a full queue (or the byte budget,
+    /// `NEMO_LENS_QUEUE_MAX_BYTES`) refused, spans of failed or timed-out exports, spans still
+    /// queued when shutdown's deadline passed, spans that ended during or after shutdown, and
+    /// spans too large for an OTLP request.
     /// Exported + dropped = produced. Reported once on stderr at shutdown when not zero.
     ///
     /// ```

@@ -113,7 +113,8 @@ impl Built {
         if let Some(sampler) = parts.sampler {
             builder = builder.with_sampler(sampler);
         }
-        let mut processors: Vec<BoxedProcessor> = parts.processors.into_iter().map(|make| make()).collect();
+        let mut processors: Vec<BoxedProcessor> =
+            parts.processors.into_iter().map(|make| make()).collect();
         processors.push(match parts.exporter {
             Some(make) => make(&parts.settings)?,
             None => match config.exporter {
