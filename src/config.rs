@@ -50,7 +50,7 @@ impl FromStr for ExporterKind {
             "console" => Ok(ExporterKind::Console),
             _ => Err(LensError::UnknownExporter {
                 var: "exporter".into(),
-                value: s.to_string(),
+                value: crate::env::shown(s),
             }),
         }
     }
@@ -248,6 +248,9 @@ pub(crate) fn check_rate(var: &str, rate: f64) -> Result<f64> {
     }
 }
 
+/// The variables of other tools the configuration reads: a non-UTF-8 value means unset.
+const BARE_VARS: [&str; 3] = ["OTEL_SERVICE_NAME", "WANDB_ENTITY", "WANDB_PROJECT"];
+
 impl LensConfig {
     /// Reads the configuration from `NEMO_LENS_*` (and the bare `OTEL_SERVICE_NAME`,
     /// `WANDB_ENTITY`, `WANDB_PROJECT`).
@@ -268,10 +271,16 @@ impl LensConfig {
     /// # let _ = cfg;
     /// ```
     pub fn from_env_with_fallback(prefix: &str, fallback: Option<&str>) -> Result<Self> {
-        // Read through `var_os` so that a non-UTF-8 value is an error that names the variable.
+        // Read through `var_os` so that a non-UTF-8 `<prefix>_*` value is an error that names
+        // the variable. The bare variables of other tools (`OTEL_SERVICE_NAME`, `WANDB_*`) are
+        // not nemo-lens's to reject: a non-UTF-8 one means unset, with a warning.
         let mut first_err = None;
         let cfg = Self::from_lookup(prefix, fallback, |k| match env::process_var_strict(k) {
             Ok(v) => v,
+            Err(e) if BARE_VARS.contains(&k) => {
+                eprintln!("nemo-lens: warning: {e} Treated as unset.");
+                None
+            }
             Err(e) => {
                 first_err.get_or_insert(e);
                 None
@@ -334,9 +343,10 @@ impl LensConfig {
             cfg.sources.span_groups = Some(var);
         }
         if let Some((var, v)) = get("EXPORTER") {
-            cfg.exporter = v
-                .parse()
-                .map_err(|_| LensError::UnknownExporter { var, value: v })?;
+            cfg.exporter = v.parse().map_err(|_| LensError::UnknownExporter {
+                var,
+                value: env::shown(&v),
+            })?;
         }
         if let Some((_, v)) = get("RUN_ID") {
             cfg.run_id = v;

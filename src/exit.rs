@@ -1,4 +1,10 @@
 //! When the process dies: the opt-in panic hook and SIGTERM/SIGINT handlers.
+//!
+//! A signal that arrives decides how the process ends, whatever `main` does meanwhile: the
+//! signal thread flushes and then dies by the signal; if `main` finishes first (its own
+//! `shutdown` waits for the signal thread's flush) and returns, an `atexit` handler waits for
+//! that flush too and ends the process by the signal, so the exit status always says a signal
+//! ended the run (128 + signo in a shell), never 0.
 
 use std::io::Read;
 use std::os::fd::{IntoRawFd, RawFd};
@@ -8,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Once, Weak};
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex, Mutex as ParkingMutex};
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::error::{LensError, Result};
@@ -65,6 +71,11 @@ static SIGNAL_GENERATION: AtomicU64 = AtomicU64::new(0);
 static SIGNAL_FD: AtomicI32 = AtomicI32::new(-1);
 /// Set when the first signal is being handled: the next one terminates at once.
 static TERMINATING: AtomicBool = AtomicBool::new(false);
+/// The signal that ended the run (0: none), set by the handler itself; read at exit.
+static RECEIVED: AtomicI32 = AtomicI32::new(0);
+/// Whether the signal thread's flush is over (it is about to re-raise the signal).
+static FLUSHED: ParkingMutex<bool> = ParkingMutex::new(false);
+static FLUSHED_CV: Condvar = Condvar::new();
 static REGISTER: Once = Once::new();
 /// The telemetry the signal thread shuts down.
 static TARGET: Mutex<Option<Weak<dyn ExitTarget>>> = Mutex::new(None);
@@ -77,6 +88,8 @@ fn on_signal(signal: libc::c_int) {
         let _ = signal_hook::low_level::emulate_default_handler(signal);
         return;
     }
+    // The first signal decides the exit status (an atomic store is async-signal-safe).
+    let _ = RECEIVED.compare_exchange(0, signal, Ordering::AcqRel, Ordering::Acquire);
     let byte = signal as u8;
     let fd: RawFd = SIGNAL_FD.load(Ordering::Acquire);
     // SAFETY: `write` is async-signal-safe; the descriptor is non-blocking and never closed.
@@ -110,6 +123,13 @@ pub(crate) fn install_signal_handlers(inner: Weak<dyn ExitTarget>) -> Result<()>
     SIGNAL_GENERATION.store(generation, Ordering::Release);
     let mut registered = Ok(());
     REGISTER.call_once(|| {
+        // SAFETY: registers a plain `extern "C"` function that never unwinds.
+        if unsafe { libc::atexit(exit_by_received_signal) } != 0 {
+            registered = Err(err(
+                "cannot register the exit handler",
+                std::io::Error::other("atexit failed"),
+            ));
+        }
         for signal in [SIGTERM, SIGINT] {
             // SAFETY: `on_signal` is async-signal-safe (see there).
             if let Err(e) =
@@ -135,7 +155,35 @@ fn terminate(signal: libc::c_int) {
     {
         eprintln!("nemo-lens: {e}");
     }
+    *FLUSHED.lock() = true;
+    FLUSHED_CV.notify_all();
+    die_by(signal);
+}
+
+/// Ends the process by `signal` (default action), or with status 128 + `signal` if that does
+/// not end it.
+fn die_by(signal: libc::c_int) -> ! {
     let _ = signal_hook::low_level::emulate_default_handler(signal);
     // Only reached if the default action did not end the process.
-    std::process::exit(128 + signal);
+    // SAFETY: `_exit` ends the process at once; nothing runs after it.
+    unsafe { libc::_exit(128 + signal) }
+}
+
+/// Runs at `exit` (also when `main` returns): when a handled signal ended the run, waits for
+/// the signal thread's flush (at most [`EXIT_FLUSH_TIMEOUT`] and a moment) and ends the process
+/// by that signal instead of the status `main` chose.
+extern "C" fn exit_by_received_signal() {
+    let signal = RECEIVED.load(Ordering::Acquire);
+    if signal == 0 || SIGNAL_GENERATION.load(Ordering::Acquire) != ids::fork_generation() + 1 {
+        return;
+    }
+    let deadline = std::time::Instant::now() + EXIT_FLUSH_TIMEOUT + Duration::from_secs(1);
+    let mut flushed = FLUSHED.lock();
+    while !*flushed {
+        if FLUSHED_CV.wait_until(&mut flushed, deadline).timed_out() {
+            break;
+        }
+    }
+    drop(flushed);
+    die_by(signal);
 }

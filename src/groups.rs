@@ -219,7 +219,7 @@ pub fn resolve(spec: &str, var: &str) -> Result<BTreeSet<String>> {
             valid.dedup();
             return Err(LensError::UnknownSpanGroup {
                 var: var.to_string(),
-                name: part,
+                name: crate::env::shown(&part),
                 valid,
             });
         }

@@ -254,7 +254,7 @@ pub fn get_export_strategy(name: &str, var: &str) -> Result<ExportStrategy> {
         .cloned()
         .ok_or_else(|| LensError::UnknownStrategy {
             var: var.to_string(),
-            name: name.to_string(),
+            name: crate::env::shown(name),
             registered: reg.keys().cloned().collect(),
         })
 }

@@ -71,6 +71,7 @@ use opentelemetry_sdk::logs::{LogBatch, LogExporter, LogProcessor, SdkLogRecord}
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 use parking_lot::Mutex;
 
+use super::budget::{ApproxSize, ByteBudget, DEFAULT_QUEUE_MAX_BYTES};
 use crate::error::{LensError, Result};
 
 /// The largest accepted queue size (16 Mi items): a larger value would reserve gigabytes up
@@ -93,6 +94,9 @@ pub struct BatchConfig {
     pub max_export_batch_size: usize,
     /// Time one export may take; then its batch counts as dropped.
     pub export_timeout: Duration,
+    /// Bytes the queue may hold, waiting and in flight ([`crate::export::ByteBudget`];
+    /// `NEMO_LENS_QUEUE_MAX_BYTES`); more are dropped (and counted).
+    pub max_queue_bytes: usize,
 }
 
 impl Default for BatchConfig {
@@ -102,6 +106,7 @@ impl Default for BatchConfig {
             scheduled_delay: Duration::from_millis(5000),
             max_export_batch_size: 512,
             export_timeout: Duration::from_millis(30000),
+            max_queue_bytes: DEFAULT_QUEUE_MAX_BYTES,
         }
     }
 }
@@ -190,6 +195,7 @@ impl BatchConfig {
             scheduled_delay: delay,
             max_export_batch_size: batch.min(queue),
             export_timeout: timeout,
+            max_queue_bytes: d.max_queue_bytes,
         })
     }
 }
@@ -219,6 +225,8 @@ struct Shared<T> {
     /// A `Wake` is on its way: producers need not send another.
     notified: AtomicBool,
     shut: AtomicBool,
+    /// Bytes of the items waiting and in flight.
+    budget: ByteBudget,
     batch_size: usize,
     /// Queue length at which producers wake the worker: a quarter of a batch, so the worker
     /// starts well before the queue is near full (a producer at 500,000 spans/s fills the
@@ -259,13 +267,17 @@ impl<T: Send + 'static> Batcher<T> {
         config: BatchConfig,
         dropped: Arc<AtomicU64>,
         exporter: impl BatchExport<T>,
-    ) -> Result<Self> {
+    ) -> Result<Self>
+    where
+        T: ApproxSize,
+    {
         let queue_size = config.max_queue_size.clamp(1, MAX_QUEUE_SIZE_LIMIT);
         let shared = Arc::new(Shared {
             queue: ArrayQueue::new(queue_size),
             dropped,
             notified: AtomicBool::new(false),
             shut: AtomicBool::new(false),
+            budget: ByteBudget::new(config.max_queue_bytes),
             batch_size: config.max_export_batch_size.clamp(1, queue_size),
             wake_at: (config.max_export_batch_size.clamp(1, queue_size) / 4).max(1),
         });
@@ -290,9 +302,18 @@ impl<T: Send + 'static> Batcher<T> {
     /// Queues `item` without blocking; drops and counts it when the queue is full or the
     /// batcher is shut down.
     #[inline]
-    pub fn push(&self, item: T) {
+    pub fn push(&self, item: T)
+    where
+        T: ApproxSize,
+    {
         let shared = &*self.shared;
-        if shared.shut.load(Ordering::Relaxed) || shared.queue.push(item).is_err() {
+        let size = item.approx_size();
+        if shared.shut.load(Ordering::Relaxed) || !shared.budget.try_reserve(size) {
+            shared.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if shared.queue.push(item).is_err() {
+            shared.budget.release(size);
             shared.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -356,7 +377,7 @@ struct Worker<T, E> {
     first_error: Option<String>,
 }
 
-impl<T: Send + 'static, E: BatchExport<T>> Worker<T, E> {
+impl<T: ApproxSize + Send + 'static, E: BatchExport<T>> Worker<T, E> {
     fn new(shared: Arc<Shared<T>>, exporter: E, config: BatchConfig) -> Self {
         Worker {
             shared,
@@ -439,7 +460,8 @@ impl<T: Send + 'static, E: BatchExport<T>> Worker<T, E> {
         }
         if deadline.is_some() {
             let mut abandoned = 0;
-            while self.shared.queue.pop().is_some() {
+            while let Some(item) = self.shared.queue.pop() {
+                self.shared.budget.release(item.approx_size());
                 abandoned += 1;
             }
             self.shared.dropped.fetch_add(abandoned, Ordering::Relaxed);
@@ -460,10 +482,12 @@ impl<T: Send + 'static, E: BatchExport<T>> Worker<T, E> {
         if n == 0 {
             return 0;
         }
+        let bytes: usize = batch.iter().map(ApproxSize::approx_size).sum();
         if let Err(e) = self.exporter.export(batch, timeout) {
             self.shared.dropped.fetch_add(n as u64, Ordering::Relaxed);
             self.first_error.get_or_insert(e);
         }
+        self.shared.budget.release(bytes);
         n
     }
 }

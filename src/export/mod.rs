@@ -5,6 +5,9 @@
 //! | [`ConsoleSpanExporter`], [`ConsoleMetricExporter`], [`ConsoleLogExporter`] | compact JSONL in the Python library's console layout, to stdout, a file or any writer |
 //! | [`ConsoleWriter`] | the line sink those three share, so their lines interleave whole |
 //! | [`BatchSpanProcessor`], [`BatchLogProcessor`] ([`BatchConfig`]) | the bounded queue and worker between the layer and an exporter, which count what they drop |
+//! | [`ByteBudget`] ([`ApproxSize`]) | the byte budget of those queues (`NEMO_LENS_QUEUE_MAX_BYTES`) |
+//! | [`DeadlineExporter`] | runs a span or log exporter's exports on a helper thread, so the export timeout holds for every transport |
+//! | [`MessageLimit`] | keeps OTLP span requests under the collector's 4 MiB limit: splits batches, drops (counted) a span too large alone |
 //! | [`CountedMetricExporter`] | a metric exporter whose failed exports are counted |
 //! | [`OtlpProtocol`], [`Signal`] | OTLP over gRPC (feature `otlp-grpc`), HTTP/protobuf or HTTP/JSON (feature `otlp-http`), chosen per signal from `OTEL_EXPORTER_OTLP_*` |
 //!
@@ -25,16 +28,24 @@
 //! ```
 
 pub(crate) mod batch;
+pub(crate) mod budget;
 pub(crate) mod console;
 mod counted;
+mod deadline;
 pub(crate) mod otlp;
+mod split;
 
 pub(crate) use batch::DropCounters;
 pub use batch::{
     BatchConfig, BatchExport, BatchLogProcessor, BatchSpanProcessor, Batcher, DropCounts,
     MAX_QUEUE_SIZE_LIMIT,
 };
+pub use budget::{
+    ApproxSize, ByteBudget, DEFAULT_QUEUE_MAX_BYTES, MIN_QUEUE_MAX_BYTES, QUEUE_MAX_BYTES_VAR,
+};
 pub(crate) use console::resolve_path;
 pub use console::{ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ConsoleWriter};
 pub use counted::CountedMetricExporter;
+pub use deadline::{DeadlineExporter, ExportAnswer, MAX_STUCK_HELPERS};
 pub use otlp::{OtlpProtocol, Signal};
+pub use split::{MAX_MESSAGE_BYTES, MessageLimit};

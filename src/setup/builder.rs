@@ -7,12 +7,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::logs::{LogExporter, SdkLoggerProvider};
+use opentelemetry_sdk::logs::{LogExporter, SdkLogRecord, SdkLoggerProvider};
 use opentelemetry_sdk::metrics::MeterProviderBuilder;
-use opentelemetry_sdk::trace::{SpanExporter, SpanProcessor, TracerProviderBuilder};
+use opentelemetry_sdk::trace::{SpanData, SpanExporter, SpanProcessor, TracerProviderBuilder};
 
 use super::SCOPE_NAME;
 use super::handle::{Inner, Telemetry};
+use super::once::ShutdownOnce;
 use super::pipelines::{Built, METRIC_INTERVAL_VAR, TraceParts};
 use super::processors::{BoxedProcessor, ExportSettings, exporter_processor, log_provider};
 use crate::config::LensConfig;
@@ -20,6 +21,7 @@ use crate::env::Env;
 use crate::error::{LensError, Result};
 use crate::export::DropCounters;
 use crate::export::batch::BatchConfig;
+use crate::export::budget;
 use crate::filter::LensFilter;
 use crate::groups::{self, GroupGate};
 use crate::ids;
@@ -417,7 +419,7 @@ impl TelemetryBuilder {
         let recorder_plan = recorder::Plan::new(&config)?;
         // Read on every enabled rank, so a bad value fails alike everywhere, before anything
         // global is touched.
-        let (batch, log_batch, value_limit) = if config.enabled {
+        let (mut batch, mut log_batch, value_limit) = if config.enabled {
             (
                 BatchConfig::from_env("OTEL_BSP", &*lookup)?,
                 BatchConfig::from_env_over("OTEL_BLRP", BatchConfig::logs_default(), &*lookup)?,
@@ -426,6 +428,25 @@ impl TelemetryBuilder {
         } else {
             (BatchConfig::default(), BatchConfig::logs_default(), None)
         };
+        if config.enabled {
+            // Memory bounded in bytes: the queues' budget, and their rings kept within it.
+            let max_bytes = budget::queue_max_bytes(Env::new(&*lookup))?;
+            for (b, var, slot) in [
+                (&mut batch, "OTEL_BSP_MAX_QUEUE_SIZE", size_of::<SpanData>()),
+                (
+                    &mut log_batch,
+                    "OTEL_BLRP_MAX_QUEUE_SIZE",
+                    size_of::<(SdkLogRecord, InstrumentationScope)>(),
+                ),
+            ] {
+                b.max_queue_bytes = max_bytes;
+                // A ring slot is the item and a stamp.
+                let slot = slot + size_of::<usize>();
+                b.max_queue_size = budget::clamp_queue_size(var, b.max_queue_size, slot, max_bytes);
+                b.max_export_batch_size = b.max_export_batch_size.min(b.max_queue_size);
+            }
+        }
+        let flush_timeout = batch.export_timeout.max(log_batch.export_timeout);
         let dropped = DropCounters::default();
         let settings = ExportSettings {
             synchronous,
@@ -550,7 +571,8 @@ impl TelemetryBuilder {
             exporting,
             groups: gate,
             built,
-            shutdown_done: AtomicBool::new(false),
+            shutdown: ShutdownOnce::default(),
+            flush_timeout,
             panic_hook: AtomicBool::new(false),
             generation,
             dropped,

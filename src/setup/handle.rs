@@ -15,6 +15,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 use super::SCOPE_NAME;
 use super::builder::TelemetryBuilder;
+use super::once::{FinishOnDrop, ShutdownOnce, Turn};
 use super::pipelines::Built;
 use crate::closer;
 use crate::config::LensConfig;
@@ -39,7 +40,10 @@ pub(crate) struct Inner {
     pub(super) flight_recorder: Option<FlightRecorder>,
     pub(super) built: Built,
     pub(super) instruments: Instruments,
-    pub(super) shutdown_done: AtomicBool,
+    pub(super) shutdown: ShutdownOnce,
+    /// How long [`Telemetry::force_flush`] waits: the longest export timeout
+    /// (`OTEL_BSP_EXPORT_TIMEOUT`, `OTEL_BLRP_EXPORT_TIMEOUT`).
+    pub(super) flush_timeout: Duration,
     pub(super) panic_hook: AtomicBool,
     pub(super) dropped: DropCounters,
     /// The fork generation of the setup; another one means this is a forked child.
@@ -342,31 +346,64 @@ impl Telemetry {
         self.inner.inherited()
     }
 
-    /// Exports everything queued, without closing live spans.
+    /// Exports everything queued, without closing live spans, waiting at most the export
+    /// timeout (the longer of `OTEL_BSP_EXPORT_TIMEOUT` and `OTEL_BLRP_EXPORT_TIMEOUT`, 30 s by
+    /// default) plus a moment.
+    ///
+    /// The flush runs on a helper thread: when a collector hangs, this call returns an error at
+    /// that bound and the helper finishes (or gives up) in the background; what the hung
+    /// exports held is counted in [`Telemetry::dropped`] when they time out.
+    ///
+    /// ```
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// t.force_flush().unwrap(); // nothing to flush on a disabled rank
+    /// ```
     pub fn force_flush(&self) -> Result<()> {
         if self.inner.inherited() {
             return Ok(());
         }
-        let mut errors = Vec::new();
-        if let Some(p) = &self.inner.built.tracer_provider
-            && let Err(e) = p.force_flush()
-        {
-            errors.push(format!("traces: {e}"));
+        let tracer = self.inner.built.tracer_provider.clone();
+        let meter = self.inner.built.meter_provider.clone();
+        let logger = self
+            .inner
+            .built
+            .logger_provider
+            .as_ref()
+            .map(|p| p.sdk().clone());
+        if tracer.is_none() && meter.is_none() && logger.is_none() {
+            return Ok(());
         }
-        if let Some(p) = &self.inner.built.meter_provider
-            && let Err(e) = p.force_flush()
-        {
-            errors.push(format!("metrics: {e}"));
-        }
-        if let Some(p) = &self.inner.built.logger_provider
-            && let Err(e) = p.sdk().force_flush()
-        {
-            errors.push(format!("logs: {e}"));
-        }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(LensError::Shutdown(errors.join("; ")))
+        let (tx, rx) = mpsc::channel();
+        let flush = move || {
+            let mut errors = Vec::new();
+            if let Some(p) = tracer
+                && let Err(e) = p.force_flush()
+            {
+                errors.push(format!("traces: {e}"));
+            }
+            if let Some(p) = meter
+                && let Err(e) = p.force_flush()
+            {
+                errors.push(format!("metrics: {e}"));
+            }
+            if let Some(p) = logger
+                && let Err(e) = p.force_flush()
+            {
+                errors.push(format!("logs: {e}"));
+            }
+            let _ = tx.send(errors);
+        };
+        let timeout = self.inner.flush_timeout;
+        std::thread::Builder::new()
+            .name("nemo-lens-flush".into())
+            .spawn(flush)
+            .map_err(|e| LensError::Shutdown(format!("cannot start the flush thread: {e}")))?;
+        match rx.recv_timeout(timeout + Duration::from_millis(500)) {
+            Ok(errors) if errors.is_empty() => Ok(()),
+            Ok(errors) => Err(LensError::Shutdown(errors.join("; "))),
+            Err(_) => Err(LensError::Shutdown(format!(
+                "flush timed out after {timeout:?} (the export timeout): an exporter is stuck"
+            ))),
         }
     }
 
@@ -440,6 +477,10 @@ impl Telemetry {
     /// signal while the flush runs kills the process at once. In a process forked after the
     /// handlers were installed, the signals have their default effect.
     ///
+    /// The signal decides the exit status even when `main` finishes during the flush: `main`'s
+    /// [`Telemetry::shutdown`] waits for the signal thread's, and if `main` then returns, an
+    /// `atexit` handler waits for the flush to end and ends the process by the signal.
+    ///
     /// Without the handlers, SIGTERM and SIGINT end the process at once: spans still open and spans
     /// queued in the batch processor (up to `OTEL_BSP_MAX_QUEUE_SIZE`, by default up to 5 s worth)
     /// are lost. SIGKILL can never be handled.
@@ -448,8 +489,10 @@ impl Telemetry {
         exit::install_signal_handlers(target)
     }
 
-    /// Telemetry dropped so far: spans a full queue refused (the exporter could not keep up),
-    /// spans of failed or timed-out exports, spans still queued when shutdown's deadline passed.
+    /// Telemetry dropped so far: spans a full queue (or the byte budget,
+    /// `NEMO_LENS_QUEUE_MAX_BYTES`) refused, spans of failed or timed-out exports, spans still
+    /// queued when shutdown's deadline passed, spans that ended during or after shutdown, and
+    /// spans too large for an OTLP request.
     /// Exported + dropped = produced. Reported once on stderr at shutdown when not zero.
     ///
     /// ```
@@ -461,7 +504,19 @@ impl Telemetry {
     }
 
     /// Ends open spans as truncated, flushes and shuts the providers down, returning within
-    /// `timeout` (plus scheduling slack) even when an exporter hangs. A second call does nothing.
+    /// `timeout` (plus scheduling slack) even when an exporter hangs.
+    ///
+    /// Runs once: a call while another shutdown is running (the signal thread's on SIGTERM, the
+    /// panic hook's, another thread's) waits for that one to finish, at most `timeout`, so
+    /// `main` never returns (and the process never exits) in the middle of the flush; a call
+    /// after it returns at once.
+    ///
+    /// # Accounting
+    ///
+    /// Spans that end while the shutdown runs (training goes on during a SIGTERM flush) and
+    /// after it are refused by the span processor and counted in [`Telemetry::dropped`]: every
+    /// sampled span is exported or counted. The counts are printed once on stderr at the end of
+    /// the shutdown when not zero.
     ///
     /// # Truncation
     ///
@@ -522,11 +577,24 @@ impl ExitTarget for Inner {
     }
 
     fn shutdown_because(&self, timeout: Duration, reason: &'static str) -> Result<()> {
-        if self.shutdown_done.swap(true, Ordering::SeqCst) || self.inherited() {
-            // Done already, or a forked child: the parent's providers have no worker threads
-            // here, and shutting them down would wait out `timeout` per processor.
+        if self.inherited() {
+            // A forked child: the parent's providers have no worker threads here, and shutting
+            // them down would wait out `timeout` per processor.
             return Ok(());
         }
+        if self.shutdown.begin() == Turn::Wait {
+            // Another path (signal thread, panic hook, another thread) is shutting down: wait
+            // for it, so that this caller does not go on (and exit) mid-flush.
+            return if self.shutdown.wait(timeout) {
+                Ok(())
+            } else {
+                Err(LensError::Shutdown(format!(
+                    "another shutdown (a signal, the panic hook or another thread) was still \
+                     running after {timeout:?}"
+                )))
+            };
+        }
+        let _finish = FinishOnDrop(&self.shutdown);
         if let Some(r) = &self.flight_recorder {
             r.on_truncation(reason);
         }
@@ -534,7 +602,20 @@ impl ExitTarget for Inner {
         if let Some(p) = &self.built.pipeline {
             p.open.close_all(reason);
         }
-        let tracer = self.built.tracer_provider.clone();
+        // The span processors are shut down directly, not through the tracer provider: a shut
+        // provider skips ending spans silently, while a shut processor refuses and counts them.
+        let tracer = self
+            .built
+            .tracer_provider
+            .is_some()
+            .then(|| self.built.span_processors.clone());
+        // The application's own processors (`TelemetryBuilder::tracer_provider`) are reached
+        // through the provider, after lens's own.
+        let own_provider = self
+            .built
+            .tracer_provider
+            .clone()
+            .filter(|_| self.built.own_provider);
         let meter = self.built.meter_provider.clone();
         let logger = self.built.logger_provider.as_ref().map(|p| p.sdk().clone());
         if tracer.is_none() && meter.is_none() && logger.is_none() {
@@ -547,9 +628,14 @@ impl ExitTarget for Inner {
                 let mut errors = Vec::new();
                 let remaining = || deadline.saturating_duration_since(Instant::now());
                 if let Some(t) = tracer
-                    && let Err(e) = t.shutdown_with_timeout(remaining())
+                    && let Err(e) = t.shutdown(remaining())
                 {
                     errors.push(format!("traces: {e}"));
+                }
+                if let Some(p) = own_provider
+                    && let Err(e) = p.shutdown_with_timeout(remaining())
+                {
+                    errors.push(format!("traces (application's processors): {e}"));
                 }
                 // Logs before metrics, so the last metric export carries the final
                 // `nemo.lens.dropped` counts of spans and logs.
@@ -583,8 +669,9 @@ impl ExitTarget for Inner {
         if dropped.total() > 0 {
             // Reported once: shutdown runs once.
             eprintln!(
-                "nemo-lens: dropped {dropped} (queue full, export failed or timed out, or still \
-                 queued at shutdown; see OTEL_BSP_MAX_QUEUE_SIZE and OTEL_BLRP_MAX_QUEUE_SIZE)"
+                "nemo-lens: dropped {dropped} (queue full, export failed or timed out, still \
+                 queued at shutdown, or ended while shutting down; see OTEL_BSP_MAX_QUEUE_SIZE, \
+                 OTEL_BLRP_MAX_QUEUE_SIZE and NEMO_LENS_QUEUE_MAX_BYTES)"
             );
         }
         result

@@ -43,6 +43,7 @@
 
 mod builder;
 mod handle;
+mod once;
 mod pipelines;
 mod processors;
 

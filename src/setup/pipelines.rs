@@ -18,15 +18,17 @@ use opentelemetry_sdk::trace::{SdkTracerProvider, TracerProviderBuilder};
 
 use super::SCOPE_NAME;
 use super::builder::{LogExporterFactory, ProcessorFactory, ReaderFactory};
-use super::processors::{BoxedProcessor, ExportSettings, exporter_processor, log_provider};
+use super::processors::{
+    BoxedProcessor, ExportSettings, SpanProcessors, exporter_processor, log_provider,
+};
 use crate::config::{ExporterKind, LensConfig};
-use crate::env::Env;
+use crate::env::{Env, shown};
 use crate::error::{LensError, Result};
 use crate::export::DropCounters;
 use crate::export::otlp::{self, Signal};
 use crate::export::{
     ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ConsoleWriter,
-    CountedMetricExporter, resolve_path,
+    CountedMetricExporter, MessageLimit, resolve_path,
 };
 use crate::ids::ChaChaIdGenerator;
 use crate::layer::Pipeline;
@@ -46,6 +48,12 @@ pub(crate) struct Built {
     /// What the layer records through (`None`: the layer is inert).
     pub(crate) pipeline: Option<Arc<Pipeline>>,
     pub(crate) tracer_provider: Option<SdkTracerProvider>,
+    /// The tracer provider's span processors, which the handle shuts down (not the provider:
+    /// see [`SpanProcessors`]).
+    pub(crate) span_processors: SpanProcessors,
+    /// The tracer provider was built from the application's own builder, whose processors only
+    /// the provider's shutdown reaches.
+    pub(crate) own_provider: bool,
     pub(crate) meter_provider: Option<SdkMeterProvider>,
     pub(crate) logger_provider: Option<LensLoggerProvider>,
     pub(crate) resource: Option<Resource>,
@@ -87,7 +95,7 @@ impl Built {
             Some(template) => {
                 ConsoleWriter::to_path(template, rank).map_err(|source| LensError::OutputFile {
                     var: "NEMO_LENS_CONSOLE_PATH".into(),
-                    path: resolve_path(template, rank).display().to_string(),
+                    path: shown(&resolve_path(template, rank).display().to_string()),
                     source,
                 })?
             }
@@ -108,6 +116,7 @@ impl Built {
         env: Env<'_>,
         parts: TraceParts,
     ) -> Result<()> {
+        let resource = parts.resource.clone();
         let own_builder = parts.provider_builder.is_some();
         let mut builder = match parts.provider_builder {
             Some(builder) => builder,
@@ -117,9 +126,8 @@ impl Built {
         if let Some(sampler) = parts.sampler {
             builder = builder.with_sampler(sampler);
         }
-        for make in parts.processors {
-            builder = builder.with_span_processor(make());
-        }
+        let mut processors: Vec<BoxedProcessor> =
+            parts.processors.into_iter().map(|make| make()).collect();
         let exporter = match parts.exporter {
             Some(make) => Some(make(&parts.settings)?),
             None if own_builder => None,
@@ -131,14 +139,20 @@ impl Built {
                 ExporterKind::Otlp => {
                     let protocol = otlp::protocol_for(Signal::Traces, env)?;
                     let exporter = self.transport.span_exporter(protocol)?;
+                    // One huge span must not make the collector refuse its whole batch.
+                    let exporter = MessageLimit::new(exporter, parts.settings.dropped.clone());
                     exporter_processor(exporter, &parts.settings)?
                 }
             }),
         };
-        if let Some(exporter) = exporter {
-            builder = builder.with_span_processor(exporter);
+        processors.extend(exporter);
+        let processors = SpanProcessors::new(processors, &resource);
+        for p in processors.registered() {
+            builder = builder.with_span_processor(p);
         }
         let provider = builder.build();
+        self.span_processors = processors;
+        self.own_provider = own_builder;
         if parts.install_global {
             global::set_tracer_provider(provider.clone());
         }

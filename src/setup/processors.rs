@@ -3,16 +3,17 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use opentelemetry::Context;
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::logs::{LogExporter, SdkLoggerProvider};
 use opentelemetry_sdk::trace::{SimpleSpanProcessor, Span, SpanData, SpanExporter, SpanProcessor};
 
 use crate::error::Result;
+use crate::export::DeadlineExporter;
 use crate::export::batch::{BatchConfig, BatchLogProcessor, BatchSpanProcessor};
 
 /// A span processor behind a box (the SDK builder wants a concrete type).
@@ -58,7 +59,7 @@ pub(super) fn log_provider<E: LogExporter + 'static>(
     } else {
         builder
             .with_log_processor(BatchLogProcessor::new(
-                exporter,
+                DeadlineExporter::new("logs", exporter),
                 settings.batch,
                 settings.dropped.clone(),
             )?)
@@ -125,9 +126,101 @@ pub(super) fn exporter_processor<E: SpanExporter + 'static>(
         BoxedProcessor(Box::new(SimpleSpanProcessor::new(Suppressed(exporter))))
     } else {
         BoxedProcessor(Box::new(BatchSpanProcessor::new(
-            exporter,
+            DeadlineExporter::new("spans", exporter),
             settings.batch,
             settings.dropped.clone(),
         )?))
     })
+}
+
+/// A span processor shared between the tracer provider and the handle, so that the handle can
+/// shut it down without shutting the provider down.
+///
+/// A shut-down tracer provider skips every span that ends afterwards without a word (the SDK
+/// checks the provider before calling `on_end`); a shut-down nemo-lens batch processor refuses
+/// the span and counts it as dropped. So [`Telemetry::shutdown`](crate::Telemetry::shutdown)
+/// shuts the processors down through these handles and leaves the provider running: spans
+/// that end while the shutdown runs (training goes on during a SIGTERM flush) or after it are
+/// counted, not lost silently.
+#[derive(Clone)]
+struct SharedProcessor(Arc<Shared>);
+
+struct Shared {
+    processor: Box<dyn SpanProcessor>,
+    shut: AtomicBool,
+}
+
+impl fmt::Debug for SharedProcessor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.processor.fmt(f)
+    }
+}
+
+impl SpanProcessor for SharedProcessor {
+    fn on_start(&self, span: &mut Span, cx: &Context) {
+        self.0.processor.on_start(span, cx)
+    }
+    #[inline]
+    fn on_end(&self, span: SpanData) {
+        self.0.processor.on_end(span)
+    }
+    fn force_flush(&self) -> OTelSdkResult {
+        self.0.processor.force_flush()
+    }
+    /// Shuts the processor down once (the handle, then the provider when dropped, both call
+    /// this); a later call returns `Ok` at once.
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        if self.0.shut.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.0.processor.shutdown_with_timeout(timeout)
+    }
+    /// The resource was given to the processor before it was shared
+    /// ([`SpanProcessors::new`]).
+    fn set_resource(&mut self, _resource: &Resource) {}
+}
+
+/// The span processors of a tracer provider, in registration order, shut down by the handle
+/// (see [`SharedProcessor`]).
+#[derive(Clone, Default)]
+pub(crate) struct SpanProcessors(Vec<SharedProcessor>);
+
+impl SpanProcessors {
+    /// Gives every processor `resource` (the provider's), then shares them.
+    pub(super) fn new(processors: Vec<BoxedProcessor>, resource: &Resource) -> Self {
+        SpanProcessors(
+            processors
+                .into_iter()
+                .map(|mut p| {
+                    p.set_resource(resource);
+                    SharedProcessor(Arc::new(Shared {
+                        processor: p.0,
+                        shut: AtomicBool::new(false),
+                    }))
+                })
+                .collect(),
+        )
+    }
+
+    /// The processors to register with the provider builder.
+    pub(super) fn registered(&self) -> impl Iterator<Item = impl SpanProcessor + 'static> + '_ {
+        self.0.iter().cloned()
+    }
+
+    /// Shuts every processor down within `timeout`, in registration order.
+    pub(super) fn shutdown(&self, timeout: Duration) -> OTelSdkResult {
+        let deadline = Instant::now() + timeout;
+        let mut errors = Vec::new();
+        for p in &self.0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if let Err(e) = p.shutdown_with_timeout(left) {
+                errors.push(e.to_string());
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(OTelSdkError::InternalFailure(errors.join("; ")))
+        }
+    }
 }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod collector;
+pub mod hung;
 pub mod metrics;
 
 use std::path::PathBuf;

@@ -96,7 +96,9 @@ impl ConsoleWriter {
     ///
     /// # Errors
     ///
-    /// Any I/O error from creating the directories or opening the file.
+    /// Any I/O error from creating the directories or opening the file. Opening never blocks:
+    /// a FIFO with no reader is an error (`ENXIO`, "a FIFO with no reader") instead of a
+    /// `build()` that hangs until some process opens the other end.
     pub fn to_path(template: &str, rank: u32) -> io::Result<Self> {
         let path = resolve_path(template, rank);
         if let Some(parent) = path.parent()
@@ -104,7 +106,7 @@ impl ConsoleWriter {
         {
             std::fs::create_dir_all(parent)?;
         }
-        let file: File = OpenOptions::new().create(true).append(true).open(&path)?;
+        let file = open_append(&path)?;
         Ok(Self::new(Box::new(file), Target::File(path)))
     }
 
@@ -166,6 +168,36 @@ impl ConsoleWriter {
             Target::File(p) => p.display().to_string(),
         }
     }
+}
+
+/// Opens `path` for appending without blocking: `O_NONBLOCK` makes opening a FIFO that has no
+/// reader fail at once (`ENXIO`) instead of waiting for one; the flag is cleared once open, so
+/// writes stay ordinary blocking writes.
+fn open_append(path: &Path) -> io::Result<File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ENXIO) => io::Error::new(
+                e.kind(),
+                "a FIFO with no reader (start the reader first, or name a regular file)",
+            ),
+            _ => e,
+        })?;
+    let fd = file.as_raw_fd();
+    // SAFETY: fcntl on a descriptor this function owns.
+    let cleared = unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) == 0
+    };
+    if !cleared {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(file)
 }
 
 /// Replaces every `{rank}` in `template` with `rank`.

@@ -1,0 +1,115 @@
+//! No hang and no flood on a hostile path or environment, on the real trainer example: a FIFO
+//! with no reader as the console path, 100 KiB values in `NEMO_LENS_*` variables, non-UTF-8
+//! values in the bare variables of other tools (`OTEL_SERVICE_NAME`, `WANDB_*`).
+
+mod common;
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+fn trainer() -> Command {
+    let mut cmd = Command::new(common::example("trainer"));
+    common::clear_telemetry_env(&mut cmd);
+    cmd.env("NEMO_LENS_ENABLED", "1")
+        .env("NEMO_LENS_EXPORTER", "console")
+        .env("NEMO_LENS_METRICS_ENABLED", "0")
+        .args(["--steps", "1", "--step-ms", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Runs `cmd`, killing it (and failing) if it has not exited within a generous bound. Its
+/// output is read meanwhile, so a flood cannot block it on a full pipe.
+fn run_bounded(cmd: &mut Command) -> Output {
+    let child = cmd.spawn().unwrap();
+    let pid = child.id() as libc::pid_t;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            // SAFETY: kills our own child, still unwaited (its waiter is blocked).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the trainer hung for 60 s");
+        }
+    }
+}
+
+#[test]
+fn a_fifo_without_reader_as_console_path_fails_setup_instead_of_hanging() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("spans.fifo");
+    let path = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+    // SAFETY: mkfifo on a NUL-terminated path we own.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    let output = run_bounded(trainer().env("NEMO_LENS_CONSOLE_PATH", &fifo));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("NEMO_LENS_CONSOLE_PATH") && stderr.contains("FIFO with no reader"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_huge_bad_value_is_reported_in_a_readable_length() {
+    let huge = "x".repeat(100 * 1024);
+    let nowhere = format!("/proc/nemo-lens-nowhere/{huge}/spans.jsonl");
+    for (var, value) in [
+        ("NEMO_LENS_EXPORTER", huge.as_str()),
+        ("NEMO_LENS_EXPORT_STRATEGY", huge.as_str()),
+        ("NEMO_LENS_SPAN_GROUPS", huge.as_str()),
+        ("NEMO_LENS_ENABLED", huge.as_str()),
+        ("NEMO_LENS_CONSOLE_PATH", nowhere.as_str()),
+        ("NEMO_LENS_QUEUE_MAX_BYTES", huge.as_str()),
+    ] {
+        let output = run_bounded(trainer().env(var, value));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{var}: {}",
+            &stderr[..stderr.len().min(500)]
+        );
+        assert!(
+            stderr.contains(var),
+            "{var}: {}",
+            &stderr[..stderr.len().min(500)]
+        );
+        assert!(
+            stderr.len() < 1024,
+            "{var}: {} bytes on stderr: {}…",
+            stderr.len(),
+            &stderr[..500]
+        );
+    }
+}
+
+#[test]
+fn non_utf8_bare_variables_mean_unset_with_a_warning_as_readme_says() {
+    for var in ["OTEL_SERVICE_NAME", "WANDB_ENTITY", "WANDB_PROJECT"] {
+        let output = run_bounded(trainer().env(var, OsStr::from_bytes(b"run-\xff\xfe")));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{var}: {stderr}");
+        assert!(
+            stderr.contains(var) && stderr.contains("Treated as unset"),
+            "{var}: {stderr}"
+        );
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(stdout.contains("\"train\""), "{var}: spans still exported");
+        if var == "OTEL_SERVICE_NAME" {
+            assert!(stdout.contains("\"service.name\": \"nemo\""), "{stdout}");
+        }
+    }
+    // A non-UTF-8 NEMO_LENS_* value stays an error naming it.
+    let output = run_bounded(trainer().env("NEMO_LENS_RUN_ID", OsStr::from_bytes(b"\xff")));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("NEMO_LENS_RUN_ID"), "{stderr}");
+}
