@@ -23,7 +23,7 @@
 //!   not recover an earlier context); pass `Context::new()` for a root span. The emitted span is
 //!   never made current.
 //! * **Attributes** are set after the span starts (samplers do not see them, as in Python);
-//!   string values under the redact keys ([`crate::layer::DEFAULT_REDACT_KEYS`]) become
+//!   string values under the redact keys ([`crate::fields::DEFAULT_REDACT_KEYS`]) become
 //!   `[REDACTED]`.
 //!
 //! ```
@@ -59,7 +59,7 @@ use opentelemetry::trace::{Span as _, SpanContext, Tracer};
 use opentelemetry::{Context, KeyValue, Value};
 
 use crate::error::{LensError, Result};
-use crate::layer::{DEFAULT_REDACT_KEYS, REDACTED};
+use crate::fields::{DEFAULT_REDACT_KEYS, REDACTED};
 use crate::semconv::{
     INVERTED_DELTA_SECONDS, INVERTED_END_EPOCH_SECONDS, INVERTED_SKEW, INVERTED_START_EPOCH_SECONDS,
 };

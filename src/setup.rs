@@ -66,7 +66,7 @@ use crate::config::{ExporterKind, LensConfig};
 use crate::error::{LensError, Result};
 use crate::exit;
 use crate::export::batch::{
-    BatchConfig, BatchLogProcessor, BatchSpanProcessor, DropCounters, DropCounts,
+    BatchLogProcessor, DropCounters, DropCounts, LensBatchProcessor, QueueConfig, SpanQueue,
 };
 use crate::export::console::{ConsoleSpanExporter, ConsoleWriter};
 use crate::export::console_logs::ConsoleLogExporter;
@@ -195,8 +195,10 @@ impl<F: std::future::Future> std::future::Future for SuppressedFuture<F> {
 /// How the exporter's processor is built.
 struct ExportSettings {
     synchronous: bool,
-    batch: BatchConfig,
+    batch: QueueConfig,
     dropped: Arc<AtomicU64>,
+    /// The record queue of the span batch processor, once built (the lens layer feeds it).
+    span_queue: std::sync::OnceLock<SpanQueue>,
 }
 
 fn exporter_processor<E: SpanExporter + 'static>(
@@ -206,11 +208,10 @@ fn exporter_processor<E: SpanExporter + 'static>(
     Ok(if settings.synchronous {
         BoxedProcessor(Box::new(SimpleSpanProcessor::new(Suppressed(exporter))))
     } else {
-        BoxedProcessor(Box::new(BatchSpanProcessor::new(
-            exporter,
-            settings.batch,
-            settings.dropped.clone(),
-        )?))
+        let processor =
+            LensBatchProcessor::new(exporter, settings.batch, settings.dropped.clone())?;
+        let _ = settings.span_queue.set(processor.span_queue());
+        BoxedProcessor(Box::new(processor))
     })
 }
 
@@ -423,23 +424,25 @@ impl TelemetryBuilder {
         // global is touched.
         let (batch, log_batch, value_limit) = if config.enabled {
             (
-                BatchConfig::from_env("OTEL_BSP", &*lookup)?,
-                BatchConfig::from_env_over("OTEL_BLRP", BatchConfig::logs_default(), &*lookup)?,
+                QueueConfig::from_env("OTEL_BSP", &*lookup)?,
+                QueueConfig::from_env_over("OTEL_BLRP", QueueConfig::logs_default(), &*lookup)?,
                 layer::value_length_limit(&*lookup)?,
             )
         } else {
-            (BatchConfig::default(), BatchConfig::logs_default(), None)
+            (QueueConfig::default(), QueueConfig::logs_default(), None)
         };
         let dropped = DropCounters::default();
         let settings = ExportSettings {
             synchronous,
             batch,
             dropped: dropped.spans.clone(),
+            span_queue: Default::default(),
         };
         let log_settings = ExportSettings {
             synchronous,
             batch: log_batch,
             dropped: dropped.logs.clone(),
+            span_queue: Default::default(),
         };
         let exporting = config.enabled && decision;
         let sampler = RankAwareSampler::new(rank, world_size, config.export_sample_rate);
@@ -496,6 +499,8 @@ impl TelemetryBuilder {
                         provider.tracer(SCOPE_NAME),
                         propagation::env_parent(&*lookup),
                         value_limit,
+                        settings.span_queue.get().cloned(),
+                        config.sampler_enabled,
                     )));
                 }
                 built.tracer_provider = Some(provider);
@@ -986,11 +991,14 @@ impl Inner {
         if self.inherited() || self.built.pipeline.is_none() {
             return;
         }
+        let Some(pipeline) = &self.built.pipeline else {
+            return;
+        };
+        // Never the span extensions (another layer may hold their lock on this thread): the
+        // registry's scope walk, then the open-span table, with bounded waits.
         tracing::Span::current().with_subscriber(|(id, dispatch)| {
             if let Some(with) = dispatch.downcast_ref::<WithLens>() {
-                (with.with_innermost)(dispatch, id, &mut |data| {
-                    data.record_exception("panic", message)
-                });
+                pipeline.record_panic(&(with.scope)(dispatch, id), message);
             }
         });
     }
@@ -1004,8 +1012,9 @@ impl Inner {
         }
         let deadline = Instant::now() + timeout;
         if let Some(p) = &self.built.pipeline {
-            p.open.close_all(reason);
+            p.close_all(reason);
         }
+        let pipeline = self.built.pipeline.clone();
         let tracer = self.built.tracer_provider.clone();
         let meter = self.built.meter_provider.clone();
         let logger = self.built.logger_provider.as_ref().map(|p| p.sdk().clone());
@@ -1018,6 +1027,10 @@ impl Inner {
             .spawn(move || {
                 let mut errors = Vec::new();
                 let remaining = || deadline.saturating_duration_since(Instant::now());
+                if let Some(p) = pipeline {
+                    // Span records become SDK spans only while the provider is up.
+                    p.drain(deadline);
+                }
                 if let Some(t) = tracer {
                     if let Err(e) = t.shutdown_with_timeout(remaining()) {
                         errors.push(format!("traces: {e}"));
