@@ -108,6 +108,9 @@ pub(crate) fn truncate_chars(mut text: String, limit: Option<usize>) -> String {
     text
 }
 
+/// A span's attributes: the first few inline (no allocation for a span with up to four fields).
+pub(crate) type SpanAttributes = smallvec::SmallVec<[KeyValue; 4]>;
+
 /// Span-level settings carried by reserved fields (`otel.name`, `otel.kind`,
 /// `otel.status_code`, `otel.status_description`).
 #[derive(Default)]
@@ -119,6 +122,15 @@ pub(crate) struct Reserved {
 }
 
 impl Reserved {
+    /// Whether any reserved field was recorded.
+    #[inline]
+    pub(crate) fn is_set(&self) -> bool {
+        self.name.is_some()
+            || self.kind.is_some()
+            || self.status_code.is_some()
+            || self.status_description.is_some()
+    }
+
     /// The status the reserved fields set, if any.
     pub(crate) fn status(&mut self) -> Option<Status> {
         match (self.status_code, self.status_description.take()) {
@@ -191,40 +203,46 @@ fn redacted(field: &Field, text: String, limit: Option<usize>) -> Value {
     }
 }
 
-/// The attributes and reserved settings read from a span's fields (at creation or from
-/// `span.record`).
-pub(crate) struct SpanFields {
-    pub(crate) attributes: Vec<KeyValue>,
-    pub(crate) reserved: Reserved,
+/// Reads a span's fields (at creation or from `span.record`) into its attributes and the
+/// reserved settings.
+pub(crate) struct SpanFields<'a> {
+    attributes: &'a mut SpanAttributes,
+    reserved: Reserved,
     limit: Option<usize>,
 }
 
-impl SpanFields {
-    /// Reads the fields of a new span (`Empty` ones, such as a group field, are not visited:
-    /// a span whose only field is its group allocates nothing here).
+impl<'a> SpanFields<'a> {
+    /// Reads the fields of a new span into `attributes` (`Empty` ones, such as a group field,
+    /// are not visited); returns the reserved settings.
     #[inline]
-    pub(crate) fn of_new_span(
+    pub(crate) fn read_new_span(
         attrs: &tracing_core::span::Attributes<'_>,
+        attributes: &'a mut SpanAttributes,
         limit: Option<usize>,
-    ) -> Self {
+    ) -> Reserved {
         let mut fields = SpanFields {
-            attributes: Vec::with_capacity(attrs.values().len()),
+            attributes,
             reserved: Reserved::default(),
             limit,
         };
         attrs.record(&mut Fields(&mut fields));
-        fields
+        fields.reserved
     }
 
-    /// Reads the values of a `span.record` call.
-    pub(crate) fn of_record(values: &tracing_core::span::Record<'_>, limit: Option<usize>) -> Self {
+    /// Reads the values of a `span.record` call into `attributes`; returns the reserved
+    /// settings.
+    pub(crate) fn read_record(
+        values: &tracing_core::span::Record<'_>,
+        attributes: &'a mut SpanAttributes,
+        limit: Option<usize>,
+    ) -> Reserved {
         let mut fields = SpanFields {
-            attributes: Vec::new(),
+            attributes,
             reserved: Reserved::default(),
             limit,
         };
         values.record(&mut Fields(&mut fields));
-        fields
+        fields.reserved
     }
 
     #[cold]
@@ -257,7 +275,7 @@ impl SpanFields {
     }
 }
 
-impl FieldSink for SpanFields {
+impl FieldSink for SpanFields<'_> {
     #[inline]
     fn value(&mut self, field: &Field, value: Value) {
         let name = field.name();

@@ -62,7 +62,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 use crate::closer::OpenSpans;
 use crate::export::batch::SpanQueue;
-use crate::fields::{EventValues, SpanFields};
+use crate::fields::{EventValues, SpanAttributes, SpanFields};
 use crate::filter::LensFilter;
 use crate::ids;
 use crate::logs::{LensLoggerProvider, LogFilter, LogLayer};
@@ -372,8 +372,6 @@ where
         let Some(span_ref) = ctx.span(id) else {
             return;
         };
-        // User code (`Display`/`Debug` of the fields) runs here, before any lock is taken.
-        let fields = SpanFields::of_new_span(attrs, pipeline.value_limit);
         let parent = self.parent(pipeline, attrs, &ctx);
         let parent_cx = parent.span_context();
         let (trace_id, sampled, trace_state) = match &parent_cx {
@@ -391,8 +389,15 @@ where
         };
         let cx = SpanContext::new(trace_id, ids::new_span_id(), flags, false, trace_state);
         let data = if sampled {
-            let record = SpanRecord::start(attrs.metadata().name(), fields, parent);
-            let state = Arc::new(SpanState::new(cx, Some(record)));
+            let record = SpanRecord::start(attrs.metadata().name(), parent);
+            let mut state = Arc::new(SpanState::new(cx, Some(record)));
+            // The fields are read straight into the record. User code (`Display`/`Debug`)
+            // runs here: the state is not shared yet, so it is reached without its lock (a
+            // panic drops it, and nothing else ever saw it).
+            if let Some(record) = Arc::get_mut(&mut state).and_then(|s| s.record.get_mut().as_mut())
+            {
+                record.read_fields(attrs, pipeline.value_limit);
+            }
             let key = pipeline.open.insert(id.clone(), state.clone());
             LensSpan::new(state, Some(key), pipeline.generation, pipeline.index())
         } else {
@@ -413,10 +418,11 @@ where
             return;
         };
         // User code runs here, before any lock is taken.
-        let fields = SpanFields::of_record(values, pipeline.value_limit);
+        let mut attributes = SpanAttributes::new();
+        let reserved = SpanFields::read_record(values, &mut attributes, pipeline.value_limit);
         if std::thread::panicking() {
             if let Some(state) = self.state_while_panicking(id) {
-                state.record_fields(fields);
+                state.record_fields(attributes, reserved);
             }
             return;
         }
@@ -425,7 +431,7 @@ where
         };
         let ext = span_ref.extensions();
         if let Some(data) = ext.get::<LensSpan>().filter(|d| d.is_live()) {
-            data.state().record_fields(fields);
+            data.state().record_fields(attributes, reserved);
         }
     }
 
@@ -510,8 +516,9 @@ where
             return;
         };
         pipeline.open.remove(key);
-        if data.state().end() {
-            pipeline.finish(data.state().clone());
+        let state = data.into_state();
+        if state.end() {
+            pipeline.finish(state);
         }
     }
 

@@ -58,7 +58,7 @@ use tracing_core::{Event as TracingEvent, Subscriber};
 use tracing_subscriber::layer::Context as LayerContext;
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::fields::{EventValues, SpanFields};
+use crate::fields::{EventValues, Reserved, SpanAttributes, SpanFields};
 use crate::{ids, semconv};
 
 /// How long the panic hook and the closer wait for a record's lock before giving up on it.
@@ -128,7 +128,7 @@ pub(crate) struct SpanRecord {
     start: SystemTime,
     end: Option<SystemTime>,
     parent: Parent,
-    attributes: Vec<KeyValue>,
+    attributes: SpanAttributes,
     events: Vec<Event>,
     dropped_events: u32,
     links: Vec<Link>,
@@ -136,28 +136,48 @@ pub(crate) struct SpanRecord {
 }
 
 impl SpanRecord {
-    /// A record started now from the span's fields.
-    pub(crate) fn start(name: &'static str, fields: SpanFields, parent: Parent) -> Self {
-        let SpanFields {
-            attributes,
-            mut reserved,
-            ..
-        } = fields;
+    /// A record started now, without attributes yet (see [`SpanRecord::read_fields`]).
+    #[inline]
+    pub(crate) fn start(name: &'static str, parent: Parent) -> Self {
         SpanRecord {
-            name: match reserved.name.take() {
-                Some(name) => Cow::Owned(name),
-                None => Cow::Borrowed(name),
-            },
-            kind: reserved.kind.take(),
-            status: reserved.status().unwrap_or(Status::Unset),
+            name: Cow::Borrowed(name),
+            kind: None,
+            status: Status::Unset,
             start: SystemTime::now(),
             end: None,
             parent,
-            attributes,
+            attributes: SpanAttributes::new(),
             events: Vec::new(),
             dropped_events: 0,
             links: Vec::new(),
             dropped_links: 0,
+        }
+    }
+
+    /// Reads the new span's fields straight into the record (user code runs here: the record
+    /// must not be shared yet, so that no lock is held).
+    #[inline]
+    pub(crate) fn read_fields(
+        &mut self,
+        attrs: &tracing_core::span::Attributes<'_>,
+        limit: Option<usize>,
+    ) {
+        let reserved = SpanFields::read_new_span(attrs, &mut self.attributes, limit);
+        if reserved.is_set() {
+            self.apply(reserved);
+        }
+    }
+
+    #[cold]
+    fn apply(&mut self, mut reserved: Reserved) {
+        if let Some(name) = reserved.name.take() {
+            self.name = Cow::Owned(name);
+        }
+        if let Some(kind) = reserved.kind.take() {
+            self.kind = Some(kind);
+        }
+        if let Some(status) = reserved.status() {
+            self.set_status(status);
         }
     }
 
@@ -195,10 +215,11 @@ impl SpanRecord {
 pub(crate) struct SpanState {
     cx: SpanContext,
     /// `None` when the span is not sampled (nothing is recorded), or once the worker took it.
-    record: Mutex<Option<SpanRecord>>,
+    pub(crate) record: Mutex<Option<SpanRecord>>,
 }
 
 impl SpanState {
+    #[inline]
     pub(crate) fn new(cx: SpanContext, record: Option<SpanRecord>) -> Self {
         SpanState {
             cx,
@@ -207,21 +228,13 @@ impl SpanState {
     }
 
     /// Applies a `span.record` (values read beforehand, outside the lock).
-    pub(crate) fn record_fields(&self, fields: SpanFields) {
-        let SpanFields {
-            attributes,
-            mut reserved,
-            ..
-        } = fields;
+    pub(crate) fn record_fields(&self, attributes: SpanAttributes, reserved: Reserved) {
         let mut guard = self.record.lock();
         let Some(record) = guard.as_mut().filter(|r| r.is_open()) else {
             return;
         };
-        if let Some(name) = reserved.name.take() {
-            record.name = Cow::Owned(name);
-        }
-        if let Some(status) = reserved.status() {
-            record.set_status(status);
+        if reserved.is_set() {
+            record.apply(reserved);
         }
         for kv in attributes {
             record.set_attribute(kv);
@@ -351,7 +364,7 @@ impl SpanState {
         let mut builder = SpanBuilder::from_name(name);
         builder.span_kind = kind;
         builder.start_time = Some(start);
-        builder.attributes = Some(attributes);
+        builder.attributes = Some(attributes.into_vec());
         if !events.is_empty() {
             builder.events = Some(events);
         }
@@ -417,6 +430,15 @@ impl LensSpan {
 
     pub(crate) fn state(&self) -> &Arc<SpanState> {
         &self.state
+    }
+
+    /// The shared state, taking it out of the extension without running its `Drop` (the
+    /// caller has handled the open-span entry).
+    #[inline]
+    pub(crate) fn into_state(self) -> Arc<SpanState> {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped nor used again; the other fields need no drop.
+        unsafe { std::ptr::read(&this.state) }
     }
 
     pub(crate) fn span_context(&self) -> &SpanContext {
