@@ -183,11 +183,33 @@ fn bench_reentered(c: &mut Criterion) {
     g.finish();
 }
 
+/// The issue-13 targets, side by side in one run: an exported lens span against the
+/// `tracing_subscriber::registry()` it sits on, as a root span and as the child of a
+/// long-lived span (every step span of a trainer is one).
+fn bench_against_registry(c: &mut Criterion) {
+    let mut g = c.benchmark_group("span_vs_registry");
+    let child = |g: &mut criterion::BenchmarkGroup<'_, _>, name: &str| {
+        let outer = tracing::info_span!("train", nemo.group.step = Empty);
+        outer.in_scope(|| g.bench_function(name, |b| b.iter(one_span)));
+    };
+    tracing::subscriber::with_default(tracing_subscriber::registry(), || {
+        g.bench_function("registry_only/root", |b| b.iter(one_span));
+        child(&mut g, "registry_only/child");
+    });
+    let built = build(Wiring::LensExported);
+    built.run(|| {
+        g.bench_function("lens_exported/root", |b| b.iter(one_span));
+        child(&mut g, "lens_exported/child");
+    });
+    built.shutdown();
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(std::time::Duration::from_secs(1))
         .measurement_time(std::time::Duration::from_secs(3));
-    targets = bench_spans, bench_spans_two_threads, bench_reentered
+    targets = bench_spans, bench_spans_two_threads, bench_reentered, bench_against_registry
 }
 criterion_main!(benches);
