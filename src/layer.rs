@@ -66,7 +66,7 @@ use crate::fields::{EventValues, SpanAttributes, SpanFields};
 use crate::filter::LensFilter;
 use crate::ids;
 use crate::logs::{LensLoggerProvider, LogFilter, LogLayer};
-use crate::recording::{LensSpan, Limits, Parent, SpanRecord, SpanState};
+use crate::recording::{LensSpan, Limits, Parent, SpanState};
 
 pub use crate::fields::{
     DEFAULT_REDACT_KEYS, REDACTED, SPAN_VALUE_LIMIT_VAR, VALUE_LIMIT_VAR, value_length_limit,
@@ -140,6 +140,15 @@ impl Pipeline {
     #[inline]
     pub(crate) fn inherited(&self) -> bool {
         self.generation != ids::fork_generation()
+    }
+
+    /// An emptied span state to reuse, if any.
+    #[inline]
+    fn spare_state(&self) -> Option<Arc<SpanState>> {
+        match &self.sink {
+            RecordSink::Queue(queue) => queue.spare(),
+            RecordSink::Inline => None,
+        }
     }
 
     /// Hands an ended record over for export.
@@ -389,8 +398,8 @@ where
         };
         let cx = SpanContext::new(trace_id, ids::new_span_id(), flags, false, trace_state);
         let data = if sampled {
-            let record = SpanRecord::start(attrs.metadata().name(), parent);
-            let mut state = Arc::new(SpanState::new(cx, Some(record)));
+            let mut state =
+                SpanState::start(pipeline.spare_state(), cx, attrs.metadata().name(), parent);
             // The fields are read straight into the record. User code (`Display`/`Debug`)
             // runs here: the state is not shared yet, so it is reached without its lock (a
             // panic drops it, and nothing else ever saw it).

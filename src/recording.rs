@@ -133,6 +133,8 @@ pub(crate) struct SpanRecord {
     dropped_events: u32,
     links: Vec<Link>,
     dropped_links: u32,
+    /// The worker has built its SDK span.
+    built: bool,
 }
 
 impl SpanRecord {
@@ -151,7 +153,25 @@ impl SpanRecord {
             dropped_events: 0,
             links: Vec::new(),
             dropped_links: 0,
+            built: false,
         }
+    }
+
+    /// Starts this (emptied, reused) record anew, in place.
+    #[inline]
+    fn restart(&mut self, name: &'static str, parent: Parent) {
+        self.name = Cow::Borrowed(name);
+        self.kind = None;
+        self.status = Status::Unset;
+        self.start = SystemTime::now();
+        self.end = None;
+        self.parent = parent;
+        self.attributes.clear();
+        self.events.clear();
+        self.dropped_events = 0;
+        self.links.clear();
+        self.dropped_links = 0;
+        self.built = false;
     }
 
     /// Reads the new span's fields straight into the record (user code runs here: the record
@@ -225,6 +245,28 @@ impl SpanState {
             cx,
             record: Mutex::new(record),
         }
+    }
+
+    /// The state of a new span with record `name`/`parent`: `spare` (an emptied state, see
+    /// [`SpanQueue::spare`](crate::export::batch::SpanQueue::spare)) restarted in place when
+    /// it is referenced nowhere else, else a new allocation. Returned unshared.
+    #[inline]
+    pub(crate) fn start(
+        spare: Option<Arc<SpanState>>,
+        cx: SpanContext,
+        name: &'static str,
+        parent: Parent,
+    ) -> Arc<SpanState> {
+        if let Some(mut spare) = spare {
+            if let Some(state) = Arc::get_mut(&mut spare) {
+                if let Some(record) = state.record.get_mut().as_mut() {
+                    state.cx = cx;
+                    record.restart(name, parent);
+                    return spare;
+                }
+            }
+        }
+        Arc::new(SpanState::new(cx, Some(SpanRecord::start(name, parent))))
     }
 
     /// Applies a `span.record` (values read beforehand, outside the lock).
@@ -345,10 +387,9 @@ impl SpanState {
     /// `false` when nothing was exported: the record was taken already, or the SDK did not
     /// record the span (its provider is shut down).
     pub(crate) fn build_sdk_span(&self, tracer: &SdkTracer) -> bool {
-        let Some(record) = self.record.lock().take() else {
-            return false;
-        };
-        let SpanRecord {
+        // Move the contents out (the lock is held for this only), leaving the record in place,
+        // ended and marked built, so that the state can be reused for another span.
+        let (
             name,
             kind,
             status,
@@ -360,7 +401,26 @@ impl SpanState {
             dropped_events,
             links,
             dropped_links,
-        } = record;
+        ) = {
+            let mut guard = self.record.lock();
+            let Some(r) = guard.as_mut().filter(|r| !r.built && !r.is_open()) else {
+                return false;
+            };
+            r.built = true;
+            (
+                std::mem::replace(&mut r.name, Cow::Borrowed("")),
+                r.kind.take(),
+                std::mem::replace(&mut r.status, Status::Unset),
+                r.start,
+                r.end,
+                std::mem::replace(&mut r.parent, Parent::Root),
+                std::mem::take(&mut r.attributes),
+                std::mem::take(&mut r.events),
+                r.dropped_events,
+                std::mem::take(&mut r.links),
+                r.dropped_links,
+            )
+        };
         let mut builder = SpanBuilder::from_name(name);
         builder.span_kind = kind;
         builder.start_time = Some(start);

@@ -600,7 +600,14 @@ thread_local! {
 pub(crate) struct SpanQueue {
     handle: BatchHandle<SpanItem>,
     tracer: Arc<Mutex<Option<SdkTracer>>>,
+    /// Emptied span states the worker hands back for reuse: a span then costs the training
+    /// thread no allocation (memory a worker thread frees is slow for another thread to get
+    /// back from the allocator).
+    spare: Arc<ArrayQueue<Arc<SpanState>>>,
 }
+
+/// How many emptied span states wait for reuse, at most.
+const SPARE_STATES: usize = 512;
 
 impl fmt::Debug for SpanQueue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -629,6 +636,12 @@ impl SpanQueue {
         self.handle.drain(deadline);
     }
 
+    /// An emptied span state to reuse, if the worker has one.
+    #[inline]
+    pub(crate) fn spare(&self) -> Option<Arc<SpanState>> {
+        self.spare.pop()
+    }
+
     fn identity(&self) -> usize {
         Arc::as_ptr(&self.handle.shared) as usize
     }
@@ -643,6 +656,8 @@ struct SpanExport<E> {
     /// This queue's identity (see [`COLLECTING`]).
     identity: usize,
     dropped: Arc<AtomicU64>,
+    /// See [`SpanQueue::spare`].
+    spare: Arc<ArrayQueue<Arc<SpanState>>>,
 }
 
 impl<E> SpanExport<E> {
@@ -662,10 +677,14 @@ impl<E> SpanExport<E> {
                         spans.push(*data);
                     }
                 }),
-                SpanItem::Record(state) => {
+                SpanItem::Record(mut state) => {
                     let built = tracer.as_ref().is_some_and(|t| state.build_sdk_span(t));
                     if !built {
                         lost += 1;
+                    }
+                    // Emptied, and referenced nowhere else: back for reuse.
+                    if Arc::get_mut(&mut state).is_some() {
+                        let _ = self.spare.push(state);
                     }
                 }
             }
@@ -753,12 +772,14 @@ impl<E: SpanExporter + 'static> LensBatchProcessor<E> {
     pub fn new(exporter: E, config: QueueConfig, dropped: Arc<AtomicU64>) -> Result<Self> {
         let exporter = Arc::new(StdMutex::new(exporter));
         let tracer = Arc::new(Mutex::new(None));
+        let spare = Arc::new(ArrayQueue::new(SPARE_STATES));
         // The worker learns its queue's identity (see `COLLECTING`) before it starts.
         let export = SpanExport {
             exporter: exporter.clone(),
             tracer: tracer.clone(),
             identity: 0,
             dropped: dropped.clone(),
+            spare: spare.clone(),
         };
         let batcher = Batcher::new_with("spans", config, dropped, export, |shared, e| {
             e.identity = Arc::as_ptr(shared) as usize;
@@ -766,6 +787,7 @@ impl<E: SpanExporter + 'static> LensBatchProcessor<E> {
         let queue = SpanQueue {
             handle: batcher.handle(),
             tracer,
+            spare,
         };
         Ok(LensBatchProcessor {
             batcher,
