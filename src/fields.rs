@@ -6,7 +6,7 @@
 //! ([`crate::logs`]), for the redaction of log attributes. It only *converts*: where the values
 //! go (a span's record, an event) is the caller's business, and nothing here takes a lock, so a
 //! field whose `Display` or `Debug` panics unwinds through plain user code (see
-//! [`crate::recording`]).
+//! `src/recording.rs`).
 //!
 //! | `tracing` value | attribute |
 //! |---|---|

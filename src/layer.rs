@@ -44,6 +44,10 @@
 //! Which callsites the layer records is decided by [`LensFilter`] once per callsite; on a
 //! non-exporting rank or for a disabled group the callsite is `Interest::never` and a span costs
 //! what a disabled callsite costs. Events outside any span are ignored by this layer.
+//!
+//! On an exporting rank the training thread keeps only a compact record per span (see
+//! `src/recording.rs`): ids, timestamps, attributes, events. The OpenTelemetry SDK span is
+//! built from it later on the batch worker thread, where span processors also run.
 
 use std::any::TypeId;
 use std::fmt;

@@ -18,9 +18,12 @@ use tracing_subscriber::prelude::*;
 /// `on_start`.
 #[derive(Debug, Clone, Default)]
 struct Watcher {
-    starts: Arc<Mutex<Vec<(SpanId, Option<String>)>>>,
-    ends: Arc<Mutex<Vec<(SpanId, Option<String>)>>>,
+    starts: Calls,
+    ends: Calls,
 }
+
+/// Span id and thread name of each call.
+type Calls = Arc<Mutex<Vec<(SpanId, Option<String>)>>>;
 
 fn thread_name() -> Option<String> {
     std::thread::current().name().map(str::to_string)

@@ -737,7 +737,7 @@ impl<E: SpanExporter + 'static> BatchExport<SpanItem> for SpanExport<E> {
 /// [`SpanExporter`].
 ///
 /// Spans recorded by the lens layer reach its queue as compact records, and their SDK spans
-/// are built on its worker thread (see [`crate::recording`]); spans ended elsewhere (the
+/// are built on its worker thread (see `src/recording.rs`); spans ended elsewhere (the
 /// OpenTelemetry API) reach it through [`SpanProcessor::on_end`] as usual.
 ///
 /// ```
@@ -949,8 +949,8 @@ impl<E: LogExporter + 'static> LogProcessor for BatchLogProcessor<E> {
     }
 }
 
-/// Telemetry dropped so far by this process's pipelines (see [`Telemetry::dropped`]
-/// (crate::Telemetry::dropped)): items a full queue refused, items of failed or timed-out
+/// Telemetry dropped so far by this process's pipelines (see
+/// [`Telemetry::dropped`](crate::Telemetry::dropped)): items a full queue refused, items of failed or timed-out
 /// exports, and items still queued when shutdown's deadline passed.
 ///
 /// ```
