@@ -56,8 +56,8 @@ use std::mem::ManuallyDrop;
 use std::sync::{Arc, Weak};
 
 use opentelemetry::Context;
-use opentelemetry::trace::{SpanContext, TraceContextExt, TraceFlags, TraceState};
-use opentelemetry_sdk::trace::SdkTracer;
+use opentelemetry::trace::{SpanContext, SpanKind, TraceContextExt, TraceFlags, TraceState};
+use opentelemetry_sdk::trace::{Sampler, SamplingDecision, SdkTracer, ShouldSample};
 use tracing_core::span::{Attributes, Id, Record};
 use tracing_core::{Dispatch, Event, Interest, LevelFilter, Metadata, Subscriber};
 use tracing_subscriber::filter::Filtered;
@@ -106,6 +106,10 @@ pub(crate) struct Pipeline {
     /// The sampler follows the parent's sampled flag (the SDK's default `ParentBased`
     /// sampler); `false` with the rank sampler, which keeps every span of a sampled rank.
     pub(crate) parent_based: bool,
+    /// The sampler `OTEL_TRACES_SAMPLER` gives the SDK, when it is not the default: the span's
+    /// sampled flag is decided on the training thread by the same sampler, so that the context
+    /// children and propagation see agrees with what the worker's SDK span will be.
+    env_sampler: Option<Sampler>,
     index: PipelineIndex,
 }
 
@@ -136,6 +140,7 @@ impl Pipeline {
             sink,
             limits: Limits::from_env(),
             parent_based: !rank_sampler,
+            env_sampler: if rank_sampler { None } else { env_sampler() },
             index: PipelineIndex::default(),
         }
     }
@@ -201,6 +206,30 @@ impl Pipeline {
     }
 }
 
+/// The sampler the SDK's default configuration reads from `OTEL_TRACES_SAMPLER` and
+/// `OTEL_TRACES_SAMPLER_ARG` (the same mapping), unless it is the default
+/// `parentbased_always_on` (or unset, or one the SDK does not implement, which it replaces by
+/// the default).
+fn env_sampler() -> Option<Sampler> {
+    let name = std::env::var("OTEL_TRACES_SAMPLER").ok()?;
+    let ratio = || {
+        std::env::var("OTEL_TRACES_SAMPLER_ARG")
+            .ok()
+            .and_then(|r| r.parse::<f64>().ok())
+            .unwrap_or(1.0)
+    };
+    Some(match name.as_str() {
+        "always_on" => Sampler::AlwaysOn,
+        "always_off" => Sampler::AlwaysOff,
+        "traceidratio" => Sampler::TraceIdRatioBased(ratio()),
+        "parentbased_always_off" => Sampler::ParentBased(Box::new(Sampler::AlwaysOff)),
+        "parentbased_traceidratio" => {
+            Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(ratio())))
+        }
+        _ => return None,
+    })
+}
+
 /// The table of live pipelines, so that a span the subscriber drops without closing it (a
 /// rare path) can reach its pipeline without every span holding a reference to it.
 static PIPELINES: parking_lot::Mutex<slab::Slab<Weak<Pipeline>>> =
@@ -245,6 +274,27 @@ impl Drop for Pipeline {
             unsafe { ManuallyDrop::drop(&mut self.tracer) }
         }
     }
+}
+
+/// The decision of an `OTEL_TRACES_SAMPLER` sampler for a new span (see
+/// [`Pipeline::env_sampler`]): sampled, and the trace state.
+#[cold]
+fn sample(
+    sampler: &Sampler,
+    parent: &Parent,
+    trace_id: opentelemetry::trace::TraceId,
+    name: &str,
+) -> (bool, TraceState) {
+    let cx = match parent {
+        Parent::Root => Context::new(),
+        Parent::Span(sc) => Context::new().with_remote_span_context(sc.clone()),
+        Parent::Context(cx) => cx.clone(),
+    };
+    let result = sampler.should_sample(Some(&cx), trace_id, name, &SpanKind::Internal, &[], &[]);
+    (
+        result.decision == SamplingDecision::RecordAndSample,
+        result.trace_state,
+    )
 }
 
 /// Runs `f` on the lens data of span `id` in the subscriber behind `dispatch`.
@@ -387,7 +437,7 @@ where
         };
         let parent = self.parent(pipeline, attrs, &ctx);
         let parent_cx = parent.span_context();
-        let (trace_id, sampled, trace_state) = match &parent_cx {
+        let (trace_id, mut sampled, mut trace_state) = match &parent_cx {
             Some(p) => (
                 p.trace_id(),
                 !pipeline.parent_based || p.is_sampled(),
@@ -395,6 +445,9 @@ where
             ),
             None => (ids::new_trace_id(), true, TraceState::default()),
         };
+        if let Some(sampler) = &pipeline.env_sampler {
+            (sampled, trace_state) = sample(sampler, &parent, trace_id, attrs.metadata().name());
+        }
         let flags = if sampled {
             TraceFlags::SAMPLED
         } else {

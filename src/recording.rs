@@ -384,8 +384,8 @@ impl SpanState {
 
     /// Builds the SDK span of this ended record through `tracer` (its processors' `on_start`
     /// and `on_end` run here, on this thread) and ends it at the recorded time. Returns
-    /// `false` when nothing was exported: the record was taken already, or the SDK did not
-    /// record the span (its provider is shut down).
+    /// `false` when a span that should have been exported was not: the SDK did not record it
+    /// because its provider is shut down (a span its sampler drops is not a loss).
     pub(crate) fn build_sdk_span(&self, tracer: &SdkTracer) -> bool {
         // Move the contents out (the lock is held for this only), leaving the record in place,
         // ended and marked built, so that the state can be reused for another span.
@@ -404,7 +404,7 @@ impl SpanState {
         ) = {
             let mut guard = self.record.lock();
             let Some(r) = guard.as_mut().filter(|r| !r.built && !r.is_open()) else {
-                return false;
+                return true;
             };
             r.built = true;
             (
@@ -436,7 +436,8 @@ impl SpanState {
             tracer.build_with_context(builder, &parent)
         });
         if !span.is_recording() {
-            return false;
+            // A shut-down provider hands out an empty context; a sampled-out span keeps its ids.
+            return span.span_context().is_valid();
         }
         if status != Status::Unset {
             span.set_status(status);
