@@ -32,19 +32,19 @@
 //!
 //! | | before (SDK span per span) | after (span record) | registry alone |
 //! |---|---|---|---|
-//! | `bench_pair` (two nested group spans), per span | 4,618 | 3,028 | |
-//! | root span | 4,274 | 2,735 | 733 |
+//! | `bench_pair` (two nested group spans), per span (`benches/instructions.sh`) | 4,592 | 3,039 | |
+//! | root span | 4,274 | 2,741 | 733 |
 //! | child span | 5,092 | 3,432 | 957 |
-//! | event in a span (message + one field) | 1,779 | 1,593 | |
+//! | event in a span (message + one field) | 1,779 | 1,594 | |
 //! | all threads, `bench_pair`, per span | 5,206 | 5,395 | |
 //!
 //! Targets (issue 13): exported span <= 2x registry alone: **missed** (3.7x root, 3.6x child in
 //! instructions). Child <= 1.1x root: **missed** (1.25x; the registry alone is 1.31x). <= 2,000
-//! instructions per span: **missed** (3,028). Two threads <= 1.3x one: **missed** at this load
+//! instructions per span: **missed** (3,039). Two threads <= 1.3x one: **missed** at this load
 //! (1.38x). Event <= 150 ns: not resolvable at this load (`benches/events.rs`: 480 ns here,
 //! against 514 ns for the old layer in the same run and 1.44-1.84 µs for `fmt`).
 //!
-//! Where the 2,735 instructions of a root span go now (callgrind, inclusive): the registry's
+//! Where the 2,741 instructions of a root span go now (callgrind, inclusive): the registry's
 //! own work ~730 (slot, current span, `span_data` lookups, enter/exit, the slot's clear); the
 //! extension map's insert and remove ~315 (a hash map and a `Box` per span, inside
 //! `tracing-subscriber`); ids from the ChaCha stream and the suppression/context thread-locals

@@ -302,6 +302,9 @@ impl TelemetryBuilder {
 
     /// Adds a span processor, built by `make` only on an exporting rank, registered before the
     /// exporter's processor (the counterpart of `add_span_processor` after Python setup).
+    /// For spans of the lens layer its `on_start` and `on_end` run on the batch worker thread,
+    /// one after the other, once the span has ended (on the ending thread with
+    /// [`synchronous_export`](Self::synchronous_export)).
     pub fn span_processor<P, F>(mut self, make: F) -> Self
     where
         P: SpanProcessor + 'static,
