@@ -73,10 +73,17 @@ impl OpenSpans {
         self.slots.lock().insert(Entry { id, seq, state })
     }
 
+    /// Removes entry `key` if it is `state`'s: after a [`drain`](Self::drain) (shutdown) the
+    /// key may hold another span's entry by now.
     #[inline]
-    pub(crate) fn remove(&self, key: usize) {
+    pub(crate) fn remove(&self, key: usize, state: &Arc<SpanState>) {
+        let mut slots = self.slots.lock();
+        let entry = match slots.get(key) {
+            Some(e) if Arc::ptr_eq(&e.state, state) => slots.try_remove(key),
+            _ => None,
+        };
         // The entry (and its reference to the record) is dropped after the lock is released.
-        let entry = self.slots.lock().try_remove(key);
+        drop(slots);
         drop(entry);
     }
 

@@ -581,8 +581,8 @@ where
         let Some(key) = data.open_key.take() else {
             return;
         };
-        pipeline.open.remove(key);
         let state = data.into_state();
+        pipeline.open.remove(key, &state);
         if state.end() {
             pipeline.finish(state);
         }
