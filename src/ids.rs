@@ -1,6 +1,6 @@
 //! Trace and span IDs that stay unique across identically seeded ranks and forked workers.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Once;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -134,15 +134,62 @@ impl ChaChaIdGenerator {
     }
 }
 
+/// A fresh random trace id (never zero), from this thread's stream.
+#[inline]
+pub(crate) fn new_trace_id() -> TraceId {
+    let v = with_stream(|r| (u128::from(r.next_u64()) << 64) | u128::from(r.next_u64()));
+    TraceId::from(v.max(1))
+}
+
+/// A fresh random span id (never zero), from this thread's stream.
+#[inline]
+pub(crate) fn new_span_id() -> SpanId {
+    SpanId::from(next_u64())
+}
+
+thread_local! {
+    /// The ids the next span built through the SDK on this thread must get (see
+    /// [`with_forced_ids`]).
+    static FORCED: Cell<Option<(TraceId, SpanId)>> = const { Cell::new(None) };
+}
+
+/// Runs `f` (which builds one SDK span) so that the generator hands out `trace_id` and
+/// `span_id` instead of drawing new ones.
+///
+/// The lens layer draws a span's ids on the training thread, when the span starts (its
+/// children, the log bridge and propagation need them at once), and builds the SDK span later,
+/// on the batch worker (`src/recording.rs`). The SDK (0.33) ignores the ids of a
+/// `SpanBuilder` and always asks its generator, so the generator gives back the drawn ones.
+/// The SDK asks for the span id first, then for a trace id only when the span has no valid
+/// parent; whatever `f` leaves unused is cleared.
+pub(crate) fn with_forced_ids<T>(trace_id: TraceId, span_id: SpanId, f: impl FnOnce() -> T) -> T {
+    FORCED.with(|c| c.set(Some((trace_id, span_id))));
+    let out = f();
+    FORCED.with(|c| c.set(None));
+    out
+}
+
 impl IdGenerator for ChaChaIdGenerator {
     #[inline]
     fn new_trace_id(&self) -> TraceId {
-        let v = with_stream(|r| (u128::from(r.next_u64()) << 64) | u128::from(r.next_u64()));
-        TraceId::from(v.max(1))
+        match FORCED.with(|c| c.get()) {
+            Some((trace_id, _)) if trace_id != TraceId::INVALID => {
+                FORCED.with(|c| c.set(None));
+                trace_id
+            }
+            _ => new_trace_id(),
+        }
     }
 
     #[inline]
     fn new_span_id(&self) -> SpanId {
-        SpanId::from(next_u64())
+        match FORCED.with(|c| c.get()) {
+            Some((trace_id, span_id)) if span_id != SpanId::INVALID => {
+                // The trace id stays for a root span's `new_trace_id`.
+                FORCED.with(|c| c.set(Some((trace_id, SpanId::INVALID))));
+                span_id
+            }
+            _ => new_span_id(),
+        }
     }
 }

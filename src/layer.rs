@@ -44,66 +44,44 @@
 //! Which callsites the layer records is decided by [`LensFilter`] once per callsite; on a
 //! non-exporting rank or for a disabled group the callsite is `Interest::never` and a span costs
 //! what a disabled callsite costs. Events outside any span are ignored by this layer.
+//!
+//! On an exporting rank the training thread keeps only a compact record per span (see
+//! `src/recording.rs`): ids, timestamps, attributes, events. The OpenTelemetry SDK span is
+//! built from it later on the batch worker thread, where span processors also run.
 
 use std::any::TypeId;
-use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
-use opentelemetry::trace::{
-    Span as _, SpanBuilder, SpanContext, SpanKind, Status, TraceContextExt, Tracer as _,
-};
-use opentelemetry::{Context, Key, KeyValue, Value};
-use opentelemetry_sdk::trace::{SdkTracer, Span as SdkSpan};
-use tracing_core::field::{Field, Visit};
+use opentelemetry::Context;
+use opentelemetry::trace::{SpanContext, SpanKind, TraceContextExt, TraceFlags, TraceState};
+use opentelemetry_sdk::trace::{Sampler, SamplingDecision, SdkTracer, ShouldSample};
 use tracing_core::span::{Attributes, Id, Record};
-use tracing_core::{Dispatch, Event, Interest, Level, LevelFilter, Metadata, Subscriber};
+use tracing_core::{Dispatch, Event, Interest, LevelFilter, Metadata, Subscriber};
 use tracing_subscriber::filter::Filtered;
 use tracing_subscriber::layer::{Context as LayerContext, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::closer::{self, OpenSpans, WithSpanFn};
+use crate::closer::OpenSpans;
+use crate::export::batch::SpanQueue;
+use crate::fields::{EventValues, SpanAttributes, SpanFields};
 use crate::filter::LensFilter;
-use crate::groups::GROUP_FIELD_PREFIX;
 use crate::ids;
 use crate::logs::{LensLoggerProvider, LogFilter, LogLayer};
-use crate::semconv;
+use crate::recording::{LensSpan, Limits, Parent, SpanState};
 
-/// Keys whose string values are replaced with `[REDACTED]` (exact, case-sensitive match), as the
-/// Python `DEFAULT_REDACT_KEYS`.
-pub const DEFAULT_REDACT_KEYS: [&str; 8] = [
-    "prompt",
-    "input_text",
-    "output_text",
-    "text",
-    "password",
-    "token",
-    "secret",
-    "key",
-];
+pub use crate::fields::{DEFAULT_REDACT_KEYS, REDACTED};
 
-/// The replacement for redacted values.
-pub const REDACTED: &str = "[REDACTED]";
-
-#[inline]
-pub(crate) fn is_redacted(key: &str) -> bool {
-    DEFAULT_REDACT_KEYS.contains(&key)
-}
-
-/// Cuts `text` to at most `limit` characters, on a character boundary.
-#[inline]
-fn truncate_chars(mut text: String, limit: Option<usize>) -> String {
-    if let Some(limit) = limit {
-        // Bytes bound characters from above: most values need no scan.
-        if text.len() > limit
-            && let Some((cut, _)) = text.char_indices().nth(limit)
-        {
-            text.truncate(cut);
-        }
-    }
-    text
+/// Where finished span records go.
+#[derive(Debug)]
+pub(crate) enum RecordSink {
+    /// The queue of nemo-lens's batch processor: the worker builds the SDK spans.
+    Queue(SpanQueue),
+    /// No batch processor (synchronous export): the SDK span is built on the thread that
+    /// ends the span.
+    Inline,
 }
 
 /// What the layer shares with the telemetry handle on an exporting rank.
@@ -120,20 +98,48 @@ pub(crate) struct Pipeline {
     pub(crate) generation: u64,
     /// Longest string attribute value, in characters (`OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT`).
     pub(crate) value_limit: Option<usize>,
+    /// Where finished records go.
+    pub(crate) sink: RecordSink,
+    pub(crate) limits: Limits,
+    /// The sampler follows the parent's sampled flag (the SDK's default `ParentBased`
+    /// sampler); `false` with the rank sampler, which keeps every span of a sampled rank.
+    pub(crate) parent_based: bool,
+    /// The sampler `OTEL_TRACES_SAMPLER` gives the SDK, when it is not the default: the span's
+    /// sampled flag is decided on the training thread by the same sampler, so that the context
+    /// children and propagation see agrees with what the worker's SDK span will be.
+    env_sampler: Option<Sampler>,
+    index: PipelineIndex,
 }
 
 impl Pipeline {
+    /// `queue` is the batch processor's record queue when spans are exported in batches;
+    /// `rank_sampler` says whether the provider samples with [`crate::RankAwareSampler`]
+    /// (which ignores the parent's flag) instead of the SDK default.
     pub(crate) fn new(
         tracer: SdkTracer,
         default_parent: Option<Context>,
         value_limit: Option<usize>,
+        queue: Option<SpanQueue>,
+        rank_sampler: bool,
     ) -> Self {
+        let sink = match queue {
+            Some(queue) => {
+                queue.attach(tracer.clone());
+                RecordSink::Queue(queue)
+            }
+            None => RecordSink::Inline,
+        };
         Pipeline {
             tracer: ManuallyDrop::new(tracer),
             open: OpenSpans::default(),
             default_parent,
             generation: ids::fork_generation(),
             value_limit,
+            sink,
+            limits: Limits::from_env(),
+            parent_based: !rank_sampler,
+            env_sampler: if rank_sampler { None } else { env_sampler() },
+            index: PipelineIndex::default(),
         }
     }
 
@@ -142,10 +148,125 @@ impl Pipeline {
     pub(crate) fn inherited(&self) -> bool {
         self.generation != ids::fork_generation()
     }
+
+    /// An emptied span state to reuse, if any.
+    #[inline]
+    fn spare_state(&self) -> Option<Arc<SpanState>> {
+        match &self.sink {
+            RecordSink::Queue(queue) => queue.spare(),
+            RecordSink::Inline => None,
+        }
+    }
+
+    /// Hands an ended record over for export.
+    #[inline]
+    pub(crate) fn finish(&self, state: Arc<SpanState>) {
+        match &self.sink {
+            RecordSink::Queue(queue) => queue.push_record(state),
+            RecordSink::Inline => {
+                let _ = state.build_sdk_span(&self.tracer);
+            }
+        }
+    }
+
+    /// Ends every open span as truncated with `reason`, innermost first, and hands them over
+    /// for export; returns how many.
+    pub(crate) fn close_all(&self, reason: &'static str) -> usize {
+        let mut closed = 0;
+        for state in self.open.drain() {
+            if state.truncate(reason, self.limits) {
+                self.finish(state);
+                closed += 1;
+            }
+        }
+        closed
+    }
+
+    /// Records a panic on the innermost open span among `scope` (span ids, innermost first),
+    /// without waiting on any lock for long (the panic hook).
+    pub(crate) fn record_panic(&self, scope: &[Id], message: &str) {
+        for id in scope {
+            if let Some(state) = self.open.find(id)
+                && state.record_exception("panic", message, self.limits)
+            {
+                return;
+            }
+        }
+    }
+
+    /// Before the provider shuts down: export what is queued, within `deadline` (the SDK
+    /// builds no span once its provider is shut down, so records must be turned into spans
+    /// first).
+    pub(crate) fn drain(&self, deadline: std::time::Instant) {
+        if let RecordSink::Queue(queue) = &self.sink {
+            queue.drain(deadline);
+        }
+    }
+}
+
+/// The sampler the SDK's default configuration reads from `OTEL_TRACES_SAMPLER` and
+/// `OTEL_TRACES_SAMPLER_ARG` (the same mapping), unless it is the default
+/// `parentbased_always_on` (or unset, or one the SDK does not implement, which it replaces by
+/// the default).
+fn env_sampler() -> Option<Sampler> {
+    let name = std::env::var("OTEL_TRACES_SAMPLER").ok()?;
+    let ratio = || {
+        std::env::var("OTEL_TRACES_SAMPLER_ARG")
+            .ok()
+            .and_then(|r| r.parse::<f64>().ok())
+            .unwrap_or(1.0)
+    };
+    Some(match name.as_str() {
+        "always_on" => Sampler::AlwaysOn,
+        "always_off" => Sampler::AlwaysOff,
+        "traceidratio" => Sampler::TraceIdRatioBased(ratio()),
+        "parentbased_always_off" => Sampler::ParentBased(Box::new(Sampler::AlwaysOff)),
+        "parentbased_traceidratio" => {
+            Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(ratio())))
+        }
+        _ => return None,
+    })
+}
+
+/// The table of live pipelines, so that a span the subscriber drops without closing it (a
+/// rare path) can reach its pipeline without every span holding a reference to it.
+static PIPELINES: parking_lot::Mutex<slab::Slab<Weak<Pipeline>>> =
+    parking_lot::Mutex::new(slab::Slab::new());
+
+/// A pipeline's index in the table (registered once, when its first layer is made).
+#[derive(Debug, Default)]
+pub(crate) struct PipelineIndex(std::sync::OnceLock<usize>);
+
+impl Pipeline {
+    fn index(self: &Arc<Self>) -> usize {
+        *self
+            .index
+            .0
+            .get_or_init(|| PIPELINES.lock().insert(Arc::downgrade(self)))
+    }
+}
+
+/// Ends, as truncated, an open span whose extension is dropped without the span being closed.
+pub(crate) fn end_dropped_span(pipeline: usize, key: usize, state: &Arc<SpanState>) {
+    let pipeline = PIPELINES
+        .try_lock_for(std::time::Duration::from_millis(200))
+        .and_then(|t| t.get(pipeline).and_then(Weak::upgrade));
+    let Some(pipeline) = pipeline else {
+        return;
+    };
+    pipeline.open.remove_if(key, state);
+    if state.truncate(crate::closer::REASON_DROPPED, pipeline.limits) {
+        pipeline.finish(state.clone());
+    }
 }
 
 impl Drop for Pipeline {
     fn drop(&mut self) {
+        if let Some(index) = self.index.0.get()
+            && let Some(mut table) = PIPELINES.try_lock_for(std::time::Duration::from_millis(200))
+        {
+            table.try_remove(*index);
+        }
         if !self.inherited() {
             // SAFETY: dropped once, here, and never used again.
             unsafe { ManuallyDrop::drop(&mut self.tracer) }
@@ -153,108 +274,38 @@ impl Drop for Pipeline {
     }
 }
 
-/// The span context of the innermost span around `event` that the lens layer records.
-pub(crate) fn recorded_span_context<S>(
-    event: &Event<'_>,
-    ctx: &LayerContext<'_, S>,
-) -> Option<SpanContext>
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
-    ctx.event_scope(event)?
-        .find_map(|span| span.extensions().get::<LensSpan>().map(|d| d.cx.clone()))
+/// The decision of an `OTEL_TRACES_SAMPLER` sampler for a new span (see
+/// [`Pipeline::env_sampler`]): sampled, and the trace state.
+#[cold]
+fn sample(
+    sampler: &Sampler,
+    parent: &Parent,
+    trace_id: opentelemetry::trace::TraceId,
+    name: &str,
+) -> (bool, TraceState) {
+    let cx = match parent {
+        Parent::Root => Context::new(),
+        Parent::Span(sc) => Context::new().with_remote_span_context(sc.clone()),
+        Parent::Context(cx) => cx.clone(),
+    };
+    let result = sampler.should_sample(Some(&cx), trace_id, name, &SpanKind::Internal, &[], &[]);
+    (
+        result.decision == SamplingDecision::RecordAndSample,
+        result.trace_state,
+    )
 }
 
-/// The lens state of one `tracing` span.
-pub(crate) struct LensSpan {
-    span: Option<SdkSpan>,
-    cx: SpanContext,
-    open_key: Option<usize>,
-    /// The fork generation the span was started in (see [`Pipeline::generation`]).
-    generation: u64,
-}
+/// Runs `f` on the lens data of span `id` in the subscriber behind `dispatch`.
+pub(crate) type WithSpanFn = fn(&Dispatch, &Id, &mut dyn FnMut(&LensSpan));
+/// Collects the ids of span `id`'s scope (itself first), without touching span extensions.
+pub(crate) type ScopeFn = fn(&Dispatch, &Id) -> Vec<Id>;
 
-impl LensSpan {
-    pub(crate) fn span_context(&self) -> &SpanContext {
-        &self.cx
-    }
-
-    /// Adds a link to `cx` (a span of another rank or stage); `false` if the span has ended.
-    pub(crate) fn add_link(&mut self, cx: SpanContext, attributes: Vec<KeyValue>) -> bool {
-        match &mut self.span {
-            Some(span) => {
-                span.add_link(cx, attributes);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Ends the span as truncated; `false` if it had already ended (or belongs to the parent
-    /// of this forked process, see [`LensSpan::take_live`]).
-    pub(crate) fn truncate(&mut self, reason: &'static str) -> bool {
-        self.open_key = None;
-        match self.take_live() {
-            Some(mut span) => {
-                closer::end_truncated(&mut span, reason);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// The SDK span, to end it, unless it was started before this process was forked: such a
-    /// span belongs to the parent, which exports it; ending it here would export it twice (or
-    /// queue it for a worker thread that did not survive the fork), so it is forgotten.
-    fn take_live(&mut self) -> Option<SdkSpan> {
-        let span = self.span.take()?;
-        if self.generation == ids::fork_generation() {
-            Some(span)
-        } else {
-            std::mem::forget(span);
-            None
-        }
-    }
-
-    /// Adds an `exception` event of type `kind` and sets the status `ERROR`.
-    pub(crate) fn record_exception(&mut self, kind: &'static str, message: &str) {
-        if let Some(span) = self.live_mut() {
-            span.add_event(
-                semconv::EXCEPTION_EVENT,
-                vec![
-                    KeyValue::new(semconv::EXCEPTION_TYPE, kind),
-                    KeyValue::new(semconv::EXCEPTION_MESSAGE, message.to_string()),
-                ],
-            );
-            span.set_status(Status::error(message.to_string()));
-        }
-    }
-
-    /// The SDK span to record into, unless it was inherited across `fork`.
-    #[inline]
-    fn live_mut(&mut self) -> Option<&mut SdkSpan> {
-        if self.generation == ids::fork_generation() {
-            self.span.as_mut()
-        } else {
-            None
-        }
-    }
-}
-
-impl Drop for LensSpan {
-    fn drop(&mut self) {
-        // The subscriber dropped the span without closing it (e.g. the subscriber itself was
-        // dropped): the SDK would export it as if it had finished; say what happened.
-        self.truncate(closer::REASON_DROPPED);
-    }
-}
-
-/// Lets [`crate::LensSpanExt`] reach the lens data of a `tracing::Span` through the dispatcher.
+/// Lets [`crate::LensSpanExt`] and the panic hook reach the lens data of a `tracing::Span`
+/// through the dispatcher.
 pub(crate) struct WithLens {
     pub(crate) with_span: WithSpanFn,
-    /// Like `with_span`, on the innermost span of the given span's scope (itself first) that
-    /// the lens layer records.
-    pub(crate) with_innermost: WithSpanFn,
+    pub(crate) scope: ScopeFn,
+    pub(crate) limits: Option<Limits>,
 }
 
 /// The inner, unfiltered layer. Users get it wrapped in [`LensLayer`].
@@ -272,7 +323,7 @@ impl<S> fmt::Debug for SpanLayer<S> {
     }
 }
 
-fn with_span<S>(dispatch: &Dispatch, id: &Id, f: &mut dyn FnMut(&mut LensSpan))
+fn with_span<S>(dispatch: &Dispatch, id: &Id, f: &mut dyn FnMut(&LensSpan))
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
@@ -282,29 +333,23 @@ where
     let Some(span) = subscriber.span(id) else {
         return;
     };
-    let mut ext = span.extensions_mut();
-    if let Some(data) = ext.get_mut::<LensSpan>() {
+    let ext = span.extensions();
+    if let Some(data) = ext.get::<LensSpan>() {
         f(data);
     }
 }
 
-fn with_innermost<S>(dispatch: &Dispatch, id: &Id, f: &mut dyn FnMut(&mut LensSpan))
+fn scope_ids<S>(dispatch: &Dispatch, id: &Id) -> Vec<Id>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     let Some(subscriber) = dispatch.downcast_ref::<S>() else {
-        return;
+        return Vec::new();
     };
     let Some(span) = subscriber.span(id) else {
-        return;
+        return Vec::new();
     };
-    for span in span.scope() {
-        let mut ext = span.extensions_mut();
-        if let Some(data) = ext.get_mut::<LensSpan>().filter(|d| d.span.is_some()) {
-            f(data);
-            return;
-        }
-    }
+    span.scope().map(|s| s.id()).collect()
 }
 
 impl<S> SpanLayer<S>
@@ -312,12 +357,16 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     fn new(pipeline: Option<Arc<Pipeline>>) -> Self {
+        if let Some(p) = &pipeline {
+            p.index();
+        }
         SpanLayer {
-            pipeline,
             with_lens: WithLens {
                 with_span: with_span::<S>,
-                with_innermost: with_innermost::<S>,
+                scope: scope_ids::<S>,
+                limits: pipeline.as_ref().map(|p| p.limits),
             },
+            pipeline,
             _subscriber: PhantomData,
         }
     }
@@ -327,199 +376,40 @@ where
         self.pipeline.as_ref().and_then(|p| p.value_limit)
     }
 
-    fn parent_context(&self, attrs: &Attributes<'_>, ctx: &LayerContext<'_, S>) -> Context {
+    fn parent(
+        &self,
+        pipeline: &Pipeline,
+        attrs: &Attributes<'_>,
+        ctx: &LayerContext<'_, S>,
+    ) -> Parent {
         let parent = if let Some(id) = attrs.parent() {
             ctx.span(id)
         } else if attrs.is_contextual() {
             ctx.lookup_current()
         } else {
-            return Context::new();
+            return Parent::Root;
         };
         if let Some(parent) = parent
             && let Some(data) = parent.extensions().get::<LensSpan>()
         {
-            return Context::new().with_remote_span_context(data.cx.clone());
+            return Parent::Span(data.span_context().clone());
         }
         // An attached remote parent (clone the context only when it has one).
         if let Some(current) = Context::map_current(|cx| cx.has_active_span().then(|| cx.clone())) {
-            return current;
+            return Parent::Context(current);
         }
-        match self
-            .pipeline
-            .as_ref()
-            .and_then(|p| p.default_parent.as_ref())
-        {
-            Some(cx) => cx.clone(),
-            None => Context::new(),
+        match &pipeline.default_parent {
+            Some(cx) => Parent::Context(cx.clone()),
+            None => Parent::Root,
         }
     }
-}
 
-/// Span-level settings carried by reserved fields.
-#[derive(Default)]
-struct Reserved {
-    name: Option<String>,
-    kind: Option<SpanKind>,
-    status_code: Option<bool>,
-    status_description: Option<String>,
-}
-
-impl Reserved {
-    fn status(&mut self) -> Option<Status> {
-        match (self.status_code, self.status_description.take()) {
-            (Some(true), _) => Some(Status::Ok),
-            (Some(false), d) | (None, d @ Some(_)) => Some(Status::error(d.unwrap_or_default())),
-            (None, None) => None,
-        }
-    }
-}
-
-/// Where the typed values of a span's or an event's fields go. [`Fields`] turns `tracing`'s
-/// typed callbacks into these two calls, so both kinds of record share one conversion.
-trait FieldSink {
-    /// A typed (non-text) value.
-    fn value(&mut self, field: &Field, value: Value);
-    /// A text value (`&str`, `Debug`, `Display`, `Error`), before redaction.
-    fn text(&mut self, field: &Field, text: String);
-}
-
-/// Initial capacity of the text of a `Debug`-recorded value (an event's message, `?field`).
-const DEBUG_TEXT_CAPACITY: usize = 48;
-
-/// The `Visit` adapter over a [`FieldSink`].
-struct Fields<'a, T>(&'a mut T);
-
-fn int_value<T: TryInto<i64> + ToString + Copy>(v: T) -> Value {
-    v.try_into()
-        .map_or_else(|_| Value::from(v.to_string()), Value::I64)
-}
-
-impl<T: FieldSink> Visit for Fields<'_, T> {
-    fn record_f64(&mut self, field: &Field, value: f64) {
-        self.0.value(field, Value::F64(value));
-    }
-    fn record_i64(&mut self, field: &Field, value: i64) {
-        self.0.value(field, Value::I64(value));
-    }
-    fn record_u64(&mut self, field: &Field, value: u64) {
-        self.0.value(field, int_value(value));
-    }
-    fn record_i128(&mut self, field: &Field, value: i128) {
-        self.0.value(field, int_value(value));
-    }
-    fn record_u128(&mut self, field: &Field, value: u128) {
-        self.0.value(field, int_value(value));
-    }
-    fn record_bool(&mut self, field: &Field, value: bool) {
-        self.0.value(field, Value::Bool(value));
-    }
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.text(field, value.to_string());
-    }
-    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
-        self.0.text(field, value.to_string());
-    }
-    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        // Messages and `?`/`%` values are mostly short: one allocation of a small buffer up
-        // front instead of `format!`'s growth from an empty string.
-        let mut text = String::with_capacity(DEBUG_TEXT_CAPACITY);
-        let _ = fmt::Write::write_fmt(&mut text, format_args!("{value:?}"));
-        self.0.text(field, text);
-    }
-}
-
-/// A text value, cut to the length limit, or `[REDACTED]` under a redact key.
-fn redacted(field: &Field, text: String, limit: Option<usize>) -> Value {
-    if is_redacted(field.name()) {
-        Value::from(REDACTED)
-    } else {
-        Value::from(truncate_chars(text, limit))
-    }
-}
-
-/// Collects span fields as attributes.
-struct SpanFields<'a> {
-    attributes: &'a mut Vec<KeyValue>,
-    reserved: &'a mut Reserved,
-    limit: Option<usize>,
-}
-
-impl SpanFields<'_> {
+    /// The state of a span while this thread unwinds from a panic: found through the
+    /// open-span table, because the span's extension lock may be poisoned (another layer
+    /// panicked in user code while holding it), and touching a poisoned lock now would abort.
     #[cold]
-    fn reserved(&mut self, name: &'static str, value: Value) {
-        match name {
-            "otel.name" => self.reserved.name = Some(value.to_string()),
-            "otel.kind" => {
-                self.reserved.kind = match value.as_str().to_ascii_lowercase().as_str() {
-                    "server" => Some(SpanKind::Server),
-                    "client" => Some(SpanKind::Client),
-                    "producer" => Some(SpanKind::Producer),
-                    "consumer" => Some(SpanKind::Consumer),
-                    "internal" => Some(SpanKind::Internal),
-                    _ => None,
-                }
-            }
-            "otel.status_code" => {
-                self.reserved.status_code = match value.as_str().to_ascii_lowercase().as_str() {
-                    "ok" => Some(true),
-                    "error" => Some(false),
-                    _ => None,
-                }
-            }
-            "otel.status_description" => self.reserved.status_description = Some(value.to_string()),
-            _ if name.starts_with(GROUP_FIELD_PREFIX) => {}
-            _ => self
-                .attributes
-                .push(KeyValue::new(Key::from_static_str(name), value)),
-        }
-    }
-}
-
-impl FieldSink for SpanFields<'_> {
-    #[inline]
-    fn value(&mut self, field: &Field, value: Value) {
-        let name = field.name();
-        if name.starts_with("otel.") || name.starts_with(GROUP_FIELD_PREFIX) {
-            self.reserved(name, value);
-            return;
-        }
-        self.attributes
-            .push(KeyValue::new(Key::from_static_str(name), value));
-    }
-
-    fn text(&mut self, field: &Field, text: String) {
-        self.value(field, redacted(field, text, self.limit));
-    }
-}
-
-/// Collects an event: its message, fields and error text.
-#[derive(Default)]
-struct EventFields {
-    message: Option<String>,
-    error: Option<String>,
-    attributes: Vec<KeyValue>,
-    limit: Option<usize>,
-}
-
-impl FieldSink for EventFields {
-    fn value(&mut self, field: &Field, value: Value) {
-        let name = field.name();
-        if name.starts_with(GROUP_FIELD_PREFIX) || name.starts_with("log.") {
-            return;
-        }
-        self.attributes
-            .push(KeyValue::new(Key::from_static_str(name), value));
-    }
-
-    fn text(&mut self, field: &Field, text: String) {
-        match field.name() {
-            "message" => self.message = Some(text),
-            "error" => {
-                self.error = Some(text.clone());
-                self.value(field, Value::from(truncate_chars(text, self.limit)));
-            }
-            _ => self.value(field, redacted(field, text, self.limit)),
-        }
+    fn state_while_panicking(&self, id: &Id) -> Option<Arc<SpanState>> {
+        self.pipeline.as_ref()?.open.find(id)
     }
 }
 
@@ -527,12 +417,6 @@ impl<S> Layer<S> for SpanLayer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    fn on_register_dispatch(&self, subscriber: &Dispatch) {
-        if let Some(p) = &self.pipeline {
-            p.open.register_subscriber(subscriber, with_span::<S>);
-        }
-    }
-
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: LayerContext<'_, S>) {
         let Some(pipeline) = &self.pipeline else {
             return;
@@ -549,144 +433,156 @@ where
         let Some(span_ref) = ctx.span(id) else {
             return;
         };
-        let meta = attrs.metadata();
-        // Fields with a value only (`Empty` ones, such as a group field, are not visited): a
-        // span whose only field is its group allocates nothing here.
-        let mut attributes = Vec::with_capacity(attrs.values().len());
-        let mut reserved = Reserved::default();
-        attrs.record(&mut Fields(&mut SpanFields {
-            attributes: &mut attributes,
-            reserved: &mut reserved,
-            limit: pipeline.value_limit,
-        }));
-        let parent_cx = self.parent_context(attrs, &ctx);
-        let mut builder = SpanBuilder::from_name(match reserved.name.take() {
-            Some(name) => Cow::Owned(name),
-            None => Cow::Borrowed(meta.name()),
-        });
-        builder.attributes = Some(attributes);
-        builder.span_kind = reserved.kind.take();
-        let mut span = pipeline.tracer.build_with_context(builder, &parent_cx);
-        if let Some(status) = reserved.status() {
-            span.set_status(status);
+        let parent = self.parent(pipeline, attrs, &ctx);
+        let parent_cx = parent.span_context();
+        let (trace_id, mut sampled, mut trace_state) = match &parent_cx {
+            Some(p) => (
+                p.trace_id(),
+                !pipeline.parent_based || p.is_sampled(),
+                p.trace_state().clone(),
+            ),
+            None => (ids::new_trace_id(), true, TraceState::default()),
+        };
+        if let Some(sampler) = &pipeline.env_sampler {
+            (sampled, trace_state) = sample(sampler, &parent, trace_id, attrs.metadata().name());
         }
-        let cx = span.span_context().clone();
-        let open_key = span
-            .is_recording()
-            .then(|| pipeline.open.insert(id.clone()));
-        span_ref.extensions_mut().insert(LensSpan {
-            span: Some(span),
-            cx,
-            open_key,
-            generation: pipeline.generation,
-        });
+        let flags = if sampled {
+            TraceFlags::SAMPLED
+        } else {
+            TraceFlags::default()
+        };
+        let cx = SpanContext::new(trace_id, ids::new_span_id(), flags, false, trace_state);
+        let data = if sampled {
+            let mut state =
+                SpanState::start(pipeline.spare_state(), cx, attrs.metadata().name(), parent);
+            // The fields are read straight into the record. User code (`Display`/`Debug`)
+            // runs here: the state is not shared yet, so it is reached without its lock (a
+            // panic drops it, and nothing else ever saw it).
+            if let Some(record) = Arc::get_mut(&mut state).and_then(|s| s.record.get_mut().as_mut())
+            {
+                record.read_fields(attrs, pipeline.value_limit);
+            }
+            let key = pipeline.open.insert(id.clone(), state.clone());
+            LensSpan::new(state, Some(key), pipeline.generation, pipeline.index())
+        } else {
+            // Not sampled (a parent that is not): nothing recorded, the context is kept for
+            // the children and propagation.
+            LensSpan::new(
+                Arc::new(SpanState::new(cx, None)),
+                None,
+                pipeline.generation,
+                0,
+            )
+        };
+        span_ref.extensions_mut().insert(data);
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: LayerContext<'_, S>) {
+        let Some(pipeline) = &self.pipeline else {
+            return;
+        };
+        // User code runs here, before any lock is taken.
+        let mut attributes = SpanAttributes::new();
+        let reserved = SpanFields::read_record(values, &mut attributes, pipeline.value_limit);
+        if std::thread::panicking() {
+            if let Some(state) = self.state_while_panicking(id) {
+                state.record_fields(attributes, reserved);
+            }
+            return;
+        }
         let Some(span_ref) = ctx.span(id) else {
             return;
         };
-        let mut ext = span_ref.extensions_mut();
-        let Some(span) = ext.get_mut::<LensSpan>().and_then(LensSpan::live_mut) else {
-            return;
-        };
-        let mut attributes = Vec::new();
-        let mut reserved = Reserved::default();
-        values.record(&mut Fields(&mut SpanFields {
-            attributes: &mut attributes,
-            reserved: &mut reserved,
-            limit: self.value_limit(),
-        }));
-        if let Some(name) = reserved.name.take() {
-            span.update_name(name);
+        let ext = span_ref.extensions();
+        if let Some(data) = ext.get::<LensSpan>().filter(|d| d.is_live()) {
+            data.state().record_fields(attributes, reserved);
         }
-        if let Some(status) = reserved.status() {
-            span.set_status(status);
-        }
-        span.set_attributes(attributes);
     }
 
     fn on_follows_from(&self, id: &Id, follows: &Id, ctx: LayerContext<'_, S>) {
-        let Some(follows_cx) = ctx
-            .span(follows)
-            .and_then(|s| s.extensions().get::<LensSpan>().map(|d| d.cx.clone()))
-        else {
+        let Some(pipeline) = &self.pipeline else {
+            return;
+        };
+        let Some(follows_cx) = ctx.span(follows).and_then(|s| {
+            s.extensions()
+                .get::<LensSpan>()
+                .map(|d| d.span_context().clone())
+        }) else {
             return;
         };
         let Some(span_ref) = ctx.span(id) else {
             return;
         };
-        if let Some(span) = span_ref
-            .extensions_mut()
-            .get_mut::<LensSpan>()
-            .and_then(LensSpan::live_mut)
-        {
-            span.add_link(follows_cx, Vec::new());
+        let ext = span_ref.extensions();
+        if let Some(data) = ext.get::<LensSpan>().filter(|d| d.is_live()) {
+            data.state()
+                .add_link(follows_cx, Vec::new(), pipeline.limits);
         }
     }
 
     fn on_event(&self, event: &Event<'_>, ctx: LayerContext<'_, S>) {
+        let Some(pipeline) = &self.pipeline else {
+            return;
+        };
         if Context::is_current_telemetry_suppressed() {
             return;
         }
         let Some(span_ref) = ctx.event_span(event) else {
             return;
         };
-        let mut ext = span_ref.extensions_mut();
-        let Some(span) = ext.get_mut::<LensSpan>().and_then(LensSpan::live_mut) else {
-            return;
-        };
-        let limit = self.value_limit();
-        // One allocation for the attributes: every field but the message becomes one.
-        let fields = event.metadata().fields();
-        let mut v = EventFields {
-            limit,
-            attributes: Vec::with_capacity(
-                fields.len() - usize::from(fields.field("message").is_some()),
-            ),
-            ..EventFields::default()
-        };
-        event.record(&mut Fields(&mut v));
-        let meta = event.metadata();
-        if *meta.level() == Level::ERROR {
-            let description = v
-                .message
-                .clone()
-                .or_else(|| v.error.clone())
-                .unwrap_or_default();
-            let mut attributes = v.attributes;
-            attributes.push(KeyValue::new(
-                semconv::EXCEPTION_MESSAGE,
-                truncate_chars(description.clone(), limit),
-            ));
-            if let Some(message) = v.message {
-                attributes.push(KeyValue::new("message", truncate_chars(message, limit)));
+        if std::thread::panicking() {
+            if let Some(state) = self.state_while_panicking(&span_ref.id()) {
+                state.add_event(EventValues::of(event, self.value_limit()), pipeline.limits);
             }
-            span.add_event(semconv::EXCEPTION_EVENT, attributes);
-            span.set_status(Status::error(description));
-        } else {
-            let name: Cow<'static, str> = match v.message {
-                Some(m) => Cow::Owned(m),
-                None => Cow::Borrowed(meta.name()),
-            };
-            span.add_event(name, v.attributes);
+            return;
         }
+        // Is the span recorded? (Checked first: the fields are read only for a live span.)
+        let state = {
+            let ext = span_ref.extensions();
+            match ext.get::<LensSpan>() {
+                Some(data) if data.is_live() && data.open_key.is_some() => data.state().clone(),
+                _ => return,
+            }
+        };
+        // User code (`Display`/`Debug` of the fields) runs here, with no lock held.
+        let values = EventValues::of(event, self.value_limit());
+        state.add_event(values, pipeline.limits);
     }
 
     fn on_close(&self, id: Id, ctx: LayerContext<'_, S>) {
+        let Some(pipeline) = &self.pipeline else {
+            return;
+        };
+        if std::thread::panicking() {
+            // Ended through the open-span table (see `state_while_panicking`); the extension
+            // is dropped later by the registry and finds the record ended.
+            if let Some(state) = self.state_while_panicking(&id) {
+                pipeline.open.remove_state(&state);
+                if state.end() {
+                    pipeline.finish(state);
+                }
+            }
+            return;
+        }
         let Some(span_ref) = ctx.span(&id) else {
             return;
         };
         let data = span_ref.extensions_mut().remove::<LensSpan>();
-        if let Some(mut data) = data {
-            // An inherited span (forked child): never touch the parent's slab, whose lock
-            // another thread of the parent may have held at fork time.
-            if let Some(mut span) = data.take_live() {
-                if let (Some(key), Some(p)) = (data.open_key.take(), &self.pipeline) {
-                    p.open.remove(key);
-                }
-                span.end();
-            }
+        let Some(mut data) = data else {
+            return;
+        };
+        // An inherited span (forked child): never touch the parent's table, whose lock
+        // another thread of the parent may have held at fork time, nor its queue.
+        if !data.is_live() {
+            return;
+        }
+        let Some(key) = data.open_key.take() else {
+            return;
+        };
+        let state = data.into_state();
+        pipeline.open.remove(key, &state);
+        if state.end() {
+            pipeline.finish(state);
         }
     }
 

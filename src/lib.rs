@@ -111,7 +111,7 @@
 //!   (exporting or not) keeps its last N closed and all open spans of a few groups in fixed
 //!   slots and dumps them on `SIGUSR1`, from a hang watchdog and at truncation;
 //!   [`Telemetry::recorder_layer`] adds it to the subscriber, `nemo-lens hang` reads the dumps.
-//! * **Reliability**: a bounded batch queue that counts what it drops ([`export::BatchSpanProcessor`],
+//! * **Reliability**: a bounded batch queue that counts what it drops ([`export::LensBatchProcessor`],
 //!   [`Telemetry::dropped`]); opt-in panic hook and SIGTERM/SIGINT handlers that truncate open
 //!   spans and flush before the process dies; inert inherited telemetry in a process forked
 //!   without exec ([`Telemetry::is_inherited_from_parent`]). README's *Guarantees* lists each
@@ -156,6 +156,7 @@ mod env;
 mod error;
 mod exit;
 pub mod export;
+mod fields;
 mod filter;
 pub mod groups;
 mod ids;
@@ -164,6 +165,7 @@ mod logs;
 pub mod metrics;
 pub mod propagation;
 pub mod recorder;
+mod recording;
 mod resource;
 mod sampling;
 pub mod semconv;

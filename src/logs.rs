@@ -13,7 +13,7 @@
 //!   `LoggingHandler` adds the same `code.*` attributes);
 //! * the trace and span id of the innermost span the lens layer records, so a log line links to
 //!   its step in the trace;
-//! * string values under the [redaction keys](crate::layer::DEFAULT_REDACT_KEYS) replaced with
+//! * string values under the [redaction keys](crate::fields::DEFAULT_REDACT_KEYS) replaced with
 //!   `[REDACTED]`, as for span attributes.
 //!
 //! Which events are bridged is decided once per callsite by [`LogFilter`]: events at or above
@@ -61,9 +61,10 @@ use tracing_subscriber::filter::Filtered;
 use tracing_subscriber::layer::{Context as LayerContext, Filter};
 use tracing_subscriber::registry::LookupSpan;
 
+use crate::fields::{REDACTED, is_redacted};
 use crate::filter::is_internal_target;
 use crate::groups::{GroupGate, declared_group};
-use crate::layer::{REDACTED, is_redacted, recorded_span_context};
+use crate::recording::recorded_span_context;
 
 thread_local! {
     /// The span context of the event being bridged on this thread (set around the bridge call).

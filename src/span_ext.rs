@@ -56,9 +56,10 @@ impl LensSpanExt for tracing::Span {
         let mut link = Some((remote, attributes));
         self.with_subscriber(|(id, dispatch)| {
             if let Some(with) = dispatch.downcast_ref::<WithLens>() {
+                let Some(limits) = with.limits else { return };
                 (with.with_span)(dispatch, id, &mut |data| {
                     if let Some((cx, attrs)) = link.take() {
-                        linked = data.add_link(cx, attrs);
+                        linked = data.is_live() && data.state().add_link(cx, attrs, limits);
                     }
                 });
             }

@@ -13,7 +13,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use nemo_lens::export::{BatchConfig, MAX_QUEUE_SIZE_LIMIT};
+use nemo_lens::export::{MAX_QUEUE_SIZE_LIMIT, QueueConfig};
 use nemo_lens::testing::CollectingExporter;
 use nemo_lens::{LensConfig, LensError, Telemetry};
 use opentelemetry::trace::{Span as _, Tracer as _, TracerProvider as _};
@@ -138,10 +138,10 @@ proptest! {
     ) {
         let var = format!("{prefix}_{key}");
         let lookup = |k: &str| (k == var).then(|| value.clone());
-        match BatchConfig::from_env(prefix, &lookup) {
+        match QueueConfig::from_env(prefix, &lookup) {
             Ok(c) => {
                 if value.trim().is_empty() {
-                    prop_assert_eq!(c, BatchConfig::default());
+                    prop_assert_eq!(c, QueueConfig::default());
                 }
                 prop_assert!((1..=MAX_QUEUE_SIZE_LIMIT).contains(&c.max_queue_size));
                 prop_assert!(c.max_export_batch_size >= 1);

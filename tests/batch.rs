@@ -12,7 +12,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::trace::{SpanContext, SpanId, SpanKind, TraceFlags, TraceId, TraceState};
 
 use nemo_lens::export::{
-    BatchConfig, BatchExport, BatchSpanProcessor, Batcher, MAX_QUEUE_SIZE_LIMIT,
+    BatchExport, Batcher, LensBatchProcessor, MAX_QUEUE_SIZE_LIMIT, QueueConfig,
 };
 use nemo_lens::{LensConfig, LensError, Telemetry};
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
@@ -154,7 +154,7 @@ fn a_ten_million_span_burst_keeps_memory_bounded_and_counts_every_drop() {
     let (exported, largest) = (exporter.exported.clone(), exporter.largest_batch.clone());
     let dropped = Arc::new(AtomicU64::new(0));
     let processor =
-        BatchSpanProcessor::new(exporter, BatchConfig::default(), dropped.clone()).unwrap();
+        LensBatchProcessor::new(exporter, QueueConfig::default(), dropped.clone()).unwrap();
     let template = finished_span(7);
     let rss_before = status_kib("VmRSS:");
     for _ in 0..BURST {
@@ -222,11 +222,11 @@ fn drops_are_counted_on_the_handle_and_reported_once_at_shutdown() {
 
 fn processor_with(
     exporter: SlowExporter,
-    config: BatchConfig,
-) -> (BatchSpanProcessor<SlowExporter>, Arc<AtomicU64>) {
+    config: QueueConfig,
+) -> (LensBatchProcessor<SlowExporter>, Arc<AtomicU64>) {
     let dropped = Arc::new(AtomicU64::new(0));
     (
-        BatchSpanProcessor::new(exporter, config, dropped.clone()).unwrap(),
+        LensBatchProcessor::new(exporter, config, dropped.clone()).unwrap(),
         dropped,
     )
 }
@@ -236,9 +236,9 @@ fn processor_with(
 fn failed_exports_count_their_spans_as_dropped() {
     let mut exporter = SlowExporter::new(Duration::ZERO);
     exporter.fail = true;
-    let config = BatchConfig {
+    let config = QueueConfig {
         max_export_batch_size: 10,
-        ..BatchConfig::default()
+        ..QueueConfig::default()
     };
     let (processor, dropped) = processor_with(exporter, config);
     for i in 0..95 {
@@ -264,7 +264,7 @@ fn hung_exports_time_out_and_shutdown_is_bounded() {
         "OTEL_BSP_MAX_EXPORT_BATCH_SIZE" => Some("100".to_string()),
         _ => None,
     };
-    let config = BatchConfig::from_env("OTEL_BSP", &lookup).unwrap();
+    let config = QueueConfig::from_env("OTEL_BSP", &lookup).unwrap();
     assert_eq!(config.export_timeout, Duration::from_millis(50));
     let (processor, dropped) = processor_with(exporter, config);
     for i in 0..2000 {
@@ -297,7 +297,7 @@ fn the_batcher_batches_any_item_type() {
     }
     let batches = Arc::new(parking_lot::Mutex::new(Vec::new()));
     let lookup = |k: &str| (k == "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE").then(|| "4".to_string());
-    let config = BatchConfig::from_env("OTEL_BLRP", &lookup).unwrap();
+    let config = QueueConfig::from_env("OTEL_BLRP", &lookup).unwrap();
     let dropped = Arc::new(AtomicU64::new(0));
     let batcher = Batcher::new("logs", config, dropped.clone(), Lines(batches.clone())).unwrap();
     for i in 0..10 {
@@ -318,17 +318,17 @@ fn the_batcher_batches_any_item_type() {
 #[test]
 fn batch_variables_are_validated() {
     let parse = |var: &'static str, value: &'static str| {
-        BatchConfig::from_env("OTEL_BSP", &move |k: &str| {
+        QueueConfig::from_env("OTEL_BSP", &move |k: &str| {
             (k == var).then(|| value.to_string())
         })
     };
     assert_eq!(
         parse("OTEL_BSP_MAX_QUEUE_SIZE", "  ").unwrap(),
-        BatchConfig::default()
+        QueueConfig::default()
     );
     assert_eq!(
         parse("OTEL_BSP_SCHEDULE_DELAY", "").unwrap(),
-        BatchConfig::default()
+        QueueConfig::default()
     );
     assert_eq!(
         parse("OTEL_BSP_SCHEDULE_DELAY", "0")
@@ -368,7 +368,7 @@ fn batch_variables_are_validated() {
     }
     let too_big = (MAX_QUEUE_SIZE_LIMIT + 1).to_string();
     let lookup = move |k: &str| (k == "OTEL_BSP_MAX_QUEUE_SIZE").then(|| too_big.clone());
-    assert!(BatchConfig::from_env("OTEL_BSP", &lookup).is_err());
+    assert!(QueueConfig::from_env("OTEL_BSP", &lookup).is_err());
 
     let err = Telemetry::builder(enabled())
         .span_exporter(SlowExporter::new(Duration::ZERO))

@@ -140,3 +140,22 @@ fn shutdown_returns_within_its_timeout_when_the_exporter_hangs() {
         );
     });
 }
+
+#[test]
+fn a_span_truncated_at_shutdown_and_closed_later_leaves_newer_spans_open() {
+    let capture = SpanCapture::new();
+    let _guard = capture.set_default();
+    let old = tracing::info_span!("old").entered();
+    capture.finish();
+    // The table was emptied at shutdown: a new span may take the old one's slot.
+    let new = tracing::info_span!("new").entered();
+    assert_eq!(capture.telemetry().open_spans(), 1);
+    drop(old);
+    assert_eq!(
+        capture.telemetry().open_spans(),
+        1,
+        "closing the truncated span must not remove the new one's entry"
+    );
+    drop(new);
+    assert_eq!(capture.telemetry().open_spans(), 0);
+}

@@ -2,22 +2,22 @@
 //!
 //! Spans are exported in batches, on a worker thread, so that the thread that ends a span never
 //! waits for the network. [`Batcher`] is that queue and worker, for any item type (spans here;
-//! log records next); [`BatchSpanProcessor`] puts it behind the OpenTelemetry span-processor
+//! log records next); [`LensBatchProcessor`] puts it behind the OpenTelemetry span-processor
 //! interface. nemo-lens uses its own instead of the SDK's because the trainer must never be hurt
 //! and nothing may be lost silently:
 //!
-//! * **bounded memory**: at most [`BatchConfig::max_queue_size`] items wait, plus one batch in
+//! * **bounded memory**: at most [`QueueConfig::max_queue_size`] items wait, plus one batch in
 //!   flight; the queue is a fixed-size lock-free ring allocated at setup;
 //! * **non-blocking producers**: [`Batcher::push`] is a try-push; a full queue (the exporter
 //!   cannot keep up, the collector is down) drops the item and counts it;
 //! * **counted failures**: the items of a batch whose export fails or times out
-//!   ([`BatchConfig::export_timeout`]) count as dropped too, so *dropped = produced − exported*;
+//!   ([`QueueConfig::export_timeout`]) count as dropped too, so *dropped = produced − exported*;
 //!   the counts are on the handle ([`Telemetry::dropped`](crate::Telemetry::dropped)) and
 //!   reported once, on stderr, at shutdown when not zero;
 //! * **bounded shutdown**: [`Batcher::shutdown`] exports what is queued until its deadline, then
 //!   counts the rest as dropped and returns.
 //!
-//! The sizes come from the standard variables ([`BatchConfig::from_env`]):
+//! The sizes come from the standard variables ([`QueueConfig::from_env`]):
 //!
 //! | Variable (spans; logs use `OTEL_BLRP_*`) | Default | Meaning |
 //! |---|---|---|
@@ -33,7 +33,7 @@
 //! use std::sync::Arc;
 //! use std::sync::atomic::{AtomicU64, Ordering};
 //! use std::time::Duration;
-//! use nemo_lens::export::{BatchConfig, BatchExport, Batcher};
+//! use nemo_lens::export::{QueueConfig, BatchExport, Batcher};
 //!
 //! struct Print;
 //! impl BatchExport<String> for Print {
@@ -44,7 +44,7 @@
 //! }
 //!
 //! let dropped = Arc::new(AtomicU64::new(0));
-//! let config = BatchConfig { max_queue_size: 2, ..BatchConfig::default() };
+//! let config = QueueConfig { max_queue_size: 2, ..QueueConfig::default() };
 //! let batcher = Batcher::new("demo", config, dropped.clone(), Print).unwrap();
 //! for word in ["a", "b", "c"] {
 //!     batcher.push(word.to_string()); // "c" finds the queue full (unless the worker was quick)
@@ -53,6 +53,7 @@
 //! assert!(dropped.load(Ordering::Relaxed) <= 1);
 //! ```
 
+use std::cell::RefCell;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -68,11 +69,12 @@ use opentelemetry::InstrumentationScope;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::logs::{LogBatch, LogExporter, LogProcessor, SdkLogRecord};
-use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
+use opentelemetry_sdk::trace::{SdkTracer, Span, SpanData, SpanExporter, SpanProcessor};
 use parking_lot::Mutex;
 
 use super::budget::{ApproxSize, ByteBudget, DEFAULT_QUEUE_MAX_BYTES};
 use crate::error::{LensError, Result};
+use crate::recording::{SpanItem, SpanState};
 
 /// The largest accepted queue size (16 Mi items): a larger value would reserve gigabytes up
 /// front.
@@ -81,11 +83,11 @@ pub const MAX_QUEUE_SIZE_LIMIT: usize = 1 << 24;
 /// Sizes and timeouts of a [`Batcher`].
 ///
 /// ```
-/// let c = nemo_lens::export::BatchConfig::default();
+/// let c = nemo_lens::export::QueueConfig::default();
 /// assert_eq!((c.max_queue_size, c.max_export_batch_size), (2048, 512));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BatchConfig {
+pub struct QueueConfig {
     /// Items that may wait for export; more are dropped (and counted).
     pub max_queue_size: usize,
     /// Time between two exports when no full batch is waiting.
@@ -99,9 +101,9 @@ pub struct BatchConfig {
     pub max_queue_bytes: usize,
 }
 
-impl Default for BatchConfig {
+impl Default for QueueConfig {
     fn default() -> Self {
-        BatchConfig {
+        QueueConfig {
             max_queue_size: 2048,
             scheduled_delay: Duration::from_millis(5000),
             max_export_batch_size: 512,
@@ -137,47 +139,47 @@ fn read_u64(
     }
 }
 
-impl BatchConfig {
+impl QueueConfig {
     /// Reads `<prefix>_MAX_QUEUE_SIZE`, `_SCHEDULE_DELAY` (ms), `_MAX_EXPORT_BATCH_SIZE` and
     /// `_EXPORT_TIMEOUT` (ms) through `lookup` (`prefix` is `OTEL_BSP` for spans, `OTEL_BLRP`
     /// for log records), over the defaults.
     ///
     /// ```
-    /// use nemo_lens::export::BatchConfig;
+    /// use nemo_lens::export::QueueConfig;
     /// let env = |k: &str| (k == "OTEL_BSP_MAX_QUEUE_SIZE").then(|| " 100 ".to_string());
-    /// assert_eq!(BatchConfig::from_env("OTEL_BSP", &env).unwrap().max_queue_size, 100);
+    /// assert_eq!(QueueConfig::from_env("OTEL_BSP", &env).unwrap().max_queue_size, 100);
     /// let bad = |k: &str| (k == "OTEL_BSP_SCHEDULE_DELAY").then(|| "5s".to_string());
-    /// let err = BatchConfig::from_env("OTEL_BSP", &bad).unwrap_err().to_string();
+    /// let err = QueueConfig::from_env("OTEL_BSP", &bad).unwrap_err().to_string();
     /// assert!(err.contains("OTEL_BSP_SCHEDULE_DELAY") && err.contains("'5s'"));
     /// ```
     pub fn from_env(prefix: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
-        Self::from_env_over(prefix, BatchConfig::default(), lookup)
+        Self::from_env_over(prefix, QueueConfig::default(), lookup)
     }
 
     /// The defaults of the log-record processor: as spans, but exported every second (the
     /// `OTEL_BLRP_SCHEDULE_DELAY` default of the OpenTelemetry specification).
     ///
     /// ```
-    /// let d = nemo_lens::export::BatchConfig::logs_default();
+    /// let d = nemo_lens::export::QueueConfig::logs_default();
     /// assert_eq!(d.scheduled_delay, std::time::Duration::from_millis(1000));
     /// ```
     pub fn logs_default() -> Self {
-        BatchConfig {
+        QueueConfig {
             scheduled_delay: Duration::from_millis(1000),
-            ..BatchConfig::default()
+            ..QueueConfig::default()
         }
     }
 
-    /// [`BatchConfig::from_env`] over other defaults (e.g. [`BatchConfig::logs_default`]).
+    /// [`QueueConfig::from_env`] over other defaults (e.g. [`QueueConfig::logs_default`]).
     ///
     /// ```
-    /// use nemo_lens::export::BatchConfig;
-    /// let c = BatchConfig::from_env_over("OTEL_BLRP", BatchConfig::logs_default(), &|_| None).unwrap();
-    /// assert_eq!(c, BatchConfig::logs_default());
+    /// use nemo_lens::export::QueueConfig;
+    /// let c = QueueConfig::from_env_over("OTEL_BLRP", QueueConfig::logs_default(), &|_| None).unwrap();
+    /// assert_eq!(c, QueueConfig::logs_default());
     /// ```
     pub fn from_env_over(
         prefix: &str,
-        d: BatchConfig,
+        d: QueueConfig,
         lookup: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self> {
         const DAY_MS: u64 = 24 * 3600 * 1000;
@@ -190,7 +192,7 @@ impl BatchConfig {
             .map_or(d.scheduled_delay, Duration::from_millis);
         let timeout = read_u64(lookup, prefix, "EXPORT_TIMEOUT", 1, DAY_MS)?
             .map_or(d.export_timeout, Duration::from_millis);
-        Ok(BatchConfig {
+        Ok(QueueConfig {
             max_queue_size: queue,
             scheduled_delay: delay,
             max_export_batch_size: batch.min(queue),
@@ -216,10 +218,12 @@ enum Control {
     /// A full batch is waiting.
     Wake,
     Flush(mpsc::SyncSender<std::result::Result<(), String>>),
+    /// Export what is queued until the deadline, leaving the rest queued.
+    Drain(Instant, mpsc::SyncSender<()>),
     Shutdown(Instant, mpsc::SyncSender<std::result::Result<(), String>>),
 }
 
-struct Shared<T> {
+pub(crate) struct Shared<T> {
     queue: ArrayQueue<T>,
     dropped: Arc<AtomicU64>,
     /// A `Wake` is on its way: producers need not send another.
@@ -235,11 +239,50 @@ struct Shared<T> {
 }
 
 /// A bounded queue with a worker thread that exports it in batches (see
-/// [`BatchSpanProcessor`]).
+/// [`LensBatchProcessor`]).
 pub struct Batcher<T: Send + 'static> {
     shared: Arc<Shared<T>>,
     control: mpsc::Sender<Control>,
     worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The producer side of a [`Batcher`], for the crate's own producers (the lens layer pushes
+/// its span records through it).
+pub(crate) struct BatchHandle<T: Send + 'static> {
+    shared: Arc<Shared<T>>,
+    control: mpsc::Sender<Control>,
+}
+
+impl<T: Send + 'static> Clone for BatchHandle<T> {
+    fn clone(&self) -> Self {
+        BatchHandle {
+            shared: self.shared.clone(),
+            control: self.control.clone(),
+        }
+    }
+}
+
+impl<T: Send + 'static> BatchHandle<T> {
+    /// As [`Batcher::push`].
+    #[inline]
+    pub(crate) fn push(&self, item: T)
+    where
+        T: ApproxSize,
+    {
+        push_within_budget(&self.shared, &self.control, item);
+    }
+
+    /// Exports what is queued now, in batches, until `deadline` (what is left stays queued);
+    /// returns when done or at the deadline.
+    pub(crate) fn drain(&self, deadline: Instant) {
+        if self.shared.shut.load(Ordering::Relaxed) {
+            return;
+        }
+        let (tx, rx) = mpsc::sync_channel(1);
+        if self.control.send(Control::Drain(deadline, tx)).is_ok() {
+            let _ = rx.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+        }
+    }
 }
 
 impl<T: Send + 'static> fmt::Debug for Batcher<T> {
@@ -264,9 +307,24 @@ impl<T: Send + 'static> Batcher<T> {
     /// dropped (queue full, failed export, left at shutdown) are added to `dropped`.
     pub fn new(
         name: &str,
-        config: BatchConfig,
+        config: QueueConfig,
         dropped: Arc<AtomicU64>,
         exporter: impl BatchExport<T>,
+    ) -> Result<Self>
+    where
+        T: ApproxSize,
+    {
+        Self::new_with(name, config, dropped, exporter, |_, _| {})
+    }
+
+    /// As [`Batcher::new`], letting `prepare` see the queue before the worker takes the
+    /// exporter.
+    pub(crate) fn new_with<E: BatchExport<T>>(
+        name: &str,
+        config: QueueConfig,
+        dropped: Arc<AtomicU64>,
+        mut exporter: E,
+        prepare: impl FnOnce(&Arc<Shared<T>>, &mut E),
     ) -> Result<Self>
     where
         T: ApproxSize,
@@ -281,6 +339,7 @@ impl<T: Send + 'static> Batcher<T> {
             batch_size: config.max_export_batch_size.clamp(1, queue_size),
             wake_at: (config.max_export_batch_size.clamp(1, queue_size) / 4).max(1),
         });
+        prepare(&shared, &mut exporter);
         let (control, rx) = mpsc::channel();
         let worker = {
             let shared = shared.clone();
@@ -306,19 +365,14 @@ impl<T: Send + 'static> Batcher<T> {
     where
         T: ApproxSize,
     {
-        let shared = &*self.shared;
-        let size = item.approx_size();
-        if shared.shut.load(Ordering::Relaxed) || !shared.budget.try_reserve(size) {
-            shared.dropped.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        if shared.queue.push(item).is_err() {
-            shared.budget.release(size);
-            shared.dropped.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        if shared.queue.len() >= shared.wake_at && !shared.notified.swap(true, Ordering::AcqRel) {
-            let _ = self.control.send(Control::Wake);
+        push_within_budget(&self.shared, &self.control, item);
+    }
+
+    /// A producer handle on this batcher's queue.
+    pub(crate) fn handle(&self) -> BatchHandle<T> {
+        BatchHandle {
+            shared: self.shared.clone(),
+            control: self.control.clone(),
         }
     }
 
@@ -354,9 +408,23 @@ impl<T: Send + 'static> Batcher<T> {
         }
         // The worker stops exporting at the deadline; allow it a moment to say so.
         let wait = deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(200);
-        let result = rx
-            .recv_timeout(wait)
-            .map_err(|_| format!("shutdown timed out after {timeout:?} (an export is stuck)"))?;
+        let result = match rx.recv_timeout(wait) {
+            Ok(result) => result,
+            Err(_) => {
+                // The worker is stuck in an export: count what is still queued now (it would
+                // count it only once the export gives up), so the caller's report is complete
+                // but for the batch in flight, which the worker counts when its export ends.
+                let mut left = 0;
+                while self.shared.queue.pop().is_some() {
+                    left += 1;
+                }
+                self.shared.dropped.fetch_add(left, Ordering::Relaxed);
+                return Err(format!(
+                    "shutdown timed out after {timeout:?} (an export is stuck; {left} queued \
+                     items counted as dropped)"
+                ));
+            }
+        };
         if let Some(worker) = self.worker.lock().take() {
             let _ = worker.join();
         }
@@ -373,12 +441,12 @@ impl<T: Send + 'static> Drop for Batcher<T> {
 struct Worker<T, E> {
     shared: Arc<Shared<T>>,
     exporter: E,
-    config: BatchConfig,
+    config: QueueConfig,
     first_error: Option<String>,
 }
 
 impl<T: ApproxSize + Send + 'static, E: BatchExport<T>> Worker<T, E> {
-    fn new(shared: Arc<Shared<T>>, exporter: E, config: BatchConfig) -> Self {
+    fn new(shared: Arc<Shared<T>>, exporter: E, config: QueueConfig) -> Self {
         Worker {
             shared,
             exporter,
@@ -404,6 +472,10 @@ impl<T: ApproxSize + Send + 'static, E: BatchExport<T>> Worker<T, E> {
                 Ok(Control::Flush(reply)) => {
                     self.export_queued(None);
                     let _ = reply.send(self.take_error());
+                }
+                Ok(Control::Drain(deadline, reply)) => {
+                    self.export_until(deadline);
+                    let _ = reply.send(());
                 }
                 Ok(Control::Shutdown(deadline, reply)) => {
                     self.export_queued(Some(deadline));
@@ -468,6 +540,22 @@ impl<T: ApproxSize + Send + 'static, E: BatchExport<T>> Worker<T, E> {
         }
     }
 
+    /// Exports the items queued now until `deadline`, leaving what is left queued.
+    fn export_until(&mut self, deadline: Instant) {
+        let mut left = self.shared.queue.len();
+        while left > 0 {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                break;
+            }
+            let n = self.export_batch(remaining.min(self.config.export_timeout));
+            if n == 0 {
+                break;
+            }
+            left = left.saturating_sub(n);
+        }
+    }
+
     /// Exports one batch (at most the batch size); returns how many items it held.
     fn export_batch(&mut self, timeout: Duration) -> usize {
         let size = self.shared.batch_size.min(self.shared.queue.len());
@@ -489,6 +577,29 @@ impl<T: ApproxSize + Send + 'static, E: BatchExport<T>> Worker<T, E> {
         }
         self.shared.budget.release(bytes);
         n
+    }
+}
+
+/// Queues `item` without blocking when the queue has a slot and the byte budget has room for
+/// it; otherwise drops and counts it. Wakes the worker once the queue holds a quarter batch.
+#[inline]
+fn push_within_budget<T: ApproxSize + Send + 'static>(
+    shared: &Shared<T>,
+    control: &mpsc::Sender<Control>,
+    item: T,
+) {
+    let size = item.approx_size();
+    if shared.shut.load(Ordering::Relaxed) || !shared.budget.try_reserve(size) {
+        shared.dropped.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    if shared.queue.push(item).is_err() {
+        shared.budget.release(size);
+        shared.dropped.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    if shared.queue.len() >= shared.wake_at && !shared.notified.swap(true, Ordering::AcqRel) {
+        let _ = control.send(Control::Wake);
     }
 }
 
@@ -523,29 +634,145 @@ pub(crate) fn block_on_timeout<F: Future>(future: F, timeout: Duration) -> Optio
     }
 }
 
+thread_local! {
+    /// On a span worker thread while it builds SDK spans from records: the identity of its
+    /// queue, and the spans its processor's `on_end` collected for the batch being exported.
+    static COLLECTING: RefCell<Option<(usize, Vec<SpanData>)>> = const { RefCell::new(None) };
+}
+
+/// The record side of the span queue, shared by the processor, its worker and the lens
+/// layer: the layer pushes finished records; the worker builds their SDK spans through the
+/// tracer attached here.
+#[derive(Clone)]
+pub(crate) struct SpanQueue {
+    handle: BatchHandle<SpanItem>,
+    tracer: Arc<Mutex<Option<SdkTracer>>>,
+    /// Emptied span states the worker hands back for reuse: a span then costs the training
+    /// thread no allocation (memory a worker thread frees is slow for another thread to get
+    /// back from the allocator).
+    spare: Arc<ArrayQueue<Arc<SpanState>>>,
+}
+
+/// How many emptied span states wait for reuse, at most.
+const SPARE_STATES: usize = 512;
+
+impl fmt::Debug for SpanQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SpanQueue")
+            .field("queued", &self.handle.shared.queue.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SpanQueue {
+    /// The tracer (of the provider this queue's processor belongs to) that builds the SDK
+    /// spans of records on the worker. Released when the worker stops.
+    pub(crate) fn attach(&self, tracer: SdkTracer) {
+        *self.tracer.lock() = Some(tracer);
+    }
+
+    /// Queues a finished record (one pointer) without blocking; drops and counts it when the
+    /// queue is full.
+    #[inline]
+    pub(crate) fn push_record(&self, state: Arc<SpanState>) {
+        self.handle.push(SpanItem::Record(state));
+    }
+
+    /// Exports what is queued until `deadline` (before the provider shuts down).
+    pub(crate) fn drain(&self, deadline: Instant) {
+        self.handle.drain(deadline);
+    }
+
+    /// An emptied span state to reuse, if the worker has one.
+    #[inline]
+    pub(crate) fn spare(&self) -> Option<Arc<SpanState>> {
+        self.spare.pop()
+    }
+
+    fn identity(&self) -> usize {
+        Arc::as_ptr(&self.handle.shared) as usize
+    }
+}
+
 /// Exports spans through a [`SpanExporter`], shared with the processor (which forwards the
 /// resource to it at build time).
 struct SpanExport<E> {
     exporter: Arc<StdMutex<E>>,
+    /// Builds the SDK spans of records.
+    tracer: Arc<Mutex<Option<SdkTracer>>>,
+    /// This queue's identity (see [`COLLECTING`]).
+    identity: usize,
+    dropped: Arc<AtomicU64>,
+    /// See [`SpanQueue::spare`].
+    spare: Arc<ArrayQueue<Arc<SpanState>>>,
 }
 
-impl<E: SpanExporter + 'static> BatchExport<SpanData> for SpanExport<E> {
+impl<E> SpanExport<E> {
+    /// Turns a batch of queue items into `SpanData`, in queue order: records become SDK spans
+    /// (through the provider: its sampler, limits and processors), whose `on_end` in
+    /// [`LensBatchProcessor`] hands them back here. Records the SDK does not record (its
+    /// provider is shut down) are counted as dropped.
+    fn span_data(&self, batch: Vec<SpanItem>) -> Vec<SpanData> {
+        let tracer = self.tracer.lock().clone();
+        COLLECTING
+            .with(|c| *c.borrow_mut() = Some((self.identity, Vec::with_capacity(batch.len()))));
+        let mut lost = 0;
+        for item in batch {
+            match item {
+                SpanItem::Data(data) => COLLECTING.with(|c| {
+                    if let Some((_, spans)) = c.borrow_mut().as_mut() {
+                        spans.push(*data);
+                    }
+                }),
+                SpanItem::Record(mut state) => {
+                    let built = tracer.as_ref().is_some_and(|t| state.build_sdk_span(t));
+                    if !built {
+                        lost += 1;
+                    }
+                    // Emptied, and referenced nowhere else: back for reuse.
+                    if Arc::get_mut(&mut state).is_some() {
+                        let _ = self.spare.push(state);
+                    }
+                }
+            }
+        }
+        if lost > 0 {
+            self.dropped.fetch_add(lost, Ordering::Relaxed);
+        }
+        COLLECTING
+            .with(|c| c.borrow_mut().take())
+            .map(|(_, spans)| spans)
+            .unwrap_or_default()
+    }
+}
+
+impl<E: SpanExporter + 'static> BatchExport<SpanItem> for SpanExport<E> {
     fn export(
         &mut self,
-        batch: Vec<SpanData>,
+        batch: Vec<SpanItem>,
         timeout: Duration,
     ) -> std::result::Result<(), String> {
-        let exporter = self.exporter.lock().map_err(|_| "exporter poisoned")?;
-        // The exporter's own logs must not feed back into the pipeline.
+        // The exporter's (and the span processors') own logs must not feed back into the
+        // pipeline.
         let _guard = OtelContext::enter_telemetry_suppressed_scope();
+        let batch = self.span_data(batch);
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let n = batch.len();
+        let exporter = self.exporter.lock().map_err(|_| "exporter poisoned")?;
         match block_on_timeout(exporter.export(batch), timeout) {
             Some(Ok(())) => Ok(()),
-            Some(Err(e)) => Err(format!("span export failed: {e}")),
-            None => Err(format!("span export timed out after {timeout:?}")),
+            Some(Err(e)) => Err(format!("span export failed ({n} spans): {e}")),
+            None => Err(format!(
+                "span export timed out after {timeout:?} ({n} spans)"
+            )),
         }
     }
 
     fn shutdown(&mut self, timeout: Duration) -> std::result::Result<(), String> {
+        // The worker stops: release the provider it holds through the tracer.
+        self.tracer.lock().take();
         let exporter = self.exporter.lock().map_err(|_| "exporter poisoned")?;
         exporter
             .shutdown_with_timeout(timeout)
@@ -556,59 +783,93 @@ impl<E: SpanExporter + 'static> BatchExport<SpanData> for SpanExport<E> {
 /// The span processor of nemo-lens: a [`Batcher`] of sampled, ended spans in front of a
 /// [`SpanExporter`].
 ///
+/// Spans recorded by the lens layer reach its queue as compact records, and their SDK spans
+/// are built on its worker thread (see `src/recording.rs`); spans ended elsewhere (the
+/// OpenTelemetry API) reach it through [`SpanProcessor::on_end`] as usual.
+///
 /// ```
 /// use std::sync::Arc;
 /// use std::sync::atomic::AtomicU64;
-/// use nemo_lens::export::{BatchConfig, BatchSpanProcessor};
+/// use nemo_lens::export::{LensBatchProcessor, QueueConfig};
 /// let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
 /// let dropped = Arc::new(AtomicU64::new(0));
-/// let processor = BatchSpanProcessor::new(exporter, BatchConfig::default(), dropped).unwrap();
+/// let processor = LensBatchProcessor::new(exporter, QueueConfig::default(), dropped).unwrap();
 /// let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
 ///     .with_span_processor(processor)
 ///     .build();
 /// # provider.shutdown().unwrap();
 /// ```
-pub struct BatchSpanProcessor<E> {
-    batcher: Batcher<SpanData>,
+pub struct LensBatchProcessor<E> {
+    batcher: Batcher<SpanItem>,
+    queue: SpanQueue,
     exporter: Arc<StdMutex<E>>,
     flush_timeout: Duration,
 }
 
-impl<E> fmt::Debug for BatchSpanProcessor<E> {
+impl<E> fmt::Debug for LensBatchProcessor<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BatchSpanProcessor")
+        f.debug_struct("LensBatchProcessor")
             .field("batcher", &self.batcher)
             .finish_non_exhaustive()
     }
 }
 
-impl<E: SpanExporter + 'static> BatchSpanProcessor<E> {
+impl<E: SpanExporter + 'static> LensBatchProcessor<E> {
     /// Starts the worker thread; spans dropped are added to `dropped`.
-    pub fn new(exporter: E, config: BatchConfig, dropped: Arc<AtomicU64>) -> Result<Self> {
+    pub fn new(exporter: E, config: QueueConfig, dropped: Arc<AtomicU64>) -> Result<Self> {
         let exporter = Arc::new(StdMutex::new(exporter));
-        let batcher = Batcher::new(
-            "spans",
-            config,
-            dropped,
-            SpanExport {
-                exporter: exporter.clone(),
-            },
-        )?;
-        Ok(BatchSpanProcessor {
+        let tracer = Arc::new(Mutex::new(None));
+        let spare = Arc::new(ArrayQueue::new(SPARE_STATES));
+        // The worker learns its queue's identity (see `COLLECTING`) before it starts.
+        let export = SpanExport {
+            exporter: exporter.clone(),
+            tracer: tracer.clone(),
+            identity: 0,
+            dropped: dropped.clone(),
+            spare: spare.clone(),
+        };
+        let batcher = Batcher::new_with("spans", config, dropped, export, |shared, e| {
+            e.identity = Arc::as_ptr(shared) as usize;
+        })?;
+        let queue = SpanQueue {
+            handle: batcher.handle(),
+            tracer,
+            spare,
+        };
+        Ok(LensBatchProcessor {
             batcher,
+            queue,
             exporter,
             flush_timeout: config.export_timeout,
         })
     }
+
+    /// The record queue, for the lens layer.
+    pub(crate) fn span_queue(&self) -> SpanQueue {
+        self.queue.clone()
+    }
 }
 
-impl<E: SpanExporter + 'static> SpanProcessor for BatchSpanProcessor<E> {
+impl<E: SpanExporter + 'static> SpanProcessor for LensBatchProcessor<E> {
     fn on_start(&self, _span: &mut Span, _cx: &OtelContext) {}
 
     #[inline]
     fn on_end(&self, span: SpanData) {
-        if span.span_context.is_sampled() {
-            self.batcher.push(span);
+        if !span.span_context.is_sampled() {
+            return;
+        }
+        // On this processor's worker, building the spans of records: hand the span back to
+        // the batch being exported.
+        let identity = self.queue.identity();
+        let span = COLLECTING.with(|c| match c.borrow_mut().as_mut() {
+            Some((id, spans)) if *id == identity => {
+                spans.push(span);
+                None
+            }
+            _ => Some(span),
+        });
+        if let Some(span) = span {
+            self.batcher.push(SpanItem::Data(Box::new(span)));
         }
     }
 
@@ -667,10 +928,10 @@ impl<E: LogExporter + 'static> BatchExport<(SdkLogRecord, InstrumentationScope)>
 /// ```
 /// use std::sync::Arc;
 /// use std::sync::atomic::AtomicU64;
-/// use nemo_lens::export::{BatchConfig, BatchLogProcessor};
+/// use nemo_lens::export::{QueueConfig, BatchLogProcessor};
 /// let exporter = opentelemetry_sdk::logs::InMemoryLogExporter::default();
 /// let dropped = Arc::new(AtomicU64::new(0));
-/// let processor = BatchLogProcessor::new(exporter, BatchConfig::logs_default(), dropped).unwrap();
+/// let processor = BatchLogProcessor::new(exporter, QueueConfig::logs_default(), dropped).unwrap();
 /// let provider = opentelemetry_sdk::logs::SdkLoggerProvider::builder()
 ///     .with_log_processor(processor)
 ///     .build();
@@ -692,7 +953,7 @@ impl<E> fmt::Debug for BatchLogProcessor<E> {
 
 impl<E: LogExporter + 'static> BatchLogProcessor<E> {
     /// Starts the worker thread; records dropped are added to `dropped`.
-    pub fn new(exporter: E, config: BatchConfig, dropped: Arc<AtomicU64>) -> Result<Self> {
+    pub fn new(exporter: E, config: QueueConfig, dropped: Arc<AtomicU64>) -> Result<Self> {
         let exporter = Arc::new(StdMutex::new(exporter));
         let batcher = Batcher::new(
             "logs",

@@ -46,7 +46,7 @@ pub const DEFAULT_QUEUE_MAX_BYTES: usize = 64 << 20;
 pub const MIN_QUEUE_MAX_BYTES: usize = 64 << 10;
 
 /// What every key-value and every event costs beyond its text (pointers, tags, lengths).
-const ENTRY_OVERHEAD: usize = 32;
+pub(crate) const ENTRY_OVERHEAD: usize = 32;
 
 /// An item's approximate size in bytes: its text and a fixed cost per entry. It errs high, and
 /// stays the same while the item waits (the budget gives back what it took).
@@ -75,7 +75,7 @@ fn value_size(v: &Value) -> usize {
     }
 }
 
-fn kv_size(kv: &KeyValue) -> usize {
+pub(crate) fn kv_size(kv: &KeyValue) -> usize {
     ENTRY_OVERHEAD + kv.key.as_str().len() + value_size(&kv.value)
 }
 

@@ -20,7 +20,7 @@ use crate::config::LensConfig;
 use crate::env::Env;
 use crate::error::{LensError, Result};
 use crate::export::DropCounters;
-use crate::export::batch::BatchConfig;
+use crate::export::batch::QueueConfig;
 use crate::export::budget;
 use crate::filter::LensFilter;
 use crate::groups::{self, GroupGate};
@@ -197,7 +197,7 @@ impl TelemetryBuilder {
     }
 
     /// Sends spans to `exporter` instead of the configured console/OTLP exporter (traces only;
-    /// metrics keep theirs). It is wrapped in the [batch processor](crate::export::BatchSpanProcessor), built
+    /// metrics keep theirs). It is wrapped in the [batch processor](crate::export::LensBatchProcessor), built
     /// only on an exporting rank.
     ///
     /// ```
@@ -421,12 +421,12 @@ impl TelemetryBuilder {
         // global is touched.
         let (mut batch, mut log_batch, value_limit) = if config.enabled {
             (
-                BatchConfig::from_env("OTEL_BSP", &*lookup)?,
-                BatchConfig::from_env_over("OTEL_BLRP", BatchConfig::logs_default(), &*lookup)?,
+                QueueConfig::from_env("OTEL_BSP", &*lookup)?,
+                QueueConfig::from_env_over("OTEL_BLRP", QueueConfig::logs_default(), &*lookup)?,
                 crate::env::value_length_limit(Env::new(&*lookup))?,
             )
         } else {
-            (BatchConfig::default(), BatchConfig::logs_default(), None)
+            (QueueConfig::default(), QueueConfig::logs_default(), None)
         };
         if config.enabled {
             // Memory bounded in bytes: the queues' budget, and their rings kept within it.
@@ -452,11 +452,13 @@ impl TelemetryBuilder {
             synchronous,
             batch,
             dropped: dropped.spans.clone(),
+            span_queue: Default::default(),
         };
         let log_settings = ExportSettings {
             synchronous,
             batch: log_batch,
             dropped: dropped.logs.clone(),
+            span_queue: Default::default(),
         };
         let exporting = config.enabled && decision;
         let sampler = RankAwareSampler::new(rank, world_size, config.export_sample_rate);

@@ -564,14 +564,17 @@ impl Inner {
 
 impl ExitTarget for Inner {
     fn record_panic(&self, message: &str) {
-        if self.inherited() || self.built.pipeline.is_none() {
+        if self.inherited() {
             return;
         }
+        let Some(pipeline) = &self.built.pipeline else {
+            return;
+        };
+        // Never the span extensions (another layer may hold their lock on this thread): the
+        // registry's scope walk, then the open-span table, with bounded waits.
         tracing::Span::current().with_subscriber(|(id, dispatch)| {
             if let Some(with) = dispatch.downcast_ref::<WithLens>() {
-                (with.with_innermost)(dispatch, id, &mut |data| {
-                    data.record_exception("panic", message)
-                });
+                pipeline.record_panic(&(with.scope)(dispatch, id), message);
             }
         });
     }
@@ -600,7 +603,7 @@ impl ExitTarget for Inner {
         }
         let deadline = Instant::now() + timeout;
         if let Some(p) = &self.built.pipeline {
-            p.open.close_all(reason);
+            p.close_all(reason);
         }
         // The span processors are shut down directly, not through the tracer provider: a shut
         // provider skips ending spans silently, while a shut processor refuses and counts them.
@@ -616,6 +619,7 @@ impl ExitTarget for Inner {
             .tracer_provider
             .clone()
             .filter(|_| self.built.own_provider);
+        let pipeline = self.built.pipeline.clone();
         let meter = self.built.meter_provider.clone();
         let logger = self.built.logger_provider.as_ref().map(|p| p.sdk().clone());
         if tracer.is_none() && meter.is_none() && logger.is_none() {
@@ -627,6 +631,12 @@ impl ExitTarget for Inner {
             .spawn(move || {
                 let mut errors = Vec::new();
                 let remaining = || deadline.saturating_duration_since(Instant::now());
+                if let Some(p) = pipeline {
+                    // Queued span records become SDK spans on the worker; let it finish them
+                    // before the processors shut down, in half the time: the processors'
+                    // shutdown needs the rest to export or count what is left.
+                    p.drain(Instant::now() + remaining() / 2);
+                }
                 if let Some(t) = tracer
                     && let Err(e) = t.shutdown(remaining())
                 {

@@ -161,6 +161,8 @@ impl Built {
                 provider.tracer(SCOPE_NAME),
                 propagation::env_parent(&|k| env.raw(k)),
                 parts.value_limit,
+                parts.settings.span_queue.get().cloned(),
+                config.sampler_enabled,
             )));
         }
         self.tracer_provider = Some(provider);

@@ -14,7 +14,7 @@ use opentelemetry_sdk::trace::{SimpleSpanProcessor, Span, SpanData, SpanExporter
 
 use crate::error::Result;
 use crate::export::DeadlineExporter;
-use crate::export::batch::{BatchConfig, BatchLogProcessor, BatchSpanProcessor};
+use crate::export::batch::{BatchLogProcessor, LensBatchProcessor, QueueConfig, SpanQueue};
 
 /// A span processor behind a box (the SDK builder wants a concrete type).
 pub(super) struct BoxedProcessor(pub(super) Box<dyn SpanProcessor>);
@@ -114,8 +114,10 @@ impl<F: std::future::Future> std::future::Future for SuppressedFuture<F> {
 /// How the exporter's processor is built.
 pub(super) struct ExportSettings {
     pub(super) synchronous: bool,
-    pub(super) batch: BatchConfig,
+    pub(super) batch: QueueConfig,
     pub(super) dropped: Arc<AtomicU64>,
+    /// The record queue of the span batch processor, once built (the lens layer feeds it).
+    pub(super) span_queue: std::sync::OnceLock<SpanQueue>,
 }
 
 pub(super) fn exporter_processor<E: SpanExporter + 'static>(
@@ -125,11 +127,13 @@ pub(super) fn exporter_processor<E: SpanExporter + 'static>(
     Ok(if settings.synchronous {
         BoxedProcessor(Box::new(SimpleSpanProcessor::new(Suppressed(exporter))))
     } else {
-        BoxedProcessor(Box::new(BatchSpanProcessor::new(
+        let processor = LensBatchProcessor::new(
             DeadlineExporter::new("spans", exporter),
             settings.batch,
             settings.dropped.clone(),
-        )?))
+        )?;
+        let _ = settings.span_queue.set(processor.span_queue());
+        BoxedProcessor(Box::new(processor))
     })
 }
 
