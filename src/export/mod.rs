@@ -27,7 +27,13 @@
 pub(crate) mod batch;
 mod console;
 mod counted;
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+mod endpoint;
 pub(crate) mod otlp;
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+mod report;
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+mod tls;
 
 pub(crate) use batch::DropCounters;
 pub use batch::{

@@ -253,7 +253,14 @@ impl TelemetryBuilder {
             lookup,
         } = self;
         config.validate()?;
-        if world_size == 0 || rank >= world_size {
+        // `OTEL_SDK_DISABLED=true` (the OpenTelemetry SDK switch, as Python's SDK reads it:
+        // stripped, any case, only `true`) makes the process inert: a disabled setup.
+        if lookup("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+            config.enabled = false;
+        }
+        // A disabled setup builds nothing and uses neither, so it takes any rank and world size
+        // (a launcher may hand out numbers nemo-lens would refuse when enabled).
+        if config.enabled && (world_size == 0 || rank >= world_size) {
             return Err(LensError::InvalidArgument(format!(
                 "rank must be below world_size (rank {rank}, world_size {world_size})"
             )));
@@ -274,8 +281,10 @@ impl TelemetryBuilder {
             }
         };
         let decision = strategy.decide_with(&config, rank, world_size, &*lookup)?;
-        let resolved_groups = if config.enabled {
-            groups::resolve(&config.span_groups, &config.span_groups_origin())?
+        // Unknown names are another process's groups: warned about (by the exporting rank,
+        // the one they would matter on) and ignored.
+        let (resolved_groups, unknown_groups) = if config.enabled {
+            groups::resolve_known(&config.span_groups)
         } else {
             Default::default()
         };
@@ -319,7 +328,19 @@ impl TelemetryBuilder {
             None
         };
         let mut built = Built::default();
+        if exporting && !unknown_groups.is_empty() {
+            eprintln!(
+                "{}",
+                groups::unknown_warning(&config.span_groups_origin(), &unknown_groups)
+            );
+        }
         if exporting {
+            if let Some((var, value)) = &config.sources.bad_exporter {
+                return Err(LensError::UnknownExporter {
+                    var: var.clone(),
+                    value: value.clone(),
+                });
+            }
             let env = Env::new(&*lookup);
             let resource =
                 resource::build_resource(&config, rank, world_size, &resource_attributes, &*lookup);

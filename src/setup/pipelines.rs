@@ -119,7 +119,7 @@ impl Built {
                 }
                 ExporterKind::Otlp => {
                     let protocol = otlp::protocol_for(Signal::Traces, env)?;
-                    let exporter = self.transport.span_exporter(protocol)?;
+                    let exporter = self.transport.span_exporter(protocol, env)?;
                     exporter_processor(exporter, &parts.settings)?
                 }
             },
@@ -165,7 +165,7 @@ impl Built {
                     }
                     ExporterKind::Otlp => {
                         let protocol = otlp::protocol_for(Signal::Metrics, env)?;
-                        let exporter = self.transport.metric_exporter(protocol)?;
+                        let exporter = self.transport.metric_exporter(protocol, env)?;
                         builder.with_reader(periodic(exporter, failed, interval))
                     }
                 }
@@ -197,7 +197,7 @@ impl Built {
                 }
                 ExporterKind::Otlp => {
                     let protocol = otlp::protocol_for(Signal::Logs, env)?;
-                    let exporter = self.transport.log_exporter(protocol)?;
+                    let exporter = self.transport.log_exporter(protocol, env)?;
                     log_provider(exporter, resource, settings)?
                 }
             },
