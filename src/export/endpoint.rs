@@ -31,6 +31,8 @@ pub(crate) struct Destination {
     pub(crate) endpoint: String,
     /// The same, with credentials redacted: what messages show.
     pub(crate) shown: String,
+    /// The variable the endpoint came from (or `the default`), for messages.
+    pub(crate) source: String,
     /// The per-export timeout.
     pub(crate) timeout: Duration,
     /// Request headers / gRPC metadata. Never printed.
@@ -65,6 +67,11 @@ impl Destination {
     /// Reads where `signal` goes over `protocol`.
     pub(crate) fn from_env(signal: Signal, protocol: OtlpProtocol, env: Env<'_>) -> Result<Self> {
         let specific = format!("OTEL_EXPORTER_OTLP_{}_ENDPOINT", signal.upper());
+        let source = [specific.as_str(), "OTEL_EXPORTER_OTLP_ENDPOINT"]
+            .into_iter()
+            .find(|var| env.get(var).is_some())
+            .unwrap_or("the default")
+            .to_string();
         let endpoint = match protocol {
             OtlpProtocol::Grpc => {
                 let endpoint = env
@@ -115,6 +122,7 @@ impl Destination {
         };
         Ok(Destination {
             shown: redact_url(&endpoint),
+            source,
             endpoint,
             timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
             headers,

@@ -223,7 +223,11 @@ macro_rules! build_exporter {
         let endpoint = destination.endpoint.clone();
         let err = |e: opentelemetry_otlp::ExporterBuildError| LensError::Exporter {
             signal: signal.as_str(),
-            message: redact_urls_in(&e.to_string().replace(&endpoint, &destination.shown)),
+            message: format!(
+                "{} (endpoint from {})",
+                redact_urls_in(&e.to_string().replace(&endpoint, &destination.shown)),
+                destination.source
+            ),
         };
         let built = match protocol {
             #[cfg(feature = "otlp-grpc")]
