@@ -1,9 +1,12 @@
 //! OTLP export: protocol selection per signal and the private runtime gRPC needs.
 //!
 //! The protocol of each signal is `OTEL_EXPORTER_OTLP_<TRACES|METRICS|LOGS>_PROTOCOL`, else
-//! `OTEL_EXPORTER_OTLP_PROTOCOL`, else `grpc`, as in the Python library. Endpoint, headers,
-//! timeout and compression come from the standard `OTEL_EXPORTER_OTLP_*` variables, which the
-//! exporters read themselves. An unknown protocol is an error naming the variable.
+//! `OTEL_EXPORTER_OTLP_PROTOCOL`, else `grpc`, as in the Python library. An unknown protocol is
+//! an error naming the variable. Endpoint, insecure flag, headers, timeout and certificates are
+//! read by nemo-lens (`endpoint.rs`, `tls.rs`: a blank value is unset) and handed to the
+//! exporter builders; compression and temporality are read by the exporters themselves. Each
+//! exporter is wrapped so that a failure streak writes one stderr line naming the endpoint and
+//! the cause (`report.rs`).
 //!
 //! gRPC (tonic) needs a Tokio runtime while the exporter is built and for as long as it exports.
 //! nemo-lens owns a private one-worker runtime for that ([`Transport`], built on first use by the

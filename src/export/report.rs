@@ -46,6 +46,7 @@ impl FailureReport {
     }
 
     /// Remembers the transport error underneath the next failed export.
+    #[cfg(feature = "otlp-http")]
     pub(crate) fn note_cause(&self, cause: String) {
         *self.cause.lock() = Some(cause);
     }
@@ -182,6 +183,7 @@ impl<E: opentelemetry_sdk::metrics::exporter::PushMetricExporter>
 }
 
 /// The error chain of `e`, outermost first, joined by `: ` (repeated texts skipped).
+#[cfg(feature = "otlp-http")]
 pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut source = e.source();

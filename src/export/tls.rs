@@ -21,8 +21,6 @@
 //! certificates do not accept fails at export time instead: one line on stderr names the
 //! endpoint and the cause, and what the failed exports carried is counted as dropped.
 
-use std::sync::Arc;
-
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -54,8 +52,11 @@ impl std::fmt::Debug for TlsFiles {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never the key's bytes.
         f.debug_struct("TlsFiles")
-            .field("ca", &self.ca.as_ref().map(|c| &c.var))
-            .field("client", &self.client.as_ref().map(|(c, _)| &c.var))
+            .field("ca", &self.ca.as_ref().map(|c| (&c.var, &c.path)))
+            .field(
+                "client",
+                &self.client.as_ref().map(|(c, _)| (&c.var, &c.path)),
+            )
             .finish()
     }
 }
@@ -175,7 +176,7 @@ impl TlsFiles {
                 roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
             }
         }
-        let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        let builder = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
         .with_safe_default_protocol_versions()
@@ -205,7 +206,7 @@ impl TlsFiles {
     /// handshake happens), but reqwest is built with rustls and wants one.
     #[cfg(feature = "otlp-http")]
     pub(crate) fn plain_rustls_config() -> rustls::ClientConfig {
-        rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
         .with_safe_default_protocol_versions()
