@@ -379,6 +379,7 @@ fn a_certificate_for_another_host_is_refused_by_name() {
 #[test]
 fn a_missing_or_malformed_certificate_fails_setup_naming_the_variable() {
     use nemo_lens::{LensConfig, LensError, Telemetry};
+    use opentelemetry::trace::{Span as _, Tracer as _, TracerProvider as _};
     let dir = tempfile::tempdir().unwrap();
     let garbage = dir.path().join("garbage.pem");
     std::fs::write(
@@ -422,6 +423,12 @@ fn a_missing_or_malformed_certificate_fails_setup_naming_the_variable() {
                 err.to_string().starts_with(&format!("Invalid {var}: ")),
                 "{err}"
             );
+            // Checked before anything was built: no tracer provider was installed.
+            let mut probe = opentelemetry::global::tracer_provider()
+                .tracer("probe")
+                .start("probe");
+            assert!(!probe.is_recording(), "{var}: a provider was installed");
+            probe.end();
             // Rank 0 of 2 does not export under single_rank: it reads no certificate.
             let quiet = Telemetry::builder(config)
                 .rank(0)

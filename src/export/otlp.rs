@@ -133,6 +133,18 @@ pub(crate) fn protocol_for(signal: Signal, env: Env<'_>) -> Result<OtlpProtocol>
     Transport::check(OtlpProtocol::Grpc, signal, "OTEL_EXPORTER_OTLP_PROTOCOL")
 }
 
+/// Reads every OTLP setting of `signals` (protocol, endpoint, insecure, timeout, headers,
+/// certificate files), so that a bad value fails setup before any pipeline is built or installed
+/// globally. The exporters read them again when they are built.
+pub(crate) fn preflight(signals: &[Signal], env: Env<'_>) -> Result<()> {
+    for &signal in signals {
+        let _protocol = protocol_for(signal, env)?;
+        #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+        Destination::from_env(signal, _protocol, env)?;
+    }
+    Ok(())
+}
+
 /// The exporters' transports: the one private gRPC runtime of this process's exporters (built
 /// by the first signal that uses gRPC), and the builders of each signal's OTLP exporter.
 #[derive(Default)]

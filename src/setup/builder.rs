@@ -15,11 +15,12 @@ use super::SCOPE_NAME;
 use super::handle::{Inner, Telemetry};
 use super::pipelines::{Built, METRIC_INTERVAL_VAR, TraceParts};
 use super::processors::{BoxedProcessor, ExportSettings, exporter_processor, log_provider};
-use crate::config::LensConfig;
+use crate::config::{ExporterKind, LensConfig};
 use crate::env::Env;
 use crate::error::{LensError, Result};
 use crate::export::DropCounters;
 use crate::export::batch::BatchConfig;
+use crate::export::otlp::{self, Signal};
 use crate::filter::LensFilter;
 use crate::groups::{self, GroupGate};
 use crate::ids;
@@ -340,6 +341,26 @@ impl TelemetryBuilder {
                     var: var.clone(),
                     value: value.clone(),
                 });
+            }
+            // Every OTLP setting is checked before the first pipeline is installed globally.
+            if config.exporter == ExporterKind::Otlp {
+                let signals = [
+                    (
+                        config.traces_enabled && span_exporter.is_none(),
+                        Signal::Traces,
+                    ),
+                    (
+                        config.metrics_enabled && metric_reader.is_none(),
+                        Signal::Metrics,
+                    ),
+                    (config.logs_enabled && log_exporter.is_none(), Signal::Logs),
+                ];
+                let used: Vec<Signal> = signals
+                    .iter()
+                    .filter(|(on, _)| *on)
+                    .map(|&(_, s)| s)
+                    .collect();
+                otlp::preflight(&used, Env::new(&*lookup))?;
             }
             let env = Env::new(&*lookup);
             let resource =
