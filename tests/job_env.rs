@@ -3,8 +3,9 @@
 //!
 //! * span groups only some processes register warn once, on the exporting rank, and are
 //!   ignored; every rank runs;
-//! * what only the exporting rank uses (exporter kind, OTLP protocol, endpoint, certificates)
-//!   fails that rank alone, naming the variable; the other ranks run;
+//! * what only the exporting rank uses (exporter kind, OTLP protocol, endpoint, timeout,
+//!   certificates, batch and metric-interval variables, attribute limits) fails that rank
+//!   alone, naming the variable; the other ranks run;
 //! * a disabled job takes any rank and world size;
 //! * `OTEL_SDK_DISABLED=true` makes every rank inert;
 //! * a blank `OTEL_*` value is unset: the generic variable or the default applies.
@@ -125,7 +126,23 @@ fn exporting_rank_settings_fail_only_the_exporting_rank() {
         ("NEMO_LENS_ENABLED", "1"),
         ("NEMO_LENS_METRICS_ENABLED", "0"),
     ];
-    let cases: [(&[(&str, &str)], &str); 4] = [
+    let cases: [(&[(&str, &str)], &str); 7] = [
+        // Python's int() takes `1_000`; nemo-lens does not, on the exporting rank only.
+        (
+            &[
+                ("NEMO_LENS_METRICS_ENABLED", "1"),
+                ("OTEL_METRIC_EXPORT_INTERVAL", "1_000"),
+            ],
+            "OTEL_METRIC_EXPORT_INTERVAL",
+        ),
+        (
+            &[("OTEL_BSP_MAX_QUEUE_SIZE", "lots")],
+            "OTEL_BSP_MAX_QUEUE_SIZE",
+        ),
+        (
+            &[("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "ten")],
+            "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+        ),
         (&[("NEMO_LENS_EXPORTER", "zipkin")], "NEMO_LENS_EXPORTER"),
         (
             &[("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift")],

@@ -290,9 +290,10 @@ impl TelemetryBuilder {
         } else {
             Default::default()
         };
-        // Read on every enabled rank, so a bad value fails alike everywhere, before anything
-        // global is touched.
-        let (batch, log_batch, value_limit) = if config.enabled {
+        // Read on the exporting rank only (the one rank that uses them: a value a job-wide
+        // environment sets for Python ranks never stops the others), before anything global is
+        // touched.
+        let (batch, log_batch, value_limit) = if config.enabled && decision {
             (
                 BatchConfig::from_env("OTEL_BSP", &*lookup)?,
                 BatchConfig::from_env_over("OTEL_BLRP", BatchConfig::logs_default(), &*lookup)?,
@@ -322,13 +323,13 @@ impl TelemetryBuilder {
         } else {
             Default::default()
         }));
-        // Read on every enabled rank, so a bad value fails the whole job at start-up.
-        let metric_interval = if config.enabled && config.metrics_enabled && metric_reader.is_none()
-        {
-            Env::new(&*lookup).positive_millis(METRIC_INTERVAL_VAR)?
-        } else {
-            None
-        };
+        // Likewise read on the exporting rank only.
+        let metric_interval =
+            if config.enabled && decision && config.metrics_enabled && metric_reader.is_none() {
+                Env::new(&*lookup).positive_millis(METRIC_INTERVAL_VAR)?
+            } else {
+                None
+            };
         let mut built = Built::default();
         if exporting && !unknown_groups.is_empty() {
             eprintln!(
