@@ -90,6 +90,10 @@ impl FromStr for ExporterKind {
 ///
 /// Unlike Python, a bad value is rejected when the environment is read (a typed [`LensError`]
 /// that names the variable), so a job fails at start-up rather than on its exporting rank only.
+/// The exception is what only the exporting rank uses: an unknown `<P>_EXPORTER` leaves
+/// `exporter` at its default here and fails [`Telemetry::builder`](crate::Telemetry::builder)'s
+/// `build` on the exporting rank alone (the OTLP protocol, endpoint and certificate variables
+/// are likewise read there only).
 ///
 /// ```
 /// use nemo_lens::{ExporterKind, LensConfig};
@@ -163,6 +167,9 @@ pub(crate) struct ConfigSources {
     pub(crate) export_strategy: Option<String>,
     /// The variable `span_groups` came from.
     pub(crate) span_groups: Option<String>,
+    /// An exporter name that is not one (variable, value): an error on the exporting rank only,
+    /// the one rank that builds an exporter.
+    pub(crate) bad_exporter: Option<(String, String)>,
 }
 
 /// Two configurations are equal when their settings are, wherever they were read from.
@@ -343,10 +350,11 @@ impl LensConfig {
             cfg.sources.span_groups = Some(var);
         }
         if let Some((var, v)) = get("EXPORTER") {
-            cfg.exporter = v.parse().map_err(|_| LensError::UnknownExporter {
-                var,
-                value: env::shown(&v),
-            })?;
+            match v.parse() {
+                Ok(kind) => cfg.exporter = kind,
+                // Only the exporting rank builds an exporter: the error waits for it.
+                Err(_) => cfg.sources.bad_exporter = Some((var, env::shown(&v))),
+            }
         }
         if let Some((_, v)) = get("RUN_ID") {
             cfg.run_id = v;
@@ -457,6 +465,7 @@ impl LensConfig {
     #[must_use]
     pub fn with_exporter(mut self, exporter: ExporterKind) -> Self {
         self.exporter = exporter;
+        self.sources.bad_exporter = None;
         self
     }
 

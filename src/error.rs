@@ -166,6 +166,17 @@ pub enum LensError {
     /// The SIGTERM/SIGINT handlers could not be installed.
     #[error("cannot install the nemo-lens signal handlers: {0}")]
     Signals(String),
+    /// A certificate variable (`OTEL_EXPORTER_OTLP_CERTIFICATE`, `…_CLIENT_CERTIFICATE`,
+    /// `…_CLIENT_KEY`, or a per-signal one) names a file that cannot be used.
+    #[error("Invalid {var}: cannot use '{path}': {reason}")]
+    Certificate {
+        /// The variable that named the file.
+        var: String,
+        /// The file's path (cut to 64 characters).
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// An exporter or provider could not be built.
     #[error("cannot build the {signal} exporter: {message}")]
     Exporter {

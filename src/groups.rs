@@ -227,6 +227,59 @@ pub fn resolve(spec: &str, var: &str) -> Result<BTreeSet<String>> {
     Ok(out)
 }
 
+/// Resolves a spec as [`resolve`] does, but keeps going past names no library registered in
+/// this process: returns the groups of the known entries and the unknown entries (lower-cased,
+/// in spec order, deduplicated).
+///
+/// A job sets one `NEMO_LENS_SPAN_GROUPS` for every process, and some of its groups are
+/// registered only by some processes (Python's Megatron groups, another library's), so setup
+/// resolves the variable this way: the unknown names are reported once and ignored.
+///
+/// ```
+/// use nemo_lens::groups::resolve_known;
+/// let (set, unknown) = resolve_known("default, Megatron_PP ,step,megatron_pp");
+/// assert!(set.contains("job") && set.contains("step"));
+/// assert_eq!(unknown, vec!["megatron_pp".to_string()]);
+/// ```
+pub fn resolve_known(spec: &str) -> (BTreeSet<String>, Vec<String>) {
+    let mut unknown: Vec<String> = Vec::new();
+    let mut known = Vec::new();
+    for part in spec.split(',') {
+        let name = part.trim().to_ascii_lowercase();
+        if name.is_empty() {
+            continue;
+        }
+        if resolve(&name, "").is_ok() {
+            known.push(name);
+        } else if !unknown.contains(&name) {
+            unknown.push(name);
+        }
+    }
+    let set = resolve(&known.join(","), "").unwrap_or_default();
+    (set, unknown)
+}
+
+/// The warning for `unknown` entries of the spec in `var`: one line naming them and the known
+/// groups and presets.
+pub(crate) fn unknown_warning(var: &str, unknown: &[String]) -> String {
+    let mut valid = registered_groups();
+    valid.extend(registered_presets());
+    valid.sort();
+    valid.dedup();
+    let quoted = |names: &[String]| {
+        names
+            .iter()
+            .map(|n| format!("'{}'", crate::env::shown(n)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "nemo-lens: warning: {var} names span groups or presets that no library registered in this process: {} (ignored). Known: {}",
+        quoted(unknown),
+        valid.join(", ")
+    )
+}
+
 /// The enabled groups of one telemetry instance; the lens filter consults it once per callsite.
 #[derive(Debug, Default)]
 pub(crate) struct GroupGate {

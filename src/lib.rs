@@ -102,7 +102,10 @@
 //!   payload bytes of the Python NCCL helpers, linked spans ([`LensSpanExt::add_link`]), and a
 //!   launcher's `TRACEPARENT` as every rank's parent.
 //! * **OTLP** ([`export::OtlpProtocol`]): gRPC, HTTP/protobuf or HTTP/JSON per signal from the standard
-//!   `OTEL_EXPORTER_OTLP_*` variables; gRPC runs on a private runtime, so no Tokio is needed.
+//!   `OTEL_EXPORTER_OTLP_*` variables; gRPC runs on a private runtime, so no Tokio is needed;
+//!   `https://` endpoints use rustls (system roots, or `OTEL_EXPORTER_OTLP_CERTIFICATE`, client
+//!   certificates for mutual TLS), and a failing export writes one stderr line naming the
+//!   endpoint and the cause.
 //! * **Attribute names** ([`semconv`]): every name of the Python `semconv` module as a constant.
 //! * **Backdated spans**: [`emit_span`] records a completed span from timestamps
 //!   taken earlier (clamping and tagging an end before the start).

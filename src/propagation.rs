@@ -50,8 +50,13 @@
 //! let stage = tracing::info_span!("pp.recv_forward.linked");
 //! stage.add_link(remote, vec![]); // true when the lens layer records `stage`
 //! ```
+//!
+//! Deep code that cannot be handed the carrier reads it from the process's slot, as in Python:
+//! [`set_pp_trace_carrier`] once per iteration after the broadcast, [`get_pp_trace_carrier`] in
+//! the pipeline schedule.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use opentelemetry::Context;
 use opentelemetry::global;
@@ -171,6 +176,45 @@ pub fn remote_span_context(carrier: &HashMap<String, String>) -> Option<SpanCont
     let cx = extract_context(carrier);
     let sc = cx.span().span_context().clone();
     sc.is_valid().then_some(sc)
+}
+
+/// The pipeline-parallel carrier slot of this process (Python's `_PP_TRACE_CARRIER`).
+static PP_TRACE_CARRIER: parking_lot::RwLock<Option<Arc<HashMap<String, String>>>> =
+    parking_lot::RwLock::new(None);
+
+/// Stores the pipeline-parallel trace carrier for cross-stage linking, or clears it with
+/// `None`: the counterpart of Python's `set_pp_trace_carrier`.
+///
+/// The training loop calls it once per iteration, after the carrier of the step was broadcast
+/// ([`decode_carrier`] of the payload); code deep in the pipeline schedule reads it back with
+/// [`get_pp_trace_carrier`] instead of having it threaded through every call. The slot is one
+/// per process, shared by every thread, and holds the carrier until it is replaced or cleared.
+///
+/// ```
+/// use std::collections::HashMap;
+/// use nemo_lens::propagation::{get_pp_trace_carrier, remote_span_context, set_pp_trace_carrier};
+///
+/// // In the training loop, after the broadcast:
+/// set_pp_trace_carrier(Some(HashMap::from([(
+///     "traceparent".to_string(),
+///     "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_string(),
+/// )])));
+/// // Deep in the pipeline schedule:
+/// let carrier = get_pp_trace_carrier().expect("set above");
+/// let remote = remote_span_context(&carrier).expect("valid traceparent");
+/// assert_eq!(remote.span_id().to_string(), "b7ad6b7169203331");
+/// set_pp_trace_carrier(None);
+/// assert!(get_pp_trace_carrier().is_none());
+/// ```
+pub fn set_pp_trace_carrier(carrier: Option<HashMap<String, String>>) {
+    *PP_TRACE_CARRIER.write() = carrier.map(Arc::new);
+}
+
+/// The carrier last stored by [`set_pp_trace_carrier`], or `None` (never set, or cleared): the
+/// counterpart of Python's `get_pp_trace_carrier`. Shared, not copied: reading it costs a
+/// reference count.
+pub fn get_pp_trace_carrier() -> Option<Arc<HashMap<String, String>>> {
+    PP_TRACE_CARRIER.read().clone()
 }
 
 /// The parent context a launcher passed in `TRACEPARENT` / `TRACESTATE`, if valid.

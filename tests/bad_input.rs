@@ -183,7 +183,7 @@ proptest! {
             }
         };
         // Metric and log pipelines would export over OTLP to nothing; their variables are still
-        // read (the batch and protocol ones on every enabled rank).
+        // read (on the exporting rank; here every rank exports unless the strategy says otherwise).
         let built = Telemetry::builder(config.with_metrics_enabled(false).with_logs_enabled(false))
             .span_exporter(CollectingExporter::default())
             .env_lookup(lookup)

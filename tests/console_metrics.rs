@@ -275,6 +275,10 @@ fn sums_and_gauges_use_the_python_number_data_point_layout() {
         point_keys
     );
     assert_eq!(data["data_points"][0]["value"], 0.25);
+    // As Python writes a gauge point: no start time; sums keep theirs.
+    assert_eq!(data["data_points"][0]["start_time_unix_nano"], Value::Null);
+    assert!(data["data_points"][0]["time_unix_nano"].is_u64());
+    assert!(point["start_time_unix_nano"].is_u64());
 }
 
 #[test]

@@ -240,6 +240,37 @@ fn gym_metrics_have_ms_histograms_and_gauges() {
         assert_eq!(m.unit(), "ms");
         assert_eq!(f64_histogram(m), vec![(vec![], 1, value)], "{name}");
     }
+    // Units and descriptions as Python's `record_gym_metrics` writes them (`instruments/gym.py`).
+    for (name, unit, description) in [
+        (
+            semconv::GYM_SERVER_REQUEST_DURATION_MS,
+            "ms",
+            "Gym server request duration in milliseconds.",
+        ),
+        (
+            semconv::GYM_ROLLOUT_DURATION_MS,
+            "ms",
+            "Rollout collection duration in milliseconds.",
+        ),
+        (
+            semconv::GYM_VERIFY_DURATION_MS,
+            "ms",
+            "Verification endpoint duration in milliseconds.",
+        ),
+        (
+            semconv::GYM_VERIFY_SUCCESS_RATE,
+            "",
+            "Fraction of successful verifications.",
+        ),
+        (
+            semconv::GYM_SERVERS_ACTIVE,
+            "",
+            "Number of active Gym servers.",
+        ),
+    ] {
+        let m = metric(&rm, name);
+        assert_eq!((m.unit(), m.description()), (unit, description), "{name}");
+    }
     assert_eq!(
         f64_gauge(metric(&rm, semconv::GYM_VERIFY_SUCCESS_RATE)),
         vec![(vec![], 0.87)]

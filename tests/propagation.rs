@@ -165,3 +165,48 @@ fn a_pipeline_stage_links_to_the_remote_step_instead_of_becoming_its_child() {
     });
     assert!(!none);
 }
+
+/// The pipeline-parallel carrier slot (Python's `set_pp_trace_carrier` / `get_pp_trace_carrier`):
+/// the training loop stores the broadcast payload's carrier, a pipeline stage on another thread
+/// reads it and links to the step; `None` clears it.
+#[test]
+fn the_pp_carrier_slot_hands_the_step_to_deep_code_on_any_thread() {
+    use nemo_lens::propagation::{get_pp_trace_carrier, set_pp_trace_carrier};
+    let capture = SpanCapture::new();
+    let payload = encode_carrier(&HashMap::from([(
+        "traceparent".to_string(),
+        TRACEPARENT.to_string(),
+    )]));
+    set_pp_trace_carrier(decode_carrier(&payload));
+    let linked = std::thread::scope(|s| {
+        s.spawn(|| {
+            let carrier = get_pp_trace_carrier().expect("stored by the training loop");
+            let remote = remote_span_context(&carrier).expect("valid traceparent");
+            capture.in_scope(|| {
+                let stage = tracing::info_span!("pp.recv_forward.linked");
+                stage.add_link(remote, vec![])
+            })
+        })
+        .join()
+        .unwrap()
+    });
+    assert!(linked);
+    let stage = capture.span("pp.recv_forward.linked").unwrap();
+    assert_eq!(
+        stage.links.links[0].span_context.span_id().to_string(),
+        "b7ad6b7169203331"
+    );
+    // Replaced by the next iteration's carrier, then cleared.
+    let next = "00-1af7651916cd43dd8448eb211c80319c-c7ad6b7169203331-01";
+    set_pp_trace_carrier(Some(HashMap::from([(
+        "traceparent".to_string(),
+        next.to_string(),
+    )])));
+    assert_eq!(
+        get_pp_trace_carrier().unwrap()["traceparent"],
+        next,
+        "the newest carrier wins"
+    );
+    set_pp_trace_carrier(None);
+    assert!(get_pp_trace_carrier().is_none());
+}

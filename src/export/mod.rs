@@ -32,8 +32,14 @@ pub(crate) mod budget;
 pub(crate) mod console;
 mod counted;
 mod deadline;
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+mod endpoint;
 pub(crate) mod otlp;
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+mod report;
 mod split;
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+mod tls;
 
 pub(crate) use batch::DropCounters;
 pub use batch::{

@@ -1,9 +1,12 @@
 //! OTLP export: protocol selection per signal and the private runtime gRPC needs.
 //!
 //! The protocol of each signal is `OTEL_EXPORTER_OTLP_<TRACES|METRICS|LOGS>_PROTOCOL`, else
-//! `OTEL_EXPORTER_OTLP_PROTOCOL`, else `grpc`, as in the Python library. Endpoint, headers,
-//! timeout and compression come from the standard `OTEL_EXPORTER_OTLP_*` variables, which the
-//! exporters read themselves. An unknown protocol is an error naming the variable.
+//! `OTEL_EXPORTER_OTLP_PROTOCOL`, else `grpc`, as in the Python library. An unknown protocol is
+//! an error naming the variable. Endpoint, insecure flag, headers, timeout and certificates are
+//! read by nemo-lens (`endpoint.rs`, `tls.rs`: a blank value is unset) and handed to the
+//! exporter builders; compression and temporality are read by the exporters themselves. Each
+//! exporter is wrapped so that a failure streak writes one stderr line naming the endpoint and
+//! the cause (`report.rs`).
 //!
 //! gRPC (tonic) needs a Tokio runtime while the exporter is built and for as long as it exports.
 //! nemo-lens owns a private one-worker runtime for that ([`Transport`], built on first use by the
@@ -22,6 +25,12 @@ use opentelemetry_otlp::{Protocol, WithExportConfig};
 
 use crate::env::{Env, invalid};
 use crate::error::{LensError, Result};
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+use crate::export::endpoint::{Destination, redact_urls_in};
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+use crate::export::report::{FailureReport, Reported};
+#[cfg(feature = "otlp-http")]
+use crate::export::report::{ReportingClient, chain};
 
 /// An OTLP wire protocol.
 ///
@@ -103,7 +112,7 @@ impl Signal {
         }
     }
 
-    fn upper(self) -> &'static str {
+    pub(crate) fn upper(self) -> &'static str {
         match self {
             Signal::Traces => "TRACES",
             Signal::Metrics => "METRICS",
@@ -124,6 +133,18 @@ pub(crate) fn protocol_for(signal: Signal, env: Env<'_>) -> Result<OtlpProtocol>
     Transport::check(OtlpProtocol::Grpc, signal, "OTEL_EXPORTER_OTLP_PROTOCOL")
 }
 
+/// Reads every OTLP setting of `signals` (protocol, endpoint, insecure, timeout, headers,
+/// certificate files), so that a bad value fails setup before any pipeline is built or installed
+/// globally. The exporters read them again when they are built.
+pub(crate) fn preflight(signals: &[Signal], env: Env<'_>) -> Result<()> {
+    for &signal in signals {
+        let _protocol = protocol_for(signal, env)?;
+        #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+        Destination::from_env(signal, _protocol, env)?;
+    }
+    Ok(())
+}
+
 /// The exporters' transports: the one private gRPC runtime of this process's exporters (built
 /// by the first signal that uses gRPC), and the builders of each signal's OTLP exporter.
 #[derive(Default)]
@@ -134,13 +155,13 @@ pub(crate) struct Transport {
 
 /// The OTLP span exporter (an uninhabited stand-in without an OTLP feature).
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
-pub(crate) type OtlpSpanExporter = opentelemetry_otlp::SpanExporter;
+pub(crate) type OtlpSpanExporter = Reported<opentelemetry_otlp::SpanExporter>;
 /// The OTLP metric exporter.
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
-pub(crate) type OtlpMetricExporter = opentelemetry_otlp::MetricExporter;
+pub(crate) type OtlpMetricExporter = Reported<opentelemetry_otlp::MetricExporter>;
 /// The OTLP log exporter.
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
-pub(crate) type OtlpLogExporter = opentelemetry_otlp::LogExporter;
+pub(crate) type OtlpLogExporter = Reported<opentelemetry_otlp::LogExporter>;
 #[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
 pub(crate) type OtlpSpanExporter = unavailable::Unavailable;
 #[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
@@ -203,62 +224,158 @@ impl Transport {
     }
 }
 
-/// Builds one signal's OTLP exporter: gRPC inside the private runtime (tonic spawns its channel
-/// worker there), HTTP with the blocking client (no runtime needed). Endpoint, headers, timeout
-/// and compression come from the `OTEL_EXPORTER_OTLP_*` variables, read by the exporter
-/// builders.
+/// Builds one signal's OTLP exporter, wrapped so its failures are reported
+/// ([`Reported`]): gRPC inside the private runtime (tonic spawns its channel worker there),
+/// HTTP with reqwest's blocking client (no runtime needed). Endpoint, timeout, headers and TLS
+/// come from [`Destination`]; compression and temporality from the exporters' own variables.
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 macro_rules! build_exporter {
-    ($self:ident, $builder:path, $signal:expr, $protocol:expr) => {{
+    ($self:ident, $builder:path, $signal:expr, $protocol:expr, $env:expr) => {{
         let protocol: OtlpProtocol = $protocol;
+        let signal: Signal = $signal;
+        let destination = Destination::from_env(signal, protocol, $env)?;
+        let report = FailureReport::new(signal, destination.shown.clone());
+        let endpoint = destination.endpoint.clone();
         let err = |e: opentelemetry_otlp::ExporterBuildError| LensError::Exporter {
-            signal: $signal.as_str(),
-            message: e.to_string(),
+            signal: signal.as_str(),
+            message: format!(
+                "{} (endpoint from {})",
+                redact_urls_in(&e.to_string().replace(&endpoint, &destination.shown)),
+                destination.source
+            ),
         };
-        match protocol {
+        let built = match protocol {
             #[cfg(feature = "otlp-grpc")]
             OtlpProtocol::Grpc => {
-                let _guard = $self.runtime($signal)?.enter();
-                <$builder>::builder()
+                use opentelemetry_otlp::WithTonicConfig;
+                let _guard = $self.runtime(signal)?.enter();
+                let mut builder = <$builder>::builder()
                     .with_tonic()
                     .with_protocol(protocol.sdk())
+                    .with_endpoint(destination.endpoint.clone())
+                    .with_timeout(destination.timeout)
+                    .with_metadata(metadata(signal, &destination)?);
+                if let Some(tls) = &destination.tls {
+                    builder = builder.with_tls_config(tls.tonic_config());
+                }
+                builder.build().map_err(err)
+            }
+            #[cfg(feature = "otlp-http")]
+            OtlpProtocol::HttpProtobuf | OtlpProtocol::HttpJson => {
+                use opentelemetry_otlp::WithHttpConfig;
+                let client = http_client(signal, &destination, report.clone())?;
+                <$builder>::builder()
+                    .with_http()
+                    .with_protocol(protocol.sdk())
+                    .with_endpoint(destination.endpoint.clone())
+                    .with_timeout(destination.timeout)
+                    .with_headers(destination.headers.0.iter().cloned().collect())
+                    .with_http_client(client)
                     .build()
                     .map_err(err)
             }
-            #[cfg(feature = "otlp-http")]
-            OtlpProtocol::HttpProtobuf | OtlpProtocol::HttpJson => <$builder>::builder()
-                .with_http()
-                .with_protocol(protocol.sdk())
-                .build()
-                .map_err(err),
             #[allow(unreachable_patterns)]
             _ => Err(
-                Transport::check(protocol, $signal, "OTEL_EXPORTER_OTLP_PROTOCOL")
+                Transport::check(protocol, signal, "OTEL_EXPORTER_OTLP_PROTOCOL")
                     .expect_err("a compiled protocol is matched above"),
             ),
-        }
+        };
+        built.map(|exporter| Reported::new(exporter, report))
     }};
+}
+
+/// The gRPC metadata of `destination`'s headers; a header gRPC cannot carry is an error naming
+/// the variable (its value is never shown).
+#[cfg(feature = "otlp-grpc")]
+fn metadata(
+    signal: Signal,
+    destination: &Destination,
+) -> Result<opentelemetry_otlp::tonic_types::metadata::MetadataMap> {
+    let mut headers = http::HeaderMap::new();
+    for (k, v) in &destination.headers.0 {
+        let bad = || LensError::Exporter {
+            signal: signal.as_str(),
+            message: format!(
+                "header '{}' of OTEL_EXPORTER_OTLP_HEADERS (or OTEL_EXPORTER_OTLP_{}_HEADERS) is not a valid gRPC metadata entry",
+                crate::env::shown(k),
+                signal.upper()
+            ),
+        };
+        let name =
+            http::HeaderName::from_bytes(k.to_ascii_lowercase().as_bytes()).map_err(|_| bad())?;
+        let value = http::HeaderValue::from_str(v).map_err(|_| bad())?;
+        headers.append(name, value);
+    }
+    Ok(opentelemetry_otlp::tonic_types::metadata::MetadataMap::from_headers(headers))
+}
+
+/// The HTTP transport's client: reqwest's blocking client with rustls (the certificates of
+/// `destination`, or the system roots) and the exporter's timeout, reporting the cause of each
+/// failed request. Built on a thread of its own: reqwest's blocking client cannot be built
+/// inside a Tokio runtime, and setup may run in one.
+#[cfg(feature = "otlp-http")]
+fn http_client(
+    signal: Signal,
+    destination: &Destination,
+    report: std::sync::Arc<FailureReport>,
+) -> Result<ReportingClient> {
+    let tls = match &destination.tls {
+        Some(files) => files.rustls_config()?,
+        None => crate::export::tls::TlsFiles::plain_rustls_config(),
+    };
+    // reqwest is built with rustls but without a default crypto provider of its own: give the
+    // process ring as its default if it has none, so any other reqwest client in it works.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let timeout = destination.timeout;
+    let build = move || {
+        reqwest::blocking::Client::builder()
+            .timeout(timeout)
+            .tls_backend_preconfigured(tls)
+            .build()
+    };
+    let fail = |message: String| LensError::Exporter {
+        signal: signal.as_str(),
+        message,
+    };
+    let inner = std::thread::Builder::new()
+        .name("nemo-lens-http-setup".into())
+        .spawn(build)
+        .map_err(|e| fail(format!("cannot start the HTTP client: {e}")))?
+        .join()
+        .map_err(|_| fail("building the HTTP client panicked".into()))?
+        .map_err(|e| fail(format!("cannot build the HTTP client: {}", chain(&e))))?;
+    Ok(ReportingClient { inner, report })
 }
 
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 impl Transport {
     /// The OTLP span exporter for `protocol`.
-    pub(crate) fn span_exporter(&mut self, protocol: OtlpProtocol) -> Result<OtlpSpanExporter> {
+    pub(crate) fn span_exporter(
+        &mut self,
+        protocol: OtlpProtocol,
+        env: Env<'_>,
+    ) -> Result<OtlpSpanExporter> {
         build_exporter!(
             self,
             opentelemetry_otlp::SpanExporter,
             Signal::Traces,
-            protocol
+            protocol,
+            env
         )
     }
 
     /// The OTLP log exporter for `protocol`.
-    pub(crate) fn log_exporter(&mut self, protocol: OtlpProtocol) -> Result<OtlpLogExporter> {
+    pub(crate) fn log_exporter(
+        &mut self,
+        protocol: OtlpProtocol,
+        env: Env<'_>,
+    ) -> Result<OtlpLogExporter> {
         build_exporter!(
             self,
             opentelemetry_otlp::LogExporter,
             Signal::Logs,
-            protocol
+            protocol,
+            env
         )
     }
 
@@ -266,12 +383,17 @@ impl Transport {
     /// `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` says otherwise). Over gRPC the
     /// runtime's worker drives the channel while the periodic reader's own thread blocks on each
     /// export, so no application Tokio runtime is needed.
-    pub(crate) fn metric_exporter(&mut self, protocol: OtlpProtocol) -> Result<OtlpMetricExporter> {
+    pub(crate) fn metric_exporter(
+        &mut self,
+        protocol: OtlpProtocol,
+        env: Env<'_>,
+    ) -> Result<OtlpMetricExporter> {
         build_exporter!(
             self,
             opentelemetry_otlp::MetricExporter,
             Signal::Metrics,
-            protocol
+            protocol,
+            env
         )
     }
 }
@@ -279,17 +401,29 @@ impl Transport {
 #[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
 impl Transport {
     /// Without an OTLP feature no protocol passes [`protocol_for`], so this is never reached.
-    pub(crate) fn span_exporter(&mut self, protocol: OtlpProtocol) -> Result<OtlpSpanExporter> {
+    pub(crate) fn span_exporter(
+        &mut self,
+        protocol: OtlpProtocol,
+        _env: Env<'_>,
+    ) -> Result<OtlpSpanExporter> {
         Err(Self::check(protocol, Signal::Traces, "OTEL_EXPORTER_OTLP_PROTOCOL").unwrap_err())
     }
 
     /// See [`Transport::span_exporter`].
-    pub(crate) fn log_exporter(&mut self, protocol: OtlpProtocol) -> Result<OtlpLogExporter> {
+    pub(crate) fn log_exporter(
+        &mut self,
+        protocol: OtlpProtocol,
+        _env: Env<'_>,
+    ) -> Result<OtlpLogExporter> {
         Err(Self::check(protocol, Signal::Logs, "OTEL_EXPORTER_OTLP_PROTOCOL").unwrap_err())
     }
 
     /// See [`Transport::span_exporter`].
-    pub(crate) fn metric_exporter(&mut self, protocol: OtlpProtocol) -> Result<OtlpMetricExporter> {
+    pub(crate) fn metric_exporter(
+        &mut self,
+        protocol: OtlpProtocol,
+        _env: Env<'_>,
+    ) -> Result<OtlpMetricExporter> {
         Err(Self::check(protocol, Signal::Metrics, "OTEL_EXPORTER_OTLP_PROTOCOL").unwrap_err())
     }
 }

@@ -48,8 +48,8 @@
 //! | | `rl.throughput.tokens_per_sec` | gauge (f64) | `{token}/s` | none |
 //! | | `rl.generation.duration_ms`, `rl.rollout.duration_ms` | histogram (f64) | `ms` | none |
 //! | [`GymMetrics`] | `gym.server.request_duration_ms`, `gym.rollout.duration_ms`, `gym.verify.duration_ms` | histogram (f64) | `ms` | none |
-//! | | `gym.verify.success_rate` | gauge (f64) | `1` | none |
-//! | | `gym.servers.active` | gauge (u64) | `{server}` | none |
+//! | | `gym.verify.success_rate` | gauge (f64) | none (as Python) | none |
+//! | | `gym.servers.active` | gauge (u64) | none (as Python) | none |
 //! | [`TrainingMetrics`] | `dl.step.duration` | histogram (f64) | `s` | yours |
 //! | | `dl.loss`, `dl.grad_norm`, `dl.learning_rate` | gauge (f64) | | yours |
 //! | | `dl.throughput_tokens_per_sec` | gauge (f64) | `{token}/s` | yours |
@@ -467,7 +467,7 @@ pub struct GymMetrics {
     pub rollout_duration_ms: Option<f64>,
     /// → histogram `gym.verify.duration_ms` (`ms`).
     pub verify_duration_ms: Option<f64>,
-    /// → gauge `gym.verify.success_rate` (`1`).
+    /// → gauge `gym.verify.success_rate` (no unit, as Python).
     pub verify_success_rate: Option<f64>,
     /// → gauge `gym.servers.active`.
     pub active_servers: Option<u64>,
@@ -487,7 +487,7 @@ impl GymMetrics {
             server_request_duration_ms: histogram(
                 m,
                 semconv::GYM_SERVER_REQUEST_DURATION_MS,
-                "Incoming request duration in milliseconds.",
+                "Gym server request duration in milliseconds.",
                 "ms",
             ),
             rollout_duration_ms: histogram(
@@ -506,12 +506,11 @@ impl GymMetrics {
                 m,
                 semconv::GYM_VERIFY_SUCCESS_RATE,
                 "Fraction of successful verifications.",
-                "1",
+                "",
             ),
             active_servers: m
                 .u64_gauge(semconv::GYM_SERVERS_ACTIVE)
                 .with_description("Number of active Gym servers.")
-                .with_unit("{server}")
                 .build(),
         });
         let histograms = [

@@ -16,12 +16,13 @@ use super::handle::{Inner, Telemetry};
 use super::once::ShutdownOnce;
 use super::pipelines::{Built, METRIC_INTERVAL_VAR, TraceParts};
 use super::processors::{BoxedProcessor, ExportSettings, exporter_processor, log_provider};
-use crate::config::LensConfig;
+use crate::config::{ExporterKind, LensConfig};
 use crate::env::Env;
 use crate::error::{LensError, Result};
 use crate::export::DropCounters;
 use crate::export::batch::QueueConfig;
 use crate::export::budget;
+use crate::export::otlp::{self, Signal};
 use crate::filter::LensFilter;
 use crate::groups::{self, GroupGate};
 use crate::ids;
@@ -51,7 +52,8 @@ type Lookup = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 /// 2. an empty `run_id` becomes `SLURM_JOB_ID` or 12 random hex characters;
 /// 3. the export strategy decides whether this rank exports (evaluated even when disabled, so
 ///    an unknown strategy fails on every rank);
-/// 4. disabled, or enabled on a non-exporting rank: **nothing is built**: no provider, no
+/// 4. disabled (also by `OTEL_SDK_DISABLED=true`; then any rank and world size is accepted),
+///    or enabled on a non-exporting rank: **nothing is built**: no provider, no
 ///    thread, no socket, and the layer is inert (every callsite `Interest::never`);
 /// 5. exporting: resource, tracer provider (ChaCha IDs, optional rank sampler, extra
 ///    processors, then the exporter's batch processor), meter provider (the injected reader,
@@ -380,13 +382,20 @@ impl TelemetryBuilder {
             unknown,
         } = self;
         config.validate()?;
+        // `OTEL_SDK_DISABLED=true` (the OpenTelemetry SDK switch, as Python's SDK reads it:
+        // stripped, any case, only `true`) makes the process inert: a disabled setup.
+        if lookup("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+            config.enabled = false;
+        }
         let rank = if unknown.rank { 0 } else { rank };
         let world_size = if unknown.world_size {
             world_size.max(rank.saturating_add(1))
         } else {
             world_size
         };
-        if world_size == 0 || rank >= world_size {
+        // A disabled setup builds nothing and uses neither, so it takes any rank and world size
+        // (a launcher may hand out numbers nemo-lens would refuse when enabled).
+        if config.enabled && (world_size == 0 || rank >= world_size) {
             return Err(LensError::InvalidArgument(format!(
                 "rank must be below world_size (rank {rank}, world_size {world_size})"
             )));
@@ -411,15 +420,18 @@ impl TelemetryBuilder {
             }
         };
         let decision = strategy.decide_with(&config, rank, world_size, &*lookup)?;
-        let resolved_groups = if config.enabled {
-            groups::resolve(&config.span_groups, &config.span_groups_origin())?
+        // Unknown names are another process's groups: warned about (by the exporting rank,
+        // the one they would matter on) and ignored.
+        let (resolved_groups, unknown_groups) = if config.enabled {
+            groups::resolve_known(&config.span_groups)
         } else {
             Default::default()
         };
         let recorder_plan = recorder::Plan::new(&config)?;
-        // Read on every enabled rank, so a bad value fails alike everywhere, before anything
-        // global is touched.
-        let (mut batch, mut log_batch, value_limit) = if config.enabled {
+        // Read on the exporting rank only (the one rank that uses them: a value a job-wide
+        // environment sets for Python ranks never stops the others), before anything global is
+        // touched.
+        let (mut batch, mut log_batch, value_limit) = if config.enabled && decision {
             (
                 QueueConfig::from_env("OTEL_BSP", &*lookup)?,
                 QueueConfig::from_env_over("OTEL_BLRP", QueueConfig::logs_default(), &*lookup)?,
@@ -470,15 +482,47 @@ impl TelemetryBuilder {
         } else {
             Default::default()
         }));
-        // Read on every enabled rank, so a bad value fails the whole job at start-up.
-        let metric_interval = if config.enabled && config.metrics_enabled && metric_reader.is_none()
-        {
-            Env::new(&*lookup).positive_millis(METRIC_INTERVAL_VAR)?
-        } else {
-            None
-        };
+        // Likewise read on the exporting rank only.
+        let metric_interval =
+            if config.enabled && decision && config.metrics_enabled && metric_reader.is_none() {
+                Env::new(&*lookup).positive_millis(METRIC_INTERVAL_VAR)?
+            } else {
+                None
+            };
         let mut built = Built::default();
+        if exporting && !unknown_groups.is_empty() {
+            eprintln!(
+                "{}",
+                groups::unknown_warning(&config.span_groups_origin(), &unknown_groups)
+            );
+        }
         if exporting {
+            if let Some((var, value)) = &config.sources.bad_exporter {
+                return Err(LensError::UnknownExporter {
+                    var: var.clone(),
+                    value: value.clone(),
+                });
+            }
+            // Every OTLP setting is checked before the first pipeline is installed globally.
+            if config.exporter == ExporterKind::Otlp {
+                let signals = [
+                    (
+                        config.traces_enabled && span_exporter.is_none(),
+                        Signal::Traces,
+                    ),
+                    (
+                        config.metrics_enabled && metric_reader.is_none(),
+                        Signal::Metrics,
+                    ),
+                    (config.logs_enabled && log_exporter.is_none(), Signal::Logs),
+                ];
+                let used: Vec<Signal> = signals
+                    .iter()
+                    .filter(|(on, _)| *on)
+                    .map(|&(_, s)| s)
+                    .collect();
+                otlp::preflight(&used, Env::new(&*lookup))?;
+            }
             let env = Env::new(&*lookup);
             let resource = resource::build_resource_for(
                 &config,

@@ -7,7 +7,8 @@
 //! 2. an empty `run_id` becomes `SLURM_JOB_ID` or 12 random hex characters;
 //! 3. the export strategy decides whether this rank exports (evaluated even when disabled, so an
 //!    unknown strategy fails on every rank);
-//! 4. disabled, or enabled on a non-exporting rank: **nothing is built**: no provider, no thread,
+//! 4. disabled (also by `OTEL_SDK_DISABLED=true`; then any rank and world size is accepted),
+//!    or enabled on a non-exporting rank: **nothing is built**: no provider, no thread,
 //!    no socket, and the layer is inert (every callsite `Interest::never`);
 //! 5. exporting: resource, tracer provider (ChaCha IDs, optional rank sampler, extra
 //!    processors, then the exporter's batch processor), meter provider (the injected reader, or

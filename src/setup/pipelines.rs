@@ -138,7 +138,7 @@ impl Built {
                 }
                 ExporterKind::Otlp => {
                     let protocol = otlp::protocol_for(Signal::Traces, env)?;
-                    let exporter = self.transport.span_exporter(protocol)?;
+                    let exporter = self.transport.span_exporter(protocol, env)?;
                     // One huge span must not make the collector refuse its whole batch.
                     let exporter = MessageLimit::new(exporter, parts.settings.dropped.clone());
                     exporter_processor(exporter, &parts.settings)?
@@ -198,7 +198,7 @@ impl Built {
                     }
                     ExporterKind::Otlp => {
                         let protocol = otlp::protocol_for(Signal::Metrics, env)?;
-                        let exporter = self.transport.metric_exporter(protocol)?;
+                        let exporter = self.transport.metric_exporter(protocol, env)?;
                         builder.with_reader(periodic(exporter, failed, interval))
                     }
                 }
@@ -232,7 +232,7 @@ impl Built {
                 }
                 ExporterKind::Otlp => {
                     let protocol = otlp::protocol_for(Signal::Logs, env)?;
-                    let exporter = self.transport.log_exporter(protocol)?;
+                    let exporter = self.transport.log_exporter(protocol, env)?;
                     log_provider(exporter, resource, settings)?
                 }
             },

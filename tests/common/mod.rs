@@ -5,6 +5,8 @@
 pub mod collector;
 pub mod hung;
 pub mod metrics;
+// `tls.rs` (the TLS front before the collector) is included only by the tests that use it
+// (`#[path = "common/tls.rs"] mod tls;`), so the other test binaries do not compile it.
 
 use std::path::PathBuf;
 use std::process::Command;

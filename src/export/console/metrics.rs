@@ -71,7 +71,8 @@ use super::writer::ConsoleWriter;
 /// `aggregation_temporality` is Python's enum value: `1` delta, `2` cumulative (the default
 /// here, as in Python). Integer instruments write integers (`"sum": 10`), float instruments
 /// write floats like Python's `repr` (`"sum": 0.5`, `"explicit_bounds": [0.0, 5.0, ...]`); a gauge
-/// without a start time writes `"start_time_unix_nano": null`. Strings, floats and the resource
+/// point writes `"start_time_unix_nano": null`, as Python's last-value aggregation does (the Rust
+/// SDK gives cumulative gauges a start time; it is left out). Strings, floats and the resource
 /// follow the span exporter's rules ([`crate::export::ConsoleSpanExporter`]): `ensure_ascii` escaping,
 /// non-finite floats as strings, resource attributes sorted by key. Data-point attributes come
 /// sorted by key (the Rust SDK stores them that way; Python keeps the order of the first call).
@@ -297,7 +298,8 @@ fn write_data<T: Num>(out: &mut Vec<u8>, data: &MetricData<T>) {
         MetricData::Gauge(gauge) => {
             for (i, dp) in gauge.data_points().enumerate() {
                 sep(out, i);
-                write_point_head(out, dp.attributes(), gauge.start_time(), gauge.time());
+                // Python's last-value aggregation never has a start time: always `null`.
+                write_point_head(out, dp.attributes(), None, gauge.time());
                 out.extend_from_slice(b", \"value\": ");
                 dp.value().write(out);
                 write_exemplars(out, dp.exemplars());
