@@ -1,0 +1,569 @@
+//! nemo-lens beside its peers, one wiring per process: what one span costs on the training
+//! thread (create with one `i64` field + enter + exit + close), as a root span and as a child of
+//! a long-lived span, under each way a Rust program can record spans.
+//!
+//! ```sh
+//! cargo bench --bench peers                 # every wiring, prints the Markdown table
+//! cargo bench --bench peers -- otel lens    # only wirings whose name contains a word
+//! ```
+//!
+//! Each wiring runs in a process of its own (this binary re-runs itself with `--wiring NAME`),
+//! installed as the global default the way its users set it up, so no wiring inherits another's
+//! `tracing` state: in particular the no-subscriber process never builds a dispatcher and never
+//! rebuilds the interest cache, so `tracing`'s global max level stays `OFF` as in a real
+//! process with no subscriber. Per case: 150 ms warm-up, then 9 samples of about 200 ms each
+//! (`PEERS_SAMPLE_MS`), each a loop calling one `#[inline(never)]` span function through the
+//! same non-inlined loop ([`run_loop`]); the table gives the median and the spread (min-max) of
+//! the 9 samples. `benches/instructions.sh` runs the same functions under callgrind
+//! (`--count N`) for a load-independent count.
+//!
+//! Wirings (exporting ones use a batch processor and an exporter that discards the batch):
+//!
+//! | name | what |
+//! |---|---|
+//! | `no_subscriber` | no subscriber ever set |
+//! | `lens_non_exporting_rank` | registry + lens layer, rank 0 of 8 under `single_rank` |
+//! | `lens_disabled_group` | registry + lens layer on an exporting rank, the span's group (`step`) off |
+//! | `registry_only` | `tracing_subscriber::registry()` alone |
+//! | `fmt_sink` | registry + `fmt::layer()` writing to `io::sink` |
+//! | `plain_tracing_opentelemetry` | registry + `tracing_opentelemetry::layer()`, default options, SDK batch processor |
+//! | `plain_tracing_opentelemetry_lean` | the same without inactivity tracking, thread, location and target |
+//! | `lens_exported` | registry + lens layer exporting every group, its own batch processor |
+//! | `fastrace` | fastrace, the `i64` as a string property, discarding reporter every 10 ms |
+//! | `fastrace_no_property` | the same without a property |
+//!
+//! The child case enters one long-lived parent (`job`, group `job`, on by default) around the
+//! whole measurement. fastrace has no long-lived parent in its intended shape (a trace is
+//! reported when its root ends, and a thread-local queue of 10,240 spans overflows under an
+//! endless root), so its child column is the per-span cost of a root with 99 local children
+//! (`LocalSpan`s), the shape it is built for; its root column is one `Span::root` with its
+//! local-parent guard per span.
+//!
+//! Why fastrace is here although it is not a `tracing` layer: it is what a span recorder costs
+//! without the `tracing` machinery (no dispatcher, no registry slab, no per-layer filter state,
+//! no extension maps): thread-local span lines, a TSC clock, IDs from a thread-local counter,
+//! and whole traces handed to a collector thread. Every `tracing` layer pays at least the
+//! `registry_only` row; fastrace shows how far below that a recorder with a different API can
+//! go, so it bounds what any `tracing` layer can reach, not what nemo-lens can.
+//!
+//! **Preliminary run on a loaded machine** (to be replaced by a quiet-machine run):
+//! 2026-11-30T18:0xZ, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM shared with other developers'
+//! builds, load average PLACEHOLDER; `cargo bench --bench peers`, nemo-lens at commit PLACEHOLDER
+//! (before the hot-path redesign).
+//!
+//! PLACEHOLDER
+use std::hint::black_box;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tracing::field::Empty;
+
+mod common;
+use common::Wiring;
+
+/// Samples per case.
+const SAMPLES: usize = 9;
+/// Warm-up before calibration.
+const WARM_UP: Duration = Duration::from_millis(150);
+/// fastrace's intended shape: one root and this many spans in all (the root + 99 children).
+const FASTRACE_TRACE_LEN: u64 = 100;
+
+/// Every wiring of the table, in its row order.
+const PEERS: [Peer; 10] = [
+    Peer::Tracing(Wiring::NoSubscriber),
+    Peer::Tracing(Wiring::LensNonExporting),
+    Peer::Tracing(Wiring::LensDisabledGroup),
+    Peer::Tracing(Wiring::RegistryOnly),
+    Peer::Tracing(Wiring::FmtSink),
+    Peer::Tracing(Wiring::PlainOtel),
+    Peer::Tracing(Wiring::PlainOtelLean),
+    Peer::Tracing(Wiring::LensExported),
+    Peer::Fastrace { property: true },
+    Peer::Fastrace { property: false },
+];
+
+/// One row of the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Peer {
+    /// A `tracing` wiring (see `benches/common`).
+    Tracing(Wiring),
+    /// fastrace, with or without the `i64` as a string property.
+    Fastrace { property: bool },
+}
+
+impl Peer {
+    fn name(self) -> &'static str {
+        match self {
+            Peer::Tracing(w) => w.name(),
+            Peer::Fastrace { property: true } => "fastrace",
+            Peer::Fastrace { property: false } => "fastrace_no_property",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Peer::Tracing(Wiring::NoSubscriber) => "no subscriber (own process)",
+            Peer::Tracing(Wiring::LensNonExporting) => "lens, non-exporting rank",
+            Peer::Tracing(Wiring::LensDisabledGroup) => "lens, disabled group",
+            Peer::Tracing(Wiring::RegistryOnly) => "`tracing_subscriber::registry()` alone",
+            Peer::Tracing(Wiring::FmtSink) => "`fmt` layer to `io::sink`",
+            Peer::Tracing(Wiring::PlainOtel) => "tracing-opentelemetry, default options",
+            Peer::Tracing(Wiring::PlainOtelLean) => {
+                "tracing-opentelemetry, lean (no inactivity/thread/location/target)"
+            }
+            Peer::Tracing(Wiring::LensExported) => "**lens, exported**",
+            Peer::Fastrace { property: true } => "fastrace (outside `tracing`), `i64` property",
+            Peer::Fastrace { property: false } => "fastrace (outside `tracing`), no property",
+        }
+    }
+
+    fn exports(self) -> bool {
+        matches!(
+            self,
+            Peer::Tracing(Wiring::LensExported | Wiring::PlainOtel | Wiring::PlainOtelLean)
+                | Peer::Fastrace { .. }
+        )
+    }
+
+    fn by_name(name: &str) -> Option<Peer> {
+        PEERS.into_iter().find(|p| p.name() == name)
+    }
+}
+
+/// Root span, or child of a long-lived span.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    Root,
+    Child,
+}
+
+impl Shape {
+    fn name(self) -> &'static str {
+        match self {
+            Shape::Root => "root",
+            Shape::Child => "child",
+        }
+    }
+}
+
+// ----- the measured functions -----------------------------------------------------------------
+
+/// The `tracing` span: create with one `i64` field + enter + exit + close. The group field
+/// has no value: it only gates the span under `lens_disabled_group` and no wiring records it.
+#[inline(never)]
+fn tracing_span(i: i64) {
+    let span = tracing::info_span!("step", nemo.group.step = Empty, step = i);
+    let _e = span.enter();
+}
+
+/// A fastrace root span with the `i64` as a property (fastrace properties are strings).
+#[inline(never)]
+fn fastrace_root(i: i64) {
+    use fastrace::prelude::*;
+    let root = Span::root("step", SpanContext::random()).with_property(|| ("step", i.to_string()));
+    let _g = root.set_local_parent();
+}
+
+/// A fastrace root span without a property.
+#[inline(never)]
+fn fastrace_root_bare(_i: i64) {
+    use fastrace::prelude::*;
+    let root = Span::root("step", SpanContext::random());
+    let _g = root.set_local_parent();
+}
+
+/// fastrace's intended shape: one root and 99 local children, the `i64` as a property of each.
+#[inline(never)]
+fn fastrace_trace(i: i64) {
+    use fastrace::prelude::*;
+    let root = Span::root("job", SpanContext::random()).with_property(|| ("step", i.to_string()));
+    let _g = root.set_local_parent();
+    for j in 1..FASTRACE_TRACE_LEN as i64 {
+        let _s = LocalSpan::enter_with_local_parent("step")
+            .with_property(|| ("step", (i + j).to_string()));
+    }
+}
+
+/// fastrace's intended shape without properties.
+#[inline(never)]
+fn fastrace_trace_bare(_i: i64) {
+    use fastrace::prelude::*;
+    let root = Span::root("job", SpanContext::random());
+    let _g = root.set_local_parent();
+    for _ in 1..FASTRACE_TRACE_LEN {
+        let _s = LocalSpan::enter_with_local_parent("step");
+    }
+}
+
+/// Calls `f(start)`, `f(start + 1)`, ... `n` times: the loop every figure is taken through,
+/// timed (`measure`) or counted by callgrind (`benches/instructions.sh` reads its inclusive
+/// instruction count, so it is never inlined).
+#[inline(never)]
+fn run_loop(f: fn(i64), start: i64, n: u64) {
+    for i in 0..n as i64 {
+        f(black_box(start + i));
+    }
+}
+
+// ----- one wiring, in this process --------------------------------------------------------------
+
+/// What a child process measured for one case.
+struct Sample {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+/// Median, min and max ns per span of `SAMPLES` samples of `f` (`spans` spans per call).
+fn measure(f: fn(i64), spans: u64, calls: &mut u64) -> Sample {
+    let sample_time = Duration::from_millis(
+        std::env::var("PEERS_SAMPLE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(200),
+    );
+    let mut next = 0_i64;
+    let mut run = |n: u64| {
+        let start = Instant::now();
+        run_loop(f, next, n);
+        next += n as i64;
+        *calls += n;
+        start.elapsed()
+    };
+    let warm = Instant::now();
+    while warm.elapsed() < WARM_UP {
+        run(64);
+    }
+    let mut n = 16_u64;
+    let mut took = run(n);
+    while took < sample_time / 10 {
+        n *= 2;
+        took = run(n);
+    }
+    let n = ((n as f64) * sample_time.as_secs_f64() / took.as_secs_f64()).max(1.0) as u64;
+    let mut per_span: Vec<f64> = (0..SAMPLES)
+        .map(|_| run(n).as_nanos() as f64 / (n * spans) as f64)
+        .collect();
+    per_span.sort_by(f64::total_cmp);
+    Sample {
+        median: per_span[SAMPLES / 2],
+        min: per_span[0],
+        max: per_span[SAMPLES - 1],
+    }
+}
+
+/// The function, and the spans per call, for `peer` in `shape`.
+fn measured(peer: Peer, shape: Shape) -> (fn(i64), u64, &'static str) {
+    match (peer, shape) {
+        (Peer::Tracing(_), _) => (tracing_span, 1, "tracing_span"),
+        (Peer::Fastrace { property: true }, Shape::Root) => (fastrace_root, 1, "fastrace_root"),
+        (Peer::Fastrace { property: false }, Shape::Root) => {
+            (fastrace_root_bare, 1, "fastrace_root_bare")
+        }
+        (Peer::Fastrace { property: true }, Shape::Child) => {
+            (fastrace_trace, FASTRACE_TRACE_LEN, "fastrace_trace")
+        }
+        (Peer::Fastrace { property: false }, Shape::Child) => {
+            (fastrace_trace_bare, FASTRACE_TRACE_LEN, "fastrace_trace_bare")
+        }
+    }
+}
+
+/// Counts and drops fastrace's spans.
+struct DiscardReporter(Arc<AtomicU64>);
+
+impl fastrace::collector::Reporter for DiscardReporter {
+    fn report(&mut self, spans: Vec<fastrace::collector::SpanRecord>) {
+        self.0.fetch_add(spans.len() as u64, Ordering::Relaxed);
+        black_box(spans);
+    }
+}
+
+/// The wiring's pipeline, installed as the process's global default.
+enum Installed {
+    Nothing,
+    Tracing(common::Built),
+    Fastrace,
+}
+
+fn install(peer: Peer, exported: &Arc<AtomicU64>) -> Installed {
+    match peer {
+        // Nothing at all: no dispatcher, no interest rebuild (the max level stays `OFF`).
+        Peer::Tracing(Wiring::NoSubscriber) => Installed::Nothing,
+        Peer::Tracing(wiring) => {
+            let built = common::build(wiring);
+            let dispatch = built.dispatch.clone().expect("a tracing wiring");
+            tracing::dispatcher::set_global_default(dispatch).expect("first global subscriber");
+            Installed::Tracing(built)
+        }
+        Peer::Fastrace { .. } => {
+            fastrace::set_reporter(
+                DiscardReporter(exported.clone()),
+                fastrace::collector::Config::default().report_interval(Duration::from_millis(10)),
+            );
+            Installed::Fastrace
+        }
+    }
+}
+
+/// Flushes the pipeline; returns the spans its exporter received.
+fn finish(installed: Installed, exported: &Arc<AtomicU64>) -> u64 {
+    match installed {
+        Installed::Nothing => 0,
+        Installed::Tracing(built) => {
+            let counted = built.exported.clone();
+            built.shutdown();
+            counted.load(Ordering::Relaxed)
+        }
+        Installed::Fastrace => {
+            fastrace::flush();
+            exported.load(Ordering::Relaxed)
+        }
+    }
+}
+
+/// Runs `shape` (or both shapes) of `peer` in this process. With `count`, runs the span
+/// function `count` times after a warm-up and prints what `benches/instructions.sh` needs;
+/// otherwise prints one `PEERS` line per shape for the driver.
+fn child(peer: Peer, shapes: &[Shape], count: Option<u64>) {
+    let exported = Arc::new(AtomicU64::new(0));
+    let installed = install(peer, &exported);
+    let mut produced = 0_u64;
+    for &shape in shapes {
+        let (f, spans, symbol) = measured(peer, shape);
+        // The child case's long-lived parent (fastrace: its own root per trace instead).
+        let parent = (shape == Shape::Child && matches!(peer, Peer::Tracing(_)))
+            .then(|| tracing::info_span!("job", nemo.group.job = Empty).entered());
+        produced += u64::from(parent.is_some());
+        let mut calls = 0_u64;
+        match count {
+            Some(n) => {
+                // Warm-up through the same span function but outside `run_loop` (callsite
+                // registration, slab growth, thread-locals): `run_loop`'s inclusive count
+                // then covers the `n` steady-state calls only.
+                for i in 0..2_000 {
+                    f(black_box(i));
+                }
+                run_loop(f, 2_000, n);
+                calls += 2_000 + n;
+                println!(
+                    "COUNT wiring={} shape={} symbol=peers::run_loop calls={n} spans_per_call={spans} measured={symbol}",
+                    peer.name(),
+                    shape.name()
+                );
+            }
+            None => {
+                let s = measure(f, spans, &mut calls);
+                println!(
+                    "PEERS {} {} {:.3} {:.3} {:.3}",
+                    peer.name(),
+                    shape.name(),
+                    s.median,
+                    s.min,
+                    s.max
+                );
+            }
+        }
+        produced += calls * spans;
+        drop(parent);
+    }
+    let exported = finish(installed, &exported);
+    if peer.exports() {
+        println!("EXPORTED {} {produced} {exported}", peer.name());
+    }
+}
+
+// ----- the driver ------------------------------------------------------------------------------
+
+fn fmt_ns(ns: f64) -> String {
+    if ns >= 1000.0 {
+        format!("{:.2} µs", ns / 1000.0)
+    } else if ns >= 100.0 {
+        format!("{ns:.0} ns")
+    } else if ns >= 10.0 {
+        format!("{ns:.1} ns")
+    } else {
+        format!("{ns:.2} ns")
+    }
+}
+
+fn cell(s: Option<&Sample>) -> String {
+    match s {
+        Some(s) => format!(
+            "{} ({}–{})",
+            fmt_ns(s.median),
+            fmt_ns(s.min).trim_end_matches(" ns").trim_end_matches(" µs"),
+            fmt_ns(s.max)
+        ),
+        None => "failed".into(),
+    }
+}
+
+/// One row: the root and child samples and, for exporting wirings, the share of spans dropped.
+struct Row {
+    peer: Peer,
+    root: Option<Sample>,
+    child: Option<Sample>,
+    dropped: Option<f64>,
+}
+
+fn run_child(peer: Peer) -> Row {
+    let exe = std::env::current_exe().expect("own executable");
+    let out = Command::new(exe)
+        .args(["--wiring", peer.name()])
+        .output()
+        .expect("run a wiring's process");
+    let mut row = Row {
+        peer,
+        root: None,
+        child: None,
+        dropped: None,
+    };
+    if !out.status.success() {
+        eprintln!(
+            "{}: {}\n{}",
+            peer.name(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f.as_slice() {
+            ["PEERS", _, shape, median, min, max] => {
+                let s = Sample {
+                    median: median.parse().unwrap_or(f64::NAN),
+                    min: min.parse().unwrap_or(f64::NAN),
+                    max: max.parse().unwrap_or(f64::NAN),
+                };
+                if *shape == "root" {
+                    row.root = Some(s);
+                } else {
+                    row.child = Some(s);
+                }
+            }
+            ["EXPORTED", _, produced, exported] => {
+                let p: f64 = produced.parse().unwrap_or(f64::NAN);
+                let e: f64 = exported.parse().unwrap_or(f64::NAN);
+                row.dropped = Some(1.0 - e / p);
+            }
+            _ => {}
+        }
+    }
+    row
+}
+
+fn driver(filters: &[String]) {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    println!(
+        "peers: one process per wiring, median (min–max) of {SAMPLES} samples per span; {} cores, load average {} at start",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load.join(" ")
+    );
+    let rows: Vec<Row> = PEERS
+        .into_iter()
+        .filter(|p| filters.is_empty() || filters.iter().any(|f| p.name().contains(f.as_str())))
+        .map(|p| {
+            eprintln!("peers: {} ...", p.name());
+            run_child(p)
+        })
+        .collect();
+    println!();
+    println!("| wiring | root span | child of a long-lived span | spans dropped |");
+    println!("|---|---|---|---|");
+    for r in &rows {
+        let dropped = match r.dropped {
+            Some(d) => format!("{:.1}%", (d * 100.0).max(0.0)),
+            None => String::new(),
+        };
+        println!(
+            "| {} | {} | {} | {dropped} |",
+            r.peer.label(),
+            cell(r.root.as_ref()),
+            cell(r.child.as_ref())
+        );
+    }
+    let median = |w: Wiring, shape: Shape| {
+        rows.iter()
+            .find(|r| r.peer == Peer::Tracing(w))
+            .and_then(|r| match shape {
+                Shape::Root => r.root.as_ref(),
+                Shape::Child => r.child.as_ref(),
+            })
+            .map(|s| s.median)
+    };
+    println!();
+    println!("Ratios of medians (issue 13 targets):");
+    for shape in [Shape::Root, Shape::Child] {
+        let lens = median(Wiring::LensExported, shape);
+        let ratio = |other: Wiring| match (lens, median(other, shape)) {
+            (Some(l), Some(o)) => format!("{:.2}x", l / o),
+            _ => "n/a".into(),
+        };
+        println!(
+            "- {}: lens exported / registry alone {} (target <= 2x); / tracing-opentelemetry lean {} (target <= 0.4x); / defaults {}",
+            shape.name(),
+            ratio(Wiring::RegistryOnly),
+            ratio(Wiring::PlainOtelLean),
+            ratio(Wiring::PlainOtel),
+        );
+    }
+    if let (Some(r), Some(c)) = (
+        median(Wiring::LensExported, Shape::Root),
+        median(Wiring::LensExported, Shape::Child),
+    ) {
+        println!("- lens exported, child / root: {:.2}x (target <= 1.1x)", c / r);
+    }
+    for off in [Wiring::LensNonExporting, Wiring::LensDisabledGroup] {
+        if let (Some(o), Some(f)) = (
+            median(off, Shape::Root),
+            median(Wiring::NoSubscriber, Shape::Root),
+        ) {
+            println!(
+                "- {} / no subscriber (root): {:.2}x (timing noise at this scale: see benches/instructions.sh)",
+                off.name(),
+                o / f
+            );
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut wiring = None;
+    let mut shape = None;
+    let mut count = None;
+    let mut filters = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--wiring" => wiring = it.next().cloned(),
+            "--shape" => shape = it.next().cloned(),
+            "--count" => count = it.next().and_then(|n| n.parse::<u64>().ok()),
+            // Passed by `cargo bench`; criterion-style options are not used here.
+            a if a.starts_with("--") => {}
+            a => filters.push(a.to_string()),
+        }
+    }
+    let Some(wiring) = wiring else {
+        return driver(&filters);
+    };
+    let Some(peer) = Peer::by_name(&wiring) else {
+        let names: Vec<_> = PEERS.iter().map(|p| p.name()).collect();
+        eprintln!("unknown wiring {wiring:?}; one of: {}", names.join(", "));
+        std::process::exit(2);
+    };
+    let shapes: &[Shape] = match shape.as_deref() {
+        None => &[Shape::Root, Shape::Child],
+        Some("root") => &[Shape::Root],
+        Some("child") => &[Shape::Child],
+        Some(other) => {
+            eprintln!("unknown shape {other:?}; root or child");
+            std::process::exit(2);
+        }
+    };
+    child(peer, shapes, count);
+}
