@@ -209,14 +209,32 @@ fn run_loop(f: fn(i64), start: i64, n: u64) {
 
 // ----- one wiring, in this process --------------------------------------------------------------
 
-/// What a child process measured for one case.
+/// What a child process measured for one case, in ns per span.
 struct Sample {
+    /// Median, min and max wall-clock time of the samples.
     median: f64,
     min: f64,
     max: f64,
+    /// Median CPU time of the measuring thread over the same samples: leaves out the time the
+    /// thread waited for a core, which a loaded machine adds to the wall clock.
+    cpu: f64,
 }
 
-/// Median, min and max ns per span of `SAMPLES` samples of `f` (`spans` spans per call).
+/// CPU time consumed by the calling thread so far.
+fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID is always supported
+    // on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// `SAMPLES` samples of `f` (`spans` spans per call), after a warm-up and a calibration to
+/// about `PEERS_SAMPLE_MS` per sample.
 fn measure(f: fn(i64), spans: u64, calls: &mut u64) -> Sample {
     let sample_time = Duration::from_millis(
         std::env::var("PEERS_SAMPLE_MS")
@@ -226,31 +244,40 @@ fn measure(f: fn(i64), spans: u64, calls: &mut u64) -> Sample {
     );
     let mut next = 0_i64;
     let mut run = |n: u64| {
+        let cpu = thread_cpu_time();
         let start = Instant::now();
         run_loop(f, next, n);
+        let wall = start.elapsed();
+        let cpu = thread_cpu_time() - cpu;
         next += n as i64;
         *calls += n;
-        start.elapsed()
+        (wall, cpu)
     };
     let warm = Instant::now();
     while warm.elapsed() < WARM_UP {
         run(64);
     }
     let mut n = 16_u64;
-    let mut took = run(n);
+    let mut took = run(n).0;
     while took < sample_time / 10 {
         n *= 2;
-        took = run(n);
+        took = run(n).0;
     }
     let n = ((n as f64) * sample_time.as_secs_f64() / took.as_secs_f64()).max(1.0) as u64;
-    let mut per_span: Vec<f64> = (0..SAMPLES)
-        .map(|_| run(n).as_nanos() as f64 / (n * spans) as f64)
-        .collect();
-    per_span.sort_by(f64::total_cmp);
+    let per_span = |d: Duration| d.as_nanos() as f64 / (n * spans) as f64;
+    let (mut wall, mut cpu): (Vec<f64>, Vec<f64>) = (0..SAMPLES)
+        .map(|_| {
+            let (w, c) = run(n);
+            (per_span(w), per_span(c))
+        })
+        .unzip();
+    wall.sort_by(f64::total_cmp);
+    cpu.sort_by(f64::total_cmp);
     Sample {
-        median: per_span[SAMPLES / 2],
-        min: per_span[0],
-        max: per_span[SAMPLES - 1],
+        median: wall[SAMPLES / 2],
+        min: wall[0],
+        max: wall[SAMPLES - 1],
+        cpu: cpu[SAMPLES / 2],
     }
 }
 
@@ -265,9 +292,11 @@ fn measured(peer: Peer, shape: Shape) -> (fn(i64), u64, &'static str) {
         (Peer::Fastrace { property: true }, Shape::Child) => {
             (fastrace_trace, FASTRACE_TRACE_LEN, "fastrace_trace")
         }
-        (Peer::Fastrace { property: false }, Shape::Child) => {
-            (fastrace_trace_bare, FASTRACE_TRACE_LEN, "fastrace_trace_bare")
-        }
+        (Peer::Fastrace { property: false }, Shape::Child) => (
+            fastrace_trace_bare,
+            FASTRACE_TRACE_LEN,
+            "fastrace_trace_bare",
+        ),
     }
 }
 
@@ -279,6 +308,27 @@ impl fastrace::collector::Reporter for DiscardReporter {
         self.0.fetch_add(spans.len() as u64, Ordering::Relaxed);
         black_box(spans);
     }
+}
+
+/// Hands fastrace's backlog to its collector; returns the extra (bare root) spans it made.
+///
+/// fastrace 0.7.17 never drops a span in flight: when its thread's 10,240-entry channel is full
+/// it keeps the rest in an unbounded thread-local queue, which moves on only when the thread
+/// sends again (and `fastrace::flush` does not reach it). A fast producer leaves a backlog there,
+/// so the reported count would look like drops: keep sending one bare root every 10 ms (one
+/// collector cycle) until everything produced has been reported, or for at most 10 s.
+fn drain_fastrace(exported: &AtomicU64, produced: u64) -> u64 {
+    let mut extra = 0;
+    for _ in 0..1000 {
+        fastrace::flush();
+        if exported.load(Ordering::Relaxed) >= produced + extra {
+            break;
+        }
+        fastrace_root_bare(0);
+        extra += 1;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    extra
 }
 
 /// The wiring's pipeline, installed as the process's global default.
@@ -317,10 +367,7 @@ fn finish(installed: Installed, exported: &Arc<AtomicU64>) -> u64 {
             built.shutdown();
             counted.load(Ordering::Relaxed)
         }
-        Installed::Fastrace => {
-            fastrace::flush();
-            exported.load(Ordering::Relaxed)
-        }
+        Installed::Fastrace => exported.load(Ordering::Relaxed),
     }
 }
 
@@ -357,17 +404,21 @@ fn child(peer: Peer, shapes: &[Shape], count: Option<u64>) {
             None => {
                 let s = measure(f, spans, &mut calls);
                 println!(
-                    "PEERS {} {} {:.3} {:.3} {:.3}",
+                    "PEERS {} {} {:.3} {:.3} {:.3} {:.3}",
                     peer.name(),
                     shape.name(),
                     s.median,
                     s.min,
-                    s.max
+                    s.max,
+                    s.cpu
                 );
             }
         }
         produced += calls * spans;
         drop(parent);
+    }
+    if matches!(installed, Installed::Fastrace) {
+        produced += drain_fastrace(&exported, produced);
     }
     let exported = finish(installed, &exported);
     if peer.exports() {
@@ -392,9 +443,9 @@ fn fmt_ns(ns: f64) -> String {
 fn cell(s: Option<&Sample>) -> String {
     match s {
         Some(s) => format!(
-            "{} ({}–{})",
+            "{} ({} – {})",
             fmt_ns(s.median),
-            fmt_ns(s.min).trim_end_matches(" ns").trim_end_matches(" µs"),
+            fmt_ns(s.min),
             fmt_ns(s.max)
         ),
         None => "failed".into(),
@@ -432,11 +483,12 @@ fn run_child(peer: Peer) -> Row {
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
         match f.as_slice() {
-            ["PEERS", _, shape, median, min, max] => {
+            ["PEERS", _, shape, median, min, max, cpu] => {
                 let s = Sample {
                     median: median.parse().unwrap_or(f64::NAN),
                     min: min.parse().unwrap_or(f64::NAN),
                     max: max.parse().unwrap_or(f64::NAN),
+                    cpu: cpu.parse().unwrap_or(f64::NAN),
                 };
                 if *shape == "root" {
                     row.root = Some(s);
@@ -455,13 +507,34 @@ fn run_child(peer: Peer) -> Row {
     row
 }
 
-fn driver(filters: &[String]) {
+/// The 1, 5 and 15 minute load averages.
+fn load_average() -> String {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    load.split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn driver(filters: &[String]) {
+    let date = Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%MZ"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_default();
     println!(
-        "peers: one process per wiring, median (min–max) of {SAMPLES} samples per span; {} cores, load average {} at start",
+        "peers {date}: {} cores ({cpu}), load average {} at start; one process per wiring, \
+         ns per span, median (min – max) of {SAMPLES} samples of wall-clock time",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        load.join(" ")
+        load_average()
     );
     let rows: Vec<Row> = PEERS
         .into_iter()
@@ -471,62 +544,94 @@ fn driver(filters: &[String]) {
             run_child(p)
         })
         .collect();
+    println!("load average {} at end", load_average());
     println!();
-    println!("| wiring | root span | child of a long-lived span | spans dropped |");
-    println!("|---|---|---|---|");
+    println!(
+        "| wiring | root span | child of a long-lived span | root / child, thread CPU time | spans dropped |"
+    );
+    println!("|---|---|---|---|---|");
+    let cpu = |s: Option<&Sample>| s.map_or("failed".into(), |s| fmt_ns(s.cpu));
     for r in &rows {
         let dropped = match r.dropped {
             Some(d) => format!("{:.1}%", (d * 100.0).max(0.0)),
             None => String::new(),
         };
         println!(
-            "| {} | {} | {} | {dropped} |",
+            "| {} | {} | {} | {} / {} | {dropped} |",
             r.peer.label(),
             cell(r.root.as_ref()),
-            cell(r.child.as_ref())
+            cell(r.child.as_ref()),
+            cpu(r.root.as_ref()),
+            cpu(r.child.as_ref()),
         );
     }
-    let median = |w: Wiring, shape: Shape| {
+    print_ratios(&rows);
+}
+
+/// The ratios issue 13 sets targets on, from the wall-clock medians (thread CPU time in
+/// parentheses); a ratio whose two rows did not both run is left out.
+fn print_ratios(rows: &[Row]) {
+    let get = |w: Wiring, shape: Shape| {
         rows.iter()
             .find(|r| r.peer == Peer::Tracing(w))
             .and_then(|r| match shape {
                 Shape::Root => r.root.as_ref(),
                 Shape::Child => r.child.as_ref(),
             })
-            .map(|s| s.median)
+            .map(|s| (s.median, s.cpu))
     };
-    println!();
-    println!("Ratios of medians (issue 13 targets):");
+    let ratio = |a: Option<(f64, f64)>, b: Option<(f64, f64)>| {
+        a.zip(b)
+            .map(|(a, b)| format!("{:.2}x ({:.2}x)", a.0 / b.0, a.1 / b.1))
+    };
+    let mut lines = Vec::new();
     for shape in [Shape::Root, Shape::Child] {
-        let lens = median(Wiring::LensExported, shape);
-        let ratio = |other: Wiring| match (lens, median(other, shape)) {
-            (Some(l), Some(o)) => format!("{:.2}x", l / o),
-            _ => "n/a".into(),
-        };
-        println!(
-            "- {}: lens exported / registry alone {} (target <= 2x); / tracing-opentelemetry lean {} (target <= 0.4x); / defaults {}",
-            shape.name(),
-            ratio(Wiring::RegistryOnly),
-            ratio(Wiring::PlainOtelLean),
-            ratio(Wiring::PlainOtel),
-        );
+        let lens = get(Wiring::LensExported, shape);
+        for (other, what, target) in [
+            (Wiring::RegistryOnly, "registry alone", "target <= 2x"),
+            (
+                Wiring::PlainOtelLean,
+                "tracing-opentelemetry lean",
+                "target <= 0.4x",
+            ),
+            (
+                Wiring::PlainOtel,
+                "tracing-opentelemetry defaults",
+                "no target",
+            ),
+        ] {
+            if let Some(r) = ratio(lens, get(other, shape)) {
+                lines.push(format!(
+                    "- {}: lens exported / {what}: {r} ({target})",
+                    shape.name()
+                ));
+            }
+        }
     }
-    if let (Some(r), Some(c)) = (
-        median(Wiring::LensExported, Shape::Root),
-        median(Wiring::LensExported, Shape::Child),
+    if let Some(r) = ratio(
+        get(Wiring::LensExported, Shape::Child),
+        get(Wiring::LensExported, Shape::Root),
     ) {
-        println!("- lens exported, child / root: {:.2}x (target <= 1.1x)", c / r);
+        lines.push(format!(
+            "- lens exported, child / root: {r} (target <= 1.1x)"
+        ));
     }
     for off in [Wiring::LensNonExporting, Wiring::LensDisabledGroup] {
-        if let (Some(o), Some(f)) = (
-            median(off, Shape::Root),
-            median(Wiring::NoSubscriber, Shape::Root),
+        if let Some(r) = ratio(
+            get(off, Shape::Root),
+            get(Wiring::NoSubscriber, Shape::Root),
         ) {
-            println!(
-                "- {} / no subscriber (root): {:.2}x (timing noise at this scale: see benches/instructions.sh)",
-                off.name(),
-                o / f
-            );
+            lines.push(format!(
+                "- {} / no subscriber, root: {r} (a few ns: timing noise; benches/instructions.sh settles it)",
+                off.name()
+            ));
+        }
+    }
+    if !lines.is_empty() {
+        println!();
+        println!("Ratios of the medians, wall clock (thread CPU time):");
+        for l in lines {
+            println!("{l}");
         }
     }
 }
