@@ -15,10 +15,7 @@
 //! | `perfetto` (gzip) | 355 ms [346, 361] | 132 MiB/s [130, 136] |
 //! | `summary --json` (plain JSONL) | 214 ms [212, 217] | 219 MiB/s [216, 222] |
 //!
-//! (An earlier run, before the link index was pre-sized, measured `perfetto` at 92 and
-//! 112 MiB/s.)
-//!
-//! The gzip input came out faster than the plain one in both runs. The cause is not pinned
+//! The gzip input came out faster than the plain one. The cause is not pinned
 //! down (the plain files move about 5× more bytes through reads on a VM shared with other
 //! builds); decompression is clearly not the bottleneck, JSON parsing and writing are. Memory
 //! stays flat: events are written as lines are read (README, Performance, has the resident-set
