@@ -11,8 +11,9 @@
 # --inclusive=yes`) and divides it by the spans it made. Inclusive cost follows calls, so only
 # the training thread's work is counted: the batch processor's worker thread, the SDK's export
 # thread and fastrace's collector thread are not (their cost shows in the timed `peers` bench).
-# `run_loop` adds about 5 instructions per call (loop, indirect call, black_box): the
-# no-subscriber row is that plus the disabled macro's level check.
+# `run_loop` itself takes 6 instructions per call (loop, indirect call, black_box), included in
+# every row: the no-subscriber row's 16 are those 6 plus 10 in the span function (call frame,
+# the macro's level check against tracing's global max level, the disabled span's guard).
 #
 # The batch queues are made large enough (OTEL_BSP_MAX_QUEUE_SIZE, read by nemo-lens and the
 # SDK alike) that no span is dropped under callgrind's slow-down: a dropped span costs the
@@ -82,6 +83,8 @@ count() {
 }
 
 echo "instructions per span on the training thread (callgrind, valgrind $(valgrind --version | cut -d- -f2), N=$N, $(date -u +%Y-%m-%dT%H:%MZ))"
+echo "(each figure includes run_loop's own 6 instructions per call; fastrace's child column is a root"
+echo "with 99 local children, per span)"
 echo
 echo "| wiring | root span | child of a long-lived span |"
 echo "|---|---|---|"
