@@ -3,8 +3,9 @@
 //! a long-lived span, under each way a Rust program can record spans.
 //!
 //! ```sh
-//! cargo bench --bench peers                 # every wiring, prints the Markdown table
-//! cargo bench --bench peers -- otel lens    # only wirings whose name contains a word
+//! cargo bench --bench peers                          # every wiring, prints the Markdown table
+//! cargo bench --bench peers -- opentelemetry lens    # wirings whose name contains a word
+//! cargo test --bench peers                           # smoke test: every wiring, 2 ms samples
 //! ```
 //!
 //! Each wiring runs in a process of its own (this binary re-runs itself with `--wiring NAME`),
@@ -12,10 +13,12 @@
 //! `tracing` state: in particular the no-subscriber process never builds a dispatcher and never
 //! rebuilds the interest cache, so `tracing`'s global max level stays `OFF` as in a real
 //! process with no subscriber. Per case: 150 ms warm-up, then 9 samples of about 200 ms each
-//! (`PEERS_SAMPLE_MS`), each a loop calling one `#[inline(never)]` span function through the
-//! same non-inlined loop ([`run_loop`]); the table gives the median and the spread (min-max) of
-//! the 9 samples. `benches/instructions.sh` runs the same functions under callgrind
-//! (`--count N`) for a load-independent count.
+//! (`PEERS_WARM_UP_MS`, `PEERS_SAMPLE_MS`), each timing one `#[inline(never)]` span function
+//! called through the same non-inlined loop ([`run_loop`]); the table gives the median and the
+//! spread (min – max) of the 9 samples of wall-clock time, and the median of the measuring
+//! thread's CPU time over the same samples (it leaves out the time the thread waited for a
+//! core). `benches/instructions.sh` runs the same functions under callgrind (`--count N`) for a
+//! load-independent count.
 //!
 //! Wirings (exporting ones use a batch processor and an exporter that discards the batch):
 //!
@@ -128,8 +131,10 @@ use common::Wiring;
 
 /// Samples per case.
 const SAMPLES: usize = 9;
-/// Warm-up before calibration.
-const WARM_UP: Duration = Duration::from_millis(150);
+/// Warm-up before calibration, and the time of one sample, in ms (`PEERS_WARM_UP_MS`,
+/// `PEERS_SAMPLE_MS` override them).
+const WARM_UP_MS: u64 = 150;
+const SAMPLE_MS: u64 = 200;
 /// fastrace's intended shape: one root and this many spans in all (the root + 99 children).
 const FASTRACE_TRACE_LEN: u64 = 100;
 
@@ -299,12 +304,16 @@ fn thread_cpu_time() -> Duration {
 /// `SAMPLES` samples of `f` (`spans` spans per call), after a warm-up and a calibration to
 /// about `PEERS_SAMPLE_MS` per sample.
 fn measure(f: fn(i64), spans: u64, calls: &mut u64) -> Sample {
-    let sample_time = Duration::from_millis(
-        std::env::var("PEERS_SAMPLE_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(200),
-    );
+    let ms = |var: &str, default: u64| {
+        Duration::from_millis(
+            std::env::var(var)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default),
+        )
+    };
+    let warm_up = ms("PEERS_WARM_UP_MS", WARM_UP_MS);
+    let sample_time = ms("PEERS_SAMPLE_MS", SAMPLE_MS);
     let mut next = 0_i64;
     let mut run = |n: u64| {
         let cpu = thread_cpu_time();
@@ -317,7 +326,7 @@ fn measure(f: fn(i64), spans: u64, calls: &mut u64) -> Sample {
         (wall, cpu)
     };
     let warm = Instant::now();
-    while warm.elapsed() < WARM_UP {
+    while warm.elapsed() < warm_up {
         run(64);
     }
     let mut n = 16_u64;
@@ -526,12 +535,15 @@ struct Row {
     dropped: Option<f64>,
 }
 
-fn run_child(peer: Peer) -> Row {
+/// Runs `peer` in a process of its own (`quick`: 2 ms warm-up and samples, a smoke test).
+fn run_child(peer: Peer, quick: bool) -> Row {
     let exe = std::env::current_exe().expect("own executable");
-    let out = Command::new(exe)
-        .args(["--wiring", peer.name()])
-        .output()
-        .expect("run a wiring's process");
+    let mut cmd = Command::new(exe);
+    cmd.args(["--wiring", peer.name()]);
+    if quick {
+        cmd.env("PEERS_WARM_UP_MS", "2").env("PEERS_SAMPLE_MS", "2");
+    }
+    let out = cmd.output().expect("run a wiring's process");
     let mut row = Row {
         peer,
         root: None,
@@ -582,7 +594,9 @@ fn load_average() -> String {
         .join(" ")
 }
 
-fn driver(filters: &[String]) {
+/// Runs every selected wiring and prints the table. Without `--bench` (`cargo test
+/// --benches`), a smoke test: every wiring with 2 ms samples, failing if one fails.
+fn driver(filters: &[String], bench: bool) {
     let date = Command::new("date")
         .args(["-u", "+%Y-%m-%dT%H:%MZ"])
         .output()
@@ -596,6 +610,9 @@ fn driver(filters: &[String]) {
                 .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
         })
         .unwrap_or_default();
+    if !bench {
+        println!("peers: smoke test (no --bench: 2 ms samples, maybe a debug build); not figures");
+    }
     println!(
         "peers {date}: {} cores ({cpu}), load average {} at start; one process per wiring, \
          ns per span, median (min – max) of {SAMPLES} samples of wall-clock time",
@@ -607,7 +624,7 @@ fn driver(filters: &[String]) {
         .filter(|p| filters.is_empty() || filters.iter().any(|f| p.name().contains(f.as_str())))
         .map(|p| {
             eprintln!("peers: {} ...", p.name());
-            run_child(p)
+            run_child(p, !bench)
         })
         .collect();
     println!("load average {} at end", load_average());
@@ -632,6 +649,15 @@ fn driver(filters: &[String]) {
         );
     }
     print_ratios(&rows);
+    let failed: Vec<_> = rows
+        .iter()
+        .filter(|r| r.root.is_none() || r.child.is_none())
+        .map(|r| r.peer.name())
+        .collect();
+    if !failed.is_empty() {
+        eprintln!("peers: failed wirings: {}", failed.join(", "));
+        std::process::exit(1);
+    }
 }
 
 /// The ratios issue 13 sets targets on, from the wall-clock medians (thread CPU time in
@@ -708,6 +734,7 @@ fn main() {
     let mut shape = None;
     let mut count = None;
     let mut filters = Vec::new();
+    let bench = args.iter().any(|a| a == "--bench");
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -720,7 +747,7 @@ fn main() {
         }
     }
     let Some(wiring) = wiring else {
-        return driver(&filters);
+        return driver(&filters, bench);
     };
     let Some(peer) = Peer::by_name(&wiring) else {
         let names: Vec<_> = PEERS.iter().map(|p| p.name()).collect();
