@@ -26,7 +26,8 @@
 # Usage: benches/instructions.sh [N] [WIRING...]
 #   N        counted calls per case (default 20000; fastrace's child case makes 100 spans a call)
 #   WIRING   only these wirings (default: all of benches/peers.rs)
-# Needs valgrind (callgrind_annotate comes with it). Takes about 2 minutes.
+# Needs valgrind (callgrind_annotate comes with it). Takes about 3 minutes. Exits 1 if any run
+# failed or a function's cost was missing (its cell is then blank and the reason is on stderr).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
@@ -60,7 +61,7 @@ inclusive() {
   local ir
   ir=$(callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null \
     | grep -E "[: ]$2( |$)" | head -1 | awk '{gsub(",", "", $1); print $1}')
-  [ -n "$ir" ] || { echo "instructions.sh: no cost for $2 in $1" >&2; return 1; }
+  [ -n "$ir" ] || { echo "instructions.sh: no cost for $2 in $1" >&2; touch "$OUT/failed"; return 1; }
   echo "$ir"
 }
 
@@ -68,9 +69,11 @@ inclusive() {
 count() {
   local w=$1 s=$2 cg="$OUT/cg.$1.$2" log="$OUT/log.$1.$2"
   valgrind --tool=callgrind --callgrind-out-file="$cg" "$BIN" --wiring "$w" --shape "$s" \
-    --count "$N" >"$log" 2>"$log.err" || { echo "instructions.sh: $w $s failed" >&2; return 0; }
+    --count "$N" >"$log" 2>"$log.err" \
+    || { echo "instructions.sh: $w $s failed:" >&2; grep -v "^==" "$log.err" | tail -5 >&2; touch "$OUT/failed"; return 0; }
   local line calls spans ir note=""
-  line=$(grep '^COUNT ' "$log") || { echo "instructions.sh: $w $s printed no COUNT line" >&2; return 0; }
+  line=$(grep '^COUNT ' "$log") \
+    || { echo "instructions.sh: $w $s printed no COUNT line" >&2; touch "$OUT/failed"; return 0; }
   calls=$(sed -E 's/.* calls=([0-9]+).*/\1/' <<<"$line")
   spans=$(sed -E 's/.* spans_per_call=([0-9]+).*/\1/' <<<"$line")
   ir=$(inclusive "$cg" 'peers::run_loop') || return 0
@@ -96,9 +99,12 @@ echo
 echo "examples/bench_pair (two nested group-gated spans per iteration; 2,000 warm-up + N counted):"
 for mode in export noexport; do
   valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.pair.$mode" \
-    "$CARGO_TARGET_DIR/release/examples/bench_pair" "$N" "$mode" >/dev/null 2>&1
+    "$CARGO_TARGET_DIR/release/examples/bench_pair" "$N" "$mode" >/dev/null 2>&1 \
+    || { echo "instructions.sh: bench_pair $mode failed" >&2; touch "$OUT/failed"; continue; }
   ir=$(inclusive "$OUT/cg.pair.$mode" 'bench_pair::work') || continue
   # `work` runs 2000 warm-up iterations plus N, two spans each.
   awk -v ir="$ir" -v n="$N" -v m="$mode" \
     'BEGIN { printf "- %s: %d instructions per span\n", m, ir / (2 * (n + 2000)) + 0.5 }'
 done
+# A blank cell above is a failed run (its error is on stderr): fail the script too.
+if [ -e "$OUT/failed" ]; then exit 1; fi
