@@ -50,27 +50,28 @@
 //! go, so it bounds what any `tracing` layer can reach, not what nemo-lens can.
 //!
 //! **Preliminary run on a loaded machine** (to be replaced by a quiet-machine run after the
-//! hot-path redesign): 2026-11-30T17:06Z, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM shared with other
-//! developers' builds, load average 12.3 at the start and 11.9 at the end of the run; `cargo
-//! bench --bench peers` at commit 1f1fb67. Wall-clock figures are inflated by the load (a
+//! hot-path redesign): 2026-11-30T18:00Z, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM shared with other
+//! developers' builds, load average 3.0 at the start and 2.2 at the end of the run; `cargo
+//! bench --bench peers` at commit 5b6cb69. Wall-clock figures are inflated by the load (a
 //! thread waits for a core, and exporting wirings share two cores with their worker thread):
 //! compare the thread CPU times and the instruction counts, and ratios within the run.
 //!
 //! | wiring | root span | child of a long-lived span | root / child, thread CPU time | spans dropped |
 //! |---|---|---|---|---|
-//! | no subscriber (own process) | 2.89 ns (1.87 ns – 3.17 ns) | 2.95 ns (2.60 ns – 3.34 ns) | 1.49 ns / 1.50 ns |  |
-//! | lens, non-exporting rank | 2.86 ns (1.69 ns – 3.34 ns) | 3.00 ns (2.85 ns – 3.43 ns) | 1.54 ns / 1.48 ns |  |
-//! | lens, disabled group | 3.85 ns (3.50 ns – 4.09 ns) | 3.77 ns (3.46 ns – 4.64 ns) | 1.81 ns / 1.91 ns |  |
-//! | `tracing_subscriber::registry()` alone | 70.6 ns (65.8 ns – 222 ns) | 210 ns (186 ns – 3.10 µs) | 67.0 ns / 104 ns |  |
-//! | `fmt` layer to `io::sink` | 583 ns (489 ns – 726 ns) | 673 ns (369 ns – 877 ns) | 282 ns / 325 ns |  |
-//! | tracing-opentelemetry, default options | 2.36 µs (2.14 µs – 2.94 µs) | 3.19 µs (2.07 µs – 3.85 µs) | 1.04 µs / 1.21 µs | 6.6% |
-//! | tracing-opentelemetry, lean (no inactivity/thread/location/target) | 1.49 µs (1.33 µs – 2.09 µs) | 1.82 µs (1.56 µs – 2.20 µs) | 696 ns / 764 ns | 11.8% |
-//! | **lens, exported** | 1.15 µs (1.04 µs – 1.39 µs) | 1.39 µs (1.28 µs – 1.59 µs) | 480 ns / 577 ns | 11.5% |
-//! | fastrace (outside `tracing`), `i64` property | 1.88 µs (1.52 µs – 3.01 µs) | 1.18 µs (763 ns – 1.97 µs) | 497 ns / 302 ns | 0.0% |
-//! | fastrace (outside `tracing`), no property | 1.29 µs (1.08 µs – 1.94 µs) | 366 ns (306 ns – 461 ns) | 288 ns / 91.4 ns | 0.0% |
+//! | no subscriber (own process) | 1.75 ns (1.64 ns – 1.88 ns) | 1.65 ns (1.64 ns – 1.71 ns) | 1.72 ns / 1.65 ns |  |
+//! | lens, non-exporting rank | 1.66 ns (1.64 ns – 1.82 ns) | 1.66 ns (1.64 ns – 1.76 ns) | 1.66 ns / 1.66 ns |  |
+//! | lens, disabled group | 1.96 ns (1.91 ns – 2.21 ns) | 1.91 ns (1.91 ns – 1.96 ns) | 1.96 ns / 1.91 ns |  |
+//! | `tracing_subscriber::registry()` alone | 69.7 ns (69.2 ns – 74.1 ns) | 110 ns (105 ns – 1.71 µs) | 69.7 ns / 110 ns |  |
+//! | `fmt` layer to `io::sink` | 313 ns (281 ns – 362 ns) | 335 ns (323 ns – 392 ns) | 281 ns / 325 ns |  |
+//! | tracing-opentelemetry, default options | 1.22 µs (1.14 µs – 2.00 µs) | 1.20 µs (1.16 µs – 1.62 µs) | 1.03 µs / 1.06 µs | 11.0% |
+//! | tracing-opentelemetry, lean (no inactivity/thread/location/target) | 744 ns (737 ns – 1.09 µs) | 788 ns (778 ns – 960 ns) | 660 ns / 701 ns | 6.6% |
+//! | **lens, exported** | 584 ns (576 ns – 693 ns) | 688 ns (676 ns – 694 ns) | 476 ns / 577 ns | 13.4% |
+//! | fastrace (outside `tracing`), `i64` property | 999 ns (804 ns – 1.57 µs) | 420 ns (312 ns – 1.75 µs) | 597 ns / 349 ns | 0.0% |
+//! | fastrace (outside `tracing`), no property | 470 ns (297 ns – 834 ns) | 279 ns (130 ns – 500 ns) | 470 ns / 279 ns | 0.0% |
 //!
-//! Instructions per span on the training thread (`benches/instructions.sh`, callgrind, the same
-//! functions, 20,000 counted calls; each figure includes the calling loop's 6 instructions):
+//! Instructions per span on the training thread (`benches/instructions.sh` at 17:07Z, commit
+//! 1f1fb67: the same measured code; callgrind, the same functions, 20,000 counted calls; each
+//! figure includes the calling loop's 6 instructions):
 //!
 //! | wiring | root span | child of a long-lived span |
 //! |---|---|---|
@@ -91,11 +92,11 @@
 //!
 //! Issue 13's targets on this run (instructions; thread CPU time in parentheses):
 //!
-//! * exported span at most 2x the registry alone: **missed**, root 5.9x (7.2x), child 5.4x
-//!   (5.5x);
-//! * at most 0.4x lean tracing-opentelemetry: **missed**, root 0.72x (0.69x), child 0.81x
-//!   (0.76x);
-//! * a child at most 10% above a root: **missed**, +19% (+20%);
+//! * exported span at most 2x the registry alone: **missed**, root 5.9x (6.8x), child 5.4x
+//!   (5.3x);
+//! * at most 0.4x lean tracing-opentelemetry: **missed**, root 0.72x (0.72x), child 0.81x
+//!   (0.82x);
+//! * a child at most 10% above a root: **missed**, +19% (+21%);
 //! * at most 2,000 instructions per exported span: **missed**, 4,208 / 5,015;
 //! * non-exporting rank and disabled group at the cost of a disabled callsite: met, 16 (the
 //!   no-subscriber path itself: the layer's level hint is `OFF`) and 23 (the level check passes
@@ -111,7 +112,9 @@
 //!
 //! What fastrace shows: without `tracing`'s dispatcher, registry and per-layer filters, a span
 //! in fastrace's intended shape costs 248 instructions, a quarter of the registry alone, the
-//! bound for a recorder outside `tracing` and out of reach of any `tracing` layer. Carrying the
+//! bound for a recorder outside `tracing` and out of reach of any `tracing` layer. Its time
+//! (130-500 ns per span in this run, 91 ns of CPU in a run at load 12) depends on how its
+//! collector thread shares the two cores and their caches with the producer. Carrying the
 //! `i64` costs it a string per span (fastrace properties are strings): 1,006 instructions, as much
 //! as the registry. Roots are expensive (a random trace ID, commands to the global collector, a
 //! per-trace allocation): it is built for few roots with many children. Its README's 28-37 ns

@@ -92,8 +92,8 @@
 //! what a disabled `tracing` callsite costs (a few instructions; on a non-exporting rank the same
 //! as with no subscriber at all). Non-exporting ranks build no providers, start no threads and
 //! open no sockets. An exported span costs about half the same span through a plain
-//! `tracing_opentelemetry::layer()` with its default options and a batch processor (three
-//! quarters of a lean one: `benches/peers.rs`), and re-entering a span built once
+//! `tracing_opentelemetry::layer()` with its default options and a batch processor (0.7-0.9 of
+//! a lean one: `benches/peers.rs`), and re-entering a span built once
 //! (the per-forward-pass pattern) costs tens of nanoseconds. The README's Performance section
 //! has the figures, the targets and `benches/run_all.sh`, which regenerates them all.
 
