@@ -8,43 +8,19 @@
 //!
 //! **Quiet-machine run** (2026-11-30T01:03Z, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM, nothing
 //! else running; `benches/run_all.sh`, criterion medians, 1 s warm-up + 3 s measurement; the
-//! exported cases use nemo-lens's own batch span processor). The older "preliminary" runs
-//! further down were taken on a loaded machine, with the SDK's batch processor.
+//! exported cases use nemo-lens's own batch span processor).
 //!
 //! | case | result |
 //! |---|---|
 //! | exporter alone, batch of 512 to a file | 387 µs per batch = 1.32 M spans/s on one core |
-//! | pipeline, producer unthrottled, 3 s | 1.17-1.21 M spans/s written (after the worker-wake change; 0.94 M before) |
-//! | pipeline, producer held to 500,000 spans/s, default queue (2048), 3 s | 1.1-1.5% dropped (16,036 and 22,209 of 1,500,032 in two runs); 0.2% once with a wake mark of 1/8 batch |
+//! | pipeline, producer unthrottled, 3 s | 1.17-1.21 M spans/s written |
+//! | pipeline, producer held to 500,000 spans/s, default queue (2048), 3 s | 1.1-1.5% dropped (16,036 and 22,209 of 1,500,032 in two runs) |
 //!
 //! Targets: >= 1 M spans/s on one core: met (1.32 M/s exporter, 1.2 M/s pipeline). No drops
 //! at 500k spans/s with the default queue: **missed** by 1-1.5%. The default queue holds 4 ms
 //! at that rate; the worker needs ~40% of a core, so the drops come from stalls of the worker
 //! longer than 4 ms (also seen on tmpfs, so not disk writeback; still 0.4% with an 8192 queue,
 //! so stalls reach 16 ms on this VM). Every dropped span is counted and reported.
-//!
-//! Preliminary, machine loaded: 2026-11-30, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM shared with
-//! other helpers' `cargo` builds, criterion medians (1 s warm-up, 3 s measurement) of three runs
-//! of `benches/run_all.sh`, given as "run 1 / run 2 / run 3". Runs 1 and 2: load average ~3,
-//! before the event fix (run 1 also before the second and third span fixes) listed in
-//! `benches/spans.rs`; run 3: load average ~1, every fix in. Sub-nanosecond cases are within
-//! noise at this load. To be replaced by a quiet-machine run: `benches/run_all.sh` regenerates
-//! every figure (tables by `benches/report.py`).
-//!
-//! | case | result |
-//! |---|---|
-//! | exporter alone, batch of 512 to a file, one thread | 495 / 615 / 387 µs per batch: 1.03 / 0.83 / 1.32 M spans/s |
-//! | pipeline, producer unthrottled (1.49 / 0.65 / 1.21 M spans/s produced) | 0.72 / 0.35 / 0.96 M spans/s written; 2.31 M of 4.47 M / 0.89 M of 1.96 M / 0.75 M of 3.64 M dropped |
-//! | pipeline, producer at 500,000 spans/s | 1.28 / 1.19 / 1.50 M of 1.50 M written; 224,346 / 304,594 / 0 dropped (15 / 20 / 0 %) |
-//!
-//! Targets: >= 1,000,000 spans/s to a file on one core: met by the exporter thread in runs 1 and 3
-//! (1.03, 1.32 M spans/s), missed in run 2 (0.83 M, load ~3). No drops at the default queue with
-//! the producer at 500,000 spans/s: met in run 3 (load ~1: 0 of 1,500,032 dropped), missed in runs
-//! 1 and 2 (15-20 % dropped). The default queue holds 2048 spans, 4 ms at 500,000 spans/s; the
-//! producer spins on one of the two cores, so whenever the batch thread is not scheduled for 4 ms
-//! (runs 1 and 2: three compilers were running) the queue overflows. On a quiet 2-core machine the exporter
-//! thread needs about half a core at this rate; the quiet run will tell. The queue size is the
-//! SDK's `OTEL_BSP_MAX_QUEUE_SIZE`.
 use std::future::Future;
 use std::hint::black_box;
 use std::pin::pin;

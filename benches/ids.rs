@@ -5,33 +5,17 @@
 //!
 //! **Quiet-machine run** (2026-11-30T01:03Z, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM, nothing
 //! else running; `benches/run_all.sh`, criterion medians, 1 s warm-up + 3 s measurement; the
-//! exported cases use nemo-lens's own batch span processor). The older "preliminary" runs
-//! further down were taken on a loaded machine, with the SDK's batch processor.
+//! exported cases use nemo-lens's own batch span processor).
 //!
 //! | id | ChaCha (ours) | SDK `RandomIdGenerator` | ratio |
 //! |---|---|---|---|
 //! | span id | 9.83 ns | 2.59 ns | 3.79x |
 //! | trace id | 19.8 ns | 10.3 ns | 1.93x |
 //!
-//! About 2-3% of an exported span (595 ns); the price of IDs that identically seeded ranks and
-//! forked workers never share.
+//! About 2-3% of an exported span (595 ns in the same run); the price of IDs that identically
+//! seeded ranks and forked workers never share.
 //!
-//! Preliminary, machine loaded: 2026-11-30, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM shared with
-//! other helpers' `cargo` builds, criterion medians (1 s warm-up, 3 s measurement) of three runs
-//! of `benches/run_all.sh`, given as "run 1 / run 2 / run 3". Runs 1 and 2: load average ~3,
-//! before the event fix (run 1 also before the second and third span fixes) listed in
-//! `benches/spans.rs`; run 3: load average ~1, every fix in. Sub-nanosecond cases are within
-//! noise at this load. To be replaced by a quiet-machine run: `benches/run_all.sh` regenerates
-//! every figure (tables by `benches/report.py`).
-//!
-//! | ID | ChaCha (ours) | SDK `RandomIdGenerator` | ratio |
-//! |---|---|---|---|
-//! | span id | 14.7 / 12.0 / 9.8 ns | 3.5 / 4.3 / 2.6 ns | 4.2x / 2.8x / 3.8x |
-//! | trace id | 24.0 / 23.2 / 19.9 ns | 13.8 / 11.5 / 10.5 ns | 1.7x / 2.0x / 1.9x |
-//!
-//! The SDK draws from a non-cryptographic per-thread generator; ours is ChaCha20 so that
-//! identically seeded ranks and forked workers never share IDs. The difference (~11 ns per span
-//! ID) is under 2 % of an exported span (see `benches/spans.rs`). A root span draws both IDs.
+//! The SDK draws from a non-cryptographic per-thread generator. A root span draws both IDs.
 //! Under callgrind a span ID costs ~113 instructions of the ~4,300 of an exported span (2.6 %),
 //! mostly the ChaCha20 block function (`refill_wide`); a ChaCha8 or ChaCha12 stream would cut
 //! that by half or more if the ID budget ever matters.

@@ -9,8 +9,7 @@
 //!
 //! **Quiet-machine run** (2026-11-30T01:03Z, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM, nothing
 //! else running; `benches/run_all.sh`, criterion medians, 1 s warm-up + 3 s measurement; the
-//! exported cases use nemo-lens's own batch span processor). The older "preliminary" runs
-//! further down were taken on a loaded machine, with the SDK's batch processor.
+//! exported cases use nemo-lens's own batch span processor).
 //!
 //! | case | produced | delivered to rotel | dropped |
 //! |---|---|---|---|
@@ -18,23 +17,9 @@
 //! | producer unthrottled, 3 s | 3.90 M (1.30 M/s) | 1.38 M (458k spans/s) | 2.53 M (counted) |
 //! | producer held to 100,000 spans/s, 3 s | 300,032 | 300,032 | 0 |
 //!
-//! Preliminary, machine loaded: 2026-11-30, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM shared with
-//! other helpers' `cargo` builds, criterion medians (1 s warm-up, 3 s measurement) of three runs
-//! of `benches/run_all.sh`, given as "run 1 / run 2 / run 3". Runs 1 and 2: load average ~3,
-//! before the event fix (run 1 also before the second and third span fixes) listed in
-//! `benches/spans.rs`; run 3: load average ~1, every fix in. Sub-nanosecond cases are within
-//! noise at this load. To be replaced by a quiet-machine run: `benches/run_all.sh` regenerates
-//! every figure (tables by `benches/report.py`).
-//!
-//! | case | produced | delivered | dropped |
-//! |---|---|---|---|
-//! | producer at 50,000 spans/s, 1 s (warm-up) | 50,048 (each run) | 50,048 (each run) | 0 |
-//! | producer unthrottled, 3 s | 3.67 / 2.11 / 4.60 M | 0.98 / 0.71 / 1.33 M (0.33 / 0.23 / 0.44 M spans/s) | 2.69 / 1.41 / 3.27 M |
-//! | producer at 100,000 spans/s, 3 s | 300,032 (each run) | 300,032 (each run) | 0 |
-//!
 //! Producer, exporter thread (protobuf encoding, blocking HTTP client) and rotel share the two
-//! cores; delivery tops out around 0.23-0.45 M spans/s, and a producer above that drops at the
-//! default queue, by design (never block the trainer).
+//! cores, so delivery tops out (458k spans/s here) and a producer above that drops at the
+//! default queue, by design (never block the trainer); every drop is counted.
 use std::fs::File;
 use std::io::Read;
 use std::net::TcpStream;

@@ -11,12 +11,15 @@ import os
 import sys
 from pathlib import Path
 
+# In the order of `Wiring::ALL` (benches/common/mod.rs).
 WIRINGS = [
     "no_subscriber",
     "lens_non_exporting_rank",
     "lens_disabled_group",
     "lens_exported",
     "plain_tracing_opentelemetry",
+    "plain_tracing_opentelemetry_lean",
+    "registry_only",
     "fmt_sink",
 ]
 
@@ -42,19 +45,31 @@ def load(root):
     return results
 
 
+def ratio(t, base):
+    return f"{t / base:.2f}x" if base else ""
+
+
 def wiring_table(group, cases):
+    """One criterion group as a table: the disabled wirings against the no-subscriber floor,
+    the recording ones against the registry alone and both tracing-opentelemetry wirings."""
     floor = cases.get("no_subscriber")
+    registry = cases.get("registry_only")
     plain = cases.get("plain_tracing_opentelemetry")
+    lean = cases.get("plain_tracing_opentelemetry_lean")
+    off = {"no_subscriber", "lens_non_exporting_rank", "lens_disabled_group"}
     print(f"\n`{group}`\n")
-    print("| case | median | / no subscriber | / plain tracing-opentelemetry |")
-    print("|---|---|---|---|")
+    print("| case | median | / no subscriber | / registry alone "
+          "| / tracing-opentelemetry defaults | / tracing-opentelemetry lean |")
+    print("|---|---|---|---|---|---|")
     for w in WIRINGS:
         if w not in cases:
             continue
         t = cases[w]
-        r1 = f"{t / floor:.2f}x" if floor else ""
-        r2 = f"{t / plain:.2f}x" if plain else ""
-        print(f"| {w} | {fmt_time(t)} | {r1} | {r2} |")
+        if w in off:
+            cols = [ratio(t, floor), "", "", ""]
+        else:
+            cols = ["", ratio(t, registry), ratio(t, plain), ratio(t, lean)]
+        print(f"| {w} | {fmt_time(t)} | " + " | ".join(cols) + " |")
 
 
 def main():

@@ -124,10 +124,11 @@
 //!
 //! Off means off: on a disabled or non-exporting rank, on an unsampled rank, and for a span in
 //! a disabled group, the layer's per-layer filter answers `Interest::never` once per callsite and a span costs
-//! what a disabled `tracing` callsite costs (under 1 ns here; on a non-exporting rank the same as
-//! with no subscriber at all). Non-exporting ranks build no providers, start no threads and open
-//! no sockets. An exported span costs about a third to a half of the same span through a plain
-//! `tracing_opentelemetry::layer()` with a batch processor, and re-entering a span built once
+//! what a disabled `tracing` callsite costs (a few instructions; on a non-exporting rank the same
+//! as with no subscriber at all). Non-exporting ranks build no providers, start no threads and
+//! open no sockets. An exported span costs about half the same span through a plain
+//! `tracing_opentelemetry::layer()` with its default options and a batch processor (0.7-0.9 of
+//! a lean one: `benches/peers.rs`), and re-entering a span built once
 //! (the per-forward-pass pattern) costs tens of nanoseconds. The README's Performance section
 //! has the figures, the targets and `benches/run_all.sh`, which regenerates them all.
 

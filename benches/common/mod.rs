@@ -2,8 +2,17 @@
 //!
 //! Each bench binary runs its cases under every [`Wiring`] in the order of [`Wiring::ALL`], one
 //! subscriber alive at a time, so that every ratio in a bench header comes from one run on one
-//! machine state. `no_subscriber` comes first: `tracing`'s global max level is recomputed only
-//! when a dispatcher registers, and it must still be `OFF` for the floor case.
+//! machine state.
+//!
+//! The floor, [`Wiring::NoSubscriber`], must see `tracing`'s global max level at `OFF`, as a
+//! process that never had a subscriber does: a disabled `info_span!` then stops at one relaxed
+//! load and compare. Earlier wirings of the same process leave the level raised, and plain
+//! `rebuild_interest_cache()` does not lower it (with one dispatcher ever registered,
+//! `tracing-core` asks the *current default* for its hint, and with none set that is
+//! `NoSubscriber`, whose hint is "everything", `TRACE`). [`build`] therefore resets it (see
+//! [`reset_max_level_to_off`]) and asserts the result. `benches/peers.rs` measures the same floor
+//! in a process of its own, with no subscriber ever built, and `benches/instructions.sh` counts
+//! its instructions: the three agree or the in-process figure is wrong.
 
 #![allow(dead_code)]
 
@@ -17,6 +26,8 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
 use tracing::Dispatch;
+use tracing::level_filters::LevelFilter;
+use tracing_core::subscriber::NoSubscriber;
 use tracing_subscriber::prelude::*;
 
 /// Drops every batch (counting its spans): measures the pipeline, not an exporter.
@@ -46,18 +57,25 @@ pub enum Wiring {
     /// Registry + `tracing_opentelemetry::layer()` with default options, an `SdkTracerProvider`
     /// with the SDK defaults, batch processor, [`Discard`] exporter.
     PlainOtel,
+    /// [`Wiring::PlainOtel`] with the bookkeeping a lean user turns off: no inactivity tracking
+    /// (busy/idle times), no thread, location or target attributes.
+    PlainOtelLean,
+    /// `tracing_subscriber::registry()` with no layer: the floor of any `tracing` layer.
+    RegistryOnly,
     /// Registry + `tracing_subscriber::fmt::layer()` writing to `io::sink`.
     FmtSink,
 }
 
 impl Wiring {
     /// Every wiring, in the order benches run them.
-    pub const ALL: [Wiring; 6] = [
+    pub const ALL: [Wiring; 8] = [
         Wiring::NoSubscriber,
         Wiring::LensNonExporting,
         Wiring::LensDisabledGroup,
         Wiring::LensExported,
         Wiring::PlainOtel,
+        Wiring::PlainOtelLean,
+        Wiring::RegistryOnly,
         Wiring::FmtSink,
     ];
 
@@ -69,6 +87,8 @@ impl Wiring {
             Wiring::LensDisabledGroup => "lens_disabled_group",
             Wiring::LensExported => "lens_exported",
             Wiring::PlainOtel => "plain_tracing_opentelemetry",
+            Wiring::PlainOtelLean => "plain_tracing_opentelemetry_lean",
+            Wiring::RegistryOnly => "registry_only",
             Wiring::FmtSink => "fmt_sink",
         }
     }
@@ -133,12 +153,7 @@ pub fn build(wiring: Wiring) -> Built {
         provider: None,
     };
     match wiring {
-        Wiring::NoSubscriber => {
-            // `tracing` recomputes its global max level only when a dispatcher registers, so
-            // the level of the previous (dropped) wiring would still be in force: recompute it
-            // now that none is alive (back to `OFF`).
-            tracing_core::callsite::rebuild_interest_cache();
-        }
+        Wiring::NoSubscriber => reset_max_level_to_off(),
         Wiring::LensNonExporting | Wiring::LensDisabledGroup | Wiring::LensExported => {
             let t = match wiring {
                 Wiring::LensNonExporting => {
@@ -161,15 +176,28 @@ pub fn build(wiring: Wiring) -> Built {
             ));
             built.telemetry = Some(t);
         }
-        Wiring::PlainOtel => {
+        Wiring::PlainOtel | Wiring::PlainOtelLean => {
             let provider = SdkTracerProvider::builder()
                 .with_batch_exporter(Discard(exported))
                 .build();
-            built.dispatch = Some(Dispatch::new(
-                tracing_subscriber::registry()
-                    .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("bench"))),
-            ));
+            let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("bench"));
+            built.dispatch = Some(if wiring == Wiring::PlainOtelLean {
+                Dispatch::new(
+                    tracing_subscriber::registry().with(
+                        layer
+                            .with_tracked_inactivity(false)
+                            .with_threads(false)
+                            .with_location(false)
+                            .with_target(false),
+                    ),
+                )
+            } else {
+                Dispatch::new(tracing_subscriber::registry().with(layer))
+            });
             built.provider = Some(provider);
+        }
+        Wiring::RegistryOnly => {
+            built.dispatch = Some(Dispatch::new(tracing_subscriber::registry()));
         }
         Wiring::FmtSink => {
             built.dispatch = Some(Dispatch::new(
@@ -179,6 +207,32 @@ pub fn build(wiring: Wiring) -> Built {
         }
     }
     built
+}
+
+/// Puts `tracing`'s global max level back to `OFF` once every earlier wiring is dropped, as in
+/// a process that never had a subscriber, and checks that it is.
+///
+/// `tracing-core` recomputes the level from the live dispatchers when it knows of more than one
+/// registered dispatcher, and from the current default (`NoSubscriber`, hint `TRACE`) when it
+/// knows of at most one. Registering two short-lived `NoSubscriber` dispatchers at once puts it
+/// in the first mode; once they are dropped, no dispatcher is alive and the rebuild lowers the
+/// level to `OFF`.
+///
+/// # Panics
+///
+/// If the level is not `OFF` afterwards (a wiring's dispatcher is still alive, or `tracing-core`
+/// changed how it recomputes the level): the floor would then be measured wrong.
+pub fn reset_max_level_to_off() {
+    {
+        let _one = Dispatch::new(NoSubscriber::default());
+        let _two = Dispatch::new(NoSubscriber::default());
+    }
+    tracing_core::callsite::rebuild_interest_cache();
+    assert_eq!(
+        LevelFilter::current(),
+        LevelFilter::OFF,
+        "the no-subscriber floor needs tracing's global max level at OFF"
+    );
 }
 
 /// Runs `op` `iters` times on each of `threads` threads at once under `built`; returns the wall
