@@ -311,6 +311,8 @@ pub(crate) struct WithLens {
 /// The inner, unfiltered layer. Users get it wrapped in [`LensLayer`].
 pub struct SpanLayer<S> {
     pipeline: Option<Arc<Pipeline>>,
+    /// Context activation (see [`crate::activation`]).
+    activate: bool,
     with_lens: WithLens,
     _subscriber: PhantomData<fn(S)>,
 }
@@ -356,11 +358,12 @@ impl<S> SpanLayer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    fn new(pipeline: Option<Arc<Pipeline>>) -> Self {
+    fn new(pipeline: Option<Arc<Pipeline>>, activate: bool) -> Self {
         if let Some(p) = &pipeline {
             p.index();
         }
         SpanLayer {
+            activate: activate && pipeline.is_some(),
             with_lens: WithLens {
                 with_span: with_span::<S>,
                 scope: scope_ids::<S>,
@@ -549,6 +552,26 @@ where
         state.add_event(values, pipeline.limits);
     }
 
+    fn on_enter(&self, id: &Id, ctx: LayerContext<'_, S>) {
+        if !self.activate || std::thread::panicking() {
+            return;
+        }
+        let Some(span) = ctx.span(id) else {
+            return;
+        };
+        let cx = match span.extensions().get::<LensSpan>() {
+            Some(data) if data.is_live() => data.span_context().clone(),
+            _ => return,
+        };
+        crate::activation::enter(id, cx);
+    }
+
+    fn on_exit(&self, id: &Id, _ctx: LayerContext<'_, S>) {
+        if self.activate {
+            crate::activation::exit(id);
+        }
+    }
+
     fn on_close(&self, id: Id, ctx: LayerContext<'_, S>) {
         let Some(pipeline) = &self.pipeline else {
             return;
@@ -616,6 +639,8 @@ pub struct LensLayer<S> {
     logs_on: bool,
     spans: Filtered<SpanLayer<S>, LensFilter, S>,
     logs_layer: Filtered<LogLayer<S>, LogFilter, S>,
+    /// Context activation is on (forward `on_enter`/`on_exit` to the span part).
+    activate: bool,
 }
 
 impl<S> fmt::Debug for LensLayer<S> {
@@ -635,14 +660,17 @@ where
         pipeline: Option<Arc<Pipeline>>,
         filter: LensFilter,
         logs: (Option<&LensLoggerProvider>, LogFilter),
+        activate: bool,
     ) -> Self {
         let (provider, log_filter) = logs;
+        let activate = activate && pipeline.is_some();
         LensLayer {
+            activate,
             filter: filter.clone(),
             logs_on: log_filter.is_on(),
             logs_layer: LogLayer::filtered(provider, log_filter.clone()),
             logs: log_filter,
-            spans: SpanLayer::new(pipeline).with_filter(filter),
+            spans: SpanLayer::new(pipeline, activate).with_filter(filter),
         }
     }
 
@@ -668,7 +696,10 @@ where
 // the span part's `always` into `sometimes`, and `tracing` would then ask `enabled` on every
 // span and event; and each `Filtered` callback that takes a span id (`on_enter`, `on_exit`,
 // `on_close`, `on_record`) looks the span up in the registry to check its filter bit, even
-// when the wrapped layer ignores the callback. Neither part acts on `on_enter`/`on_exit`, so
+// when the wrapped layer ignores the callback. Only context activation acts on
+// `on_enter`/`on_exit`: they go straight to the span part (past its `Filtered` wrapper, as
+// `on_close` does: `SpanLayer` acts only on spans carrying lens data), and not at all when
+// activation is off. The log part never acts on them, so
 // those are not forwarded at all (a part that starts to needs its forwarding back here).
 impl<S> Layer<S> for LensLayer<S>
 where
@@ -726,6 +757,16 @@ where
         self.spans.on_event(event, ctx.clone());
         if self.logs_on {
             self.logs_layer.on_event(event, ctx);
+        }
+    }
+    fn on_enter(&self, id: &Id, ctx: LayerContext<'_, S>) {
+        if self.activate {
+            self.spans.inner().on_enter(id, ctx);
+        }
+    }
+    fn on_exit(&self, id: &Id, ctx: LayerContext<'_, S>) {
+        if self.activate {
+            self.spans.inner().on_exit(id, ctx);
         }
     }
     fn on_close(&self, id: Id, ctx: LayerContext<'_, S>) {

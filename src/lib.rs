@@ -153,6 +153,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod activation;
 mod closer;
 mod config;
 mod emit;

@@ -84,6 +84,7 @@ pub struct TelemetryBuilder {
     synchronous: bool,
     allow_reinit: bool,
     install_globals: bool,
+    context_activation: bool,
     provider_builder: Option<TracerProviderBuilder>,
     lookup: Lookup,
     /// `unknown_rank`, `unknown_world_size`, `no_random_run_id`.
@@ -127,6 +128,7 @@ impl TelemetryBuilder {
             synchronous: false,
             allow_reinit: false,
             install_globals: true,
+            context_activation: true,
             provider_builder: None,
             lookup: Box::new(crate::env::process_var),
             unknown: Unknown::default(),
@@ -313,6 +315,34 @@ impl TelemetryBuilder {
         self
     }
 
+    /// Whether `opentelemetry::Context::current()` carries the entered lens span (default
+    /// `true`), so OpenTelemetry-API code inside lens spans (a global propagator injecting
+    /// `traceparent` into HTTP headers, tonic interceptors, spans of an OpenTelemetry tracer)
+    /// sees it as the current span. It costs an allocation per span enter on the training
+    /// thread (figures in README's Performance section); turn it off when no such code runs
+    /// inside lens spans.
+    ///
+    /// ```
+    /// use nemo_lens::{LensConfig, Telemetry};
+    /// use opentelemetry::trace::TraceContextExt;
+    /// use tracing_subscriber::prelude::*;
+    ///
+    /// let config = LensConfig::default().with_enabled(true).with_export_strategy("all_ranks");
+    /// let telemetry = Telemetry::builder(config).install_globals(false).build()?;
+    /// let _guard = tracing_subscriber::registry().with(telemetry.layer()).set_default();
+    /// tracing::info_span!("job", nemo.group.job = tracing::field::Empty).in_scope(|| {
+    ///     // An HTTP client's OpenTelemetry middleware would inject this span's context:
+    ///     assert!(opentelemetry::Context::current().span().span_context().is_valid());
+    /// });
+    /// assert!(!opentelemetry::Context::current().span().span_context().is_valid());
+    /// # telemetry.shutdown(std::time::Duration::from_secs(5))?;
+    /// # Ok::<(), nemo_lens::LensError>(())
+    /// ```
+    pub fn context_activation(mut self, activate: bool) -> Self {
+        self.context_activation = activate;
+        self
+    }
+
     /// Builds the tracer provider from the application's own `builder` (its processors,
     /// exporters, sampler and resource) instead of an empty one. Lens adds its ID generator
     /// (replacing the builder's), the rank sampler when enabled, the processors of
@@ -377,6 +407,7 @@ impl TelemetryBuilder {
             synchronous,
             allow_reinit,
             install_globals,
+            context_activation,
             provider_builder,
             lookup,
             unknown,
@@ -621,6 +652,7 @@ impl TelemetryBuilder {
             flush_timeout,
             panic_hook: AtomicBool::new(false),
             generation,
+            context_activation,
             dropped,
         }))
     }

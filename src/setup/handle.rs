@@ -48,6 +48,8 @@ pub(crate) struct Inner {
     pub(super) dropped: DropCounters,
     /// The fork generation of the setup; another one means this is a forked child.
     pub(super) generation: u64,
+    /// [`TelemetryBuilder::context_activation`].
+    pub(super) context_activation: bool,
 }
 
 /// The handle of one process's telemetry: the layer, the tracer, flush and shutdown.
@@ -109,6 +111,7 @@ impl Telemetry {
             self.inner.built.pipeline.clone(),
             self.inner.filter.clone(),
             (provider, log_filter),
+            self.inner.context_activation,
         )
     }
 
