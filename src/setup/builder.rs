@@ -9,7 +9,7 @@ use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::logs::{LogExporter, SdkLoggerProvider};
 use opentelemetry_sdk::metrics::MeterProviderBuilder;
-use opentelemetry_sdk::trace::{SpanExporter, SpanProcessor};
+use opentelemetry_sdk::trace::{SpanExporter, SpanProcessor, TracerProviderBuilder};
 
 use super::SCOPE_NAME;
 use super::handle::{Inner, Telemetry};
@@ -78,6 +78,8 @@ pub struct TelemetryBuilder {
     export_strategy: Option<ExportStrategy>,
     synchronous: bool,
     allow_reinit: bool,
+    install_globals: bool,
+    provider_builder: Option<TracerProviderBuilder>,
     lookup: Lookup,
 }
 
@@ -109,6 +111,8 @@ impl TelemetryBuilder {
             export_strategy: None,
             synchronous: false,
             allow_reinit: false,
+            install_globals: true,
+            provider_builder: None,
             lookup: Box::new(crate::env::process_var),
         }
     }
@@ -221,6 +225,66 @@ impl TelemetryBuilder {
         self
     }
 
+    /// Whether setup installs anything process-wide (default `true`): the global tracer and
+    /// meter providers, the global W3C propagator, the process-wide span-group state read by
+    /// [`crate::is_span_group_enabled`], and the one-enabled-setup-per-process guard.
+    ///
+    /// With `false`, the [`Telemetry`] is self-contained: its layer, [`Telemetry::tracer`],
+    /// [`Telemetry::meter`] and [`Telemetry::is_span_group_enabled`] work as usual, and nothing
+    /// else in the process sees it. For applications that own the globals themselves, and for
+    /// tests that set up several telemetries in parallel.
+    ///
+    /// ```
+    /// use nemo_lens::{LensConfig, Telemetry};
+    /// use opentelemetry_sdk::trace::InMemorySpanExporter;
+    ///
+    /// let config = LensConfig::default().with_enabled(true).with_export_strategy("all_ranks");
+    /// let (a, b) = (InMemorySpanExporter::default(), InMemorySpanExporter::default());
+    /// // Two telemetries in one process: no double-init error, no global touched.
+    /// let first = Telemetry::builder(config.clone()).install_globals(false).span_exporter(a).build()?;
+    /// let second = Telemetry::builder(config).install_globals(false).span_exporter(b).build()?;
+    /// assert!(first.is_exporting() && second.is_exporting());
+    /// # Ok::<(), nemo_lens::LensError>(())
+    /// ```
+    pub fn install_globals(mut self, install: bool) -> Self {
+        self.install_globals = install;
+        self
+    }
+
+    /// Builds the tracer provider from the application's own `builder` (its processors,
+    /// exporters, sampler and resource) instead of an empty one. Lens adds its ID generator
+    /// (replacing the builder's), the rank sampler when enabled, the processors of
+    /// [`TelemetryBuilder::span_processor`], and an exporter only when
+    /// [`TelemetryBuilder::span_exporter`] names one: the application's processors do the
+    /// exporting. The builder's resource is kept (lens's resource attributes are not added to
+    /// it; [`Telemetry::resource`] still describes this rank). On a disabled or non-exporting
+    /// rank the builder is dropped unbuilt, and nothing is started.
+    ///
+    /// ```
+    /// use nemo_lens::{LensConfig, Telemetry};
+    /// use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+    ///
+    /// let mine = InMemorySpanExporter::default();
+    /// let builder = SdkTracerProvider::builder().with_simple_exporter(mine.clone());
+    /// let config = LensConfig::default().with_enabled(true).with_export_strategy("all_ranks");
+    /// let telemetry = Telemetry::builder(config)
+    ///     .install_globals(false)
+    ///     .tracer_provider(builder)
+    ///     .build()?;
+    /// let subscriber = tracing_subscriber::registry();
+    /// use tracing_subscriber::layer::SubscriberExt;
+    /// tracing::subscriber::with_default(subscriber.with(telemetry.layer()), || {
+    ///     tracing::info_span!("job", nemo.group.job = tracing::field::Empty).in_scope(|| {});
+    /// });
+    /// telemetry.force_flush()?; // (the in-memory exporter forgets its spans at shutdown)
+    /// assert_eq!(mine.get_finished_spans().unwrap()[0].name, "job");
+    /// # Ok::<(), nemo_lens::LensError>(())
+    /// ```
+    pub fn tracer_provider(mut self, builder: TracerProviderBuilder) -> Self {
+        self.provider_builder = Some(builder);
+        self
+    }
+
     /// **Tests only**: allows a second enabled setup in this process.
     ///
     /// ```
@@ -250,6 +314,8 @@ impl TelemetryBuilder {
             export_strategy,
             synchronous,
             allow_reinit,
+            install_globals,
+            provider_builder,
             lookup,
         } = self;
         config.validate()?;
@@ -262,6 +328,7 @@ impl TelemetryBuilder {
         let generation = ids::fork_generation();
         if config.enabled
             && !allow_reinit
+            && install_globals
             && INITIALIZED_IN.load(Ordering::SeqCst) == generation + 1
         {
             return Err(LensError::AlreadyInitialized);
@@ -332,6 +399,8 @@ impl TelemetryBuilder {
                     settings,
                     recording,
                     value_limit,
+                    provider_builder,
+                    install_global: install_globals,
                 };
                 built.traces(&config, rank, env, parts)?;
             }
@@ -344,6 +413,7 @@ impl TelemetryBuilder {
                     metric_reader,
                     metric_interval,
                     &dropped,
+                    install_globals,
                 )?;
             }
             if config.logs_enabled {
@@ -356,10 +426,12 @@ impl TelemetryBuilder {
                     &log_settings,
                 )?;
             }
-            propagation::install_global_propagator();
+            if install_globals {
+                propagation::install_global_propagator();
+            }
             built.resource = Some(resource);
         }
-        if config.enabled {
+        if config.enabled && install_globals {
             groups::install_process_gate(gate.clone());
             INITIALIZED_IN.store(generation + 1, Ordering::SeqCst);
         }

@@ -14,7 +14,7 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, SdkMeterProvider};
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{SdkTracerProvider, TracerProviderBuilder};
 
 use super::SCOPE_NAME;
 use super::builder::{LogExporterFactory, ProcessorFactory, ReaderFactory};
@@ -67,6 +67,12 @@ pub(super) struct TraceParts {
     /// Whether the layer records (false on a rank the rank sampler leaves out).
     pub(super) recording: bool,
     pub(super) value_limit: Option<usize>,
+    /// The application's own provider builder ([`TelemetryBuilder::tracer_provider`]).
+    ///
+    /// [`TelemetryBuilder::tracer_provider`]: super::TelemetryBuilder::tracer_provider
+    pub(super) provider_builder: Option<TracerProviderBuilder>,
+    /// Whether the provider becomes the global one.
+    pub(super) install_global: bool,
 }
 
 impl Built {
@@ -92,8 +98,9 @@ impl Built {
     }
 
     /// Builds the tracer provider (ChaCha IDs, optional rank sampler, the user's processors,
-    /// then the exporter's), installs it as the global one, and the layer's pipeline when this
-    /// rank records.
+    /// then the exporter's), installs it as the global one (unless told not to), and the layer's
+    /// pipeline when this rank records. On the application's own builder, lens adds an exporter
+    /// only when one was given explicitly.
     pub(super) fn traces(
         &mut self,
         config: &LensConfig,
@@ -101,9 +108,12 @@ impl Built {
         env: Env<'_>,
         parts: TraceParts,
     ) -> Result<()> {
-        let mut builder = SdkTracerProvider::builder()
-            .with_resource(parts.resource)
-            .with_id_generator(ChaChaIdGenerator::new());
+        let own_builder = parts.provider_builder.is_some();
+        let mut builder = match parts.provider_builder {
+            Some(builder) => builder,
+            None => SdkTracerProvider::builder().with_resource(parts.resource),
+        }
+        .with_id_generator(ChaChaIdGenerator::new());
         if let Some(sampler) = parts.sampler {
             builder = builder.with_sampler(sampler);
         }
@@ -111,8 +121,9 @@ impl Built {
             builder = builder.with_span_processor(make());
         }
         let exporter = match parts.exporter {
-            Some(make) => make(&parts.settings)?,
-            None => match config.exporter {
+            Some(make) => Some(make(&parts.settings)?),
+            None if own_builder => None,
+            None => Some(match config.exporter {
                 ExporterKind::Console => {
                     let writer = self.console_writer(config, rank)?;
                     exporter_processor(ConsoleSpanExporter::with_writer(writer), &parts.settings)?
@@ -122,10 +133,15 @@ impl Built {
                     let exporter = self.transport.span_exporter(protocol)?;
                     exporter_processor(exporter, &parts.settings)?
                 }
-            },
+            }),
         };
-        let provider = builder.with_span_processor(exporter).build();
-        global::set_tracer_provider(provider.clone());
+        if let Some(exporter) = exporter {
+            builder = builder.with_span_processor(exporter);
+        }
+        let provider = builder.build();
+        if parts.install_global {
+            global::set_tracer_provider(provider.clone());
+        }
         if parts.recording {
             self.pipeline = Some(Arc::new(Pipeline::new(
                 provider.tracer(SCOPE_NAME),
@@ -149,6 +165,7 @@ impl Built {
         reader: Option<ReaderFactory>,
         interval: Option<Duration>,
         dropped: &DropCounters,
+        install_global: bool,
     ) -> Result<()> {
         let builder: MeterProviderBuilder = SdkMeterProvider::builder().with_resource(resource);
         let builder = match reader {
@@ -173,7 +190,9 @@ impl Built {
         };
         let provider = builder.build();
         dropped.observe(&provider.meter(SCOPE_NAME));
-        global::set_meter_provider(provider.clone());
+        if install_global {
+            global::set_meter_provider(provider.clone());
+        }
         self.meter_provider = Some(provider);
         Ok(())
     }
