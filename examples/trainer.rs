@@ -53,6 +53,10 @@ struct Args {
     /// Panic in this step (simulates a crash).
     #[arg(long)]
     panic_at: Option<u64>,
+    /// Ask this reward server (`examples/reward_server.rs`) for a reward once per step, with
+    /// the step's trace context in the request headers.
+    #[arg(long)]
+    reward_url: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -106,7 +110,7 @@ fn train(args: &Args, telemetry: &Telemetry) {
     let mut step = 1;
     while args.steps == 0 || step <= args.steps {
         let started = Instant::now();
-        let loss = train_step(step, args.step_ms, args.panic_at, &mut rng);
+        let loss = train_step(step, args, &mut rng);
         // Metrics: a no-op on ranks that export nothing.
         TrainingMetrics {
             step_duration_s: Some(started.elapsed().as_secs_f64()),
@@ -122,13 +126,16 @@ fn train(args: &Args, telemetry: &Telemetry) {
     }
 }
 
-#[instrument(skip(rng, panic_at), fields(nemo.group.step, dl.loss = tracing::field::Empty))]
-fn train_step(step: u64, step_ms: u64, panic_at: Option<u64>, rng: &mut ChaCha8Rng) -> f64 {
-    forward_backward(step_ms * 2 / 3);
-    if panic_at == Some(step) {
+#[instrument(skip(args, rng), fields(nemo.group.step, dl.loss = tracing::field::Empty))]
+fn train_step(step: u64, args: &Args, rng: &mut ChaCha8Rng) -> f64 {
+    forward_backward(args.step_ms * 2 / 3);
+    if args.panic_at == Some(step) {
         panic!("simulated failure in step {step}");
     }
-    optimizer_step(step_ms / 3);
+    if let Some(url) = &args.reward_url {
+        ask_reward(url, step);
+    }
+    optimizer_step(args.step_ms / 3);
     let loss = 2.0 / (step as f64).sqrt() + (rng.next_u32() % 100) as f64 / 1000.0;
     tracing::Span::current().record("dl.loss", loss);
     loss
@@ -154,4 +161,24 @@ fn save_checkpoint(step: u64) {
         histogram.checkpoint_ms = started.elapsed().as_secs_f64() * 1e3,
         "checkpoint saved"
     );
+}
+
+/// Posts this step's rollout to the reward server. The trace context of the current span goes
+/// into the headers through the standard OpenTelemetry propagator, as any OpenTelemetry-aware
+/// HTTP client middleware would do it: `Context::current()` carries the lens span while it is
+/// entered.
+fn ask_reward(url: &str, step: u64) {
+    let mut headers = std::collections::HashMap::new();
+    opentelemetry::global::get_text_map_propagator(|p| {
+        p.inject_context(&opentelemetry::Context::current(), &mut headers)
+    });
+    let client = reqwest::blocking::Client::new();
+    let mut request = client.post(url).body(format!("rollout of step {step}"));
+    for (name, value) in &headers {
+        request = request.header(name, value);
+    }
+    match request.send().and_then(|r| r.text()) {
+        Ok(body) => tracing::debug!(step, %body, "reward"),
+        Err(e) => tracing::warn!(step, error = %e, "reward server unreachable"),
+    }
 }
