@@ -76,6 +76,10 @@ struct Args {
     /// Hang forever inside `forward_backward` in this step (simulates a stuck rank).
     #[arg(long)]
     hang_at: Option<u64>,
+    /// Ask this reward server (`examples/reward_server.rs`) for a reward once per step, with
+    /// the step's trace context in the request headers.
+    #[arg(long)]
+    reward_url: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -155,6 +159,9 @@ fn train_step(step: u64, args: &Args, rng: &mut ChaCha8Rng) -> f64 {
     if let Some(dir) = &args.barrier_dir {
         all_reduce(step, args.rank, args.world_size, dir);
     }
+    if let Some(url) = &args.reward_url {
+        ask_reward(url, step);
+    }
     optimizer_step(args.step_ms / 3);
     let loss = 2.0 / (step as f64).sqrt() + (rng.next_u32() % 100) as f64 / 1000.0;
     tracing::Span::current().record("dl.loss", loss);
@@ -207,4 +214,24 @@ fn save_checkpoint(step: u64) {
         histogram.checkpoint_ms = started.elapsed().as_secs_f64() * 1e3,
         "checkpoint saved"
     );
+}
+
+/// Posts this step's rollout to the reward server. The trace context of the current span goes
+/// into the headers through the standard OpenTelemetry propagator, as any OpenTelemetry-aware
+/// HTTP client middleware would do it: `Context::current()` carries the lens span while it is
+/// entered.
+fn ask_reward(url: &str, step: u64) {
+    let mut headers = std::collections::HashMap::new();
+    opentelemetry::global::get_text_map_propagator(|p| {
+        p.inject_context(&opentelemetry::Context::current(), &mut headers)
+    });
+    let client = reqwest::blocking::Client::new();
+    let mut request = client.post(url).body(format!("rollout of step {step}"));
+    for (name, value) in &headers {
+        request = request.header(name, value);
+    }
+    match request.send().and_then(|r| r.text()) {
+        Ok(body) => tracing::debug!(step, %body, "reward"),
+        Err(e) => tracing::warn!(step, error = %e, "reward server unreachable"),
+    }
 }

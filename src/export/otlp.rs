@@ -313,6 +313,20 @@ fn metadata(
 /// `destination`, or the system roots) and the exporter's timeout, reporting the cause of each
 /// failed request. Built on a thread of its own: reqwest's blocking client cannot be built
 /// inside a Tokio runtime, and setup may run in one.
+/// reqwest is built with rustls but without a crypto provider of its own (feature
+/// `rustls-no-provider`, to avoid aws-lc's C build), and cargo unifies that feature with any
+/// reqwest 0.13 the application uses: a client the application builds would then panic for want
+/// of a provider. Every setup (any rank, enabled or not) therefore gives the process ring as its
+/// default provider when it has none; an application that installs its own first keeps it.
+#[cfg(feature = "otlp-http")]
+pub(crate) fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Without the HTTP transport there is no reqwest of ours: nothing to provide.
+#[cfg(not(feature = "otlp-http"))]
+pub(crate) fn install_crypto_provider() {}
+
 #[cfg(feature = "otlp-http")]
 fn http_client(
     signal: Signal,
@@ -323,9 +337,7 @@ fn http_client(
         Some(files) => files.rustls_config()?,
         None => crate::export::tls::TlsFiles::plain_rustls_config(),
     };
-    // reqwest is built with rustls but without a default crypto provider of its own: give the
-    // process ring as its default if it has none, so any other reqwest client in it works.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    install_crypto_provider();
     let timeout = destination.timeout;
     let build = move || {
         reqwest::blocking::Client::builder()

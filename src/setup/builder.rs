@@ -327,8 +327,14 @@ impl TelemetryBuilder {
     /// use opentelemetry::trace::TraceContextExt;
     /// use tracing_subscriber::prelude::*;
     ///
-    /// let config = LensConfig::default().with_enabled(true).with_export_strategy("all_ranks");
-    /// let telemetry = Telemetry::builder(config).install_globals(false).build()?;
+    /// let config = LensConfig::default()
+    ///     .with_enabled(true)
+    ///     .with_export_strategy("all_ranks")
+    ///     .with_metrics_enabled(false);
+    /// let telemetry = Telemetry::builder(config)
+    ///     .install_globals(false)
+    ///     .span_exporter(opentelemetry_sdk::trace::InMemorySpanExporter::default())
+    ///     .build()?;
     /// let _guard = tracing_subscriber::registry().with(telemetry.layer()).set_default();
     /// tracing::info_span!("job", nemo.group.job = tracing::field::Empty).in_scope(|| {
     ///     // An HTTP client's OpenTelemetry middleware would inject this span's context:
@@ -432,6 +438,7 @@ impl TelemetryBuilder {
             )));
         }
         ids::install_fork_handler();
+        otlp::install_crypto_provider();
         let generation = ids::fork_generation();
         if config.enabled
             && !allow_reinit
