@@ -17,21 +17,23 @@
 
 use std::cell::RefCell;
 
-use opentelemetry::trace::{SpanContext, TraceContextExt};
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt};
 use opentelemetry::{Context, ContextGuard};
 use tracing_core::span::Id;
 
 thread_local! {
-    /// The guards of the entered lens spans of this thread, innermost last.
-    static ACTIVE: RefCell<Vec<(u64, ContextGuard)>> = const { RefCell::new(Vec::new()) };
+    /// The entered lens spans of this thread, innermost last: `tracing` id, OpenTelemetry span
+    /// id, and the guard of the attached context.
+    static ACTIVE: RefCell<Vec<(u64, SpanId, ContextGuard)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Makes `span` the current OpenTelemetry span of this thread until [`exit`] with the same id.
 #[inline]
 pub(crate) fn enter(id: &Id, span: SpanContext) {
+    let span_id = span.span_id();
     let guard = Context::current().with_remote_span_context(span).attach();
     // During thread teardown the stack is gone: the guard is dropped at once (nothing active).
-    let _ = ACTIVE.try_with(|active| active.borrow_mut().push((id.into_u64(), guard)));
+    let _ = ACTIVE.try_with(|active| active.borrow_mut().push((id.into_u64(), span_id, guard)));
 }
 
 /// Ends the activation of span `id` on this thread (the innermost one with that id).
@@ -41,11 +43,21 @@ pub(crate) fn exit(id: &Id) {
     let guard = ACTIVE
         .try_with(|active| {
             let mut active = active.borrow_mut();
-            let pos = active.iter().rposition(|(entered, _)| *entered == id)?;
-            Some(active.remove(pos).1)
+            let pos = active.iter().rposition(|(entered, _, _)| *entered == id)?;
+            Some(active.remove(pos).2)
         })
         .ok()
         .flatten();
     // Dropped after the borrow ends: dropping a context may run user destructors.
     drop(guard);
+}
+
+/// Whether `span` is a lens span this thread activated (its context mirrors the `tracing` tree,
+/// so the layer must not take it as an attached remote parent: in a process forked while a span
+/// was entered, the child inherits the activation but not the span).
+#[inline]
+pub(crate) fn is_activated(span: SpanId) -> bool {
+    ACTIVE
+        .try_with(|active| active.borrow().iter().any(|(_, id, _)| *id == span))
+        .unwrap_or(false)
 }

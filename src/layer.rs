@@ -397,8 +397,13 @@ where
         {
             return Parent::Span(data.span_context().clone());
         }
-        // An attached remote parent (clone the context only when it has one).
-        if let Some(current) = Context::map_current(|cx| cx.has_active_span().then(|| cx.clone())) {
+        // An attached remote parent (clone the context only when it has one); a context this
+        // thread activated for a lens span is not one.
+        if let Some(current) = Context::map_current(|cx| {
+            (cx.has_active_span()
+                && !crate::activation::is_activated(cx.span().span_context().span_id()))
+            .then(|| cx.clone())
+        }) {
             return Parent::Context(current);
         }
         match &pipeline.default_parent {
