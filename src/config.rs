@@ -7,7 +7,7 @@ use crate::env::{self, parse_bool, parse_float, parse_int, parse_level};
 use crate::error::{LensError, Result};
 
 /// The default environment prefix.
-pub const DEFAULT_PREFIX: &str = "NEMO_LENS";
+pub(crate) const DEFAULT_PREFIX: &str = "NEMO_LENS";
 
 /// Where finished spans (and later metrics and logs) go.
 ///

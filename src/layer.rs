@@ -309,7 +309,7 @@ pub(crate) struct WithLens {
 }
 
 /// The inner, unfiltered layer. Users get it wrapped in [`LensLayer`].
-pub struct SpanLayer<S> {
+pub(crate) struct SpanLayer<S> {
     pipeline: Option<Arc<Pipeline>>,
     /// Context activation (see [`crate::activation`]).
     activate: bool,

@@ -150,7 +150,7 @@
 //! The minimum supported Rust version is 1.88 (`let` chains), as `rust-version` in
 //! `Cargo.toml` says; raising it is a minor-version change.
 
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod activation;

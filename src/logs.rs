@@ -74,18 +74,18 @@ thread_local! {
 /// A logger provider that hands out [`LensLogger`]s: the SDK provider plus redaction and span
 /// correlation.
 #[derive(Clone, Debug)]
-pub struct LensLoggerProvider {
+pub(crate) struct LensLoggerProvider {
     inner: SdkLoggerProvider,
 }
 
 impl LensLoggerProvider {
     /// Wraps an SDK logger provider.
-    pub fn new(inner: SdkLoggerProvider) -> Self {
+    pub(crate) fn new(inner: SdkLoggerProvider) -> Self {
         LensLoggerProvider { inner }
     }
 
     /// The SDK provider (flush, shutdown).
-    pub fn sdk(&self) -> &SdkLoggerProvider {
+    pub(crate) fn sdk(&self) -> &SdkLoggerProvider {
         &self.inner
     }
 }
@@ -102,7 +102,7 @@ impl LoggerProvider for LensLoggerProvider {
 /// The logger behind the bridge: creates [`LensLogRecord`]s and stamps them with the span the
 /// event happened in.
 #[derive(Clone, Debug)]
-pub struct LensLogger {
+pub(crate) struct LensLogger {
     inner: SdkLogger,
 }
 
@@ -130,7 +130,7 @@ impl Logger for LensLogger {
 
 /// An SDK log record whose string attributes under a redaction key become `[REDACTED]`.
 #[derive(Debug)]
-pub struct LensLogRecord(SdkLogRecord);
+pub(crate) struct LensLogRecord(SdkLogRecord);
 
 impl LogRecord for LensLogRecord {
     fn set_event_name(&mut self, name: &'static str) {
@@ -284,7 +284,7 @@ impl<S> Filter<S> for LogFilter {
 }
 
 /// The bridge layer: the `opentelemetry-appender-tracing` bridge, fed the lens span of each event.
-pub struct LogLayer<S> {
+pub(crate) struct LogLayer<S> {
     bridge: Option<OpenTelemetryTracingBridge<LensLoggerProvider, LensLogger>>,
     _subscriber: PhantomData<fn(S)>,
 }

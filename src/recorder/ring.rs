@@ -27,7 +27,7 @@ pub const INLINE: usize = 24;
 /// dropped).
 pub const OPEN_SLOTS: usize = 1024;
 /// Slots looked at to find an open span.
-pub const PROBES: usize = 4;
+pub(super) const PROBES: usize = 4;
 
 const HEADER: usize = 6;
 const ATTR_WORDS: usize = 1 + INLINE / 8;
