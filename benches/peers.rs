@@ -32,6 +32,7 @@
 //! | `plain_tracing_opentelemetry` | registry + `tracing_opentelemetry::layer()`, default options, SDK batch processor |
 //! | `plain_tracing_opentelemetry_lean` | the same without inactivity tracking, thread, location and target |
 //! | `lens_exported` | registry + lens layer exporting every group, its own batch processor |
+//! | `lens_exported_no_context_activation` | the same with `context_activation(false)` |
 //! | `fastrace` | fastrace, the `i64` as a string property, discarding reporter every 10 ms |
 //! | `fastrace_no_property` | the same without a property |
 //!
@@ -142,7 +143,7 @@ const SAMPLE_MS: u64 = 200;
 const FASTRACE_TRACE_LEN: u64 = 100;
 
 /// Every wiring of the table, in its row order.
-const PEERS: [Peer; 10] = [
+const PEERS: [Peer; 11] = [
     Peer::Tracing(Wiring::NoSubscriber),
     Peer::Tracing(Wiring::LensNonExporting),
     Peer::Tracing(Wiring::LensDisabledGroup),
@@ -151,6 +152,7 @@ const PEERS: [Peer; 10] = [
     Peer::Tracing(Wiring::PlainOtel),
     Peer::Tracing(Wiring::PlainOtelLean),
     Peer::Tracing(Wiring::LensExported),
+    Peer::Tracing(Wiring::LensExportedNoActivation),
     Peer::Fastrace { property: true },
     Peer::Fastrace { property: false },
 ];
@@ -185,6 +187,9 @@ impl Peer {
                 "tracing-opentelemetry, lean (no inactivity/thread/location/target)"
             }
             Peer::Tracing(Wiring::LensExported) => "**lens, exported**",
+            Peer::Tracing(Wiring::LensExportedNoActivation) => {
+                "lens, exported, context activation off"
+            }
             Peer::Fastrace { property: true } => "fastrace (outside `tracing`), `i64` property",
             Peer::Fastrace { property: false } => "fastrace (outside `tracing`), no property",
         }
@@ -193,7 +198,12 @@ impl Peer {
     fn exports(self) -> bool {
         matches!(
             self,
-            Peer::Tracing(Wiring::LensExported | Wiring::PlainOtel | Wiring::PlainOtelLean)
+            Peer::Tracing(
+                Wiring::LensExported
+                    | Wiring::LensExportedNoActivation
+                    | Wiring::PlainOtel
+                    | Wiring::PlainOtelLean
+            )
                 | Peer::Fastrace { .. }
         )
     }

@@ -54,6 +54,10 @@ pub enum Wiring {
     LensDisabledGroup,
     /// Registry + LensLayer exporting every group: batch processor, [`Discard`] exporter.
     LensExported,
+    /// [`Wiring::LensExported`] with context activation turned off
+    /// (`TelemetryBuilder::context_activation(false)`): the cost of activation is the
+    /// difference.
+    LensExportedNoActivation,
     /// Registry + `tracing_opentelemetry::layer()` with default options, an `SdkTracerProvider`
     /// with the SDK defaults, batch processor, [`Discard`] exporter.
     PlainOtel,
@@ -86,6 +90,7 @@ impl Wiring {
             Wiring::LensNonExporting => "lens_non_exporting_rank",
             Wiring::LensDisabledGroup => "lens_disabled_group",
             Wiring::LensExported => "lens_exported",
+            Wiring::LensExportedNoActivation => "lens_exported_no_context_activation",
             Wiring::PlainOtel => "plain_tracing_opentelemetry",
             Wiring::PlainOtelLean => "plain_tracing_opentelemetry_lean",
             Wiring::RegistryOnly => "registry_only",
@@ -154,7 +159,10 @@ pub fn build(wiring: Wiring) -> Built {
     };
     match wiring {
         Wiring::NoSubscriber => reset_max_level_to_off(),
-        Wiring::LensNonExporting | Wiring::LensDisabledGroup | Wiring::LensExported => {
+        Wiring::LensNonExporting
+        | Wiring::LensDisabledGroup
+        | Wiring::LensExported
+        | Wiring::LensExportedNoActivation => {
             let t = match wiring {
                 Wiring::LensNonExporting => {
                     let t = lens(
@@ -169,6 +177,12 @@ pub fn build(wiring: Wiring) -> Built {
                     t
                 }
                 Wiring::LensDisabledGroup => lens(exporting_config("default"), 0, 1, exported),
+                Wiring::LensExportedNoActivation => Telemetry::builder(exporting_config("all"))
+                    .span_exporter(Discard(exported))
+                    .context_activation(false)
+                    .allow_reinit_for_testing(true)
+                    .build()
+                    .expect("valid bench config"),
                 _ => lens(exporting_config("all"), 0, 1, exported),
             };
             built.dispatch = Some(Dispatch::new(
