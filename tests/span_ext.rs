@@ -164,3 +164,28 @@ fn context_attribute_status_and_links_reach_the_exported_span() {
         [KeyValue::new("pp.stage", 1_i64)]
     );
 }
+
+#[test]
+fn a_reparented_span_keeps_its_fields_and_is_truncated_at_shutdown() {
+    let capture = nemo_lens::testing::SpanCapture::new();
+    let _guard = capture.set_default();
+    let request = tracing::info_span!("handle_request", route = "/reward");
+    request.set_parent(extracted()).unwrap();
+    let _entered = request.enter();
+    // The re-parented span is still the one open at shutdown.
+    assert_eq!(capture.telemetry().open_spans(), 1);
+    let spans = capture.finish();
+    let exported = span(&spans, "handle_request");
+    assert_eq!(
+        exported.span_context.trace_id(),
+        TraceId::from_hex(TRACE).unwrap()
+    );
+    assert_eq!(
+        nemo_lens::testing::SpanCapture::attribute(exported, "route"),
+        Some(Value::from("/reward"))
+    );
+    assert_eq!(
+        nemo_lens::testing::SpanCapture::attribute(exported, "nemo.span.truncated"),
+        Some(Value::Bool(true))
+    );
+}
