@@ -21,17 +21,42 @@ use opentelemetry::trace::{SpanContext, TraceContextExt};
 use opentelemetry::{Context, ContextGuard};
 use tracing_core::span::Id;
 
+/// One activation: the tracing span id, the span's context, the [fork
+/// generation](crate::ids::fork_generation) it was entered in, and the attach guard.
+type Active = (u64, SpanContext, u64, ContextGuard);
+
 thread_local! {
     /// The guards of the entered lens spans of this thread, innermost last.
-    static ACTIVE: RefCell<Vec<(u64, ContextGuard)>> = const { RefCell::new(Vec::new()) };
+    static ACTIVE: RefCell<Vec<Active>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `true` when `span` is the context of a lens span entered on this thread before a `fork`
+/// (the child inherits the thread's context stack, not the span: its spans must not take it
+/// as their parent).
+pub(crate) fn is_inherited(span: &SpanContext) -> bool {
+    let generation = crate::ids::fork_generation();
+    ACTIVE
+        .try_with(|active| {
+            active.borrow().iter().any(|(_, sc, entered_in, _)| {
+                *entered_in != generation && sc.span_id() == span.span_id()
+            })
+        })
+        .unwrap_or(false)
 }
 
 /// Makes `span` the current OpenTelemetry span of this thread until [`exit`] with the same id.
 #[inline]
 pub(crate) fn enter(id: &Id, span: SpanContext) {
-    let guard = Context::current().with_remote_span_context(span).attach();
+    let guard = Context::current()
+        .with_remote_span_context(span.clone())
+        .attach();
+    let generation = crate::ids::fork_generation();
     // During thread teardown the stack is gone: the guard is dropped at once (nothing active).
-    let _ = ACTIVE.try_with(|active| active.borrow_mut().push((id.into_u64(), guard)));
+    let _ = ACTIVE.try_with(|active| {
+        active
+            .borrow_mut()
+            .push((id.into_u64(), span, generation, guard))
+    });
 }
 
 /// Ends the activation of span `id` on this thread (the innermost one with that id).
@@ -41,8 +66,8 @@ pub(crate) fn exit(id: &Id) {
     let guard = ACTIVE
         .try_with(|active| {
             let mut active = active.borrow_mut();
-            let pos = active.iter().rposition(|(entered, _)| *entered == id)?;
-            Some(active.remove(pos).1)
+            let pos = active.iter().rposition(|(entered, ..)| *entered == id)?;
+            Some(active.remove(pos).3)
         })
         .ok()
         .flatten();

@@ -491,7 +491,11 @@ where
             return Parent::Span(data.span_context().clone());
         }
         // An attached remote parent (clone the context only when it has one).
-        if let Some(current) = Context::map_current(|cx| cx.has_active_span().then(|| cx.clone())) {
+        // Not the context of a lens span entered before a `fork` (see `activation`).
+        if let Some(current) = Context::map_current(|cx| {
+            (cx.has_active_span() && !crate::activation::is_inherited(cx.span().span_context()))
+                .then(|| cx.clone())
+        }) {
             return Parent::Context(current);
         }
         match &pipeline.default_parent {
