@@ -203,8 +203,7 @@ impl Peer {
                     | Wiring::LensExportedNoActivation
                     | Wiring::PlainOtel
                     | Wiring::PlainOtelLean
-            )
-                | Peer::Fastrace { .. }
+            ) | Peer::Fastrace { .. }
         )
     }
 

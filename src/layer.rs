@@ -306,6 +306,95 @@ pub(crate) struct WithLens {
     pub(crate) with_span: WithSpanFn,
     pub(crate) scope: ScopeFn,
     pub(crate) limits: Option<Limits>,
+    pub(crate) set_parent: SetParentFn,
+    pub(crate) pipeline: Option<Arc<Pipeline>>,
+}
+
+/// Gives span `id` a new parent (see [`crate::LensSpanExt::set_parent`]).
+pub(crate) type SetParentFn =
+    fn(&WithLens, &Dispatch, &Id, Context) -> Result<(), crate::span_ext::SetParentError>;
+
+fn set_parent<S>(
+    with: &WithLens,
+    dispatch: &Dispatch,
+    id: &Id,
+    cx: Context,
+) -> Result<(), crate::span_ext::SetParentError>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    use crate::span_ext::SetParentError;
+    let pipeline = with.pipeline.as_ref().ok_or(SetParentError::NotRecorded)?;
+    let subscriber = dispatch
+        .downcast_ref::<S>()
+        .ok_or(SetParentError::NotRecorded)?;
+    let span = subscriber.span(id).ok_or(SetParentError::NotRecorded)?;
+    let name = span.metadata().name();
+    let mut ext = span.extensions_mut();
+    let data = ext
+        .get_mut::<LensSpan>()
+        .filter(|d| d.is_live())
+        .ok_or(SetParentError::NotRecorded)?;
+    if data.is_used() {
+        return Err(SetParentError::AlreadyStarted);
+    }
+    let parent = if cx.span().span_context().is_valid() {
+        Parent::Context(cx)
+    } else {
+        Parent::Root
+    };
+    let (trace_id, sampled, trace_state) = decide(pipeline, &parent, name);
+    let old = data.state().clone();
+    // The record moves to a new state (the old one, still in the open-span table until it is
+    // removed below, is left without a record: the closer finds nothing to end in it).
+    let record = old.record.lock().take();
+    let sampled = sampled && record.is_some();
+    let flags = if sampled {
+        TraceFlags::SAMPLED
+    } else {
+        TraceFlags::default()
+    };
+    let new_cx = SpanContext::new(
+        trace_id,
+        data.span_context().span_id(),
+        flags,
+        false,
+        trace_state,
+    );
+    if let Some(key) = data.open_key.take() {
+        pipeline.open.remove(key, &old);
+    }
+    let record = record.filter(|_| sampled).map(|mut r| {
+        r.set_parent(parent);
+        r
+    });
+    let recorded = record.is_some();
+    let state = Arc::new(SpanState::new(new_cx, record));
+    if recorded {
+        data.open_key = Some(pipeline.open.insert(id.clone(), state.clone()));
+    }
+    data.replace_state(state);
+    Ok(())
+}
+
+/// The trace id, sampling decision and trace state of a new span with `parent`.
+fn decide(
+    pipeline: &Pipeline,
+    parent: &Parent,
+    name: &str,
+) -> (opentelemetry::trace::TraceId, bool, TraceState) {
+    let (trace_id, mut sampled, mut trace_state) = match parent.span_context() {
+        Some(p) => (
+            p.trace_id(),
+            !pipeline.parent_based || p.is_sampled(),
+            p.trace_state().clone(),
+        ),
+        None => (ids::new_trace_id(), true, TraceState::default()),
+    };
+    if let Some(sampler) = &pipeline.env_sampler {
+        (sampled, trace_state) = sample(sampler, parent, trace_id, name);
+    }
+    (trace_id, sampled, trace_state)
 }
 
 /// The inner, unfiltered layer. Users get it wrapped in [`LensLayer`].
@@ -368,6 +457,8 @@ where
                 with_span: with_span::<S>,
                 scope: scope_ids::<S>,
                 limits: pipeline.as_ref().map(|p| p.limits),
+                set_parent: set_parent::<S>,
+                pipeline: pipeline.clone(),
             },
             pipeline,
             _subscriber: PhantomData,
@@ -395,6 +486,8 @@ where
         if let Some(parent) = parent
             && let Some(data) = parent.extensions().get::<LensSpan>()
         {
+            // A span with children keeps its parent (`LensSpanExt::set_parent`).
+            data.mark_used();
             return Parent::Span(data.span_context().clone());
         }
         // An attached remote parent (clone the context only when it has one); a context this
@@ -442,18 +535,7 @@ where
             return;
         };
         let parent = self.parent(pipeline, attrs, &ctx);
-        let parent_cx = parent.span_context();
-        let (trace_id, mut sampled, mut trace_state) = match &parent_cx {
-            Some(p) => (
-                p.trace_id(),
-                !pipeline.parent_based || p.is_sampled(),
-                p.trace_state().clone(),
-            ),
-            None => (ids::new_trace_id(), true, TraceState::default()),
-        };
-        if let Some(sampler) = &pipeline.env_sampler {
-            (sampled, trace_state) = sample(sampler, &parent, trace_id, attrs.metadata().name());
-        }
+        let (trace_id, sampled, trace_state) = decide(pipeline, &parent, attrs.metadata().name());
         let flags = if sampled {
             TraceFlags::SAMPLED
         } else {
@@ -558,14 +640,21 @@ where
     }
 
     fn on_enter(&self, id: &Id, ctx: LayerContext<'_, S>) {
-        if !self.activate || std::thread::panicking() {
+        if self.pipeline.is_none() || std::thread::panicking() {
             return;
         }
         let Some(span) = ctx.span(id) else {
             return;
         };
         let cx = match span.extensions().get::<LensSpan>() {
-            Some(data) if data.is_live() => data.span_context().clone(),
+            Some(data) if data.is_live() => {
+                // Entered: its parent is fixed from now on (`LensSpanExt::set_parent`).
+                data.mark_used();
+                if !self.activate {
+                    return;
+                }
+                data.span_context().clone()
+            }
             _ => return,
         };
         crate::activation::enter(id, cx);
@@ -765,9 +854,9 @@ where
         }
     }
     fn on_enter(&self, id: &Id, ctx: LayerContext<'_, S>) {
-        if self.activate {
-            self.spans.inner().on_enter(id, ctx);
-        }
+        // Always: the span part marks the span entered (and activates its context when
+        // context activation is on); it returns at once on a non-exporting rank.
+        self.spans.inner().on_enter(id, ctx);
     }
     fn on_exit(&self, id: &Id, ctx: LayerContext<'_, S>) {
         if self.activate {

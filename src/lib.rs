@@ -198,7 +198,7 @@ pub use metrics::{
 pub use recorder::{FlightRecorder, RecorderLayer};
 pub use sampling::RankAwareSampler;
 pub use setup::{SCOPE_NAME, Telemetry, TelemetryBuilder};
-pub use span_ext::LensSpanExt;
+pub use span_ext::{LensSpanExt, SetParentError};
 
 // README's examples are compiled and run as doctests.
 #[cfg(doctest)]

@@ -48,7 +48,7 @@
 //! let carrier = decode_carrier(&payload).expect("valid payload");
 //! let remote = remote_span_context(&carrier).expect("valid traceparent");
 //! let stage = tracing::info_span!("pp.recv_forward.linked");
-//! stage.add_link(remote, vec![]); // true when the lens layer records `stage`
+//! stage.add_link(remote); // true when the lens layer records `stage`
 //! ```
 //!
 //! Deep code that cannot be handed the carrier reads it from the process's slot, as in Python:

@@ -45,6 +45,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::trace::{
@@ -221,6 +222,11 @@ impl SpanRecord {
         }
     }
 
+    /// Replaces the parent (`LensSpanExt::set_parent`, before the span is first entered).
+    pub(crate) fn set_parent(&mut self, parent: Parent) {
+        self.parent = parent;
+    }
+
     fn set_status(&mut self, status: Status) {
         // As the SDK: the statuses are ordered `Ok` > `Error` > `Unset`.
         if status > self.status {
@@ -280,6 +286,28 @@ impl SpanState {
         for kv in attributes {
             record.set_attribute(kv);
         }
+    }
+
+    /// Sets an attribute (`LensSpanExt::set_attribute`); `false` when the span has ended or
+    /// is not recorded.
+    pub(crate) fn set_attribute(&self, kv: KeyValue) -> bool {
+        let mut guard = self.record.lock();
+        let Some(record) = guard.as_mut().filter(|r| r.is_open()) else {
+            return false;
+        };
+        record.set_attribute(kv);
+        true
+    }
+
+    /// Sets the status (`LensSpanExt::set_status`, ordered as the SDK's); `false` when the
+    /// span has ended or is not recorded.
+    pub(crate) fn set_status(&self, status: Status) -> bool {
+        let mut guard = self.record.lock();
+        let Some(record) = guard.as_mut().filter(|r| r.is_open()) else {
+            return false;
+        };
+        record.set_status(status);
+        true
     }
 
     /// Adds an event (read beforehand, outside the lock).
@@ -504,6 +532,8 @@ pub(crate) struct LensSpan {
     pub(crate) open_key: Option<usize>,
     /// The [fork generation](crate::ids) the span was started in.
     pub(crate) generation: u64,
+    /// The span was entered, has children or handed out its context: its parent is fixed.
+    used: AtomicBool,
     /// The pipeline's index in the [pipeline table](crate::layer::PipelineIndex), to end the
     /// span if the subscriber drops it without closing it.
     pipeline: usize,
@@ -520,8 +550,28 @@ impl LensSpan {
             state,
             open_key,
             generation,
+            used: AtomicBool::new(false),
             pipeline,
         }
+    }
+
+    /// Fixes the span's parent (entered, a child, or its context handed out).
+    #[inline]
+    pub(crate) fn mark_used(&self) {
+        if !self.used.load(Ordering::Relaxed) {
+            self.used.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// See [`LensSpan::mark_used`].
+    pub(crate) fn is_used(&self) -> bool {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Puts a new state in place (`LensSpanExt::set_parent`; the caller moved the record and
+    /// the open-span entry).
+    pub(crate) fn replace_state(&mut self, state: Arc<SpanState>) {
+        self.state = state;
     }
 
     pub(crate) fn state(&self) -> &Arc<SpanState> {

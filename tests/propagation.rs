@@ -143,7 +143,8 @@ fn a_pipeline_stage_links_to_the_remote_step_instead_of_becoming_its_child() {
     let remote = remote_span_context(&carrier).unwrap();
     let linked = capture.in_scope(|| {
         let stage = tracing::info_span!("pp.recv_forward.linked");
-        let linked = stage.add_link(remote.clone(), vec![KeyValue::new("pp.stage", 1_i64)]);
+        let linked =
+            stage.add_link_with_attributes(remote.clone(), vec![KeyValue::new("pp.stage", 1_i64)]);
         drop(stage);
         linked
     });
@@ -160,8 +161,7 @@ fn a_pipeline_stage_links_to_the_remote_step_instead_of_becoming_its_child() {
     assert_eq!(link.attributes, vec![KeyValue::new("pp.stage", 1_i64)]);
     // An invalid remote context links nothing.
     let none = capture.in_scope(|| {
-        tracing::info_span!("x")
-            .add_link(opentelemetry::trace::SpanContext::empty_context(), vec![])
+        tracing::info_span!("x").add_link(opentelemetry::trace::SpanContext::empty_context())
     });
     assert!(!none);
 }
@@ -184,7 +184,7 @@ fn the_pp_carrier_slot_hands_the_step_to_deep_code_on_any_thread() {
             let remote = remote_span_context(&carrier).expect("valid traceparent");
             capture.in_scope(|| {
                 let stage = tracing::info_span!("pp.recv_forward.linked");
-                stage.add_link(remote, vec![])
+                stage.add_link(remote)
             })
         })
         .join()

@@ -115,6 +115,40 @@ impl Telemetry {
         )
     }
 
+    /// tracing-opentelemetry's own layer (feature `tracing-opentelemetry`), wired to the lens
+    /// tracer (the tracer provider lens built: lens ids, the rank-aware sampler, the lens
+    /// processors and exporter) and filtered by the lens layer's per-layer filter (rank and
+    /// span groups), so that crates built on `tracing_opentelemetry::OpenTelemetrySpanExt`
+    /// (HTTP and gRPC middleware calling `set_parent` / `context`) work unchanged. Use it
+    /// *instead of* [`Telemetry::layer`] for spans (both would record every span twice); the
+    /// lens layer is cheaper (see README "Which layer to pick"). Its spans skip the lens
+    /// layer's record path (no `nemo.span.truncated` at shutdown). On a rank that records
+    /// nothing the layer is inert: its filter never registers interest, and its tracer is a
+    /// no-op one.
+    ///
+    /// ```
+    /// use tracing_subscriber::prelude::*;
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// let _s = tracing_subscriber::registry().with(t.opentelemetry_layer());
+    /// ```
+    #[cfg(feature = "tracing-opentelemetry")]
+    pub fn opentelemetry_layer<S>(
+        &self,
+    ) -> tracing_subscriber::filter::Filtered<
+        tracing_opentelemetry::OpenTelemetryLayer<S, BoxedTracer>,
+        LensFilter,
+        S,
+    >
+    where
+        S: tracing_core::Subscriber + for<'a> LookupSpan<'a>,
+    {
+        use tracing_subscriber::Layer as _;
+        tracing_opentelemetry::layer()
+            .with_tracer(self.tracer())
+            .with_context_activation(self.inner.context_activation)
+            .with_filter(self.inner.filter.clone())
+    }
+
     /// The [flight recorder](crate::recorder)'s layer: add it next to [`Telemetry::layer`]. It
     /// records spans of the recorder's groups on every enabled rank, exporting or not, and is
     /// inert (no interest registered, level hint `OFF`) when the recorder is off.
