@@ -49,7 +49,7 @@ cargo build --release --quiet --example bench_pair
 WIRINGS=("$@")
 if [ ${#WIRINGS[@]} -eq 0 ]; then
   WIRINGS=(no_subscriber lens_non_exporting_rank lens_disabled_group registry_only fmt_sink
-    plain_tracing_opentelemetry plain_tracing_opentelemetry_lean lens_exported
+    plain_tracing_opentelemetry plain_tracing_opentelemetry_lean lens_exported lens_exported_no_context_activation
     fastrace fastrace_no_property)
 fi
 OUT=$(mktemp -d)

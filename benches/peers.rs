@@ -50,66 +50,84 @@
 //! `registry_only` row; fastrace shows how far below that a recorder with a different API can
 //! go, so it bounds what any `tracing` layer can reach, not what nemo-lens can.
 //!
-//! **Preliminary run on a loaded machine** (to be replaced by a quiet-machine run after the
-//! hot-path redesign): 2026-11-30T18:00Z, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM shared with other
-//! developers' builds, load average 3.0 at the start and 2.2 at the end of the run; `cargo
-//! bench --bench peers` at commit 5b6cb69. Wall-clock figures are inflated by the load (a
-//! thread waits for a core, and exporting wirings share two cores with their worker thread):
-//! compare the thread CPU times and the instruction counts, and ratios within the run.
+//! **Current run: after the hot-path redesign of issue 13, on a loaded machine.** Taken on
+//! 2026-11-30 between 18:39 and 18:47 UTC on a 2-vCPU AMD EPYC KVM VM running other builds at the
+//! same time (load average 4.7-5.8), rustc 1.95.0, the merged main of this round. Wall-clock
+//! figures of a shared 2-core machine are inflated and move by 2x with the load: read the
+//! instruction counts (load-independent) and the training thread's CPU time first, and only ratios
+//! within one run. Regenerate everything with `benches/run_all.sh`; the peers table alone with
+//! `cargo bench --bench peers`, the instruction counts with `bash benches/instructions.sh`.
+//!
+//! `cargo bench --bench peers` (`benches/peers.rs`): one span (create with one `i64` field + enter
+//! + exit + close) as a root span and as the child of a long-lived span, one process per wiring,
+//! each set up the way its users set it up (global default; exporting wirings: a batch processor
+//! and an exporter that discards), median (min – max) of 9 samples of about 200 ms.
 //!
 //! | wiring | root span | child of a long-lived span | root / child, thread CPU time | spans dropped |
 //! |---|---|---|---|---|
-//! | no subscriber (own process) | 1.75 ns (1.64 ns – 1.88 ns) | 1.65 ns (1.64 ns – 1.71 ns) | 1.72 ns / 1.65 ns |  |
-//! | lens, non-exporting rank | 1.66 ns (1.64 ns – 1.82 ns) | 1.66 ns (1.64 ns – 1.76 ns) | 1.66 ns / 1.66 ns |  |
-//! | lens, disabled group | 1.96 ns (1.91 ns – 2.21 ns) | 1.91 ns (1.91 ns – 1.96 ns) | 1.96 ns / 1.91 ns |  |
-//! | `tracing_subscriber::registry()` alone | 69.7 ns (69.2 ns – 74.1 ns) | 110 ns (105 ns – 1.71 µs) | 69.7 ns / 110 ns |  |
-//! | `fmt` layer to `io::sink` | 313 ns (281 ns – 362 ns) | 335 ns (323 ns – 392 ns) | 281 ns / 325 ns |  |
-//! | tracing-opentelemetry, default options | 1.22 µs (1.14 µs – 2.00 µs) | 1.20 µs (1.16 µs – 1.62 µs) | 1.03 µs / 1.06 µs | 11.0% |
-//! | tracing-opentelemetry, lean (no inactivity/thread/location/target) | 744 ns (737 ns – 1.09 µs) | 788 ns (778 ns – 960 ns) | 660 ns / 701 ns | 6.6% |
-//! | **lens, exported** | 584 ns (576 ns – 693 ns) | 688 ns (676 ns – 694 ns) | 476 ns / 577 ns | 13.4% |
-//! | fastrace (outside `tracing`), `i64` property | 999 ns (804 ns – 1.57 µs) | 420 ns (312 ns – 1.75 µs) | 597 ns / 349 ns | 0.0% |
-//! | fastrace (outside `tracing`), no property | 470 ns (297 ns – 834 ns) | 279 ns (130 ns – 500 ns) | 470 ns / 279 ns | 0.0% |
+//! | no subscriber (own process) | 3.97 ns (2.56 ns – 5.10 ns) | 3.79 ns (3.24 ns – 5.09 ns) | 1.47 ns / 1.53 ns |  |
+//! | lens, non-exporting rank | 3.93 ns (2.87 ns – 5.09 ns) | 3.83 ns (2.91 ns – 5.40 ns) | 1.49 ns / 1.51 ns |  |
+//! | lens, disabled group | 3.93 ns (2.88 ns – 6.19 ns) | 4.01 ns (3.18 ns – 5.92 ns) | 1.58 ns / 1.57 ns |  |
+//! | `tracing_subscriber::registry()` alone | 154 ns (110 ns – 4.04 µs) | 185 ns (104 ns – 226 ns) | 70.6 ns / 104 ns |  |
+//! | `fmt` layer to `io::sink` | 741 ns (409 ns – 915 ns) | 1.00 µs (651 ns – 1.16 µs) | 286 ns / 331 ns |  |
+//! | tracing-opentelemetry, default options | 3.10 µs (1.79 µs – 3.69 µs) | 3.32 µs (2.88 µs – 4.50 µs) | 1.12 µs / 1.14 µs | 15.2% |
+//! | tracing-opentelemetry, lean (no inactivity/thread/location/target) | 1.88 µs (871 ns – 2.97 µs) | 2.37 µs (1.53 µs – 2.97 µs) | 719 ns / 734 ns | 20.7% |
+//! | **lens, exported** | 1.31 µs (1.18 µs – 1.61 µs) | 1.88 µs (1.55 µs – 2.07 µs) | 449 ns / 568 ns | 53.4% |
+//! | lens, exported, context activation off | 1.00 µs (509 ns – 1.22 µs) | 1.39 µs (1.09 µs – 1.77 µs) | 334 ns / 431 ns | 59.9% |
+//! | fastrace (outside `tracing`), `i64` property | 2.94 µs (1.40 µs – 8.06 µs) | 1.30 µs (675 ns – 3.32 µs) | 1.11 µs / 346 ns | 0.0% |
+//! | fastrace (outside `tracing`), no property | 1.06 µs (646 ns – 3.18 µs) | 495 ns (278 ns – 1.35 µs) | 532 ns / 170 ns | 0.0% |
 //!
-//! Instructions per span on the training thread (`benches/instructions.sh` at 17:07Z, commit
-//! 1f1fb67: the same measured code; callgrind, the same functions, 20,000 counted calls; each
-//! figure includes the calling loop's 6 instructions):
+//! The "spans dropped" column is each exporting wiring's batch queue overflowing because its worker
+//! thread waits for a core under this load (counted; the training thread never blocks). The lens
+//! rows drop more than tracing-opentelemetry's since the redesign: the worker now builds the SDK
+//! spans, so it has more to do per span while the training thread has less.
+//!
+//! `benches/instructions.sh`: instructions per span on the training thread (callgrind; the same
+//! span functions, 20,000 counted calls after 2,000 warm-up calls, queues large enough that nothing
+//! is dropped; 18:41-18:47 UTC, the final merged code). Each figure includes 6 instructions of the
+//! calling loop. This is the load-independent measure.
 //!
 //! | wiring | root span | child of a long-lived span |
 //! |---|---|---|
 //! | no subscriber | 16 | 16 |
 //! | lens, non-exporting rank | 16 | 16 |
 //! | lens, disabled group | 23 | 23 |
-//! | registry alone | 709 | 933 |
-//! | `fmt` to `io::sink` | 4,243 | 4,693 |
-//! | tracing-opentelemetry, defaults | 7,902 | 8,194 |
-//! | tracing-opentelemetry, lean | 5,876 | 6,216 |
-//! | **lens, exported** | 4,208 | 5,015 |
-//! | fastrace, `i64` property | 2,129-2,787 | 996-1,006 |
-//! | fastrace, no property | 1,441-2,100 | 248 |
+//! | `tracing_subscriber::registry()` alone | 709 | 933 |
+//! | `fmt` layer to `io::sink` | 4,241 | 4,640 |
+//! | tracing-opentelemetry, default options | 7,907 | 8,257 |
+//! | tracing-opentelemetry, lean | 5,873 | 6,175 |
+//! | **lens, exported** | 3,892 | 4,592 |
+//! | lens, exported, context activation off | 3,330 | 4,026 |
+//! | fastrace, `i64` property | 2,820 | 1,001 |
+//! | fastrace, no property | 2,075 | 248 |
 //!
-//! (fastrace's root-per-span figures grow with the run's length: under callgrind its collector
-//! thread falls behind and the producer's sends go to an unbounded backlog; 2,000 vs 20,000
-//! calls.)
+//! `examples/bench_pair` (two nested group-gated spans, the shape of issue 13's "4,644 instructions
+//! per exported span"): 4,131 instructions per exported span, 12 on a non-exporting rank.
 //!
-//! Issue 13's targets on this run (instructions; thread CPU time in parentheses):
+//! Issue 13's targets on this run:
 //!
-//! * exported span at most 2x the registry alone: **missed**, root 5.9x (6.8x), child 5.4x
-//!   (5.3x);
-//! * at most 0.4x lean tracing-opentelemetry: **missed**, root 0.72x (0.72x), child 0.81x
-//!   (0.82x);
-//! * a child at most 10% above a root: **missed**, +19% (+21%);
-//! * at most 2,000 instructions per exported span: **missed**, 4,208 / 5,015;
-//! * non-exporting rank and disabled group at the cost of a disabled callsite: met, 16 (the
-//!   no-subscriber path itself: the layer's level hint is `OFF`) and 23 (the level check passes
-//!   because the rank exports other groups; the callsite's cached `Interest::never` stops it).
+//! | target | this run | |
+//! |---|---|---|
+//! | exported span at most 2x the registry alone | root 5.5x, child 4.9x (instructions); 6.4x / 5.4x (CPU time) | **missed** |
+//! | the same with context activation off | root 4.7x, child 4.3x (instructions) | **missed** |
+//! | exported span at most 0.4x lean tracing-opentelemetry | root 0.66x, child 0.74x (instructions); 0.62x / 0.77x (CPU time) | **missed** |
+//! | a child span at most 10% more than a root span | +18% (instructions; the registry alone is +32%) | **missed** |
+//! | at most 2,000 instructions per exported span | root 3,892, child 4,592; `bench_pair` 4,131 (was 4,644) | **missed** |
+//! | event in an exported span at most 150 ns | 1,594 instructions per event (was 1,779; `benches/events.rs`) | **missed** |
+//! | two threads: per-thread cost at most 1.3x one thread | 1.38x (`benches/spans.rs`, loaded run) | **missed** |
+//! | non-exporting rank and disabled group at the cost of a disabled callsite | 16 = no subscriber's 16; 23 (one cached-interest check) | met |
 //!
-//! Profile of the exported child span (callgrind, per span): the registry ~930 instructions
-//! (the `registry_only` row), the lens layer's `on_new_span` ~2,200 (the SDK's
-//! `build_with_context` ~600 of it), `on_close` ~1,500 (the SDK's `end` ~500, the hand-off to
-//! the batch queue ~520), `Instant` arithmetic and clock reads ~660: building an SDK span per
-//! `tracing` span, which issue 13's redesign takes off the training thread. The dropped spans
-//! are the default 2048-span queues overflowing while the worker waits for a core (counted;
-//! nothing blocks).
+//! Why the exported-span targets are missed (profile of a root span after the redesign, callgrind,
+//! `benches/spans.rs` header): the registry's own work is ~730 instructions; on top of it the lens
+//! layer pays the extension map's insert and remove inside `tracing-subscriber` (~315), ChaCha ids
+//! and thread-locals (~225), reading the field (~185), the open-span table (~150), the queue push
+//! (~95), record state (~100), two clock reads (~55), and context activation (~560 per enter/exit
+//! pair: attaching an OpenTelemetry `Context` allocates; `context_activation(false)` removes it).
+//! The SDK span is no longer built on the training thread; the process as a whole costs about the
+//! same per span, because the worker now builds it. The next steps are named in the
+//! `benches/spans.rs` header (a sharded open-span table, a cached context per span for activation,
+//! inline event attributes).
+//!
 //!
 //! What fastrace shows: without `tracing`'s dispatcher, registry and per-layer filters, a span
 //! in fastrace's intended shape costs 248 instructions, a quarter of the registry alone, the
