@@ -58,8 +58,8 @@
 //! within one run. Regenerate everything with `benches/run_all.sh`; the peers table alone with
 //! `cargo bench --bench peers`, the instruction counts with `bash benches/instructions.sh`.
 //!
-//! `cargo bench --bench peers` (`benches/peers.rs`): one span (create with one `i64` field + enter
-//! + exit + close) as a root span and as the child of a long-lived span, one process per wiring,
+//! `cargo bench --bench peers` (`benches/peers.rs`): one span (create with one `i64` field, enter,
+//! exit, close) as a root span and as the child of a long-lived span, one process per wiring,
 //! each set up the way its users set it up (global default; exporting wirings: a batch processor
 //! and an exporter that discards), median (min – max) of 9 samples of about 200 ms.
 //!

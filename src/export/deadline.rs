@@ -328,20 +328,7 @@ mod tests {
 
     /// Polls like the batch worker: gives up after `timeout`.
     fn poll_for<F: Future>(future: F, timeout: Duration) -> Option<F::Output> {
-        let deadline = Instant::now() + timeout;
-        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-        let mut cx = Context::from_waker(&waker);
-        let mut future = std::pin::pin!(future);
-        loop {
-            if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-                return Some(out);
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return None;
-            }
-            std::thread::park_timeout(deadline - now);
-        }
+        crate::export::batch::block_on_timeout(future, timeout)
     }
 
     #[test]
