@@ -8,23 +8,13 @@
 
 mod common;
 
+use common::rss_kib;
+
 use std::time::{Duration, Instant};
 
 use common::collector::{Collector, free_port, items};
 use nemo_lens::{ExporterKind, LensConfig, Telemetry};
 use tracing_subscriber::prelude::*;
-
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .unwrap()
-        .trim()
-        .trim_end_matches(" kB")
-        .parse()
-        .unwrap()
-}
 
 /// Emits `n` spans of `phase` and returns how long the loop took.
 fn emit(phase: &'static str, n: u64) -> Duration {

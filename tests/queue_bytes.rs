@@ -5,24 +5,14 @@
 
 mod common;
 
+use common::rss_kib;
+
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::hung::HungCollector;
 use nemo_lens::{ExporterKind, LensConfig, Telemetry};
 use tracing_subscriber::prelude::*;
-
-fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .unwrap()
-        .trim()
-        .trim_end_matches(" kB")
-        .parse()
-        .unwrap()
-}
 
 #[test]
 fn spans_with_huge_attributes_stay_within_the_byte_budget_and_the_rest_are_counted() {

@@ -41,3 +41,16 @@ pub fn clear_telemetry_env(cmd: &mut Command) -> &mut Command {
     }
     cmd
 }
+
+/// This process's resident memory (`VmRSS` of `/proc/self/status`), in KiB.
+pub fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .expect("VmRSS line in /proc/self/status")
+        .trim()
+        .trim_end_matches(" kB")
+        .parse()
+        .expect("VmRSS in kB")
+}
