@@ -136,6 +136,12 @@ pub struct LensConfig {
     /// Comma-separated, case-insensitive span groups and presets (`<P>_SPAN_GROUPS`, default
     /// `default`).
     pub span_groups: String,
+    /// Rust only: span groups whose spans each start a trace of their own, linked to the span
+    /// that would have been their parent (`<P>_TRACE_PER`, comma-separated, case-insensitive;
+    /// default empty: off, as in Python). `step` gives one small trace per step per rank
+    /// instead of one job-long trace that trace stores refuse past their size limits (see
+    /// README "At scale").
+    pub trace_per: String,
     /// Exporter (`<P>_EXPORTER`, default `otlp`).
     pub exporter: ExporterKind,
     /// Run id (`<P>_RUN_ID`); empty means `SLURM_JOB_ID`, else 12 random hex characters, chosen
@@ -167,6 +173,8 @@ pub(crate) struct ConfigSources {
     pub(crate) export_strategy: Option<String>,
     /// The variable `span_groups` came from.
     pub(crate) span_groups: Option<String>,
+    /// The variable `trace_per` came from.
+    pub(crate) trace_per: Option<String>,
     /// An exporter name that is not one (variable, value): an error on the exporting rank only,
     /// the one rank that builds an exporter.
     pub(crate) bad_exporter: Option<(String, String)>,
@@ -187,6 +195,7 @@ impl PartialEq for LensConfig {
             logs_enabled,
             logs_level,
             span_groups,
+            trace_per,
             exporter,
             run_id,
             user,
@@ -207,6 +216,7 @@ impl PartialEq for LensConfig {
             && *logs_enabled == other.logs_enabled
             && *logs_level == other.logs_level
             && *span_groups == other.span_groups
+            && *trace_per == other.trace_per
             && *exporter == other.exporter
             && *run_id == other.run_id
             && *user == other.user
@@ -231,6 +241,7 @@ impl Default for LensConfig {
             logs_enabled: false,
             logs_level: tracing_core::LevelFilter::INFO,
             span_groups: "default".into(),
+            trace_per: String::new(),
             exporter: ExporterKind::Otlp,
             run_id: String::new(),
             user: String::new(),
@@ -349,6 +360,10 @@ impl LensConfig {
             cfg.span_groups = v;
             cfg.sources.span_groups = Some(var);
         }
+        if let Some((var, v)) = get("TRACE_PER") {
+            cfg.trace_per = v;
+            cfg.sources.trace_per = Some(var);
+        }
         if let Some((var, v)) = get("EXPORTER") {
             match v.parse() {
                 Ok(kind) => cfg.exporter = kind,
@@ -461,6 +476,21 @@ impl LensConfig {
         self
     }
 
+    /// Sets the span groups whose spans each start a trace of their own (`<P>_TRACE_PER`),
+    /// linked to the span that would have been their parent.
+    ///
+    /// ```
+    /// use nemo_lens::LensConfig;
+    /// let config = LensConfig::default().with_enabled(true).with_trace_per("step");
+    /// assert_eq!(config.trace_per, "step");
+    /// ```
+    #[must_use]
+    pub fn with_trace_per(mut self, trace_per: impl Into<String>) -> Self {
+        self.trace_per = trace_per.into();
+        self.sources.trace_per = None;
+        self
+    }
+
     /// Sets the exporter (`<P>_EXPORTER`).
     #[must_use]
     pub fn with_exporter(mut self, exporter: ExporterKind) -> Self {
@@ -534,6 +564,14 @@ impl LensConfig {
             .export_strategy
             .clone()
             .unwrap_or_else(|| "export_strategy".into())
+    }
+
+    /// The variable (or field) the trace-per spec came from, for warnings.
+    pub(crate) fn trace_per_origin(&self) -> String {
+        self.sources
+            .trace_per
+            .clone()
+            .unwrap_or_else(|| "trace_per".into())
     }
 
     /// The variable (or field) the span-group spec came from, for error messages.

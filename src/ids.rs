@@ -4,7 +4,7 @@ use std::cell::{Cell, RefCell};
 use std::sync::Once;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use opentelemetry::trace::{SpanId, TraceId};
+use opentelemetry::trace::{SpanId, TraceFlags, TraceId};
 use opentelemetry_sdk::trace::IdGenerator;
 use rand_chacha::ChaCha20Rng;
 use rand_core::{Rng, SeedableRng};
@@ -109,10 +109,16 @@ pub(crate) fn next_u64() -> u64 {
 /// * **Hot path**: one thread-local access, one relaxed atomic load and a ChaCha block read: no
 ///   lock, no syscall (`getpid` would cost more than the span).
 /// * **Never zero**: an all-zero ID is invalid in W3C Trace Context; it is replaced by 1.
-/// * **Random flag**: the IDs are random in the sense of W3C Trace Context Level 2
-///   (the W3C Level 2 *random* trace-id property). opentelemetry-sdk 0.33 builds a root span's trace flags from
-///   its empty parent and offers no hook to set the Level 2 `random` bit (0x02), so the flag is
-///   not carried on the wire; consumers that need the fact can rely on this constant.
+/// * **Random flag**: the trace IDs are random in the sense of W3C Trace Context Level 2, so
+///   a trace that starts here carries the `random` trace flag (0x02) beside `sampled`: flags
+///   `03`, as the Python SDK writes them (its generator says `is_trace_id_random()`). Spans of
+///   a trace continued from elsewhere keep the flag their parent had. opentelemetry-sdk 0.33
+///   builds a root span's flags from its empty parent (`01`), so lens sets the bit where it
+///   can: on the span contexts of the lens layer (children, the log bridge, propagation), on
+///   every root span it exports, and on the wire through
+///   [`propagation::install_global_propagator`](crate::propagation::install_global_propagator)
+///   (the SDK's W3C propagator clears every flag but `sampled`). A span processor of your own
+///   sees the SDK's `01` on root spans.
 ///
 /// ```
 /// use nemo_lens::ChaChaIdGenerator;
@@ -131,6 +137,35 @@ impl ChaChaIdGenerator {
     pub fn new() -> Self {
         install_fork_handler();
         ChaChaIdGenerator { _private: () }
+    }
+}
+
+/// The W3C Trace Context Level 2 `random` trace flag: the trace id's right-most 7 bytes are
+/// random.
+pub(crate) const RANDOM_FLAG: u8 = 0x02;
+
+/// The trace flags of a new span: `sampled` as decided; `random` when the span starts a trace
+/// here (its id comes from this generator) or its parent says its trace id is random.
+#[inline]
+pub(crate) fn trace_flags(sampled: bool, parent: Option<TraceFlags>) -> TraceFlags {
+    let random = parent.is_none_or(|p| p.to_u8() & RANDOM_FLAG != 0);
+    TraceFlags::new(u8::from(sampled) | if random { RANDOM_FLAG } else { 0 })
+}
+
+/// Sets the `random` flag on an exported root span (the SDK built its flags from an empty
+/// parent); spans with a parent keep the flags they inherited.
+#[inline]
+pub(crate) fn mark_random_root(span: &mut opentelemetry_sdk::trace::SpanData) {
+    if span.parent_span_id == SpanId::INVALID {
+        let cx = &span.span_context;
+        let flags = TraceFlags::new(cx.trace_flags().to_u8() | RANDOM_FLAG);
+        span.span_context = opentelemetry::trace::SpanContext::new(
+            cx.trace_id(),
+            cx.span_id(),
+            flags,
+            cx.is_remote(),
+            cx.trace_state().clone(),
+        );
     }
 }
 

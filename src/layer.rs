@@ -68,6 +68,7 @@ use crate::closer::OpenSpans;
 use crate::export::batch::SpanQueue;
 use crate::fields::{EventValues, SpanAttributes, SpanFields};
 use crate::filter::LensFilter;
+use crate::groups::declared_group;
 use crate::ids;
 use crate::logs::{LensLoggerProvider, LogFilter, LogLayer};
 use crate::recording::{LensSpan, Limits, Parent, SpanState};
@@ -108,6 +109,9 @@ pub(crate) struct Pipeline {
     /// sampled flag is decided on the training thread by the same sampler, so that the context
     /// children and propagation see agrees with what the worker's SDK span will be.
     env_sampler: Option<Sampler>,
+    /// Groups whose spans each start a trace of their own (`NEMO_LENS_TRACE_PER`), lower-case;
+    /// empty (the default) costs one branch per span.
+    trace_per: Box<[String]>,
     index: PipelineIndex,
 }
 
@@ -139,8 +143,24 @@ impl Pipeline {
             limits: Limits::from_env(),
             parent_based: !rank_sampler,
             env_sampler: if rank_sampler { None } else { env_sampler() },
+            trace_per: Box::default(),
             index: PipelineIndex::default(),
         }
+    }
+
+    /// Spans of `groups` (lower-case names) start a trace each, linked to the span that would
+    /// have been their parent.
+    pub(crate) fn with_trace_per(mut self, groups: Vec<String>) -> Self {
+        self.trace_per = groups.into_boxed_slice();
+        self
+    }
+
+    /// Whether a span of `meta` starts a trace of its own.
+    #[inline]
+    fn starts_trace(&self, meta: &Metadata<'_>) -> bool {
+        !self.trace_per.is_empty()
+            && declared_group(meta)
+                .is_some_and(|g| self.trace_per.iter().any(|t| t.eq_ignore_ascii_case(g)))
     }
 
     /// `true` in a process forked (without exec) after the pipeline was built.
@@ -343,17 +363,13 @@ where
     } else {
         Parent::Root
     };
-    let (trace_id, sampled, trace_state) = decide(pipeline, &parent, name);
+    let (trace_id, flags, trace_state) = decide(pipeline, &parent, name);
     let old = data.state().clone();
     // The record moves to a new state (the old one, still in the open-span table until it is
     // removed below, is left without a record: the closer finds nothing to end in it).
     let record = old.record.lock().take();
-    let sampled = sampled && record.is_some();
-    let flags = if sampled {
-        TraceFlags::SAMPLED
-    } else {
-        TraceFlags::default()
-    };
+    let sampled = flags.is_sampled() && record.is_some();
+    let flags = flags.with_sampled(sampled);
     let new_cx = SpanContext::new(
         trace_id,
         data.span_context().span_id(),
@@ -377,13 +393,15 @@ where
     Ok(())
 }
 
-/// The trace id, sampling decision and trace state of a new span with `parent`.
+/// The trace id, trace flags (sampled, W3C `random`) and trace state of a new span with
+/// `parent`.
 fn decide(
     pipeline: &Pipeline,
     parent: &Parent,
     name: &str,
-) -> (opentelemetry::trace::TraceId, bool, TraceState) {
-    let (trace_id, mut sampled, mut trace_state) = match parent.span_context() {
+) -> (opentelemetry::trace::TraceId, TraceFlags, TraceState) {
+    let parent_cx = parent.span_context();
+    let (trace_id, mut sampled, mut trace_state) = match &parent_cx {
         Some(p) => (
             p.trace_id(),
             !pipeline.parent_based || p.is_sampled(),
@@ -394,7 +412,8 @@ fn decide(
     if let Some(sampler) = &pipeline.env_sampler {
         (sampled, trace_state) = sample(sampler, parent, trace_id, name);
     }
-    (trace_id, sampled, trace_state)
+    let flags = ids::trace_flags(sampled, parent_cx.map(|p| p.trace_flags()));
+    (trace_id, flags, trace_state)
 }
 
 /// The inner, unfiltered layer. Users get it wrapped in [`LensLayer`].
@@ -534,13 +553,15 @@ where
         let Some(span_ref) = ctx.span(id) else {
             return;
         };
-        let parent = self.parent(pipeline, attrs, &ctx);
-        let (trace_id, sampled, trace_state) = decide(pipeline, &parent, attrs.metadata().name());
-        let flags = if sampled {
-            TraceFlags::SAMPLED
-        } else {
-            TraceFlags::default()
-        };
+        let mut parent = self.parent(pipeline, attrs, &ctx);
+        // A span of a trace-per group starts a trace, linked to its would-be parent.
+        let mut link = None;
+        if pipeline.starts_trace(attrs.metadata()) {
+            link = parent.span_context();
+            parent = Parent::Root;
+        }
+        let (trace_id, flags, trace_state) = decide(pipeline, &parent, attrs.metadata().name());
+        let sampled = flags.is_sampled();
         let cx = SpanContext::new(trace_id, ids::new_span_id(), flags, false, trace_state);
         let data = if sampled {
             let mut state =
@@ -551,6 +572,9 @@ where
             if let Some(record) = Arc::get_mut(&mut state).and_then(|s| s.record.get_mut().as_mut())
             {
                 record.read_fields(attrs, pipeline.value_limit);
+                if let Some(link) = link {
+                    record.push_link(link, Vec::new(), pipeline.limits);
+                }
             }
             let key = pipeline.open.insert(id.clone(), state.clone());
             LensSpan::new(state, Some(key), pipeline.generation, pipeline.index())

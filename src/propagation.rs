@@ -60,20 +60,114 @@ use std::sync::Arc;
 
 use opentelemetry::Context;
 use opentelemetry::global;
-use opentelemetry::propagation::{TextMapCompositePropagator, TextMapPropagator};
+use opentelemetry::propagation::text_map_propagator::FieldIter;
+use opentelemetry::propagation::{
+    Extractor, Injector, TextMapCompositePropagator, TextMapPropagator,
+};
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
 
-use opentelemetry::trace::SpanContext;
+use opentelemetry::trace::{Link, Span, SpanBuilder, SpanContext, TraceFlags, Tracer};
+use opentelemetry::{KeyValue, Value};
 
 use crate::span_ext::LensSpanExt;
 
-/// Installs the global TraceContext + Baggage propagator.
+/// Installs the global TraceContext + Baggage propagator (TraceContext through
+/// [`W3cTraceContextPropagator`], which keeps the W3C `random` flag).
 pub fn install_global_propagator() {
     global::set_text_map_propagator(TextMapCompositePropagator::new(vec![
-        Box::new(TraceContextPropagator::new()),
+        Box::new(W3cTraceContextPropagator::new()),
         Box::new(BaggagePropagator::new()),
     ]));
+}
+
+/// The W3C Trace Context propagator of the SDK, except that it keeps the Level 2 `random`
+/// trace flag (`0x02`) beside `sampled`, on injection and on extraction, as the Python SDK's
+/// propagator does.
+///
+/// A trace started by nemo-lens has random trace ids and says so with flags `03` (see
+/// [`ChaChaIdGenerator`](crate::ChaChaIdGenerator)); the SDK's `TraceContextPropagator` clears
+/// every flag but `sampled`, so a Python process downstream would see `01` where a Python
+/// upstream sends `03`. Other flags are cleared as the W3C specification asks. Setup installs
+/// it globally ([`install_global_propagator`]); [`extract_context`] uses it too.
+///
+/// ```
+/// use std::collections::HashMap;
+/// use opentelemetry::propagation::TextMapPropagator;
+/// use opentelemetry::trace::TraceContextExt;
+/// use nemo_lens::propagation::W3cTraceContextPropagator;
+///
+/// let w3c = W3cTraceContextPropagator::new();
+/// let incoming = HashMap::from([(
+///     "traceparent".to_string(),
+///     "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03".to_string(),
+/// )]);
+/// let cx = w3c.extract(&incoming);
+/// assert_eq!(cx.span().span_context().trace_flags().to_u8(), 0x03);
+/// let mut outgoing = HashMap::new();
+/// w3c.inject_context(&cx, &mut outgoing);
+/// assert!(outgoing["traceparent"].ends_with("-03"));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct W3cTraceContextPropagator {
+    inner: TraceContextPropagator,
+}
+
+/// The trace flags a `traceparent` may carry through [`W3cTraceContextPropagator`]: `sampled`
+/// and `random`.
+const KEPT_FLAGS: u8 = 0x01 | crate::ids::RANDOM_FLAG;
+
+impl W3cTraceContextPropagator {
+    /// The propagator.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl TextMapPropagator for W3cTraceContextPropagator {
+    fn inject_context(&self, cx: &Context, injector: &mut dyn Injector) {
+        let span = cx.span();
+        let sc = span.span_context();
+        if sc.is_valid() {
+            injector.set(
+                "traceparent",
+                format!(
+                    "00-{}-{}-{:02x}",
+                    sc.trace_id(),
+                    sc.span_id(),
+                    sc.trace_flags().to_u8() & KEPT_FLAGS
+                ),
+            );
+            injector.set("tracestate", sc.trace_state().header());
+        }
+    }
+
+    fn extract_with_context(&self, cx: &Context, extractor: &dyn Extractor) -> Context {
+        let extracted = self.inner.extract_with_context(cx, extractor);
+        let sc = extracted.span().span_context().clone();
+        // The SDK validated the header; its flags field is the fourth part.
+        let random = extractor
+            .get("traceparent")
+            .and_then(|h| h.trim().split('-').nth(3))
+            .and_then(|f| u8::from_str_radix(f.get(..2)?, 16).ok())
+            .is_some_and(|f| f & crate::ids::RANDOM_FLAG != 0);
+        if !sc.is_valid() || !sc.is_remote() || !random {
+            return extracted;
+        }
+        let flags = TraceFlags::new(sc.trace_flags().to_u8() | crate::ids::RANDOM_FLAG);
+        let sc = SpanContext::new(
+            sc.trace_id(),
+            sc.span_id(),
+            flags,
+            true,
+            sc.trace_state().clone(),
+        );
+        extracted.with_remote_span_context(sc)
+    }
+
+    fn fields(&self) -> FieldIter<'_> {
+        self.inner.fields()
+    }
 }
 
 /// The OpenTelemetry context of the current `tracing` span when the lens layer records it,
@@ -102,7 +196,7 @@ pub fn inject_context(carrier: &mut HashMap<String, String>) {
 /// Reads a context from `carrier` with the W3C propagators (whatever the global one is); an
 /// invalid or missing `traceparent` gives an empty context.
 pub fn extract_context(carrier: &HashMap<String, String>) -> Context {
-    let trace = TraceContextPropagator::new();
+    let trace = W3cTraceContextPropagator::new();
     let baggage = BaggagePropagator::new();
     let cx = trace.extract(carrier);
     baggage.extract_with_context(&cx, carrier)
@@ -178,6 +272,84 @@ pub fn remote_span_context(carrier: &HashMap<String, String>) -> Option<SpanCont
     sc.is_valid().then_some(sc)
 }
 
+/// Starts a span linked (not parented) to a remote span: the counterpart of Python's
+/// `create_linked_span(tracer, name, remote_context=None, remote_carrier=None, **attributes)`,
+/// for code that uses the OpenTelemetry API (e.g. [`Telemetry::tracer`](crate::Telemetry::tracer)).
+///
+/// As in Python:
+/// * the remote span is `remote_context`'s span, else the one in `remote_carrier` (extracted
+///   with [`extract_context`]); when it is valid the span gets one **link** to it, set when the
+///   span starts, so samplers and span processors see it. No remote span, an empty carrier or an
+///   invalid `traceparent` give an unlinked span.
+/// * the parent is the current context (inside a lens span, with context activation on, that
+///   span);
+/// * `attributes` are set after the start (samplers do not see them), string values under
+///   [`DEFAULT_REDACT_KEYS`](crate::DEFAULT_REDACT_KEYS) become `[REDACTED]`;
+/// * the span is started, not made current; end it yourself (`span.end()`, or drop it).
+///
+/// Pipeline stages run concurrently, so a stage links to the step it serves rather than
+/// becoming its child. `tracing` users get the same with a span and
+/// [`LensSpanExt::add_link`] before its first enter (the lens layer hands links to the SDK when
+/// it builds the span, so they too are there at its start).
+///
+/// ```
+/// use std::collections::HashMap;
+/// use opentelemetry::KeyValue;
+/// use opentelemetry::trace::{Span, TracerProvider};
+/// use nemo_lens::propagation::create_linked_span;
+///
+/// let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+/// let tracer = provider.tracer("nemo.lens");
+/// let carrier = HashMap::from([(
+///     "traceparent".to_string(),
+///     "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03".to_string(),
+/// )]);
+/// let mut span = create_linked_span(
+///     &tracer,
+///     "pp.recv_forward.linked",
+///     None,
+///     Some(&carrier),
+///     [KeyValue::new("microbatch", 3_i64), KeyValue::new("prompt", "secret words")],
+/// );
+/// span.end();
+/// ```
+pub fn create_linked_span<T>(
+    tracer: &T,
+    name: impl Into<std::borrow::Cow<'static, str>>,
+    remote_context: Option<&Context>,
+    remote_carrier: Option<&HashMap<String, String>>,
+    attributes: impl IntoIterator<Item = KeyValue>,
+) -> T::Span
+where
+    T: Tracer,
+{
+    let extracted;
+    let remote = match (remote_context, remote_carrier) {
+        (Some(cx), _) => Some(cx),
+        (None, Some(carrier)) if !carrier.is_empty() => {
+            extracted = extract_context(carrier);
+            Some(&extracted)
+        }
+        _ => None,
+    };
+    let links = remote
+        .map(|cx| cx.span().span_context().clone())
+        .filter(SpanContext::is_valid)
+        .map(|sc| vec![Link::with_context(sc)])
+        .unwrap_or_default();
+    let mut span = tracer.build(SpanBuilder::from_name(name).with_links(links));
+    for kv in attributes {
+        let redact = matches!(kv.value, Value::String(_))
+            && crate::DEFAULT_REDACT_KEYS.contains(&kv.key.as_str());
+        if redact {
+            span.set_attribute(KeyValue::new(kv.key, crate::REDACTED));
+        } else {
+            span.set_attribute(kv);
+        }
+    }
+    span
+}
+
 /// The pipeline-parallel carrier slot of this process (Python's `_PP_TRACE_CARRIER`).
 static PP_TRACE_CARRIER: parking_lot::RwLock<Option<Arc<HashMap<String, String>>>> =
     parking_lot::RwLock::new(None);
@@ -224,6 +396,6 @@ pub(crate) fn env_parent(lookup: &dyn Fn(&str) -> Option<String>) -> Option<Cont
     if let Some(state) = lookup("TRACESTATE") {
         carrier.insert("tracestate".into(), state);
     }
-    let cx = TraceContextPropagator::new().extract(&carrier);
+    let cx = W3cTraceContextPropagator::new().extract(&carrier);
     cx.span().span_context().is_valid().then_some(cx)
 }

@@ -158,6 +158,15 @@ impl SpanRecord {
         }
     }
 
+    /// Adds a link, or counts it past the limit.
+    pub(crate) fn push_link(&mut self, cx: SpanContext, attributes: Vec<KeyValue>, limits: Limits) {
+        if self.links.len() < limits.links {
+            self.links.push(Link::new(cx, attributes, 0));
+        } else {
+            self.dropped_links = self.dropped_links.saturating_add(1);
+        }
+    }
+
     /// Starts this (emptied, reused) record anew, in place.
     #[inline]
     fn restart(&mut self, name: &'static str, parent: Parent) {
@@ -333,11 +342,7 @@ impl SpanState {
         let Some(record) = guard.as_mut().filter(|r| r.is_open()) else {
             return false;
         };
-        if record.links.len() < limits.links {
-            record.links.push(Link::new(cx, attributes, 0));
-        } else {
-            record.dropped_links = record.dropped_links.saturating_add(1);
-        }
+        record.push_link(cx, attributes, limits);
         true
     }
 

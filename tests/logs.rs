@@ -99,7 +99,7 @@ fn records_have_the_python_layout_and_the_span_ids() {
     assert_eq!(warn["attributes"]["loss"], 7.5);
     assert_eq!(warn["attributes"]["retries"], 2);
     assert_eq!(warn["attributes"]["code.namespace"], "logs");
-    assert_eq!(warn["trace_flags"], 1);
+    assert_eq!(warn["trace_flags"], 3); // sampled + W3C random, as Python
     assert_eq!(warn["resource"]["attributes"]["dl.rank"], 2);
     let ts = warn["timestamp"].as_str().unwrap();
     assert!(

@@ -854,10 +854,11 @@ impl<E: SpanExporter + 'static> SpanProcessor for LensBatchProcessor<E> {
     fn on_start(&self, _span: &mut Span, _cx: &OtelContext) {}
 
     #[inline]
-    fn on_end(&self, span: SpanData) {
+    fn on_end(&self, mut span: SpanData) {
         if !span.span_context.is_sampled() {
             return;
         }
+        crate::ids::mark_random_root(&mut span);
         // On this processor's worker, building the spans of records: hand the span back to
         // the batch being exported.
         let identity = self.queue.identity();

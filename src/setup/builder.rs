@@ -528,6 +528,20 @@ impl TelemetryBuilder {
                 None
             };
         let mut built = Built::default();
+        // Groups whose spans start a trace each: unknown names are warned about and ignored,
+        // as in the span-group spec (presets name their groups).
+        let trace_per: Vec<String> = if exporting && !config.trace_per.trim().is_empty() {
+            let (set, unknown) = groups::resolve_known(&config.trace_per);
+            if !unknown.is_empty() {
+                eprintln!(
+                    "{}",
+                    groups::unknown_warning(&config.trace_per_origin(), &unknown)
+                );
+            }
+            set.into_iter().collect()
+        } else {
+            Vec::new()
+        };
         if exporting && !unknown_groups.is_empty() {
             eprintln!(
                 "{}",
@@ -578,6 +592,7 @@ impl TelemetryBuilder {
                     settings,
                     recording,
                     value_limit,
+                    trace_per: trace_per.clone(),
                     provider_builder,
                     install_global: install_globals,
                 };

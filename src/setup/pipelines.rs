@@ -75,6 +75,8 @@ pub(super) struct TraceParts {
     /// Whether the layer records (false on a rank the rank sampler leaves out).
     pub(super) recording: bool,
     pub(super) value_limit: Option<usize>,
+    /// Groups whose spans each start a trace (`NEMO_LENS_TRACE_PER`), lower-case.
+    pub(super) trace_per: Vec<String>,
     /// The application's own provider builder ([`TelemetryBuilder::tracer_provider`]).
     ///
     /// [`TelemetryBuilder::tracer_provider`]: super::TelemetryBuilder::tracer_provider
@@ -157,13 +159,16 @@ impl Built {
             global::set_tracer_provider(provider.clone());
         }
         if parts.recording {
-            self.pipeline = Some(Arc::new(Pipeline::new(
-                provider.tracer(SCOPE_NAME),
-                propagation::env_parent(&|k| env.raw(k)),
-                parts.value_limit,
-                parts.settings.span_queue.get().cloned(),
-                config.sampler_enabled,
-            )));
+            self.pipeline = Some(Arc::new(
+                Pipeline::new(
+                    provider.tracer(SCOPE_NAME),
+                    propagation::env_parent(&|k| env.raw(k)),
+                    parts.value_limit,
+                    parts.settings.span_queue.get().cloned(),
+                    config.sampler_enabled,
+                )
+                .with_trace_per(parts.trace_per),
+            ));
         }
         self.tracer_provider = Some(provider);
         Ok(())

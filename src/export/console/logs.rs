@@ -30,7 +30,7 @@ use super::writer::ConsoleWriter;
 /// {"body": "loss spiked", "severity_number": 13, "severity_text": "WARN",
 ///  "attributes": {"loss": 7.5, "code.namespace": "trainer", ...}, "dropped_attributes": 0,
 ///  "timestamp": "2026-11-29T23:59:01.123456Z", "observed_timestamp": "2026-11-29T23:59:01.123460Z",
-///  "trace_id": "0x5b8e…", "span_id": "0x0e1f…", "trace_flags": 1,
+///  "trace_id": "0x5b8e…", "span_id": "0x0e1f…", "trace_flags": 3,
 ///  "resource": {"attributes": {...}, "schema_url": ""}, "event_name": "event src/main.rs:42"}
 /// ```
 /// (one line in the output; wrapped here). As in Python, a record outside any span has the
