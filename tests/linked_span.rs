@@ -4,19 +4,21 @@
 //! one: `propagation::create_linked_span` on the OpenTelemetry tracer, and a `tracing` span with
 //! `LensSpanExt::add_link` before it is entered.
 
+mod common;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::memory::named;
 use nemo_lens::propagation::{
     create_linked_span, get_pp_trace_carrier, remote_span_context, set_pp_trace_carrier,
 };
-use nemo_lens::{LensConfig, LensSpanExt, Telemetry};
+use nemo_lens::{LensSpanExt, Telemetry};
 use opentelemetry::trace::Span as _;
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{InMemorySpanExporter, Span, SpanData, SpanProcessor};
-use tracing_subscriber::prelude::*;
+use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 
 const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
 const STEP: &str = "b7ad6b7169203331";
@@ -55,35 +57,11 @@ fn carrier() -> HashMap<String, String> {
 /// Runs `f` under the lens layer of an exporting telemetry; returns the exported spans and what
 /// span processors saw at each start.
 fn run(f: impl FnOnce(&Telemetry)) -> (Vec<SpanData>, Vec<Start>) {
-    let exporter = InMemorySpanExporter::default();
     let starts = StartLinks::default();
-    let config = LensConfig::default()
-        .with_enabled(true)
-        .with_export_strategy("all_ranks")
-        .with_metrics_enabled(false);
     let seen = starts.clone();
-    let telemetry = Telemetry::builder(config)
-        .install_globals(false)
-        .span_processor(move || seen)
-        .span_exporter(exporter.clone())
-        .build()
-        .unwrap();
-    tracing::subscriber::with_default(
-        tracing_subscriber::registry().with(telemetry.layer()),
-        || f(&telemetry),
-    );
-    telemetry.force_flush().unwrap();
-    let spans = exporter.get_finished_spans().unwrap();
-    telemetry.shutdown(Duration::from_secs(5)).unwrap();
+    let spans = common::memory::run_exporting(|b| b.span_processor(move || seen), f);
     let starts = starts.0.lock().unwrap().clone();
     (spans, starts)
-}
-
-fn named<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {
-    spans
-        .iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("no span {name} in {spans:?}"))
 }
 
 #[test]

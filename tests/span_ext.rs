@@ -2,48 +2,24 @@
 //! `OpenTelemetrySpanExt` on spans of the real lens layer, exported through the lens pipeline
 //! into an in-memory exporter.
 
-use std::collections::HashMap;
-use std::time::Duration;
+mod common;
 
-use nemo_lens::{LensConfig, LensSpanExt, SetParentError, Telemetry};
+use std::collections::HashMap;
+
+use common::memory::named;
+use nemo_lens::{LensSpanExt, SetParentError};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{SpanContext, SpanId, Status, TraceContextExt, TraceId};
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
-use tracing_subscriber::prelude::*;
+use opentelemetry_sdk::trace::SpanData;
 
 const TRACE: &str = "4bf92f3577b34e0ea36b9a0f8e1c6a2d";
 const PARENT: &str = "00f067aa0ba902b7";
 
-fn telemetry(exporter: &InMemorySpanExporter) -> Telemetry {
-    let config = LensConfig::default()
-        .with_enabled(true)
-        .with_export_strategy("all_ranks")
-        .with_metrics_enabled(false);
-    Telemetry::builder(config)
-        .install_globals(false)
-        .span_exporter(exporter.clone())
-        .build()
-        .unwrap()
-}
-
-/// Runs `f` under a subscriber with the lens layer, then returns the exported spans.
+/// Runs `f` under the lens layer of an exporting telemetry, then returns the exported spans.
 fn run(f: impl FnOnce()) -> Vec<SpanData> {
-    let exporter = InMemorySpanExporter::default();
-    let telemetry = telemetry(&exporter);
-    tracing::subscriber::with_default(tracing_subscriber::registry().with(telemetry.layer()), f);
-    telemetry.force_flush().unwrap();
-    let spans = exporter.get_finished_spans().unwrap();
-    telemetry.shutdown(Duration::from_secs(5)).unwrap();
-    spans
-}
-
-fn span<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {
-    spans
-        .iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("no span {name} in {spans:?}"))
+    common::memory::run_exporting(|b| b, |_| f())
 }
 
 /// A context extracted from a W3C `traceparent` header, as a server's middleware gets it.
@@ -63,13 +39,13 @@ fn set_parent_from_an_extracted_carrier_moves_the_span_into_the_callers_trace() 
         let _entered = request.enter();
         tracing::info_span!("inner").in_scope(|| {});
     });
-    let request = span(&spans, "handle_request");
+    let request = named(&spans, "handle_request");
     let trace = TraceId::from_hex(TRACE).unwrap();
     assert_eq!(request.span_context.trace_id(), trace);
     assert_eq!(request.parent_span_id, SpanId::from_hex(PARENT).unwrap());
     assert_eq!(seen.unwrap().trace_id(), trace);
     // Its children follow it into that trace.
-    let inner = span(&spans, "inner");
+    let inner = named(&spans, "inner");
     assert_eq!(inner.span_context.trace_id(), trace);
     assert_eq!(inner.parent_span_id, request.span_context.span_id());
 }
@@ -99,7 +75,7 @@ fn set_parent_after_enter_or_with_children_or_context_changes_nothing() {
     });
     let trace = TraceId::from_hex(TRACE).unwrap();
     for (name, sc) in ["entered", "with_child", "handed_out"].iter().zip(&before) {
-        let exported = span(&spans, name);
+        let exported = named(&spans, name);
         assert_ne!(exported.span_context.trace_id(), trace, "{name}");
         assert_eq!(exported.span_context.trace_id(), sc.trace_id(), "{name}");
         assert_eq!(exported.parent_span_id, SpanId::INVALID, "{name}");
@@ -141,7 +117,7 @@ fn context_attribute_status_and_links_reach_the_exported_span() {
         cx_span = Some(cx.span().span_context().clone());
         assert_eq!(Some(cx.span().span_context().clone()), span.span_context());
     });
-    let exported = span(&spans, "call_reward");
+    let exported = named(&spans, "call_reward");
     assert_eq!(cx_span.unwrap(), exported.span_context);
     let codes: Vec<&Value> = exported
         .attributes
@@ -175,7 +151,7 @@ fn a_reparented_span_keeps_its_fields_and_is_truncated_at_shutdown() {
     // The re-parented span is still the one open at shutdown.
     assert_eq!(capture.telemetry().open_spans(), 1);
     let spans = capture.finish();
-    let exported = span(&spans, "handle_request");
+    let exported = named(&spans, "handle_request");
     assert_eq!(
         exported.span_context.trace_id(),
         TraceId::from_hex(TRACE).unwrap()

@@ -3,14 +3,17 @@
 //! the span contexts children and propagation see, and in the `traceparent` it sends; a trace
 //! continued from a parent without the flag keeps that parent's flags.
 
+mod common;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
+use common::memory::named;
 use nemo_lens::propagation::{W3cTraceContextPropagator, extract_context};
 use nemo_lens::{ExporterKind, LensConfig, LensSpanExt, Telemetry};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{Span as _, TraceContextExt, Tracer as _};
-use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
+use opentelemetry_sdk::trace::SpanData;
 use tracing_subscriber::prelude::*;
 
 const TRACE: &str = "4bf92f3577b34e0ea36b9a0f8e1c6a2d";
@@ -20,33 +23,9 @@ fn flags(span: &SpanData) -> u8 {
     span.span_context.trace_flags().to_u8()
 }
 
-fn named<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {
-    spans
-        .iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("no span {name} in {spans:?}"))
-}
-
 /// Runs `f` under the lens layer of an exporting telemetry; returns the exported spans.
 fn run(f: impl FnOnce(&Telemetry)) -> Vec<SpanData> {
-    let exporter = InMemorySpanExporter::default();
-    let config = LensConfig::default()
-        .with_enabled(true)
-        .with_export_strategy("all_ranks")
-        .with_metrics_enabled(false);
-    let telemetry = Telemetry::builder(config)
-        .install_globals(false)
-        .span_exporter(exporter.clone())
-        .build()
-        .unwrap();
-    tracing::subscriber::with_default(
-        tracing_subscriber::registry().with(telemetry.layer()),
-        || f(&telemetry),
-    );
-    telemetry.force_flush().unwrap();
-    let spans = exporter.get_finished_spans().unwrap();
-    telemetry.shutdown(Duration::from_secs(5)).unwrap();
-    spans
+    common::memory::run_exporting(|b| b, f)
 }
 
 #[test]

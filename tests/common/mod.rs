@@ -4,6 +4,7 @@
 
 pub mod collector;
 pub mod hung;
+pub mod memory;
 pub mod metrics;
 // `tls.rs` (the TLS front before the collector) is included only by the tests that use it
 // (`#[path = "common/tls.rs"] mod tls;`), so the other test binaries do not compile it.
