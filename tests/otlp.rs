@@ -9,7 +9,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::collector::{Collector, Item, items};
@@ -18,15 +17,7 @@ const ROLE: &str = "NEMO_LENS_OTLP_TEST_ROLE";
 
 /// The child: a user's program, configured from the environment only.
 fn child() {
-    use nemo_lens::{LensConfig, Telemetry};
-    use tracing_subscriber::prelude::*;
-
-    let config = LensConfig::from_env().expect("config");
-    let telemetry = Telemetry::builder(config).build().expect("setup");
-    assert!(telemetry.is_exporting());
-    let _guard = tracing_subscriber::registry()
-        .with(telemetry.layer())
-        .set_default();
+    let (telemetry, _guard) = common::child::telemetry_from_env();
     let train = tracing::info_span!("train", dl.model = "gpt-test");
     let _train = train.enter();
     tracing::info_span!("train_step", dl.step = 7_i64, loss = 0.5_f64).in_scope(|| {
@@ -49,27 +40,7 @@ fn child() {
 }
 
 fn run_child(envs: &[(&str, String)]) {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "child_role",
-        "--exact",
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ]);
-    common::clear_telemetry_env(&mut cmd);
-    cmd.env(ROLE, "child");
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "child failed ({}):\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::child::run_role(ROLE, envs.iter().map(|(k, v)| (k, v)));
 }
 
 /// The child process of the delivery tests, which start it with `--ignored`; on its own it

@@ -12,7 +12,7 @@ mod common;
 #[path = "common/tls.rs"]
 mod tls;
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use common::collector::{Collector, items};
@@ -22,15 +22,7 @@ const ROLE: &str = "NEMO_LENS_TLS_TEST_ROLE";
 
 /// The child: a user's program, configured from the environment only. Prints what it dropped.
 fn child() {
-    use nemo_lens::{LensConfig, Telemetry};
-    use tracing_subscriber::prelude::*;
-
-    let config = LensConfig::from_env().expect("config");
-    let telemetry = Telemetry::builder(config).build().expect("setup");
-    assert!(telemetry.is_exporting());
-    let _guard = tracing_subscriber::registry()
-        .with(telemetry.layer())
-        .set_default();
+    let (telemetry, _guard) = common::child::telemetry_from_env();
     for step in 0..3_i64 {
         tracing::info_span!("train_step", dl.step = step).in_scope(|| {
             tracing::warn!(step, "loss spiked");
@@ -62,34 +54,16 @@ fn child_role() {
 }
 
 fn run_child(envs: &[(&str, String)]) -> Output {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "child_role",
-        "--exact",
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ]);
-    common::clear_telemetry_env(&mut cmd);
     // The system roots must not matter: only the variables do.
-    cmd.env(ROLE, "child")
-        .env("NEMO_LENS_ENABLED", "1")
-        .env("NEMO_LENS_EXPORTER", "otlp")
-        .env("NEMO_LENS_LOGS_ENABLED", "1")
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "5000");
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "child failed ({}):\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    let base = [
+        ("NEMO_LENS_ENABLED", "1"),
+        ("NEMO_LENS_EXPORTER", "otlp"),
+        ("NEMO_LENS_LOGS_ENABLED", "1"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "5000"),
+    ];
+    let given = envs.iter().map(|(k, v)| (*k, v.as_str()));
+    common::child::run_role(ROLE, base.into_iter().chain(given))
 }
 
 /// `(spans, logs, metric_exports)` the child counted as dropped.

@@ -7,6 +7,8 @@
 //! million re-entries (with a child span and an event every 100th pass), and prints both;
 //! the parent checks the growth against a generous bound. No timing is asserted.
 
+mod common;
+
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,18 +34,6 @@ impl SpanExporter for Counting {
         self.0.fetch_add(batch.len() as u64, Ordering::Relaxed);
         Ok(())
     }
-}
-
-fn vm_rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .expect("VmRSS line in /proc/self/status");
-    line.split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected VmRSS line: {line}"))
 }
 
 fn forward_pass(forward: &tracing::Span, pass: u64) {
@@ -77,12 +67,12 @@ fn child_reenters_one_span() {
         forward_pass(&forward, pass);
     }
     telemetry.force_flush().expect("flush");
-    let before = vm_rss_kib();
+    let before = common::rss_kib();
     for pass in WARM_UP..WARM_UP + PASSES {
         forward_pass(&forward, pass);
     }
     telemetry.force_flush().expect("flush");
-    let after = vm_rss_kib();
+    let after = common::rss_kib();
     drop(forward);
     telemetry
         .shutdown(Duration::from_secs(10))

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod child;
 pub mod collector;
 pub mod hung;
 pub mod memory;
