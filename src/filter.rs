@@ -64,7 +64,17 @@ pub(crate) fn interest(allowed: bool) -> Interest {
     }
 }
 
-/// The per-layer filter of [`LensLayer`](crate::LensLayer).
+/// The per-layer filter of [`LensLayer`](crate::LensLayer): which callsites it records as
+/// spans and span events (rank, span groups, the exporters' own targets), decided once per
+/// callsite.
+///
+/// ```
+/// use nemo_lens::{LensConfig, LensFilter, Telemetry};
+/// let telemetry = Telemetry::builder(LensConfig::default()).build().unwrap(); // disabled
+/// let layer = telemetry.layer::<tracing_subscriber::Registry>();
+/// let filter: &LensFilter = layer.filter();
+/// assert!(filter.is_inert()); // records nothing: every callsite is `Interest::never`
+/// ```
 #[derive(Clone)]
 pub struct LensFilter {
     inert: bool,

@@ -186,10 +186,11 @@ pub use emit::{EmitSpan, EpochSeconds, emit_span};
 pub use error::{LensError, Result};
 pub use exit::EXIT_FLUSH_TIMEOUT;
 pub use export::DropCounts;
-pub use filter::INTERNAL_TARGETS;
+pub use filter::{INTERNAL_TARGETS, LensFilter};
 pub use groups::is_span_group_enabled;
 pub use ids::ChaChaIdGenerator;
 pub use layer::{DEFAULT_REDACT_KEYS, LensLayer, REDACTED};
+pub use logs::LogFilter;
 pub use metrics::{
     EventMetricsLayer, GymMetrics, InferenceMetrics, Instruments, MetricKind, MetricSpec,
     RlMetrics, TrainingMetrics, record_metrics, register_metric_group, registered_metric_groups,

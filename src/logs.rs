@@ -191,6 +191,16 @@ impl LogRecord for LensLogRecord {
 }
 
 /// The per-layer filter of the log bridge: level threshold, feedback-loop guard, span groups.
+/// [`LensLayer::log_filter`](crate::LensLayer::log_filter) returns it when the rank bridges
+/// logs.
+///
+/// ```
+/// use nemo_lens::{LensConfig, LogFilter, Telemetry};
+/// let telemetry = Telemetry::builder(LensConfig::default()).build().unwrap(); // disabled
+/// let layer = telemetry.layer::<tracing_subscriber::Registry>();
+/// let bridge: Option<&LogFilter> = layer.log_filter();
+/// assert!(bridge.is_none()); // nothing is bridged on this rank
+/// ```
 #[derive(Clone)]
 pub struct LogFilter {
     /// `false`: nothing is bridged (logs off, or a rank that does not export).
