@@ -929,30 +929,30 @@ impl<E: LogExporter + 'static> BatchExport<(SdkLogRecord, InstrumentationScope)>
 /// ```
 /// use std::sync::Arc;
 /// use std::sync::atomic::AtomicU64;
-/// use nemo_lens::export::{QueueConfig, BatchLogProcessor};
+/// use nemo_lens::export::{QueueConfig, LensBatchLogProcessor};
 /// let exporter = opentelemetry_sdk::logs::InMemoryLogExporter::default();
 /// let dropped = Arc::new(AtomicU64::new(0));
-/// let processor = BatchLogProcessor::new(exporter, QueueConfig::logs_default(), dropped).unwrap();
+/// let processor = LensBatchLogProcessor::new(exporter, QueueConfig::logs_default(), dropped).unwrap();
 /// let provider = opentelemetry_sdk::logs::SdkLoggerProvider::builder()
 ///     .with_log_processor(processor)
 ///     .build();
 /// # provider.shutdown().unwrap();
 /// ```
-pub struct BatchLogProcessor<E> {
+pub struct LensBatchLogProcessor<E> {
     batcher: Batcher<(SdkLogRecord, InstrumentationScope)>,
     exporter: Arc<StdMutex<E>>,
     flush_timeout: Duration,
 }
 
-impl<E> fmt::Debug for BatchLogProcessor<E> {
+impl<E> fmt::Debug for LensBatchLogProcessor<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BatchLogProcessor")
+        f.debug_struct("LensBatchLogProcessor")
             .field("batcher", &self.batcher)
             .finish_non_exhaustive()
     }
 }
 
-impl<E: LogExporter + 'static> BatchLogProcessor<E> {
+impl<E: LogExporter + 'static> LensBatchLogProcessor<E> {
     /// Starts the worker thread; records dropped are added to `dropped`.
     pub fn new(exporter: E, config: QueueConfig, dropped: Arc<AtomicU64>) -> Result<Self> {
         let exporter = Arc::new(StdMutex::new(exporter));
@@ -964,7 +964,7 @@ impl<E: LogExporter + 'static> BatchLogProcessor<E> {
                 exporter: exporter.clone(),
             },
         )?;
-        Ok(BatchLogProcessor {
+        Ok(LensBatchLogProcessor {
             batcher,
             exporter,
             flush_timeout: config.export_timeout,
@@ -972,7 +972,7 @@ impl<E: LogExporter + 'static> BatchLogProcessor<E> {
     }
 }
 
-impl<E: LogExporter + 'static> LogProcessor for BatchLogProcessor<E> {
+impl<E: LogExporter + 'static> LogProcessor for LensBatchLogProcessor<E> {
     #[inline]
     fn emit(&self, record: &mut SdkLogRecord, scope: &InstrumentationScope) {
         self.batcher.push((record.clone(), scope.clone()));

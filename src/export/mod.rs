@@ -4,7 +4,7 @@
 //! |---|---|
 //! | [`ConsoleSpanExporter`], [`ConsoleMetricExporter`], [`ConsoleLogExporter`] | compact JSONL in the Python library's console layout, to stdout, a file or any writer |
 //! | [`ConsoleWriter`] | the line sink those three share, so their lines interleave whole |
-//! | [`LensBatchProcessor`], [`BatchLogProcessor`] ([`QueueConfig`]) | the bounded queue and worker between the layer and an exporter, which count what they drop |
+//! | [`LensBatchProcessor`], [`LensBatchLogProcessor`] ([`QueueConfig`]) | the bounded queue and worker between the layer and an exporter, which count what they drop |
 //! | [`ByteBudget`] ([`ApproxSize`]) | the byte budget of those queues (`NEMO_LENS_QUEUE_MAX_BYTES`) |
 //! | [`DeadlineExporter`] | runs a span or log exporter's exports on a helper thread, so the export timeout holds for every transport |
 //! | [`MessageLimit`] | keeps OTLP span requests under the collector's 4 MiB limit: splits batches, drops (counted) a span too large alone |
@@ -43,8 +43,8 @@ mod tls;
 
 pub(crate) use batch::DropCounters;
 pub use batch::{
-    BatchExport, BatchLogProcessor, Batcher, DropCounts, LensBatchProcessor, MAX_QUEUE_SIZE_LIMIT,
-    QueueConfig,
+    BatchExport, Batcher, DropCounts, LensBatchLogProcessor, LensBatchProcessor,
+    MAX_QUEUE_SIZE_LIMIT, QueueConfig,
 };
 pub use budget::{
     ApproxSize, ByteBudget, DEFAULT_QUEUE_MAX_BYTES, MIN_QUEUE_MAX_BYTES, QUEUE_MAX_BYTES_VAR,

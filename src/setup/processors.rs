@@ -14,7 +14,7 @@ use opentelemetry_sdk::trace::{SimpleSpanProcessor, Span, SpanData, SpanExporter
 
 use crate::error::Result;
 use crate::export::DeadlineExporter;
-use crate::export::batch::{BatchLogProcessor, LensBatchProcessor, QueueConfig, SpanQueue};
+use crate::export::batch::{LensBatchLogProcessor, LensBatchProcessor, QueueConfig, SpanQueue};
 
 /// A span processor behind a box (the SDK builder wants a concrete type).
 pub(super) struct BoxedProcessor(pub(super) Box<dyn SpanProcessor>);
@@ -58,7 +58,7 @@ pub(super) fn log_provider<E: LogExporter + 'static>(
         builder.with_simple_exporter(exporter).build()
     } else {
         builder
-            .with_log_processor(BatchLogProcessor::new(
+            .with_log_processor(LensBatchLogProcessor::new(
                 DeadlineExporter::new("logs", exporter),
                 settings.batch,
                 settings.dropped.clone(),
