@@ -266,12 +266,19 @@ pub(crate) fn unknown_warning(var: &str, unknown: &[String]) -> String {
     valid.extend(registered_presets());
     valid.sort();
     valid.dedup();
+    // A hostile spec (thousands of names) still gives one readable line.
+    const SHOWN_NAMES: usize = 8;
     let quoted = |names: &[String]| {
-        names
+        let mut text = names
             .iter()
+            .take(SHOWN_NAMES)
             .map(|n| format!("'{}'", crate::env::shown(n)))
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", ");
+        if names.len() > SHOWN_NAMES {
+            text.push_str(&format!(" and {} more", names.len() - SHOWN_NAMES));
+        }
+        text
     };
     format!(
         "nemo-lens: warning: {var} names span groups or presets that no library registered in this process: {} (ignored). Known: {}",

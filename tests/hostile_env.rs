@@ -61,11 +61,19 @@ fn a_fifo_without_reader_as_console_path_fails_setup_instead_of_hanging() {
 fn a_huge_bad_value_is_reported_in_a_readable_length() {
     let huge = "x".repeat(100 * 1024);
     let nowhere = format!("/proc/nemo-lens-nowhere/{huge}/spans.jsonl");
+    // Ten thousand group names no library registered.
+    let many = (0..10_000)
+        .map(|i| format!("g{i}"))
+        .collect::<Vec<_>>()
+        .join(",");
     // Exit 2 for an error; an unknown span group is a warning (and ignored): exit 0.
     for (var, value, code) in [
         ("NEMO_LENS_EXPORTER", huge.as_str(), 2),
         ("NEMO_LENS_EXPORT_STRATEGY", huge.as_str(), 2),
         ("NEMO_LENS_SPAN_GROUPS", huge.as_str(), 0),
+        ("NEMO_LENS_SPAN_GROUPS", many.as_str(), 0),
+        ("NEMO_LENS_TRACE_PER", huge.as_str(), 0),
+        ("NEMO_LENS_TRACE_PER", many.as_str(), 0),
         ("NEMO_LENS_ENABLED", huge.as_str(), 2),
         ("NEMO_LENS_CONSOLE_PATH", nowhere.as_str(), 2),
         ("NEMO_LENS_QUEUE_MAX_BYTES", huge.as_str(), 2),
