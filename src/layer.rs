@@ -66,7 +66,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 use crate::closer::OpenSpans;
 use crate::export::batch::SpanQueue;
-use crate::fields::{EventValues, SpanAttributes, SpanFields};
+use crate::fields::{EventValues, SpanAttributes, SpanFields, TextRules};
 use crate::filter::LensFilter;
 use crate::ids;
 use crate::logs::{LensLoggerProvider, LogFilter, LogLayer};
@@ -96,8 +96,8 @@ pub(crate) struct Pipeline {
     /// The [fork generation](crate::ids) the pipeline was built in; in a forked child (another
     /// generation) the pipeline is inherited and the layer records nothing through it.
     pub(crate) generation: u64,
-    /// Longest string attribute value, in characters (`OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT`).
-    pub(crate) value_limit: Option<usize>,
+    /// Redaction and the longest string attribute value (`OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT`).
+    pub(crate) text: TextRules,
     /// Where finished records go.
     pub(crate) sink: RecordSink,
     pub(crate) limits: Limits,
@@ -118,7 +118,7 @@ impl Pipeline {
     pub(crate) fn new(
         tracer: SdkTracer,
         default_parent: Option<Context>,
-        value_limit: Option<usize>,
+        text: TextRules,
         queue: Option<SpanQueue>,
         rank_sampler: bool,
     ) -> Self {
@@ -134,7 +134,7 @@ impl Pipeline {
             open: OpenSpans::default(),
             default_parent,
             generation: ids::fork_generation(),
-            value_limit,
+            text,
             sink,
             limits: Limits::from_env(),
             parent_based: !rank_sampler,
@@ -185,9 +185,12 @@ impl Pipeline {
     /// Records a panic on the innermost open span among `scope` (span ids, innermost first),
     /// without waiting on any lock for long (the panic hook).
     pub(crate) fn record_panic(&self, scope: &[Id], message: &str) {
+        let limit = self.text.limit;
+        let message = crate::fields::truncate_chars(message.to_string(), limit);
+        let stacktrace = crate::fields::captured_backtrace(limit);
         for id in scope {
             if let Some(state) = self.open.find(id)
-                && state.record_exception("panic", message, self.limits)
+                && state.record_exception("panic", &message, stacktrace.as_deref(), self.limits)
             {
                 return;
             }
@@ -465,11 +468,6 @@ where
         }
     }
 
-    #[inline]
-    fn value_limit(&self) -> Option<usize> {
-        self.pipeline.as_ref().and_then(|p| p.value_limit)
-    }
-
     fn parent(
         &self,
         pipeline: &Pipeline,
@@ -550,7 +548,7 @@ where
             // panic drops it, and nothing else ever saw it).
             if let Some(record) = Arc::get_mut(&mut state).and_then(|s| s.record.get_mut().as_mut())
             {
-                record.read_fields(attrs, pipeline.value_limit);
+                record.read_fields(attrs, &pipeline.text);
             }
             let key = pipeline.open.insert(id.clone(), state.clone());
             LensSpan::new(state, Some(key), pipeline.generation, pipeline.index())
@@ -573,7 +571,7 @@ where
         };
         // User code runs here, before any lock is taken.
         let mut attributes = SpanAttributes::new();
-        let reserved = SpanFields::read_record(values, &mut attributes, pipeline.value_limit);
+        let reserved = SpanFields::read_record(values, &mut attributes, &pipeline.text);
         if std::thread::panicking() {
             if let Some(state) = self.state_while_panicking(id) {
                 state.record_fields(attributes, reserved);
@@ -622,7 +620,7 @@ where
         };
         if std::thread::panicking() {
             if let Some(state) = self.state_while_panicking(&span_ref.id()) {
-                state.add_event(EventValues::of(event, self.value_limit()), pipeline.limits);
+                state.add_event(EventValues::of(event, &pipeline.text), pipeline.limits);
             }
             return;
         }
@@ -635,7 +633,7 @@ where
             }
         };
         // User code (`Display`/`Debug` of the fields) runs here, with no lock held.
-        let values = EventValues::of(event, self.value_limit());
+        let values = EventValues::of(event, &pipeline.text);
         state.add_event(values, pipeline.limits);
     }
 

@@ -25,6 +25,7 @@ use crate::config::{ExporterKind, LensConfig};
 use crate::env::{Env, shown};
 use crate::error::{LensError, Result};
 use crate::export::DropCounters;
+use crate::fields::TextRules;
 use crate::export::otlp::{self, Signal};
 use crate::export::{
     ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ConsoleWriter,
@@ -74,7 +75,8 @@ pub(super) struct TraceParts {
     pub(super) settings: ExportSettings,
     /// Whether the layer records (false on a rank the rank sampler leaves out).
     pub(super) recording: bool,
-    pub(super) value_limit: Option<usize>,
+    /// Redaction and the span attribute value length limit.
+    pub(super) text: TextRules,
     /// The application's own provider builder ([`TelemetryBuilder::tracer_provider`]).
     ///
     /// [`TelemetryBuilder::tracer_provider`]: super::TelemetryBuilder::tracer_provider
@@ -160,7 +162,7 @@ impl Built {
             self.pipeline = Some(Arc::new(Pipeline::new(
                 provider.tracer(SCOPE_NAME),
                 propagation::env_parent(&|k| env.raw(k)),
-                parts.value_limit,
+                parts.text,
                 parts.settings.span_queue.get().cloned(),
                 config.sampler_enabled,
             )));
@@ -214,6 +216,7 @@ impl Built {
     }
 
     /// Builds the logger provider the layer bridges events into.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn logs(
         &mut self,
         config: &LensConfig,
@@ -222,6 +225,7 @@ impl Built {
         resource: Resource,
         exporter: Option<LogExporterFactory>,
         settings: &ExportSettings,
+        text: TextRules,
     ) -> Result<()> {
         let provider = match exporter {
             Some(make) => make(resource, settings)?,
@@ -237,7 +241,7 @@ impl Built {
                 }
             },
         };
-        self.logger_provider = Some(LensLoggerProvider::new(provider));
+        self.logger_provider = Some(LensLoggerProvider::new(provider, text));
         Ok(())
     }
 }
