@@ -217,7 +217,6 @@ impl<T: FieldSink> Visit for Fields<'_, T> {
     }
 }
 
-
 /// Reads a span's fields (at creation or from `span.record`) into its attributes and the
 /// reserved settings.
 pub(crate) struct SpanFields<'a> {
@@ -376,12 +375,73 @@ fn debug_type_name(text: &str) -> Option<&str> {
     .then_some(name)
 }
 
-/// The text of a backtrace captured here, when capturing is on (`RUST_BACKTRACE` /
-/// `RUST_LIB_BACKTRACE`): `None` otherwise, never a placeholder.
-pub(crate) fn captured_backtrace(limit: Option<usize>) -> Option<String> {
+/// Where the user's part of a backtrace starts (the frames before it are nemo-lens's,
+/// `tracing`'s and the panic machinery's own).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum UserFrames<'a> {
+    /// Every frame.
+    All,
+    /// At the frame of the event's callsite (`file:line`).
+    Callsite(&'a str, u32),
+    /// After the last frame of the panic machinery (`std::panicking`, `core::panicking`,
+    /// `rust_begin_unwind`).
+    AfterPanic,
+}
+
+/// The text of a backtrace captured here, from the user's frames on, cut to `limit`, when
+/// capturing is on (`RUST_BACKTRACE` / `RUST_LIB_BACKTRACE`): `None` otherwise, never a
+/// placeholder. When the user's first frame is not found, the whole backtrace is kept.
+pub(crate) fn captured_backtrace(limit: Option<usize>, from: UserFrames<'_>) -> Option<String> {
     let trace = std::backtrace::Backtrace::capture();
-    (trace.status() == std::backtrace::BacktraceStatus::Captured)
-        .then(|| truncate_chars(trace.to_string(), limit))
+    if trace.status() != std::backtrace::BacktraceStatus::Captured {
+        return None;
+    }
+    let text = trace.to_string();
+    let start = user_frames_start(&text, from).unwrap_or(0);
+    Some(truncate_chars(text[start..].to_string(), limit))
+}
+
+/// The offset of the header line (`  12: symbol`) of the first user frame in a backtrace's
+/// text.
+fn user_frames_start(text: &str, from: UserFrames<'_>) -> Option<usize> {
+    // The offset of each frame's header line.
+    let mut frames: Vec<usize> = Vec::new();
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        let is_header = trimmed
+            .split_once(": ")
+            .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if is_header {
+            frames.push(offset);
+        }
+        offset += line.len();
+    }
+    // Each frame's own text: up to the next frame.
+    let frame_text = |i: usize| -> &str {
+        let end = frames.get(i + 1).copied().unwrap_or(text.len());
+        &text[frames[i]..end]
+    };
+    match from {
+        UserFrames::All => None,
+        UserFrames::Callsite(file, line) => {
+            let at = format!("{file}:{line}:");
+            (0..frames.len())
+                .find(|&i| frame_text(i).contains(&at))
+                .map(|i| frames[i])
+        }
+        UserFrames::AfterPanic => {
+            // The first run of the panic machinery's frames (`std`'s short-backtrace marker
+            // included); later ones (`lang_start`'s `catch_unwind`) are below the user's.
+            let machinery = |i: usize| {
+                let t = frame_text(i);
+                t.contains("panicking") || t.contains("__rust_end_short_backtrace")
+            };
+            let first = (0..frames.len()).find(|&i| machinery(i))?;
+            let after = (first..frames.len()).find(|&i| !machinery(i))?;
+            Some(frames[after])
+        }
+    }
 }
 
 /// The attributes of an `exception` event, in the order of Python's `record_exception`
@@ -462,7 +522,13 @@ impl EventValues {
             let mut attributes = exception_attributes(
                 kind,
                 truncate_chars(description.clone(), limit),
-                captured_backtrace(limit),
+                captured_backtrace(
+                    limit,
+                    match (meta.file(), meta.line()) {
+                        (Some(file), Some(line)) => UserFrames::Callsite(file, line),
+                        _ => UserFrames::All,
+                    },
+                ),
                 false,
                 user.len(),
             );
@@ -491,7 +557,10 @@ mod tests {
     #[test]
     fn debug_type_names() {
         assert_eq!(debug_type_name("NotFound"), Some("NotFound"));
-        assert_eq!(debug_type_name("Os { code: 2, kind: NotFound }"), Some("Os"));
+        assert_eq!(
+            debug_type_name("Os { code: 2, kind: NotFound }"),
+            Some("Os")
+        );
         assert_eq!(debug_type_name("ConfigError(\"bad\")"), Some("ConfigError"));
         assert_eq!(debug_type_name("nan loss"), None);
         assert_eq!(debug_type_name("Connection refused (os error 111)"), None);
@@ -500,15 +569,42 @@ mod tests {
     }
 
     #[test]
+    fn user_frames_start_at_the_callsite_or_after_the_panic_machinery() {
+        let text = "   0: nemo_lens::fields::captured_backtrace\n             at ./src/fields.rs:382:17\n   1: std::panicking::begin_panic\n             at /rustc/x/library/std/src/panicking.rs:769:5\n   2: std::sys::backtrace::__rust_end_short_backtrace\n   3: {closure#0}\n             at /rustc/x/library/std/src/panicking.rs:700:5\n   4: trainer::step\n             at ./examples/trainer.rs:86:9\n   5: std::panicking::catch_unwind\n   6: main\n";
+        let at = |from| &text[user_frames_start(text, from).unwrap()..];
+        assert!(
+            at(UserFrames::Callsite("examples/trainer.rs", 86)).starts_with("   4: trainer::step")
+        );
+        assert!(at(UserFrames::AfterPanic).starts_with("   4: trainer::step"));
+        assert_eq!(
+            user_frames_start(text, UserFrames::Callsite("examples/trainer.rs", 87)),
+            None
+        );
+        assert_eq!(user_frames_start(text, UserFrames::All), None);
+    }
+
+    #[test]
     fn redaction_then_limit() {
         let rules = |limit| TextRules {
             limit,
             redact: RedactKeys::default(),
         };
-        assert_eq!(rules(Some(8)).apply("token", "abc".into()), Value::from("[REDACTE"));
-        assert_eq!(rules(Some(10)).apply("token", "abc".into()), Value::from(REDACTED));
-        assert_eq!(rules(None).apply("token", "abc".into()), Value::from(REDACTED));
-        assert_eq!(rules(Some(2)).apply("loss", "abc".into()), Value::from("ab"));
+        assert_eq!(
+            rules(Some(8)).apply("token", "abc".into()),
+            Value::from("[REDACTE")
+        );
+        assert_eq!(
+            rules(Some(10)).apply("token", "abc".into()),
+            Value::from(REDACTED)
+        );
+        assert_eq!(
+            rules(None).apply("token", "abc".into()),
+            Value::from(REDACTED)
+        );
+        assert_eq!(
+            rules(Some(2)).apply("loss", "abc".into()),
+            Value::from("ab")
+        );
         let custom = TextRules {
             limit: None,
             redact: RedactKeys::custom(["api_key"]),

@@ -187,7 +187,8 @@ impl Pipeline {
     pub(crate) fn record_panic(&self, scope: &[Id], message: &str) {
         let limit = self.text.limit;
         let message = crate::fields::truncate_chars(message.to_string(), limit);
-        let stacktrace = crate::fields::captured_backtrace(limit);
+        let stacktrace =
+            crate::fields::captured_backtrace(limit, crate::fields::UserFrames::AfterPanic);
         for id in scope {
             if let Some(state) = self.open.find(id)
                 && state.record_exception("panic", &message, stacktrace.as_deref(), self.limits)

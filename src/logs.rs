@@ -277,7 +277,8 @@ impl LogRecord for LensLogRecord {
         span_id: SpanId,
         trace_flags: Option<TraceFlags>,
     ) {
-        self.record.set_trace_context(trace_id, span_id, trace_flags)
+        self.record
+            .set_trace_context(trace_id, span_id, trace_flags)
     }
 }
 

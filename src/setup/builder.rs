@@ -20,10 +20,10 @@ use crate::config::{ExporterKind, LensConfig};
 use crate::env::Env;
 use crate::error::{LensError, Result};
 use crate::export::DropCounters;
-use crate::fields::{RedactKeys, TextRules};
 use crate::export::batch::QueueConfig;
 use crate::export::budget;
 use crate::export::otlp::{self, Signal};
+use crate::fields::{RedactKeys, TextRules};
 use crate::filter::LensFilter;
 use crate::groups::{self, GroupGate};
 use crate::ids;
@@ -520,7 +520,12 @@ impl TelemetryBuilder {
                 crate::env::log_value_length_limit(Env::new(&*lookup))?,
             )
         } else {
-            (QueueConfig::default(), QueueConfig::logs_default(), None, None)
+            (
+                QueueConfig::default(),
+                QueueConfig::logs_default(),
+                None,
+                None,
+            )
         };
         if config.enabled {
             // Memory bounded in bytes: the queues' budget, and their rings kept within it.

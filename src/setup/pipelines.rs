@@ -25,12 +25,12 @@ use crate::config::{ExporterKind, LensConfig};
 use crate::env::{Env, shown};
 use crate::error::{LensError, Result};
 use crate::export::DropCounters;
-use crate::fields::TextRules;
 use crate::export::otlp::{self, Signal};
 use crate::export::{
     ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ConsoleWriter,
     CountedMetricExporter, MessageLimit, resolve_path,
 };
+use crate::fields::TextRules;
 use crate::ids::ChaChaIdGenerator;
 use crate::layer::Pipeline;
 use crate::logs::LensLoggerProvider;
