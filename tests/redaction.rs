@@ -149,3 +149,45 @@ fn the_length_limit_cuts_the_redaction_marker_as_python_does() {
     assert_eq!(written.all("token"), ["[RE", "[RE", "[REDA"]);
     assert_eq!(written.all("api_key"), ["sk-", "sk-", "sk-li"]);
 }
+
+#[test]
+fn the_flight_recorder_redacts_the_user_keys_too() {
+    // Rank 0 of 4 under `single_rank`: not exporting, recording into its flight recorder.
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = LensConfig::default()
+        .with_enabled(true)
+        .with_metrics_enabled(false);
+    config.flight_recorder.capacity = 8;
+    config.flight_recorder.dump_dir = Some(dir.path().to_path_buf());
+    config.flight_recorder.hang_timeout = None;
+    let telemetry = nemo_lens::Telemetry::builder(config)
+        .rank(0)
+        .world_size(4)
+        .allow_reinit_for_testing(true)
+        .redact_keys(["api_key"])
+        .build()
+        .unwrap();
+    let recorder = telemetry.flight_recorder().expect("recorder on").clone();
+    let dispatch = tracing::Dispatch::new(
+        tracing_subscriber::registry()
+            .with(telemetry.layer())
+            .with(telemetry.recorder_layer()),
+    );
+    let path = tracing::dispatcher::with_default(&dispatch, || {
+        let step = tracing::info_span!(
+            "train_step",
+            nemo.group.step = tracing::field::Empty,
+            api_key = "sk-live-123",
+            token = "tok-456",
+            detail = ?"debug-recorded"
+        );
+        let _step = step.enter();
+        recorder.dump().unwrap()
+    });
+    let text = std::fs::read_to_string(path).unwrap();
+    let line: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(line["name"], "train_step");
+    assert_eq!(line["attributes"]["api_key"], "[REDACTED]");
+    assert_eq!(line["attributes"]["token"], "tok-456");
+    assert_eq!(line["attributes"]["detail"], "\"debug-recorded\"");
+}

@@ -657,7 +657,7 @@ impl TelemetryBuilder {
                     &log_settings,
                     TextRules {
                         limit: log_value_limit,
-                        redact,
+                        redact: redact.clone(),
                     },
                 )?;
             }
@@ -697,6 +697,7 @@ impl TelemetryBuilder {
                     &resource,
                     gate.clone(),
                     filter.clone(),
+                    redact,
                 )?)
             }
             None => None,
