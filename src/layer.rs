@@ -24,16 +24,17 @@
 //! | `i64`/`u64`/`bool`/`f64`/`&str` field | attribute of that type (`u64` above `i64::MAX` becomes a string) |
 //! | `?debug` / `%display` field | string attribute |
 //! | event inside a span | span event named by its message |
-//! | `ERROR` event, `#[instrument(err)]` | status `ERROR` with the message, plus an `exception` event |
+//! | `ERROR` event, `#[instrument(err)]` | status `ERROR` with the message, plus an `exception` event with Python's `exception.type`, `exception.message`, `exception.stacktrace` (when a backtrace is captured), `exception.escaped = "False"` (see [`semconv::EXCEPTION_TYPE`](crate::semconv::EXCEPTION_TYPE)) |
 //! | `follows_from` | link |
 //! | field `otel.name` / `otel.kind` / `otel.status_code` / `otel.status_description` | span name / kind / status |
 //! | field named `nemo.group.<g>` | the span's [group](crate::groups); not exported |
 //!
 //! String values of fields named `prompt`, `input_text`, `output_text`, `text`, `password`,
-//! `token`, `secret` or `key` are replaced with `[REDACTED]` ([`DEFAULT_REDACT_KEYS`]), on spans
-//! and events alike. String values longer than `OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT` (else
-//! `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`) characters are cut to it, on a character boundary, on
-//! spans and events alike.
+//! `token`, `secret` or `key` are replaced with `[REDACTED]` ([`DEFAULT_REDACT_KEYS`], or the
+//! keys given to [`TelemetryBuilder::redact_keys`](crate::TelemetryBuilder::redact_keys)), on
+//! spans and events alike. String values longer than `OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT`
+//! (else `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`) characters are cut to it, on a character boundary,
+//! on spans and events alike; redaction comes first, as in Python (limit 8: `[REDACTE`).
 //!
 //! Spans and events raised while OpenTelemetry telemetry is suppressed on the thread (an
 //! exporter at work: nemo-lens exports in a suppressed scope) are not recorded, so an exporter

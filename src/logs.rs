@@ -9,12 +9,23 @@
 //! What a record carries:
 //!
 //! * the severity (`TRACE` … `ERROR`), the target, the `message` as body and every other field as
-//!   an attribute, plus `code.namespace` / `code.filepath` / `code.lineno` (the Python
-//!   `LoggingHandler` adds the same `code.*` attributes);
+//!   an attribute, then, after them, `code.file.path`, `code.function.name` and `code.line.number`,
+//!   the attributes and the order of the Python `LoggingHandler`. `code.function.name` is the
+//!   module path (`trainer::data`): a `tracing` callsite knows its module, file and line, never
+//!   its function. (`opentelemetry-appender-tracing` writes `code.namespace`, `code.filepath`,
+//!   `code.filename` and `code.lineno` before the fields; the bridge's log record renames and
+//!   moves them);
+//! * an empty `event_name`, as Python's, unless the event was named
+//!   (`tracing::info!(name: "ckpt.saved", ...)`): the name `tracing` gives every unnamed event
+//!   (`event src/x.rs:17`) and tracing-log's `log event` are not written;
 //! * the trace and span id of the innermost span the lens layer records, so a log line links to
 //!   its step in the trace;
-//! * string values under the [redaction keys](crate::fields::DEFAULT_REDACT_KEYS) replaced with
-//!   `[REDACTED]`, as for span attributes.
+//! * string values under the [redaction keys](crate::fields::DEFAULT_REDACT_KEYS) (or the
+//!   application's own, [`TelemetryBuilder::redact_keys`](crate::TelemetryBuilder::redact_keys))
+//!   replaced with `[REDACTED]`, as for span attributes; then every string attribute cut to
+//!   `OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT` (else `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`)
+//!   characters, as Python's `LogLimits` (so with a limit of 8 a redacted value reads
+//!   `[REDACTE`).
 //!
 //! Which events are bridged is decided once per callsite by [`LogFilter`]: events at or above
 //! `logs_level` (`NEMO_LENS_LOGS_LEVEL`, default `info`), never those of the exporters' own
