@@ -127,6 +127,22 @@ pub(crate) fn value_length_limit(env: Env<'_>) -> Result<Option<usize>> {
     Ok(None)
 }
 
+/// The longest string value of a log record attribute, in characters, from
+/// `OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT`, else `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT` (as
+/// Python's `LogLimits`; unset or blank: no limit).
+pub(crate) fn log_value_length_limit(env: Env<'_>) -> Result<Option<usize>> {
+    const EXPECTED: &str = "a non-negative integer (characters)";
+    for var in [
+        "OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+        "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+    ] {
+        if let Some(limit) = env.parse(var, EXPECTED, |v| v.parse::<usize>().ok())? {
+            return Ok(Some(limit));
+        }
+    }
+    Ok(None)
+}
+
 /// The error for a value of `var` outside what it accepts.
 pub(crate) fn invalid(var: &str, value: &str, expected: &str) -> LensError {
     LensError::InvalidValue {

@@ -12,7 +12,10 @@
 //! |---|---|
 //! | `i64`, `bool`, `f64` | that type |
 //! | `u64`, `i128`, `u128` | `i64` when it fits, else its decimal string |
-//! | `&str`, `?debug`, `%display`, `dyn Error` | string, cut to the [length limit](value_length_limit), or [`REDACTED`] under a [redact key](DEFAULT_REDACT_KEYS) |
+//! | `&str`, `?debug`, `%display`, `dyn Error` | string, cut to the length limit (`OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT`); under a [redact key](DEFAULT_REDACT_KEYS) (or a key given to `TelemetryBuilder::redact_keys`), [`REDACTED`] cut to that limit, as Python's SDK does |
+//!
+//! An `ERROR` event becomes an `exception` span event with the attributes of Python's
+//! `record_exception` first (see [`crate::semconv::EXCEPTION_TYPE`]).
 //!
 //! ```
 //! use nemo_lens::{DEFAULT_REDACT_KEYS, REDACTED};
@@ -22,6 +25,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use opentelemetry::trace::{Event as OtelEvent, SpanKind, Status};
@@ -48,9 +52,68 @@ pub const DEFAULT_REDACT_KEYS: [&str; 8] = [
 /// The replacement for redacted values.
 pub const REDACTED: &str = "[REDACTED]";
 
-#[inline]
-pub(crate) fn is_redacted(key: &str) -> bool {
-    DEFAULT_REDACT_KEYS.contains(&key)
+/// The keys whose string values are redacted: Python's default set, or the user's own
+/// ([`TelemetryBuilder::redact_keys`](crate::TelemetryBuilder::redact_keys)).
+///
+/// The default set is `None`: cloning it (one per log record) and checking a key cost what a
+/// constant array costs; a user set is shared (`Arc`), never copied per span or record.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RedactKeys(Option<Arc<[Box<str>]>>);
+
+impl RedactKeys {
+    /// The user's own set, replacing the default.
+    pub(crate) fn custom<I, K>(keys: I) -> Self
+    where
+        I: IntoIterator<Item = K>,
+        K: Into<String>,
+    {
+        RedactKeys(Some(
+            keys.into_iter()
+                .map(|k| k.into().into_boxed_str())
+                .collect(),
+        ))
+    }
+
+    /// Whether string values under `key` are redacted.
+    #[inline]
+    pub(crate) fn contains(&self, key: &str) -> bool {
+        match &self.0 {
+            None => DEFAULT_REDACT_KEYS.contains(&key),
+            Some(keys) => keys.iter().any(|k| &**k == key),
+        }
+    }
+}
+
+/// How string values are written: redacted under a [redact key](RedactKeys), then cut to the
+/// value length limit (in that order, as Python's SDK: with a limit of 8 a redacted value
+/// reads `[REDACTE` (its first 8 characters)).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TextRules {
+    /// Longest string value, in characters (`OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT`).
+    pub(crate) limit: Option<usize>,
+    pub(crate) redact: RedactKeys,
+}
+
+impl TextRules {
+    /// The text written for a redacted value: [`REDACTED`] cut to the limit (no allocation
+    /// unless the limit is below its length).
+    #[inline]
+    pub(crate) fn redacted(&self) -> Cow<'static, str> {
+        match self.limit {
+            Some(limit) if limit < REDACTED.len() => Cow::Borrowed(&REDACTED[..limit]),
+            _ => Cow::Borrowed(REDACTED),
+        }
+    }
+
+    /// `text` under `key`: redacted, or cut to the limit.
+    #[inline]
+    pub(crate) fn apply(&self, key: &str, text: String) -> Value {
+        if self.redact.contains(key) {
+            Value::String(self.redacted().into())
+        } else {
+            Value::from(truncate_chars(text, self.limit))
+        }
+    }
 }
 
 /// Cuts `text` to at most `limit` characters, on a character boundary.
@@ -106,6 +169,10 @@ trait FieldSink {
     fn value(&mut self, field: &Field, value: Value);
     /// A text value (`&str`, `Debug`, `Display`, `Error`), before redaction.
     fn text(&mut self, field: &Field, text: String);
+    /// A value recorded as a `dyn Error`: its `Display` text, unless the sink wants more.
+    fn error(&mut self, field: &Field, error: &(dyn std::error::Error + 'static)) {
+        self.text(field, error.to_string());
+    }
 }
 
 /// Initial capacity of the text of a `Debug`-recorded value (an event's message, `?field`).
@@ -142,7 +209,7 @@ impl<T: FieldSink> Visit for Fields<'_, T> {
         self.0.text(field, value.to_string());
     }
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
-        self.0.text(field, value.to_string());
+        self.0.error(field, value);
     }
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         // Messages and `?`/`%` values are mostly short: one allocation of a small buffer up
@@ -153,21 +220,12 @@ impl<T: FieldSink> Visit for Fields<'_, T> {
     }
 }
 
-/// A text value, cut to the length limit, or `[REDACTED]` under a redact key.
-fn redacted(field: &Field, text: String, limit: Option<usize>) -> Value {
-    if is_redacted(field.name()) {
-        Value::from(REDACTED)
-    } else {
-        Value::from(truncate_chars(text, limit))
-    }
-}
-
 /// Reads a span's fields (at creation or from `span.record`) into its attributes and the
 /// reserved settings.
 pub(crate) struct SpanFields<'a> {
     attributes: &'a mut SpanAttributes,
     reserved: Reserved,
-    limit: Option<usize>,
+    rules: &'a TextRules,
 }
 
 impl<'a> SpanFields<'a> {
@@ -177,12 +235,12 @@ impl<'a> SpanFields<'a> {
     pub(crate) fn read_new_span(
         attrs: &tracing_core::span::Attributes<'_>,
         attributes: &'a mut SpanAttributes,
-        limit: Option<usize>,
+        rules: &'a TextRules,
     ) -> Reserved {
         let mut fields = SpanFields {
             attributes,
             reserved: Reserved::default(),
-            limit,
+            rules,
         };
         attrs.record(&mut Fields(&mut fields));
         fields.reserved
@@ -193,17 +251,16 @@ impl<'a> SpanFields<'a> {
     pub(crate) fn read_record(
         values: &tracing_core::span::Record<'_>,
         attributes: &'a mut SpanAttributes,
-        limit: Option<usize>,
+        rules: &'a TextRules,
     ) -> Reserved {
         let mut fields = SpanFields {
             attributes,
             reserved: Reserved::default(),
-            limit,
+            rules,
         };
         values.record(&mut Fields(&mut fields));
         fields.reserved
     }
-
     #[cold]
     fn reserved(&mut self, name: &'static str, value: Value) {
         match name {
@@ -247,20 +304,27 @@ impl FieldSink for SpanFields<'_> {
     }
 
     fn text(&mut self, field: &Field, text: String) {
-        self.value(field, redacted(field, text, self.limit));
+        let value = self.rules.apply(field.name(), text);
+        self.value(field, value);
     }
 }
 
 /// Collects an event: its message, fields and error text.
-#[derive(Default)]
-struct EventFields {
+struct EventFields<'a> {
     message: Option<String>,
+    /// The text of the `error` field, or of a field recorded as a `dyn Error`.
     error: Option<String>,
+    /// The type name the error's `Debug` text starts with, if it has that shape.
+    error_type: Option<String>,
+    /// An explicit `exception.type` field (`ERROR` events only).
+    exception_type: Option<String>,
+    /// An `ERROR` event: `exception.type` is read as the exception's type.
+    is_error: bool,
     attributes: Vec<KeyValue>,
-    limit: Option<usize>,
+    rules: &'a TextRules,
 }
 
-impl FieldSink for EventFields {
+impl FieldSink for EventFields<'_> {
     fn value(&mut self, field: &Field, value: Value) {
         let name = field.name();
         if name.starts_with(GROUP_FIELD_PREFIX) || name.starts_with("log.") {
@@ -274,12 +338,137 @@ impl FieldSink for EventFields {
         match field.name() {
             "message" => self.message = Some(text),
             "error" => {
+                if self.is_error && self.error_type.is_none() {
+                    self.error_type = debug_type_name(&text).map(str::to_string);
+                }
                 self.error = Some(text.clone());
-                self.value(field, Value::from(truncate_chars(text, self.limit)));
+                self.value(field, Value::from(truncate_chars(text, self.rules.limit)));
             }
-            _ => self.value(field, redacted(field, text, self.limit)),
+            semconv::EXCEPTION_TYPE if self.is_error => {
+                self.exception_type = Some(truncate_chars(text, self.rules.limit));
+            }
+            name => {
+                let value = self.rules.apply(name, text);
+                self.value(field, value);
+            }
         }
     }
+
+    fn error(&mut self, field: &Field, error: &(dyn std::error::Error + 'static)) {
+        if self.is_error && self.error_type.is_none() {
+            self.error_type = debug_type_name(&format!("{error:?}")).map(str::to_string);
+        }
+        if field.name() != "error" {
+            self.error.get_or_insert_with(|| error.to_string());
+        }
+        self.text(field, error.to_string());
+    }
+}
+
+/// The type name a `Debug` text starts with, when the text has the shape of a `Debug` value:
+/// `NotFound`, `Os { code: 2, .. }` → `Os`, `ConfigError("..")` → `ConfigError`. A sentence
+/// (the `Display` text `#[instrument(err)]` records) has no such name.
+fn debug_type_name(text: &str) -> Option<&str> {
+    let end = text
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(text.len());
+    let (name, rest) = text.split_at(end);
+    (name.starts_with(|c: char| c.is_ascii_uppercase())
+        && (rest.is_empty() || rest.starts_with('(') || rest.starts_with(" {")))
+    .then_some(name)
+}
+
+/// Where the user's part of a backtrace starts (the frames before it are nemo-lens's,
+/// `tracing`'s and the panic machinery's own).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum UserFrames<'a> {
+    /// Every frame.
+    All,
+    /// At the frame of the event's callsite (`file:line`).
+    Callsite(&'a str, u32),
+    /// After the last frame of the panic machinery (`std::panicking`, `core::panicking`,
+    /// `rust_begin_unwind`).
+    AfterPanic,
+}
+
+/// The text of a backtrace captured here, from the user's frames on, cut to `limit`, when
+/// capturing is on (`RUST_BACKTRACE` / `RUST_LIB_BACKTRACE`): `None` otherwise, never a
+/// placeholder. When the user's first frame is not found, the whole backtrace is kept.
+pub(crate) fn captured_backtrace(limit: Option<usize>, from: UserFrames<'_>) -> Option<String> {
+    let trace = std::backtrace::Backtrace::capture();
+    if trace.status() != std::backtrace::BacktraceStatus::Captured {
+        return None;
+    }
+    let text = trace.to_string();
+    let start = user_frames_start(&text, from).unwrap_or(0);
+    Some(truncate_chars(text[start..].to_string(), limit))
+}
+
+/// The offset of the header line (`  12: symbol`) of the first user frame in a backtrace's
+/// text.
+fn user_frames_start(text: &str, from: UserFrames<'_>) -> Option<usize> {
+    // The offset of each frame's header line.
+    let mut frames: Vec<usize> = Vec::new();
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        let is_header = trimmed
+            .split_once(": ")
+            .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if is_header {
+            frames.push(offset);
+        }
+        offset += line.len();
+    }
+    // Each frame's own text: up to the next frame.
+    let frame_text = |i: usize| -> &str {
+        let end = frames.get(i + 1).copied().unwrap_or(text.len());
+        &text[frames[i]..end]
+    };
+    match from {
+        UserFrames::All => None,
+        UserFrames::Callsite(file, line) => {
+            let at = format!("{file}:{line}:");
+            (0..frames.len())
+                .find(|&i| frame_text(i).contains(&at))
+                .map(|i| frames[i])
+        }
+        UserFrames::AfterPanic => {
+            // The first run of the panic machinery's frames (`std`'s short-backtrace marker
+            // included); later ones (`lang_start`'s `catch_unwind`) are below the user's.
+            let machinery = |i: usize| {
+                let t = frame_text(i);
+                t.contains("panicking") || t.contains("__rust_end_short_backtrace")
+            };
+            let first = (0..frames.len()).find(|&i| machinery(i))?;
+            let after = (first..frames.len()).find(|&i| !machinery(i))?;
+            Some(frames[after])
+        }
+    }
+}
+
+/// The attributes of an `exception` event, in the order of Python's `record_exception`
+/// (`exception.type`, `exception.message`, `exception.stacktrace` when there is one,
+/// `exception.escaped`), before any other.
+pub(crate) fn exception_attributes(
+    kind: String,
+    message: String,
+    stacktrace: Option<String>,
+    escaped: bool,
+    capacity: usize,
+) -> Vec<KeyValue> {
+    let mut attributes = Vec::with_capacity(capacity + 4);
+    attributes.push(KeyValue::new(semconv::EXCEPTION_TYPE, kind));
+    attributes.push(KeyValue::new(semconv::EXCEPTION_MESSAGE, message));
+    if let Some(trace) = stacktrace {
+        attributes.push(KeyValue::new(semconv::EXCEPTION_STACKTRACE, trace));
+    }
+    // A string, as Python writes it (`str(escaped)`).
+    attributes.push(KeyValue::new(
+        semconv::EXCEPTION_ESCAPED,
+        if escaped { "True" } else { "False" },
+    ));
+    attributes
 }
 
 /// A span event read from a `tracing` event, and the status it sets.
@@ -292,33 +481,61 @@ pub(crate) struct EventValues {
 impl EventValues {
     /// Reads `event`: its message names the span event (else the callsite name); an `ERROR`
     /// event becomes an `exception` event and an `ERROR` status.
-    pub(crate) fn of(event: &Event<'_>, limit: Option<usize>) -> Self {
+    ///
+    /// The `exception` event carries Python's `record_exception` attributes, then the event's
+    /// other fields: `exception.type` (an `exception.type` field, else the type name the
+    /// error's `Debug` text starts with, else `Error`), `exception.message` (the message, else
+    /// the error's text), `exception.stacktrace` (only when a backtrace is captured) and
+    /// `exception.escaped = "False"` (the span goes on). The message is not repeated as a
+    /// `message` attribute, nor the error's text as an `error` attribute when it is the
+    /// exception's message.
+    pub(crate) fn of(event: &Event<'_>, rules: &TextRules) -> Self {
         // One allocation for the attributes: every field but the message becomes one.
         let meta = event.metadata();
         let fields = meta.fields();
+        let is_error = *meta.level() == Level::ERROR;
         let mut v = EventFields {
-            limit,
+            message: None,
+            error: None,
+            error_type: None,
+            exception_type: None,
+            is_error,
+            rules,
             attributes: Vec::with_capacity(
                 fields.len() - usize::from(fields.field("message").is_some()),
             ),
-            ..EventFields::default()
         };
         event.record(&mut Fields(&mut v));
         let now = SystemTime::now();
-        if *meta.level() == Level::ERROR {
-            let description = v
-                .message
-                .clone()
-                .or_else(|| v.error.clone())
-                .unwrap_or_default();
-            let mut attributes = v.attributes;
-            attributes.push(KeyValue::new(
-                semconv::EXCEPTION_MESSAGE,
+        if is_error {
+            let limit = rules.limit;
+            let kind = v
+                .exception_type
+                .or(v.error_type)
+                .unwrap_or_else(|| "Error".to_string());
+            let mut user = v.attributes;
+            let description = match v.message {
+                Some(message) => message,
+                None => {
+                    // The error is the exception: its text is `exception.message`.
+                    user.retain(|kv| kv.key.as_str() != "error");
+                    v.error.unwrap_or_default()
+                }
+            };
+            let mut attributes = exception_attributes(
+                kind,
                 truncate_chars(description.clone(), limit),
-            ));
-            if let Some(message) = v.message {
-                attributes.push(KeyValue::new("message", truncate_chars(message, limit)));
-            }
+                captured_backtrace(
+                    limit,
+                    match (meta.file(), meta.line()) {
+                        (Some(file), Some(line)) => UserFrames::Callsite(file, line),
+                        _ => UserFrames::All,
+                    },
+                ),
+                false,
+                user.len(),
+            );
+            attributes.extend(user);
             EventValues {
                 event: OtelEvent::new(semconv::EXCEPTION_EVENT, now, attributes, 0),
                 status: Some(Status::error(description)),
@@ -333,5 +550,69 @@ impl EventValues {
                 status: None,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_type_names() {
+        assert_eq!(debug_type_name("NotFound"), Some("NotFound"));
+        assert_eq!(
+            debug_type_name("Os { code: 2, kind: NotFound }"),
+            Some("Os")
+        );
+        assert_eq!(debug_type_name("ConfigError(\"bad\")"), Some("ConfigError"));
+        assert_eq!(debug_type_name("nan loss"), None);
+        assert_eq!(debug_type_name("Connection refused (os error 111)"), None);
+        assert_eq!(debug_type_name("\"text\""), None);
+        assert_eq!(debug_type_name(""), None);
+    }
+
+    #[test]
+    fn user_frames_start_at_the_callsite_or_after_the_panic_machinery() {
+        let text = "   0: nemo_lens::fields::captured_backtrace\n             at ./src/fields.rs:382:17\n   1: std::panicking::begin_panic\n             at /rustc/x/library/std/src/panicking.rs:769:5\n   2: std::sys::backtrace::__rust_end_short_backtrace\n   3: {closure#0}\n             at /rustc/x/library/std/src/panicking.rs:700:5\n   4: trainer::step\n             at ./examples/trainer.rs:86:9\n   5: std::panicking::catch_unwind\n   6: main\n";
+        let at = |from| &text[user_frames_start(text, from).unwrap()..];
+        assert!(
+            at(UserFrames::Callsite("examples/trainer.rs", 86)).starts_with("   4: trainer::step")
+        );
+        assert!(at(UserFrames::AfterPanic).starts_with("   4: trainer::step"));
+        assert_eq!(
+            user_frames_start(text, UserFrames::Callsite("examples/trainer.rs", 87)),
+            None
+        );
+        assert_eq!(user_frames_start(text, UserFrames::All), None);
+    }
+
+    #[test]
+    fn redaction_then_limit() {
+        let rules = |limit| TextRules {
+            limit,
+            redact: RedactKeys::default(),
+        };
+        assert_eq!(
+            rules(Some(8)).apply("token", "abc".into()),
+            Value::from("[REDACTE")
+        );
+        assert_eq!(
+            rules(Some(10)).apply("token", "abc".into()),
+            Value::from(REDACTED)
+        );
+        assert_eq!(
+            rules(None).apply("token", "abc".into()),
+            Value::from(REDACTED)
+        );
+        assert_eq!(
+            rules(Some(2)).apply("loss", "abc".into()),
+            Value::from("ab")
+        );
+        let custom = TextRules {
+            limit: None,
+            redact: RedactKeys::custom(["api_key"]),
+        };
+        assert_eq!(custom.apply("api_key", "x".into()), Value::from(REDACTED));
+        assert_eq!(custom.apply("token", "x".into()), Value::from("x"));
     }
 }

@@ -24,16 +24,17 @@
 //! | `i64`/`u64`/`bool`/`f64`/`&str` field | attribute of that type (`u64` above `i64::MAX` becomes a string) |
 //! | `?debug` / `%display` field | string attribute |
 //! | event inside a span | span event named by its message |
-//! | `ERROR` event, `#[instrument(err)]` | status `ERROR` with the message, plus an `exception` event |
+//! | `ERROR` event, `#[instrument(err)]` | status `ERROR` with the message, plus an `exception` event with Python's `exception.type`, `exception.message`, `exception.stacktrace` (when a backtrace is captured), `exception.escaped = "False"` (see [`semconv::EXCEPTION_TYPE`](crate::semconv::EXCEPTION_TYPE)) |
 //! | `follows_from` | link |
 //! | field `otel.name` / `otel.kind` / `otel.status_code` / `otel.status_description` | span name / kind / status |
 //! | field named `nemo.group.<g>` | the span's [group](crate::groups); not exported |
 //!
 //! String values of fields named `prompt`, `input_text`, `output_text`, `text`, `password`,
-//! `token`, `secret` or `key` are replaced with `[REDACTED]` ([`DEFAULT_REDACT_KEYS`]), on spans
-//! and events alike. String values longer than `OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT` (else
-//! `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`) characters are cut to it, on a character boundary, on
-//! spans and events alike.
+//! `token`, `secret` or `key` are replaced with `[REDACTED]` ([`DEFAULT_REDACT_KEYS`], or the
+//! keys given to [`TelemetryBuilder::redact_keys`](crate::TelemetryBuilder::redact_keys)), on
+//! spans and events alike. String values longer than `OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT`
+//! (else `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`) characters are cut to it, on a character boundary,
+//! on spans and events alike; redaction comes first, as in Python (limit 8: `[REDACTE`).
 //!
 //! Spans and events raised while OpenTelemetry telemetry is suppressed on the thread (an
 //! exporter at work: nemo-lens exports in a suppressed scope) are not recorded, so an exporter
@@ -66,7 +67,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 use crate::closer::OpenSpans;
 use crate::export::batch::SpanQueue;
-use crate::fields::{EventValues, SpanAttributes, SpanFields};
+use crate::fields::{EventValues, SpanAttributes, SpanFields, TextRules};
 use crate::filter::LensFilter;
 use crate::groups::declared_group;
 use crate::ids;
@@ -97,8 +98,8 @@ pub(crate) struct Pipeline {
     /// The [fork generation](crate::ids) the pipeline was built in; in a forked child (another
     /// generation) the pipeline is inherited and the layer records nothing through it.
     pub(crate) generation: u64,
-    /// Longest string attribute value, in characters (`OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT`).
-    pub(crate) value_limit: Option<usize>,
+    /// Redaction and the longest string attribute value (`OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT`).
+    pub(crate) text: TextRules,
     /// Where finished records go.
     pub(crate) sink: RecordSink,
     pub(crate) limits: Limits,
@@ -122,7 +123,7 @@ impl Pipeline {
     pub(crate) fn new(
         tracer: SdkTracer,
         default_parent: Option<Context>,
-        value_limit: Option<usize>,
+        text: TextRules,
         queue: Option<SpanQueue>,
         rank_sampler: bool,
     ) -> Self {
@@ -138,7 +139,7 @@ impl Pipeline {
             open: OpenSpans::default(),
             default_parent,
             generation: ids::fork_generation(),
-            value_limit,
+            text,
             sink,
             limits: Limits::from_env(),
             parent_based: !rank_sampler,
@@ -205,9 +206,13 @@ impl Pipeline {
     /// Records a panic on the innermost open span among `scope` (span ids, innermost first),
     /// without waiting on any lock for long (the panic hook).
     pub(crate) fn record_panic(&self, scope: &[Id], message: &str) {
+        let limit = self.text.limit;
+        let message = crate::fields::truncate_chars(message.to_string(), limit);
+        let stacktrace =
+            crate::fields::captured_backtrace(limit, crate::fields::UserFrames::AfterPanic);
         for id in scope {
             if let Some(state) = self.open.find(id)
-                && state.record_exception("panic", message, self.limits)
+                && state.record_exception("panic", &message, stacktrace.as_deref(), self.limits)
             {
                 return;
             }
@@ -484,11 +489,6 @@ where
         }
     }
 
-    #[inline]
-    fn value_limit(&self) -> Option<usize> {
-        self.pipeline.as_ref().and_then(|p| p.value_limit)
-    }
-
     fn parent(
         &self,
         pipeline: &Pipeline,
@@ -571,7 +571,7 @@ where
             // panic drops it, and nothing else ever saw it).
             if let Some(record) = Arc::get_mut(&mut state).and_then(|s| s.record.get_mut().as_mut())
             {
-                record.read_fields(attrs, pipeline.value_limit);
+                record.read_fields(attrs, &pipeline.text);
                 if let Some(link) = link {
                     record.push_link(link, Vec::new(), pipeline.limits);
                 }
@@ -597,7 +597,7 @@ where
         };
         // User code runs here, before any lock is taken.
         let mut attributes = SpanAttributes::new();
-        let reserved = SpanFields::read_record(values, &mut attributes, pipeline.value_limit);
+        let reserved = SpanFields::read_record(values, &mut attributes, &pipeline.text);
         if std::thread::panicking() {
             if let Some(state) = self.state_while_panicking(id) {
                 state.record_fields(attributes, reserved);
@@ -646,7 +646,7 @@ where
         };
         if std::thread::panicking() {
             if let Some(state) = self.state_while_panicking(&span_ref.id()) {
-                state.add_event(EventValues::of(event, self.value_limit()), pipeline.limits);
+                state.add_event(EventValues::of(event, &pipeline.text), pipeline.limits);
             }
             return;
         }
@@ -659,7 +659,7 @@ where
             }
         };
         // User code (`Display`/`Debug` of the fields) runs here, with no lock held.
-        let values = EventValues::of(event, self.value_limit());
+        let values = EventValues::of(event, &pipeline.text);
         state.add_event(values, pipeline.limits);
     }
 

@@ -9,12 +9,23 @@
 //! What a record carries:
 //!
 //! * the severity (`TRACE` … `ERROR`), the target, the `message` as body and every other field as
-//!   an attribute, plus `code.namespace` / `code.filepath` / `code.lineno` (the Python
-//!   `LoggingHandler` adds the same `code.*` attributes);
+//!   an attribute, then, after them, `code.file.path`, `code.function.name` and `code.line.number`,
+//!   the attributes and the order of the Python `LoggingHandler`. `code.function.name` is the
+//!   module path (`trainer::data`): a `tracing` callsite knows its module, file and line, never
+//!   its function. (`opentelemetry-appender-tracing` writes `code.namespace`, `code.filepath`,
+//!   `code.filename` and `code.lineno` before the fields; the bridge's log record renames and
+//!   moves them);
+//! * an empty `event_name`, as Python's, unless the event was named
+//!   (`tracing::info!(name: "ckpt.saved", ...)`): the name `tracing` gives every unnamed event
+//!   (`event src/x.rs:17`) and tracing-log's `log event` are not written;
 //! * the trace and span id of the innermost span the lens layer records, so a log line links to
 //!   its step in the trace;
-//! * string values under the [redaction keys](crate::fields::DEFAULT_REDACT_KEYS) replaced with
-//!   `[REDACTED]`, as for span attributes.
+//! * string values under the [redaction keys](crate::fields::DEFAULT_REDACT_KEYS) (or the
+//!   application's own, [`TelemetryBuilder::redact_keys`](crate::TelemetryBuilder::redact_keys))
+//!   replaced with `[REDACTED]`, as for span attributes; then every string attribute cut to
+//!   `OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT` (else `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`)
+//!   characters, as Python's `LogLimits` (so with a limit of 8 a redacted value reads
+//!   `[REDACTE`).
 //!
 //! Which events are bridged is decided once per callsite by [`LogFilter`]: events at or above
 //! `logs_level` (`NEMO_LENS_LOGS_LEVEL`, default `info`), never those of the exporters' own
@@ -61,27 +72,29 @@ use tracing_subscriber::filter::Filtered;
 use tracing_subscriber::layer::{Context as LayerContext, Filter};
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::fields::{REDACTED, is_redacted};
+use crate::fields::{TextRules, truncate_chars};
 use crate::filter::is_internal_target;
 use crate::groups::{GroupGate, declared_group};
 use crate::recording::recorded_span_context;
+use crate::semconv;
 
 thread_local! {
     /// The span context of the event being bridged on this thread (set around the bridge call).
     static EVENT_SPAN: Cell<Option<(TraceId, SpanId, TraceFlags)>> = const { Cell::new(None) };
 }
 
-/// A logger provider that hands out [`LensLogger`]s: the SDK provider plus redaction and span
-/// correlation.
+/// A logger provider that hands out [`LensLogger`]s: the SDK provider plus redaction, the
+/// value length limit and span correlation.
 #[derive(Clone, Debug)]
 pub(crate) struct LensLoggerProvider {
     inner: SdkLoggerProvider,
+    text: TextRules,
 }
 
 impl LensLoggerProvider {
-    /// Wraps an SDK logger provider.
-    pub(crate) fn new(inner: SdkLoggerProvider) -> Self {
-        LensLoggerProvider { inner }
+    /// Wraps an SDK logger provider; `text` redacts and cuts string attributes.
+    pub(crate) fn new(inner: SdkLoggerProvider, text: TextRules) -> Self {
+        LensLoggerProvider { inner, text }
     }
 
     /// The SDK provider (flush, shutdown).
@@ -95,6 +108,7 @@ impl LoggerProvider for LensLoggerProvider {
     fn logger_with_scope(&self, scope: InstrumentationScope) -> LensLogger {
         LensLogger {
             inner: self.inner.logger_with_scope(scope),
+            text: self.text.clone(),
         }
     }
 }
@@ -104,6 +118,7 @@ impl LoggerProvider for LensLoggerProvider {
 #[derive(Clone, Debug)]
 pub(crate) struct LensLogger {
     inner: SdkLogger,
+    text: TextRules,
 }
 
 impl Logger for LensLogger {
@@ -113,14 +128,21 @@ impl Logger for LensLogger {
         let mut record = self.inner.create_log_record();
         // The time of the event, as Python's `LogRecord.created`.
         record.set_timestamp(SystemTime::now());
-        LensLogRecord(record)
+        LensLogRecord {
+            record,
+            // The default redaction set is `None` inside: no reference count to touch.
+            text: self.text.clone(),
+            code: CodeAttributes::default(),
+        }
     }
 
     fn emit(&self, mut record: LensLogRecord) {
         if let Some((trace_id, span_id, flags)) = EVENT_SPAN.with(Cell::get) {
-            record.0.set_trace_context(trace_id, span_id, Some(flags));
+            record
+                .record
+                .set_trace_context(trace_id, span_id, Some(flags));
         }
-        self.inner.emit(record.0)
+        self.inner.emit(record.finish())
     }
 
     fn event_enabled(&self, level: Severity, target: &str, name: Option<&str>) -> bool {
@@ -128,34 +150,99 @@ impl Logger for LensLogger {
     }
 }
 
-/// An SDK log record whose string attributes under a redaction key become `[REDACTED]`.
+/// The source-code attributes the appender writes before the event's fields, kept aside to be
+/// written after them under Python's names.
+#[derive(Debug, Default)]
+struct CodeAttributes {
+    function: Option<AnyValue>,
+    file: Option<AnyValue>,
+    line: Option<AnyValue>,
+    /// The appender's metadata attributes are over (`code.lineno` is its last, and any other
+    /// key is a field): a field of the same name is the user's own.
+    done: bool,
+}
+
+/// Whether `name` is the name `tracing` gives an event nobody named (`event <file>:<line>`),
+/// or tracing-log's name for `log` records (`log event`).
+fn is_default_event_name(name: &str) -> bool {
+    name == "log event"
+        || name.strip_prefix("event ").is_some_and(|rest| {
+            rest.rsplit_once(':')
+                .is_some_and(|(file, line)| !file.is_empty() && line.parse::<u32>().is_ok())
+        })
+}
+
+/// An SDK log record as Python writes it: string attributes under a redaction key become
+/// `[REDACTED]` and every string attribute is cut to the log value length limit; the source
+/// location comes after the fields as `code.file.path`, `code.function.name`,
+/// `code.line.number`; the event name is empty unless the user named the event.
 #[derive(Debug)]
-pub(crate) struct LensLogRecord(SdkLogRecord);
+pub(crate) struct LensLogRecord {
+    record: SdkLogRecord,
+    text: TextRules,
+    code: CodeAttributes,
+}
+
+impl LensLogRecord {
+    /// The SDK record, with the source location appended after the fields.
+    fn finish(mut self) -> SdkLogRecord {
+        let code = std::mem::take(&mut self.code);
+        for (key, value) in [
+            (semconv::CODE_FILE_PATH, code.file),
+            (semconv::CODE_FUNCTION_NAME, code.function),
+            (semconv::CODE_LINE_NUMBER, code.line),
+        ] {
+            if let Some(value) = value {
+                self.push(Key::from_static_str(key), value);
+            }
+        }
+        self.record
+    }
+
+    /// Adds an attribute, redacted and cut.
+    fn push(&mut self, key: Key, value: AnyValue) {
+        let value = match value {
+            AnyValue::String(_) if self.text.redact.contains(key.as_str()) => {
+                AnyValue::from(self.text.redacted())
+            }
+            AnyValue::String(s) => match self.text.limit {
+                Some(limit) if s.as_str().len() > limit => {
+                    AnyValue::from(truncate_chars(String::from(s), Some(limit)))
+                }
+                _ => AnyValue::String(s),
+            },
+            other => other,
+        };
+        self.record.add_attribute(key, value);
+    }
+}
 
 impl LogRecord for LensLogRecord {
     fn set_event_name(&mut self, name: &'static str) {
-        self.0.set_event_name(name)
+        if !is_default_event_name(name) {
+            self.record.set_event_name(name)
+        }
     }
     fn set_target<T>(&mut self, target: T)
     where
         T: Into<Cow<'static, str>>,
     {
-        self.0.set_target(target)
+        self.record.set_target(target)
     }
     fn set_timestamp(&mut self, timestamp: SystemTime) {
-        self.0.set_timestamp(timestamp)
+        self.record.set_timestamp(timestamp)
     }
     fn set_observed_timestamp(&mut self, timestamp: SystemTime) {
-        self.0.set_observed_timestamp(timestamp)
+        self.record.set_observed_timestamp(timestamp)
     }
     fn set_severity_text(&mut self, text: &'static str) {
-        self.0.set_severity_text(text)
+        self.record.set_severity_text(text)
     }
     fn set_severity_number(&mut self, number: Severity) {
-        self.0.set_severity_number(number)
+        self.record.set_severity_number(number)
     }
     fn set_body(&mut self, body: AnyValue) {
-        self.0.set_body(body)
+        self.record.set_body(body)
     }
     fn add_attributes<I, K, V>(&mut self, attributes: I)
     where
@@ -174,11 +261,26 @@ impl LogRecord for LensLogRecord {
     {
         let key = key.into();
         let value = value.into();
-        if matches!(value, AnyValue::String(_)) && is_redacted(key.as_str()) {
-            self.0.add_attribute(key, AnyValue::from(REDACTED));
-        } else {
-            self.0.add_attribute(key, value);
+        if !self.code.done {
+            let code = &mut self.code;
+            let slot = match key.as_str() {
+                semconv::CODE_NAMESPACE => &mut code.function,
+                semconv::CODE_FILEPATH => &mut code.file,
+                // Python writes no file name apart from the path.
+                "code.filename" => return,
+                semconv::CODE_LINENO => {
+                    code.done = true;
+                    &mut code.line
+                }
+                _ => {
+                    code.done = true;
+                    return self.push(key, value);
+                }
+            };
+            *slot = Some(value);
+            return;
         }
+        self.push(key, value);
     }
     fn set_trace_context(
         &mut self,
@@ -186,7 +288,8 @@ impl LogRecord for LensLogRecord {
         span_id: SpanId,
         trace_flags: Option<TraceFlags>,
     ) {
-        self.0.set_trace_context(trace_id, span_id, trace_flags)
+        self.record
+            .set_trace_context(trace_id, span_id, trace_flags)
     }
 }
 

@@ -59,7 +59,9 @@ use tracing_core::{Event as TracingEvent, Subscriber};
 use tracing_subscriber::layer::Context as LayerContext;
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::fields::{EventValues, Reserved, SpanAttributes, SpanFields};
+use crate::fields::{
+    EventValues, Reserved, SpanAttributes, SpanFields, TextRules, exception_attributes,
+};
 use crate::{ids, semconv};
 
 /// How long the panic hook and the closer wait for a record's lock before giving up on it.
@@ -190,9 +192,9 @@ impl SpanRecord {
     pub(crate) fn read_fields(
         &mut self,
         attrs: &tracing_core::span::Attributes<'_>,
-        limit: Option<usize>,
+        rules: &TextRules,
     ) {
-        let reserved = SpanFields::read_new_span(attrs, &mut self.attributes, limit);
+        let reserved = SpanFields::read_new_span(attrs, &mut self.attributes, rules);
         if reserved.is_set() {
             self.apply(reserved);
         }
@@ -383,13 +385,14 @@ impl SpanState {
         true
     }
 
-    /// Adds an `exception` event of type `kind` and sets the status `ERROR` (the panic hook:
-    /// never waits more than [`LOCK_PATIENCE`] for the lock). `false` when the span is not
-    /// open.
+    /// Adds an `exception` event of type `kind` (`exception.escaped = "True"`: a panic unwinds
+    /// out of the span) and sets the status `ERROR` (the panic hook: never waits more than
+    /// [`LOCK_PATIENCE`] for the lock). `false` when the span is not open.
     pub(crate) fn record_exception(
         &self,
         kind: &'static str,
         message: &str,
+        stacktrace: Option<&str>,
         limits: Limits,
     ) -> bool {
         let Some(mut guard) = self.record.try_lock_for(LOCK_PATIENCE) else {
@@ -402,10 +405,13 @@ impl SpanState {
             Event::new(
                 semconv::EXCEPTION_EVENT,
                 SystemTime::now(),
-                vec![
-                    KeyValue::new(semconv::EXCEPTION_TYPE, kind),
-                    KeyValue::new(semconv::EXCEPTION_MESSAGE, message.to_string()),
-                ],
+                exception_attributes(
+                    kind.to_string(),
+                    message.to_string(),
+                    stacktrace.map(str::to_string),
+                    true,
+                    0,
+                ),
                 0,
             ),
             limits,

@@ -270,11 +270,21 @@ pub const THREAD_NAME: &str = "thread.name";
 // ------------------------------------------------------------------------------------------
 // Source code (OpenTelemetry semantic conventions), written on bridged log records
 
-/// `code.namespace`: the module of the code that emitted a log record.
+/// `code.file.path`: the source file of the code that emitted a log record (the path the
+/// compiler gave the callsite, as `file!()`).
+pub const CODE_FILE_PATH: &str = "code.file.path";
+/// `code.function.name`: the function that emitted a log record. Python writes the function's
+/// name; a `tracing` callsite knows no function, so Rust writes its module path
+/// (`trainer::data`).
+pub const CODE_FUNCTION_NAME: &str = "code.function.name";
+/// `code.line.number`: the source line of the code that emitted a log record (integer).
+pub const CODE_LINE_NUMBER: &str = "code.line.number";
+/// `code.namespace`: older name of the module attribute, which `opentelemetry-appender-tracing`
+/// writes; nemo-lens writes [`CODE_FUNCTION_NAME`] instead, as Python does.
 pub const CODE_NAMESPACE: &str = "code.namespace";
-/// `code.filepath`: the source file of the code that emitted a log record.
+/// `code.filepath`: older name of [`CODE_FILE_PATH`] (not written by nemo-lens).
 pub const CODE_FILEPATH: &str = "code.filepath";
-/// `code.lineno`: the source line of the code that emitted a log record.
+/// `code.lineno`: older name of [`CODE_LINE_NUMBER`] (not written by nemo-lens).
 pub const CODE_LINENO: &str = "code.lineno";
 
 // ------------------------------------------------------------------------------------------
@@ -283,10 +293,23 @@ pub const CODE_LINENO: &str = "code.lineno";
 
 /// `exception`: the name of the span event that records an error or a panic.
 pub const EXCEPTION_EVENT: &str = "exception";
-/// `exception.message`: the error or panic message.
+/// `exception.message`: the error or panic message, cut to the value length limit.
 pub const EXCEPTION_MESSAGE: &str = "exception.message";
-/// `exception.type`: the kind of exception (`panic` for a Rust panic).
+/// `exception.type`: the kind of exception. Rust errors carry no runtime type name, so on an
+/// `ERROR` event it is, in this order: an explicit `exception.type` field
+/// (`error!(exception.type = "DataError", "...")`, then not also a plain attribute); for an
+/// error recorded with `Debug` (`#[instrument(err(Debug))]`, `error = ?e`, or a `dyn Error`
+/// field) the type name its `Debug` text starts with (`NotFound`, `Os`, `ConfigError`); else
+/// `"Error"`. A panic is `"panic"`.
 pub const EXCEPTION_TYPE: &str = "exception.type";
+/// `exception.stacktrace`: the backtrace, written only when one is captured
+/// (`RUST_BACKTRACE` / `RUST_LIB_BACKTRACE` set, as `std::backtrace::Backtrace::capture`),
+/// cut to the value length limit.
+pub const EXCEPTION_STACKTRACE: &str = "exception.stacktrace";
+/// `exception.escaped`: the string `"False"` for an `ERROR` event (the error is recorded and
+/// the span goes on, as Python's `managed_span`), `"True"` for a panic (it unwinds out of the
+/// span). A string, as in Python's output.
+pub const EXCEPTION_ESCAPED: &str = "exception.escaped";
 
 // ------------------------------------------------------------------------------------------
 // Weights & Biases Weave (wandb.*) — NeMo custom

@@ -98,7 +98,9 @@ fn records_have_the_python_layout_and_the_span_ids() {
     assert_eq!(warn["severity_text"], "WARN");
     assert_eq!(warn["attributes"]["loss"], 7.5);
     assert_eq!(warn["attributes"]["retries"], 2);
-    assert_eq!(warn["attributes"]["code.namespace"], "logs");
+    // The module path, under Python's `code.function.name` (see tests/log_records.rs).
+    assert_eq!(warn["attributes"]["code.function.name"], "logs");
+    assert_eq!(warn["event_name"], "");
     assert_eq!(warn["trace_flags"], 3); // sampled + W3C random, as Python
     assert_eq!(warn["resource"]["attributes"]["dl.rank"], 2);
     let ts = warn["timestamp"].as_str().unwrap();

@@ -33,10 +33,10 @@ use tracing_subscriber::registry::LookupSpan;
 
 use super::Shared;
 use super::ring::{ATTRS, Attr, END_WORD, INLINE, Kind, Record, WORDS};
+use crate::fields::{REDACTED, RedactKeys};
 use crate::filter::interest;
 use crate::groups::{GROUP_FIELD_PREFIX, declared_group};
 use crate::ids;
-use crate::layer::{DEFAULT_REDACT_KEYS, REDACTED};
 
 /// The per-layer filter of [`RecorderLayer`]; see the [module docs](self).
 #[derive(Clone)]
@@ -231,7 +231,7 @@ where
             start_ns: super::unix_ns(),
             ..Record::default()
         };
-        attrs.record(&mut AttrVisitor(&mut record));
+        attrs.record(&mut AttrVisitor(&mut record, &shared.redact));
         if shared.open.insert(id.into_u64(), &record).is_none() {
             shared.dropped.fetch_add(1, Ordering::Relaxed);
         }
@@ -243,7 +243,7 @@ where
             return;
         };
         if let Some(mut record) = shared.open.read(slot) {
-            values.record(&mut AttrVisitor(&mut record));
+            values.record(&mut AttrVisitor(&mut record, &shared.redact));
             shared.open.write(slot, &record);
         }
     }
@@ -268,7 +268,7 @@ where
 
 /// Writes field values into a record's fixed attribute slots (a later value of a field replaces
 /// the earlier one; fields beyond [`ATTRS`] are not kept).
-struct AttrVisitor<'a>(&'a mut Record);
+struct AttrVisitor<'a>(&'a mut Record, &'a RedactKeys);
 
 impl AttrVisitor<'_> {
     fn put(&mut self, field: &Field, kind: Kind, fill: impl FnOnce(&mut Attr)) {
@@ -340,7 +340,7 @@ impl Visit for AttrVisitor<'_> {
         self.number(field, Kind::Bool, u64::from(value));
     }
     fn record_str(&mut self, field: &Field, value: &str) {
-        let value = if DEFAULT_REDACT_KEYS.contains(&field.name()) {
+        let value = if self.1.contains(field.name()) {
             REDACTED
         } else {
             value
@@ -350,7 +350,7 @@ impl Visit for AttrVisitor<'_> {
         });
     }
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        if DEFAULT_REDACT_KEYS.contains(&field.name()) {
+        if self.1.contains(field.name()) {
             return self.record_str(field, REDACTED);
         }
         self.put(field, Kind::Str, |a| {

@@ -118,6 +118,7 @@ pub use self::ring::{ATTRS, INLINE, OPEN_SLOTS, SLOT_BYTES};
 use self::ring::{OpenTable, Record, Ring};
 use crate::LensConfig;
 use crate::error::Result;
+use crate::fields::RedactKeys;
 use crate::filter::LensFilter;
 use crate::groups::{self, GroupGate};
 
@@ -141,6 +142,8 @@ pub(crate) struct Shared {
     /// Recorded groups (plus `step` with a control file, to count steps).
     pub(crate) groups: Vec<String>,
     pub(crate) lens: LensFilter,
+    /// The keys whose string values are recorded as `[REDACTED]`.
+    pub(crate) redact: RedactKeys,
     pub(crate) ring: Ring,
     pub(crate) open: OpenTable,
     next_id: AtomicU64,
@@ -329,6 +332,7 @@ impl Plan {
         resource: &opentelemetry_sdk::Resource,
         gate: Arc<GroupGate>,
         lens: LensFilter,
+        redact: RedactKeys,
     ) -> Result<FlightRecorder> {
         let rc = &config.flight_recorder;
         let digest = Md5::digest(config.run_id.as_bytes());
@@ -337,6 +341,7 @@ impl Plan {
         let shared = Arc::new(Shared {
             groups: self.groups,
             lens,
+            redact,
             ring: Ring::new(rc.capacity),
             open: OpenTable::new(),
             next_id: AtomicU64::new(1),

@@ -23,6 +23,7 @@ use crate::export::DropCounters;
 use crate::export::batch::QueueConfig;
 use crate::export::budget;
 use crate::export::otlp::{self, Signal};
+use crate::fields::{RedactKeys, TextRules};
 use crate::filter::LensFilter;
 use crate::groups::{self, GroupGate};
 use crate::ids;
@@ -89,6 +90,8 @@ pub struct TelemetryBuilder {
     lookup: Lookup,
     /// `unknown_rank`, `unknown_world_size`, `no_random_run_id`.
     unknown: Unknown,
+    /// [`TelemetryBuilder::redact_keys`] (default: [`crate::DEFAULT_REDACT_KEYS`]).
+    redact: RedactKeys,
 }
 
 /// Which parts of its identity a process said it does not know.
@@ -132,6 +135,7 @@ impl TelemetryBuilder {
             provider_builder: None,
             lookup: Box::new(crate::env::process_var),
             unknown: Unknown::default(),
+            redact: RedactKeys::default(),
         }
     }
 
@@ -349,6 +353,43 @@ impl TelemetryBuilder {
         self
     }
 
+    /// The keys whose string values are written as `[REDACTED]`, replacing the default set
+    /// ([`DEFAULT_REDACT_KEYS`](crate::DEFAULT_REDACT_KEYS), as Python's `redact_keys=` argument replaces it): span
+    /// attributes, span events and bridged log records alike (exact, case-sensitive match).
+    /// Pass an empty list to redact nothing. To extend the default set instead, chain it:
+    ///
+    /// ```
+    /// use nemo_lens::{DEFAULT_REDACT_KEYS, LensConfig, Telemetry};
+    /// use opentelemetry_sdk::trace::InMemorySpanExporter;
+    /// use tracing_subscriber::prelude::*;
+    ///
+    /// let spans = InMemorySpanExporter::default();
+    /// let config = LensConfig::default().with_enabled(true).with_export_strategy("all_ranks");
+    /// let telemetry = Telemetry::builder(config)
+    ///     .install_globals(false)
+    ///     .span_exporter(spans.clone())
+    ///     .redact_keys(DEFAULT_REDACT_KEYS.iter().copied().chain(["api_key"]))
+    ///     .build()?;
+    /// tracing::subscriber::with_default(tracing_subscriber::registry().with(telemetry.layer()), || {
+    ///     tracing::info_span!("call", api_key = "sk-123", token = "t", model = "m").in_scope(|| {});
+    /// });
+    /// telemetry.force_flush()?;
+    /// let span = &spans.get_finished_spans().unwrap()[0];
+    /// let value = |k: &str| span.attributes.iter().find(|kv| kv.key.as_str() == k).unwrap().value.to_string();
+    /// assert_eq!(value("api_key"), "[REDACTED]");
+    /// assert_eq!(value("token"), "[REDACTED]"); // still in the (extended) default set
+    /// assert_eq!(value("model"), "m");
+    /// # Ok::<(), nemo_lens::LensError>(())
+    /// ```
+    pub fn redact_keys<I, K>(mut self, keys: I) -> Self
+    where
+        I: IntoIterator<Item = K>,
+        K: Into<String>,
+    {
+        self.redact = RedactKeys::custom(keys);
+        self
+    }
+
     /// Builds the tracer provider from the application's own `builder` (its processors,
     /// exporters, sampler and resource) instead of an empty one. Lens adds its ID generator
     /// (replacing the builder's), the rank sampler when enabled, the processors of
@@ -417,6 +458,7 @@ impl TelemetryBuilder {
             provider_builder,
             lookup,
             unknown,
+            redact,
         } = self;
         config.validate()?;
         // `OTEL_SDK_DISABLED=true` (the OpenTelemetry SDK switch, as Python's SDK reads it:
@@ -469,14 +511,21 @@ impl TelemetryBuilder {
         // Read on the exporting rank only (the one rank that uses them: a value a job-wide
         // environment sets for Python ranks never stops the others), before anything global is
         // touched.
-        let (mut batch, mut log_batch, value_limit) = if config.enabled && decision {
+        let (mut batch, mut log_batch, value_limit, log_value_limit) = if config.enabled && decision
+        {
             (
                 QueueConfig::from_env("OTEL_BSP", &*lookup)?,
                 QueueConfig::from_env_over("OTEL_BLRP", QueueConfig::logs_default(), &*lookup)?,
                 crate::env::value_length_limit(Env::new(&*lookup))?,
+                crate::env::log_value_length_limit(Env::new(&*lookup))?,
             )
         } else {
-            (QueueConfig::default(), QueueConfig::logs_default(), None)
+            (
+                QueueConfig::default(),
+                QueueConfig::logs_default(),
+                None,
+                None,
+            )
         };
         if config.enabled {
             // Memory bounded in bytes: the queues' budget, and their rings kept within it.
@@ -591,7 +640,10 @@ impl TelemetryBuilder {
                     exporter: span_exporter,
                     settings,
                     recording,
-                    value_limit,
+                    text: TextRules {
+                        limit: value_limit,
+                        redact: redact.clone(),
+                    },
                     trace_per: trace_per.clone(),
                     provider_builder,
                     install_global: install_globals,
@@ -618,6 +670,10 @@ impl TelemetryBuilder {
                     resource.clone(),
                     log_exporter,
                     &log_settings,
+                    TextRules {
+                        limit: log_value_limit,
+                        redact: redact.clone(),
+                    },
                 )?;
             }
             if install_globals {
@@ -656,6 +712,7 @@ impl TelemetryBuilder {
                     &resource,
                     gate.clone(),
                     filter.clone(),
+                    redact,
                 )?)
             }
             None => None,

@@ -490,8 +490,9 @@ impl Telemetry {
     /// installed before it (by default the one that prints the message):
     ///
     /// * the innermost span the lens layer records on that thread gets an `exception` event
-    ///   (`exception.type = "panic"`, `exception.message` = the panic message and location) and the
-    ///   status `ERROR`;
+    ///   (`exception.type = "panic"`, `exception.message` = the panic message and location,
+    ///   `exception.stacktrace` from the panicking frame down when a backtrace is captured
+    ///   (`RUST_BACKTRACE`), `exception.escaped = "True"`) and the status `ERROR`;
     /// * when the panic ends the process (a panic on the thread named `main`, or any panic under
     ///   `panic = "abort"`), every open span is then ended as truncated (reason `"process
     ///   panicked"`) and the telemetry is shut down, flushing everything queued, within

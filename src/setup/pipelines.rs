@@ -30,6 +30,7 @@ use crate::export::{
     ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ConsoleWriter,
     CountedMetricExporter, MessageLimit, resolve_path,
 };
+use crate::fields::TextRules;
 use crate::ids::ChaChaIdGenerator;
 use crate::layer::Pipeline;
 use crate::logs::LensLoggerProvider;
@@ -74,7 +75,8 @@ pub(super) struct TraceParts {
     pub(super) settings: ExportSettings,
     /// Whether the layer records (false on a rank the rank sampler leaves out).
     pub(super) recording: bool,
-    pub(super) value_limit: Option<usize>,
+    /// Redaction and the span attribute value length limit.
+    pub(super) text: TextRules,
     /// Groups whose spans each start a trace (`NEMO_LENS_TRACE_PER`), lower-case.
     pub(super) trace_per: Vec<String>,
     /// The application's own provider builder ([`TelemetryBuilder::tracer_provider`]).
@@ -163,7 +165,7 @@ impl Built {
                 Pipeline::new(
                     provider.tracer(SCOPE_NAME),
                     propagation::env_parent(&|k| env.raw(k)),
-                    parts.value_limit,
+                    parts.text,
                     parts.settings.span_queue.get().cloned(),
                     config.sampler_enabled,
                 )
@@ -219,6 +221,7 @@ impl Built {
     }
 
     /// Builds the logger provider the layer bridges events into.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn logs(
         &mut self,
         config: &LensConfig,
@@ -227,6 +230,7 @@ impl Built {
         resource: Resource,
         exporter: Option<LogExporterFactory>,
         settings: &ExportSettings,
+        text: TextRules,
     ) -> Result<()> {
         let provider = match exporter {
             Some(make) => make(resource, settings)?,
@@ -242,7 +246,7 @@ impl Built {
                 }
             },
         };
-        self.logger_provider = Some(LensLoggerProvider::new(provider));
+        self.logger_provider = Some(LensLoggerProvider::new(provider, text));
         Ok(())
     }
 }

@@ -28,10 +28,11 @@ use super::writer::ConsoleWriter;
 ///
 /// ```text
 /// {"body": "loss spiked", "severity_number": 13, "severity_text": "WARN",
-///  "attributes": {"loss": 7.5, "code.namespace": "trainer", ...}, "dropped_attributes": 0,
+///  "attributes": {"loss": 7.5, "code.file.path": "src/main.rs", "code.function.name": "trainer",
+///  "code.line.number": 42}, "dropped_attributes": 0,
 ///  "timestamp": "2026-11-29T23:59:01.123456Z", "observed_timestamp": "2026-11-29T23:59:01.123460Z",
 ///  "trace_id": "0x5b8e…", "span_id": "0x0e1f…", "trace_flags": 3,
-///  "resource": {"attributes": {...}, "schema_url": ""}, "event_name": "event src/main.rs:42"}
+///  "resource": {"attributes": {...}, "schema_url": ""}, "event_name": ""}
 /// ```
 /// (one line in the output; wrapped here). As in Python, a record outside any span has the
 /// all-zero trace and span ids and `trace_flags` 0, `attributes` is `null` when empty, and a record
