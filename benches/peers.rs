@@ -5,6 +5,7 @@
 //! ```sh
 //! cargo bench --bench peers                          # every wiring, prints the Markdown table
 //! cargo bench --bench peers -- opentelemetry lens    # wirings whose name contains a word
+//! cargo bench --all-features --bench peers -- =lens_exported =lens_opentelemetry_layer  # exact names
 //! cargo test --bench peers                           # smoke test: every wiring, 2 ms samples
 //! ```
 //!
@@ -33,6 +34,7 @@
 //! | `plain_tracing_opentelemetry_lean` | the same without inactivity tracking, thread, location and target |
 //! | `lens_exported` | registry + lens layer exporting every group, its own batch processor |
 //! | `lens_exported_no_context_activation` | the same with `context_activation(false)` |
+//! | `lens_opentelemetry_layer` | registry + `Telemetry::opentelemetry_layer()` (feature `tracing-opentelemetry`; the row is absent without it), lens tracer, the `lens_exported` settings |
 //! | `fastrace` | fastrace, the `i64` as a string property, discarding reporter every 10 ms |
 //! | `fastrace_no_property` | the same without a property |
 //!
@@ -161,7 +163,8 @@ const SAMPLE_MS: u64 = 200;
 const FASTRACE_TRACE_LEN: u64 = 100;
 
 /// Every wiring of the table, in its row order.
-const PEERS: [Peer; 11] = [
+/// `lens_opentelemetry_layer` only with the `tracing-opentelemetry` feature.
+const PEERS: &[Peer] = &[
     Peer::Tracing(Wiring::NoSubscriber),
     Peer::Tracing(Wiring::LensNonExporting),
     Peer::Tracing(Wiring::LensDisabledGroup),
@@ -171,6 +174,8 @@ const PEERS: [Peer; 11] = [
     Peer::Tracing(Wiring::PlainOtelLean),
     Peer::Tracing(Wiring::LensExported),
     Peer::Tracing(Wiring::LensExportedNoActivation),
+    #[cfg(feature = "tracing-opentelemetry")]
+    Peer::Tracing(Wiring::LensOtelLayer),
     Peer::Fastrace { property: true },
     Peer::Fastrace { property: false },
 ];
@@ -208,6 +213,9 @@ impl Peer {
             Peer::Tracing(Wiring::LensExportedNoActivation) => {
                 "lens, exported, context activation off"
             }
+            Peer::Tracing(Wiring::LensOtelLayer) => {
+                "lens tracer via `opentelemetry_layer()` (tracing-opentelemetry feature), exported"
+            }
             Peer::Fastrace { property: true } => "fastrace (outside `tracing`), `i64` property",
             Peer::Fastrace { property: false } => "fastrace (outside `tracing`), no property",
         }
@@ -219,6 +227,7 @@ impl Peer {
             Peer::Tracing(
                 Wiring::LensExported
                     | Wiring::LensExportedNoActivation
+                    | Wiring::LensOtelLayer
                     | Wiring::PlainOtel
                     | Wiring::PlainOtelLean
             ) | Peer::Fastrace { .. }
@@ -226,7 +235,7 @@ impl Peer {
     }
 
     fn by_name(name: &str) -> Option<Peer> {
-        PEERS.into_iter().find(|p| p.name() == name)
+        PEERS.iter().copied().find(|p| p.name() == name)
     }
 }
 
@@ -649,9 +658,17 @@ fn driver(filters: &[String], bench: bool) {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         load_average()
     );
+    // A word selects the wirings whose name contains it; `=name` selects that wiring only.
+    let selected = |p: &Peer| {
+        filters.iter().any(|f| match f.strip_prefix('=') {
+            Some(exact) => p.name() == exact,
+            None => p.name().contains(f.as_str()),
+        })
+    };
     let rows: Vec<Row> = PEERS
-        .into_iter()
-        .filter(|p| filters.is_empty() || filters.iter().any(|f| p.name().contains(f.as_str())))
+        .iter()
+        .copied()
+        .filter(|p| filters.is_empty() || selected(p))
         .map(|p| {
             eprintln!("peers: {} ...", p.name());
             run_child(p, !bench)
@@ -737,6 +754,17 @@ fn print_ratios(rows: &[Row]) {
         lines.push(format!(
             "- lens exported, child / root: {r} (target <= 1.1x)"
         ));
+    }
+    for shape in [Shape::Root, Shape::Child] {
+        if let Some(r) = ratio(
+            get(Wiring::LensOtelLayer, shape),
+            get(Wiring::LensExported, shape),
+        ) {
+            lines.push(format!(
+                "- {}: opentelemetry_layer() / lens layer, both exported: {r} (no target)",
+                shape.name()
+            ));
+        }
     }
     for off in [Wiring::LensNonExporting, Wiring::LensDisabledGroup] {
         if let Some(r) = ratio(

@@ -136,7 +136,9 @@ impl SdkSpanCloser {
     }
 
     /// Keeps a copy of `span` (sampled spans only; never lens-layer spans).
-    #[inline]
+    ///
+    /// Never inlined, so that `benches/instructions.sh` can count its cost by name.
+    #[inline(never)]
     pub(crate) fn on_start(&self, span: &Span) {
         if self.skip() || !span.span_context().is_sampled() {
             return;
@@ -167,8 +169,8 @@ impl SdkSpanCloser {
     }
 
     /// Forgets the span that ended; `false` when it was exported as truncated already, so its
-    /// real end must be ignored.
-    #[inline]
+    /// real end must be ignored. Never inlined (see [`SdkSpanCloser::on_start`]).
+    #[inline(never)]
     pub(crate) fn on_end(&self, span: &SpanData) -> bool {
         if lens_build()
             || self.watched.load(Ordering::Relaxed) == 0
