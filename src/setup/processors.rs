@@ -187,10 +187,11 @@ impl Shared {
 impl SpanProcessor for SharedProcessors {
     #[inline]
     fn on_start(&self, span: &mut Span, cx: &Context) {
-        self.0.closer.on_start(span);
         for p in &self.0.processors {
             p.on_start(span, cx);
         }
+        // After the processors: the copy keeps what they add at start.
+        self.0.closer.on_start(span);
     }
     #[inline]
     fn on_end(&self, span: SpanData) {
