@@ -121,8 +121,10 @@
 //! | **lens, exported** | 565 ns (487 ns – 617 ns) | 628 ns (596 ns – 673 ns) | 504 ns / 626 ns | 3.9% |
 //! | lens tracer via `opentelemetry_layer()` (tracing-opentelemetry feature), exported | 2.53 µs (1.76 µs – 3.43 µs) | 2.01 µs (1.87 µs – 3.27 µs) | 2.41 µs / 1.92 µs | 3.0% |
 //!
-//! (A run 3 minutes earlier, before the closer's hash change below, gave 496 ns / 608 ns and
-//! 2.03 µs / 1.98 µs: the `opentelemetry_layer()` root median moves by 25% between runs.)
+//! Two other runs of the same pair, lens / `opentelemetry_layer()`, root and child medians: 19:31
+//! UTC, load 2.3-2.4, before the closer's hash change below: 496 ns / 608 ns and 2.03 µs / 1.98 µs;
+//! 19:43 UTC, load 0.9, the final code: 508 ns / 623 ns and 1.91 µs / 2.24 µs. The
+//! `opentelemetry_layer()` medians move by 25% between runs; the instruction counts do not.
 //!
 //! | instructions per span, training thread (callgrind) | root span | child of a long-lived span |
 //! |---|---|---|
@@ -132,7 +134,7 @@
 //! | tracing-opentelemetry, default options, SDK batch processor (for reference) | 7,991 | 8,302 |
 //!
 //! `opentelemetry_layer()` costs 3.1x (root) / 2.6x (child) the lens layer's instructions and
-//! 3.2x-4.8x its time: it builds the SDK span on the training thread (the lens layer builds it on
+//! 3.2x-4.8x its time across the three runs: it builds the SDK span on the training thread (the lens layer builds it on
 //! the worker). It costs about 3,700 instructions more than plain tracing-opentelemetry on the SDK's own
 //! provider: the SDK-span closer (2,265: copying the span's start data, `Span::exported_data`,
 //! ~940; the table insert ~215; its byte estimate ~200; at the end, freeing the copy ~540 and the
