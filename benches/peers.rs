@@ -106,43 +106,6 @@
 //! `examples/bench_pair` (two nested group-gated spans, the shape of issue 13's "4,644 instructions
 //! per exported span"): 4,131 instructions per exported span, 12 on a non-exporting rank.
 //!
-//! `Telemetry::opentelemetry_layer()` (feature `tracing-opentelemetry`) beside the lens layer: a
-//! separate, later run, 2026-11-30 19:34 UTC, same 2-vCPU AMD EPYC KVM VM, load average 2.1-2.2
-//! (lighter than the table above: compare these two rows with each other, not with it), rustc
-//! 1.95.0, this branch (SDK-span closer in). Both rows export every group through lens's batch
-//! processor to a discarding exporter; `lens_opentelemetry_layer` is tracing-opentelemetry 0.34's
-//! layer with its default options (inactivity tracking, thread, location and target attributes) on
-//! the lens tracer. Commands: `cargo bench --all-features --bench peers -- =lens_exported
-//! =lens_opentelemetry_layer` and `bash benches/instructions.sh 20000 lens_exported
-//! lens_opentelemetry_layer plain_tracing_opentelemetry`.
-//!
-//! | wiring | root span | child of a long-lived span | root / child, thread CPU time | spans dropped |
-//! |---|---|---|---|---|
-//! | **lens, exported** | 565 ns (487 ns – 617 ns) | 628 ns (596 ns – 673 ns) | 504 ns / 626 ns | 3.9% |
-//! | lens tracer via `opentelemetry_layer()` (tracing-opentelemetry feature), exported | 2.53 µs (1.76 µs – 3.43 µs) | 2.01 µs (1.87 µs – 3.27 µs) | 2.41 µs / 1.92 µs | 3.0% |
-//!
-//! Two other runs of the same pair, lens / `opentelemetry_layer()`, root and child medians: 19:31
-//! UTC, load 2.3-2.4, before the closer's hash change below: 496 ns / 608 ns and 2.03 µs / 1.98 µs;
-//! 19:43 UTC, load 0.9, the final code: 508 ns / 623 ns and 1.91 µs / 2.24 µs. The
-//! `opentelemetry_layer()` medians move by 25% between runs; the instruction counts do not.
-//!
-//! | instructions per span, training thread (callgrind) | root span | child of a long-lived span |
-//! |---|---|---|
-//! | **lens, exported** | 3,734 | 4,554 |
-//! | lens tracer via `opentelemetry_layer()` | 11,747 | 11,968 |
-//! | of which the SDK-span closer (`on_start` + `on_end`) | 1,557 + 708 = 2,265 | 1,557 + 708 = 2,265 |
-//! | tracing-opentelemetry, default options, SDK batch processor (for reference) | 7,991 | 8,302 |
-//!
-//! `opentelemetry_layer()` costs 3.1x (root) / 2.6x (child) the lens layer's instructions and
-//! 3.2x-4.8x its time across the three runs: it builds the SDK span on the training thread (the lens layer builds it on
-//! the worker). It costs about 3,700 instructions more than plain tracing-opentelemetry on the SDK's own
-//! provider: the SDK-span closer (2,265: copying the span's start data, `Span::exported_data`,
-//! ~940; the table insert ~215; its byte estimate ~200; at the end, freeing the copy ~540 and the
-//! lookup), lens's batch processor taking the `SpanData` (~885, its byte estimate ~480 of it) and
-//! the boxed tracer. The closer's cost is the price of truncating SDK spans at shutdown when the
-//! SDK lends a processor nothing to end later but a copy; lens-layer spans do not pay it (the
-//! worker builds them with the closer skipped: one thread-local read).
-//!
 //! Issue 13's targets on this run:
 //!
 //! | target | this run | |
@@ -166,6 +129,45 @@
 //! same per span, because the worker now builds it. The next steps are named in the
 //! `benches/spans.rs` header (a sharded open-span table, a cached context per span for activation,
 //! inline event attributes).
+//!
+//! `Telemetry::opentelemetry_layer()` (feature `tracing-opentelemetry`) beside the lens layer: a
+//! separate, later run, 2026-11-30 19:34 UTC, same 2-vCPU AMD EPYC KVM VM, load average 2.1-2.2
+//! (lighter than the table above: compare these two rows with each other, not with it), rustc
+//! 1.95.0, this branch (SDK-span closer in). Both rows export every group through lens's batch
+//! processor to a discarding exporter; `lens_opentelemetry_layer` is tracing-opentelemetry 0.34's
+//! layer with its default options (inactivity tracking, thread, location and target attributes) on
+//! the lens tracer. Commands: `cargo bench --all-features --bench peers -- =lens_exported
+//! =lens_opentelemetry_layer` and `bash benches/instructions.sh 20000 lens_exported
+//! lens_opentelemetry_layer plain_tracing_opentelemetry`.
+//!
+//! | wiring | root span | child of a long-lived span | root / child, thread CPU time | spans dropped |
+//! |---|---|---|---|---|
+//! | **lens, exported** | 565 ns (487 ns – 617 ns) | 628 ns (596 ns – 673 ns) | 504 ns / 626 ns | 3.9% |
+//! | lens tracer via `opentelemetry_layer()` (tracing-opentelemetry feature), exported | 2.53 µs (1.76 µs – 3.43 µs) | 2.01 µs (1.87 µs – 3.27 µs) | 2.41 µs / 1.92 µs | 3.0% |
+//!
+//! Two other runs of the same pair, lens / `opentelemetry_layer()`, root and child medians: 19:31
+//! UTC, load 2.3-2.4, before the closer hashed span ids with one multiply instead of SipHash
+//! (then 2,549 closer instructions per span, not 2,265): 496 ns / 608 ns and 2.03 µs / 1.98 µs;
+//! 19:43 UTC, load 0.9, the final code: 508 ns / 623 ns and 1.91 µs / 2.24 µs. The
+//! `opentelemetry_layer()` medians move by 25% between runs; the instruction counts do not.
+//!
+//! | instructions per span, training thread (callgrind) | root span | child of a long-lived span |
+//! |---|---|---|
+//! | **lens, exported** | 3,734 | 4,554 |
+//! | lens tracer via `opentelemetry_layer()` | 11,747 | 11,968 |
+//! | of which the SDK-span closer (`on_start` + `on_end`) | 1,557 + 708 = 2,265 | 1,557 + 708 = 2,265 |
+//! | tracing-opentelemetry, default options, SDK batch processor (for reference) | 7,991 | 8,302 |
+//!
+//! `opentelemetry_layer()` costs 3.1x (root) / 2.6x (child) the lens layer's instructions and
+//! 3.2x-4.8x its time across the three runs: it builds the SDK span on the training thread (the
+//! lens layer builds it on the worker). It costs about 3,700 instructions more than plain
+//! tracing-opentelemetry on the SDK's own provider: the SDK-span closer (2,265: copying the
+//! span's start data, `Span::exported_data`, ~940; the table insert ~215; its byte estimate
+//! ~200; at the end, freeing the copy ~540 and the lookup), lens's batch processor taking the
+//! `SpanData` (~885, its byte estimate ~480 of it) and the boxed tracer. The closer's cost is
+//! the price of truncating SDK spans at shutdown when the SDK lends a processor nothing to end
+//! later but a copy; lens-layer spans do not pay it (the worker builds them with the closer
+//! skipped: one thread-local read).
 //!
 //!
 //! What fastrace shows: without `tracing`'s dispatcher, registry and per-layer filters, a span
