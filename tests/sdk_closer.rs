@@ -29,6 +29,9 @@ fn child(mode: &str) {
         .build()
         .unwrap();
     assert!(telemetry.is_exporting());
+    if mode == "lens" {
+        return lens_child(&telemetry);
+    }
     let subscriber = tracing_subscriber::registry().with(telemetry.opentelemetry_layer());
     tracing::subscriber::set_global_default(subscriber).unwrap();
     if mode == "signal" {
@@ -67,6 +70,21 @@ fn child(mode: &str) {
         1,
         "a new span is still counted"
     );
+}
+
+/// The child with the lens layer: a lens span and a `tracer()` span open at shutdown, the
+/// `tracer()` span a child of the lens span (context activation).
+fn lens_child(telemetry: &Telemetry) {
+    let subscriber = tracing_subscriber::registry().with(telemetry.layer());
+    tracing::subscriber::set_global_default(subscriber).unwrap();
+    let lens = tracing::info_span!("lens.open", model = "gpt").entered();
+    tracing::info_span!("lens.done").in_scope(|| {});
+    let tracer = telemetry.tracer();
+    let api = tracer.start("api.open");
+    telemetry.shutdown(Duration::from_secs(10)).unwrap();
+    drop(api);
+    drop(lens);
+    assert_eq!(telemetry.dropped(), nemo_lens::DropCounts::default());
 }
 
 fn command(mode: &str, test: &str, out: &Path) -> Command {
@@ -194,4 +212,40 @@ fn sdk_spans_open_at_sigterm_are_exported_truncated() {
     };
     assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
     check(&spans_in(&out), "process received SIGTERM");
+}
+
+#[test]
+fn lens_spans_are_truncated_once_beside_sdk_spans() {
+    if let Ok(mode) = std::env::var(CHILD) {
+        return child(&mode);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("spans.jsonl");
+    let run = command(
+        "lens",
+        "lens_spans_are_truncated_once_beside_sdk_spans",
+        &out,
+    )
+    .output()
+    .unwrap();
+    assert!(
+        run.status.success() && String::from_utf8_lossy(&run.stdout).contains("1 passed"),
+        "child failed: {}\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let spans = spans_in(&out);
+    assert_eq!(spans.len(), 3, "{spans:#?}");
+    let reason = "still open at telemetry shutdown";
+    let done = one(&spans, "lens.done");
+    assert!(done["attributes"].get("nemo.span.truncated").is_none());
+    let lens = one(&spans, "lens.open");
+    let api = one(&spans, "api.open");
+    for s in [lens, api] {
+        assert_eq!(s["attributes"]["nemo.span.truncated"], true, "{s}");
+        assert_eq!(truncation_reason(s), Some(reason), "{s}");
+    }
+    // The lens span keeps its fields; the OpenTelemetry-API span nested under it.
+    assert_eq!(lens["attributes"]["model"], "gpt");
+    assert_eq!(api["parent_id"], lens["context"]["span_id"]);
 }
