@@ -36,7 +36,8 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
 command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null \
   || { echo "instructions.sh: valgrind (with callgrind_annotate) is required" >&2; exit 1; }
 
-BIN=$(cargo bench --quiet --no-run --bench peers --message-format=json \
+# The feature adds the lens_opentelemetry_layer wiring (it changes nothing else in the crate).
+BIN=$(cargo bench --quiet --no-run --features tracing-opentelemetry --bench peers --message-format=json \
   | python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -50,7 +51,7 @@ WIRINGS=("$@")
 if [ ${#WIRINGS[@]} -eq 0 ]; then
   WIRINGS=(no_subscriber lens_non_exporting_rank lens_disabled_group registry_only fmt_sink
     plain_tracing_opentelemetry plain_tracing_opentelemetry_lean lens_exported lens_exported_no_context_activation
-    fastrace fastrace_no_property)
+    lens_opentelemetry_layer fastrace fastrace_no_property)
 fi
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
@@ -80,6 +81,15 @@ count() {
   # EXPORTED <wiring> <produced> <exported>: flag any drop.
   if read -r _ _ produced exported < <(grep '^EXPORTED ' "$log"); then
     [ "$exported" -ge "$produced" ] || note=" (dropped $((produced - exported)))"
+  fi
+  # The SDK-span closer's share (its on_start and on_end, never inlined), per span over every
+  # call of the run (the warm-up's 2,000 too), for the wirings whose spans go through the SDK.
+  if [ "$w" = lens_opentelemetry_layer ]; then
+    local on_start on_end
+    on_start=$(inclusive "$cg" 'nemo_lens::sdk_closer::SdkSpanCloser::on_start') || return 0
+    on_end=$(inclusive "$cg" 'nemo_lens::sdk_closer::SdkSpanCloser::on_end') || return 0
+    note="$note$(awk -v a="$on_start" -v b="$on_end" -v c="$calls" -v s="$spans" \
+      'BEGIN { printf " (closer: %d on_start + %d on_end)", a / ((c + 2000) * s) + 0.5, b / ((c + 2000) * s) + 0.5 }')"
   fi
   awk -v ir="$ir" -v c="$calls" -v s="$spans" -v note="$note" \
     'BEGIN { printf "%d%s", ir / (c * s) + 0.5, note }'

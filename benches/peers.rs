@@ -5,6 +5,7 @@
 //! ```sh
 //! cargo bench --bench peers                          # every wiring, prints the Markdown table
 //! cargo bench --bench peers -- opentelemetry lens    # wirings whose name contains a word
+//! cargo bench --all-features --bench peers -- =lens_exported =lens_opentelemetry_layer  # exact names
 //! cargo test --bench peers                           # smoke test: every wiring, 2 ms samples
 //! ```
 //!
@@ -33,6 +34,7 @@
 //! | `plain_tracing_opentelemetry_lean` | the same without inactivity tracking, thread, location and target |
 //! | `lens_exported` | registry + lens layer exporting every group, its own batch processor |
 //! | `lens_exported_no_context_activation` | the same with `context_activation(false)` |
+//! | `lens_opentelemetry_layer` | registry + `Telemetry::opentelemetry_layer()` (feature `tracing-opentelemetry`; the row is absent without it), lens tracer, the `lens_exported` settings |
 //! | `fastrace` | fastrace, the `i64` as a string property, discarding reporter every 10 ms |
 //! | `fastrace_no_property` | the same without a property |
 //!
@@ -128,6 +130,45 @@
 //! `benches/spans.rs` header (a sharded open-span table, a cached context per span for activation,
 //! inline event attributes).
 //!
+//! `Telemetry::opentelemetry_layer()` (feature `tracing-opentelemetry`) beside the lens layer: a
+//! separate, later run, 2026-11-30 19:34 UTC, same 2-vCPU AMD EPYC KVM VM, load average 2.1-2.2
+//! (lighter than the table above: compare these two rows with each other, not with it), rustc
+//! 1.95.0, this branch (SDK-span closer in). Both rows export every group through lens's batch
+//! processor to a discarding exporter; `lens_opentelemetry_layer` is tracing-opentelemetry 0.34's
+//! layer with its default options (inactivity tracking, thread, location and target attributes) on
+//! the lens tracer. Commands: `cargo bench --all-features --bench peers -- =lens_exported
+//! =lens_opentelemetry_layer` and `bash benches/instructions.sh 20000 lens_exported
+//! lens_opentelemetry_layer plain_tracing_opentelemetry`.
+//!
+//! | wiring | root span | child of a long-lived span | root / child, thread CPU time | spans dropped |
+//! |---|---|---|---|---|
+//! | **lens, exported** | 565 ns (487 ns – 617 ns) | 628 ns (596 ns – 673 ns) | 504 ns / 626 ns | 3.9% |
+//! | lens tracer via `opentelemetry_layer()` (tracing-opentelemetry feature), exported | 2.53 µs (1.76 µs – 3.43 µs) | 2.01 µs (1.87 µs – 3.27 µs) | 2.41 µs / 1.92 µs | 3.0% |
+//!
+//! Two other runs of the same pair, lens / `opentelemetry_layer()`, root and child medians: 19:31
+//! UTC, load 2.3-2.4, before the closer hashed span ids with one multiply instead of SipHash
+//! (then 2,549 closer instructions per span, not 2,265): 496 ns / 608 ns and 2.03 µs / 1.98 µs;
+//! 19:43 UTC, load 0.9, the final code: 508 ns / 623 ns and 1.91 µs / 2.24 µs. The
+//! `opentelemetry_layer()` medians move by 25% between runs; the instruction counts do not.
+//!
+//! | instructions per span, training thread (callgrind) | root span | child of a long-lived span |
+//! |---|---|---|
+//! | **lens, exported** | 3,734 | 4,554 |
+//! | lens tracer via `opentelemetry_layer()` | 11,747 | 11,968 |
+//! | of which the SDK-span closer (`on_start` + `on_end`) | 1,557 + 708 = 2,265 | 1,557 + 708 = 2,265 |
+//! | tracing-opentelemetry, default options, SDK batch processor (for reference) | 7,991 | 8,302 |
+//!
+//! `opentelemetry_layer()` costs 3.1x (root) / 2.6x (child) the lens layer's instructions and
+//! 3.2x-4.8x its time across the three runs: it builds the SDK span on the training thread (the
+//! lens layer builds it on the worker). It costs about 3,700 instructions more than plain
+//! tracing-opentelemetry on the SDK's own provider: the SDK-span closer (2,265: copying the
+//! span's start data, `Span::exported_data`, ~940; the table insert ~215; its byte estimate
+//! ~200; at the end, freeing the copy ~540 and the lookup), lens's batch processor taking the
+//! `SpanData` (~885, its byte estimate ~480 of it) and the boxed tracer. The closer's cost is
+//! the price of truncating SDK spans at shutdown when the SDK lends a processor nothing to end
+//! later but a copy; lens-layer spans do not pay it (the worker builds them with the closer
+//! skipped: one thread-local read).
+//!
 //!
 //! What fastrace shows: without `tracing`'s dispatcher, registry and per-layer filters, a span
 //! in fastrace's intended shape costs 248 instructions, a quarter of the registry alone, the
@@ -161,7 +202,8 @@ const SAMPLE_MS: u64 = 200;
 const FASTRACE_TRACE_LEN: u64 = 100;
 
 /// Every wiring of the table, in its row order.
-const PEERS: [Peer; 11] = [
+/// `lens_opentelemetry_layer` only with the `tracing-opentelemetry` feature.
+const PEERS: &[Peer] = &[
     Peer::Tracing(Wiring::NoSubscriber),
     Peer::Tracing(Wiring::LensNonExporting),
     Peer::Tracing(Wiring::LensDisabledGroup),
@@ -171,6 +213,8 @@ const PEERS: [Peer; 11] = [
     Peer::Tracing(Wiring::PlainOtelLean),
     Peer::Tracing(Wiring::LensExported),
     Peer::Tracing(Wiring::LensExportedNoActivation),
+    #[cfg(feature = "tracing-opentelemetry")]
+    Peer::Tracing(Wiring::LensOtelLayer),
     Peer::Fastrace { property: true },
     Peer::Fastrace { property: false },
 ];
@@ -208,6 +252,9 @@ impl Peer {
             Peer::Tracing(Wiring::LensExportedNoActivation) => {
                 "lens, exported, context activation off"
             }
+            Peer::Tracing(Wiring::LensOtelLayer) => {
+                "lens tracer via `opentelemetry_layer()` (tracing-opentelemetry feature), exported"
+            }
             Peer::Fastrace { property: true } => "fastrace (outside `tracing`), `i64` property",
             Peer::Fastrace { property: false } => "fastrace (outside `tracing`), no property",
         }
@@ -219,6 +266,7 @@ impl Peer {
             Peer::Tracing(
                 Wiring::LensExported
                     | Wiring::LensExportedNoActivation
+                    | Wiring::LensOtelLayer
                     | Wiring::PlainOtel
                     | Wiring::PlainOtelLean
             ) | Peer::Fastrace { .. }
@@ -226,7 +274,7 @@ impl Peer {
     }
 
     fn by_name(name: &str) -> Option<Peer> {
-        PEERS.into_iter().find(|p| p.name() == name)
+        PEERS.iter().copied().find(|p| p.name() == name)
     }
 }
 
@@ -649,9 +697,17 @@ fn driver(filters: &[String], bench: bool) {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         load_average()
     );
+    // A word selects the wirings whose name contains it; `=name` selects that wiring only.
+    let selected = |p: &Peer| {
+        filters.iter().any(|f| match f.strip_prefix('=') {
+            Some(exact) => p.name() == exact,
+            None => p.name().contains(f.as_str()),
+        })
+    };
     let rows: Vec<Row> = PEERS
-        .into_iter()
-        .filter(|p| filters.is_empty() || filters.iter().any(|f| p.name().contains(f.as_str())))
+        .iter()
+        .copied()
+        .filter(|p| filters.is_empty() || selected(p))
         .map(|p| {
             eprintln!("peers: {} ...", p.name());
             run_child(p, !bench)
@@ -737,6 +793,17 @@ fn print_ratios(rows: &[Row]) {
         lines.push(format!(
             "- lens exported, child / root: {r} (target <= 1.1x)"
         ));
+    }
+    for shape in [Shape::Root, Shape::Child] {
+        if let Some(r) = ratio(
+            get(Wiring::LensOtelLayer, shape),
+            get(Wiring::LensExported, shape),
+        ) {
+            lines.push(format!(
+                "- {}: opentelemetry_layer() / lens layer, both exported: {r} (no target)",
+                shape.name()
+            ));
+        }
     }
     for off in [Wiring::LensNonExporting, Wiring::LensDisabledGroup] {
         if let Some(r) = ratio(

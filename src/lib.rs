@@ -173,6 +173,7 @@ pub mod recorder;
 mod recording;
 mod resource;
 mod sampling;
+mod sdk_closer;
 pub mod semconv;
 mod setup;
 mod span_ext;

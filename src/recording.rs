@@ -425,6 +425,8 @@ impl SpanState {
     /// `false` when a span that should have been exported was not: the SDK did not record it
     /// because its provider is shut down (a span its sampler drops is not a loss).
     pub(crate) fn build_sdk_span(&self, tracer: &SdkTracer) -> bool {
+        // The SDK-span closer skips the span built and ended here (the lens closer covers it).
+        let _lens = crate::sdk_closer::LensBuild::enter();
         // Move the contents out (the lock is held for this only), leaving the record in place,
         // ended and marked built, so that the state can be reused for another span.
         let (

@@ -64,6 +64,11 @@ pub enum Wiring {
     /// [`Wiring::PlainOtel`] with the bookkeeping a lean user turns off: no inactivity tracking
     /// (busy/idle times), no thread, location or target attributes.
     PlainOtelLean,
+    /// Registry + `Telemetry::opentelemetry_layer()` (feature `tracing-opentelemetry`):
+    /// tracing-opentelemetry's own layer on the lens tracer, exporting every group with the
+    /// settings of [`Wiring::LensExported`] (lens's batch processor, [`Discard`] exporter, the
+    /// SDK-span closer in front of it). Not in [`Wiring::ALL`]: only `benches/peers.rs` runs it.
+    LensOtelLayer,
     /// `tracing_subscriber::registry()` with no layer: the floor of any `tracing` layer.
     RegistryOnly,
     /// Registry + `tracing_subscriber::fmt::layer()` writing to `io::sink`.
@@ -93,6 +98,7 @@ impl Wiring {
             Wiring::LensExportedNoActivation => "lens_exported_no_context_activation",
             Wiring::PlainOtel => "plain_tracing_opentelemetry",
             Wiring::PlainOtelLean => "plain_tracing_opentelemetry_lean",
+            Wiring::LensOtelLayer => "lens_opentelemetry_layer",
             Wiring::RegistryOnly => "registry_only",
             Wiring::FmtSink => "fmt_sink",
         }
@@ -209,6 +215,18 @@ pub fn build(wiring: Wiring) -> Built {
                 Dispatch::new(tracing_subscriber::registry().with(layer))
             });
             built.provider = Some(provider);
+        }
+        #[cfg(feature = "tracing-opentelemetry")]
+        Wiring::LensOtelLayer => {
+            let t = lens(exporting_config("all"), 0, 1, exported);
+            built.dispatch = Some(Dispatch::new(
+                tracing_subscriber::registry().with(t.opentelemetry_layer()),
+            ));
+            built.telemetry = Some(t);
+        }
+        #[cfg(not(feature = "tracing-opentelemetry"))]
+        Wiring::LensOtelLayer => {
+            panic!("the lens_opentelemetry_layer wiring needs --features tracing-opentelemetry")
         }
         Wiring::RegistryOnly => {
             built.dispatch = Some(Dispatch::new(tracing_subscriber::registry()));

@@ -122,7 +122,9 @@ impl Telemetry {
     /// (HTTP and gRPC middleware calling `set_parent` / `context`) work unchanged. Use it
     /// *instead of* [`Telemetry::layer`] for spans (both would record every span twice); the
     /// lens layer is cheaper (see README "Which layer to pick"). Its spans skip the lens
-    /// layer's record path (no `nemo.span.truncated` at shutdown). On a rank that records
+    /// layer's record path; those the SDK has started (tracing-opentelemetry starts one at its
+    /// first enter, with context activation on) and that are still open at shutdown are
+    /// exported as truncated from their start data (see [`Telemetry::shutdown`]). On a rank that records
     /// nothing the layer is inert: its filter never registers interest, and its tracer is a
     /// no-op one.
     ///
@@ -261,8 +263,9 @@ impl Telemetry {
     }
 
     /// An OpenTelemetry tracer for code that uses the OpenTelemetry API directly (a no-op
-    /// tracer on a non-exporting rank). Spans made with it skip the lens layer (no groups, no
-    /// truncation at shutdown).
+    /// tracer on a non-exporting rank). Spans made with it skip the lens layer (no span
+    /// groups); those still open at shutdown are exported as truncated from their start data
+    /// (see [`Telemetry::shutdown`]).
     pub fn tracer(&self) -> BoxedTracer {
         match &self.inner.built.tracer_provider {
             Some(p) => BoxedTracer::new(Box::new(p.tracer(SCOPE_NAME))),
@@ -541,6 +544,19 @@ impl Telemetry {
         self.inner.dropped.snapshot()
     }
 
+    /// SDK spans ([`Telemetry::tracer`], [`Telemetry::opentelemetry_layer`]) the closer had no
+    /// room to track (more than 4096 open at once, or 8 MiB of their start data): one of them
+    /// still open at shutdown is not exported as truncated. Reported on stderr at shutdown
+    /// when not zero.
+    ///
+    /// ```
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// assert_eq!(t.untracked_sdk_spans(), 0);
+    /// ```
+    pub fn untracked_sdk_spans(&self) -> u64 {
+        self.inner.built.span_processors.untracked()
+    }
+
     /// Ends open spans as truncated, flushes and shuts the providers down, returning within
     /// `timeout` (plus scheduling slack) even when an exporter hangs.
     ///
@@ -572,7 +588,18 @@ impl Telemetry {
     /// and only then shuts the providers down, so the batch processor flushes the truncated spans
     /// with everything else. `force_flush` never closes live spans.
     ///
-    /// Spans created directly through the OpenTelemetry API (`Telemetry::tracer()`) are not tracked.
+    /// Spans started through the SDK directly ([`Telemetry::tracer`],
+    /// [`Telemetry::opentelemetry_layer`]) are covered too, by a span processor in front of
+    /// lens's processors: the SDK lets no processor end a span it does not own, so that
+    /// processor keeps a copy of each SDK span as it starts and, at shutdown, exports the
+    /// copies of those still open with the same marks (end time = shutdown time), innermost
+    /// first, and ignores their real end if it comes later. The copy holds what the span had
+    /// when it started (ids, parent, name, kind, start time, attributes and links given at
+    /// start), not what was set on it afterwards. At most 4096 spans (8 MiB of copies) are
+    /// tracked at once; see [`Telemetry::untracked_sdk_spans`]. With the application's own
+    /// provider ([`TelemetryBuilder::tracer_provider`](super::TelemetryBuilder::tracer_provider))
+    /// the copies go to lens's processors only (an exporter given to lens), never to the
+    /// application's own processors.
     ///
     /// **Fork**: a process forked without exec inherits the slab with its parent's open spans (and
     /// possibly a lock another parent thread held). The child never reads, locks or ends them: they
@@ -643,6 +670,9 @@ impl ExitTarget for Inner {
         if let Some(p) = &self.built.pipeline {
             p.close_all(reason);
         }
+        // SDK spans (`Telemetry::tracer`, tracing-opentelemetry's layer) still open: their
+        // truncated copies go to the processors before these shut down.
+        self.built.span_processors.close_open(reason);
         // The span processors are shut down directly, not through the tracer provider: a shut
         // provider skips ending spans silently, while a shut processor refuses and counts them.
         let tracer = self
@@ -713,6 +743,13 @@ impl ExitTarget for Inner {
                 ))),
             },
         };
+        let untracked = self.built.span_processors.untracked();
+        if untracked > 0 {
+            eprintln!(
+                "nemo-lens: {untracked} SDK spans were not tracked by the closer (its table was \
+                 full), so any of them still open at shutdown was not exported as truncated"
+            );
+        }
         let dropped = self.dropped.snapshot();
         if dropped.total() > 0 {
             // Reported once: shutdown runs once.

@@ -151,7 +151,7 @@ impl Built {
         };
         processors.extend(exporter);
         let processors = SpanProcessors::new(processors, &resource);
-        for p in processors.registered() {
+        if let Some(p) = processors.registered() {
             builder = builder.with_span_processor(p);
         }
         let provider = builder.build();

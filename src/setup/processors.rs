@@ -15,6 +15,7 @@ use opentelemetry_sdk::trace::{SimpleSpanProcessor, Span, SpanData, SpanExporter
 use crate::error::Result;
 use crate::export::DeadlineExporter;
 use crate::export::batch::{LensBatchLogProcessor, LensBatchProcessor, QueueConfig, SpanQueue};
+use crate::sdk_closer::SdkSpanCloser;
 
 /// A span processor behind a box (the SDK builder wants a concrete type).
 pub(super) struct BoxedProcessor(pub(super) Box<dyn SpanProcessor>);
@@ -138,94 +139,159 @@ pub(super) fn exporter_processor<E: SpanExporter + 'static>(
     })
 }
 
-/// A span processor shared between the tracer provider and the handle, so that the handle can
-/// shut it down without shutting the provider down.
+/// The span processors lens registers with a tracer provider, as one processor shared between
+/// the provider and the handle, so that the handle can shut them down without shutting the
+/// provider down, and with the [closer of SDK spans](crate::sdk_closer) in front.
 ///
 /// A shut-down tracer provider skips every span that ends afterwards without a word (the SDK
 /// checks the provider before calling `on_end`); a shut-down nemo-lens batch processor refuses
 /// the span and counts it as dropped. So [`Telemetry::shutdown`](crate::Telemetry::shutdown)
-/// shuts the processors down through these handles and leaves the provider running: spans
+/// shuts the processors down through this handle and leaves the provider running: spans
 /// that end while the shutdown runs (training goes on during a SIGTERM flush) or after it are
 /// counted, not lost silently.
+///
+/// One registered processor, not one per processor: the SDK clones a span's data for each
+/// registered processor when there are several, so a separately registered closer would add
+/// a clone to every span. Here a single inner processor (the usual case: the exporter's)
+/// gets the data without a copy, as before.
 #[derive(Clone)]
-struct SharedProcessor(Arc<Shared>);
+struct SharedProcessors(Arc<Shared>);
 
 struct Shared {
-    processor: Box<dyn SpanProcessor>,
+    processors: Vec<Box<dyn SpanProcessor>>,
+    closer: SdkSpanCloser,
     shut: AtomicBool,
 }
 
-impl fmt::Debug for SharedProcessor {
+impl fmt::Debug for SharedProcessors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.processor.fmt(f)
+        f.debug_list().entries(&self.0.processors).finish()
     }
 }
 
-impl SpanProcessor for SharedProcessor {
+impl Shared {
+    #[inline]
+    fn forward(&self, span: SpanData) {
+        match self.processors.as_slice() {
+            [] => {}
+            [one] => one.on_end(span),
+            [rest @ .., last] => {
+                for p in rest {
+                    p.on_end(span.clone());
+                }
+                last.on_end(span);
+            }
+        }
+    }
+}
+
+impl SpanProcessor for SharedProcessors {
+    #[inline]
     fn on_start(&self, span: &mut Span, cx: &Context) {
-        self.0.processor.on_start(span, cx)
+        for p in &self.0.processors {
+            p.on_start(span, cx);
+        }
+        // After the processors: the copy keeps what they add at start.
+        self.0.closer.on_start(span);
     }
     #[inline]
     fn on_end(&self, span: SpanData) {
-        self.0.processor.on_end(span)
+        if self.0.closer.on_end(&span) {
+            self.0.forward(span);
+        }
     }
     fn force_flush(&self) -> OTelSdkResult {
-        self.0.processor.force_flush()
+        let errors: Vec<String> = self
+            .0
+            .processors
+            .iter()
+            .filter_map(|p| p.force_flush().err().map(|e| e.to_string()))
+            .collect();
+        joined(errors)
     }
-    /// Shuts the processor down once (the handle, then the provider when dropped, both call
-    /// this); a later call returns `Ok` at once.
+    /// Shuts the processors down once, in registration order, within `timeout` (the handle,
+    /// then the provider when dropped, both call this); a later call returns `Ok` at once.
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
         if self.0.shut.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        self.0.processor.shutdown_with_timeout(timeout)
-    }
-    /// The resource was given to the processor before it was shared
-    /// ([`SpanProcessors::new`]).
-    fn set_resource(&mut self, _resource: &Resource) {}
-}
-
-/// The span processors of a tracer provider, in registration order, shut down by the handle
-/// (see [`SharedProcessor`]).
-#[derive(Clone, Default)]
-pub(crate) struct SpanProcessors(Vec<SharedProcessor>);
-
-impl SpanProcessors {
-    /// Gives every processor `resource` (the provider's), then shares them.
-    pub(super) fn new(processors: Vec<BoxedProcessor>, resource: &Resource) -> Self {
-        SpanProcessors(
-            processors
-                .into_iter()
-                .map(|mut p| {
-                    p.set_resource(resource);
-                    SharedProcessor(Arc::new(Shared {
-                        processor: p.0,
-                        shut: AtomicBool::new(false),
-                    }))
-                })
-                .collect(),
-        )
-    }
-
-    /// The processors to register with the provider builder.
-    pub(super) fn registered(&self) -> impl Iterator<Item = impl SpanProcessor + 'static> + '_ {
-        self.0.iter().cloned()
-    }
-
-    /// Shuts every processor down within `timeout`, in registration order.
-    pub(super) fn shutdown(&self, timeout: Duration) -> OTelSdkResult {
         let deadline = Instant::now() + timeout;
         let mut errors = Vec::new();
-        for p in &self.0 {
+        for p in &self.0.processors {
             let left = deadline.saturating_duration_since(Instant::now());
             if let Err(e) = p.shutdown_with_timeout(left) {
                 errors.push(e.to_string());
             }
         }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(OTelSdkError::InternalFailure(errors.join("; ")))
+        joined(errors)
+    }
+    /// The resource was given to the processors before they were shared
+    /// ([`SpanProcessors::new`]).
+    fn set_resource(&mut self, _resource: &Resource) {}
+}
+
+fn joined(errors: Vec<String>) -> OTelSdkResult {
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(OTelSdkError::InternalFailure(errors.join("; ")))
+    }
+}
+
+/// The span processors of a tracer provider, in registration order, behind the SDK-span
+/// closer, shut down by the handle (see [`SharedProcessors`]).
+#[derive(Clone, Default)]
+pub(crate) struct SpanProcessors(Option<SharedProcessors>);
+
+impl SpanProcessors {
+    /// Gives every processor `resource` (the provider's), then shares them (none: nothing to
+    /// register, and no closer: it would have nowhere to export to).
+    pub(super) fn new(processors: Vec<BoxedProcessor>, resource: &Resource) -> Self {
+        if processors.is_empty() {
+            return SpanProcessors(None);
+        }
+        SpanProcessors(Some(SharedProcessors(Arc::new(Shared {
+            processors: processors
+                .into_iter()
+                .map(|mut p| {
+                    p.set_resource(resource);
+                    p.0
+                })
+                .collect(),
+            closer: SdkSpanCloser::new(),
+            shut: AtomicBool::new(false),
+        }))))
+    }
+
+    /// The processor to register with the provider builder (none without processors).
+    pub(super) fn registered(&self) -> Option<impl SpanProcessor + 'static> {
+        self.0.clone()
+    }
+
+    /// Ends the SDK spans still open as truncated with `reason`, innermost first, and hands
+    /// them to the processors (before they shut down); returns how many.
+    pub(super) fn close_open(&self, reason: &'static str) -> usize {
+        let Some(shared) = &self.0 else {
+            return 0;
+        };
+        let spans = shared.0.closer.close_all(reason);
+        let n = spans.len();
+        for span in spans {
+            shared.0.forward(span);
+        }
+        n
+    }
+
+    /// SDK spans the closer had no room to track (see [`crate::sdk_closer`]).
+    pub(super) fn untracked(&self) -> u64 {
+        self.0.as_ref().map_or(0, |s| s.0.closer.untracked())
+    }
+
+    /// Shuts every processor down within `timeout`, in registration order.
+    pub(super) fn shutdown(&self, timeout: Duration) -> OTelSdkResult {
+        match &self.0 {
+            Some(p) => p.shutdown_with_timeout(timeout),
+            None => Ok(()),
         }
     }
 }
