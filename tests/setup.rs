@@ -219,10 +219,11 @@ fn exporting_ranks_install_the_w3c_propagator() {
         nemo_lens::propagation::inject_context(&mut carrier);
     });
     let step = capture.span("step").unwrap();
+    // Sampled + W3C random (`W3cTraceContextPropagator` keeps the flag the SDK's would clear).
     assert_eq!(
         carrier["traceparent"],
         format!(
-            "00-{}-{}-01",
+            "00-{}-{}-03",
             step.span_context.trace_id(),
             step.span_context.span_id()
         )
