@@ -5,22 +5,22 @@
 //!
 //! Run: `cargo bench --bench events` (all figures: `benches/run_all.sh`).
 //!
-//! **This run** (2026-11-30T17:42Z, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM, **heavily loaded**:
-//! load average 6-10 from other developers' builds; criterion medians, 1 s warm-up + 3 s
-//! measurement; wall-clock figures move by up to 2x between runs at this load).
+//! **This run** (2026-11-30T19:53Z, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM, quiet: load average
+//! 1.1-1.2; criterion medians, 1 s warm-up + 3 s measurement), this round's final merge.
 //!
 //! | `event_in_span` case | median | / plain |
 //! |---|---|---|
-//! | no_subscriber | 0.66 ns | |
-//! | lens_non_exporting_rank | 0.34 ns | |
-//! | lens_disabled_group (the span's group is off; the event itself is not gated) | 20.5 ns | |
-//! | lens_exported | 405 ns | 0.69x |
-//! | plain_tracing_opentelemetry | 590 ns | 1 |
-//! | fmt_sink | 1.24 µs | 2.10x |
+//! | no_subscriber | 0.31 ns | |
+//! | lens_non_exporting_rank | 0.30 ns | |
+//! | lens_disabled_group (the span's group is off; the event itself is not gated) | 17 ns | |
+//! | lens_exported | 278 ns | 0.31x |
+//! | plain_tracing_opentelemetry | 888 ns | 1 |
+//! | plain_tracing_opentelemetry_lean | 626 ns | 0.71x |
+//! | registry_only | 8.74 ns | |
+//! | fmt_sink | 1.00 µs | 1.13x |
 //!
-//! Target (issue 13): an event inside an exported span <= 150 ns: **missed** (405 ns here;
-//! not resolvable at this load, but the instruction count says it is missed on a quiet machine
-//! too). Instructions on the training thread (callgrind, message + one field, 100 events per
+//! Target (issue 13): an event inside an exported span <= 150 ns: **missed** (278 ns on this
+//! quiet run; the 17:42Z loaded run gave 405 ns). Instructions on the training thread (callgrind, message + one field, 100 events per
 //! span): 1,779 with the SDK span, 1,593 with the span record. Where they go: formatting the
 //! message (`record_debug` gets `&dyn Debug` of the `format_args!`, so it cannot borrow a
 //! literal: a `String` per event) and the field ~630, two allocations (message and attribute

@@ -3,15 +3,15 @@
 //!
 //! Run: `cargo bench --bench nesting` (all figures: `benches/run_all.sh`).
 //!
-//! **This run** (2026-11-30T17:42Z, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM, **heavily loaded**:
-//! load average 6-10 from other developers' builds; criterion medians, 1 s warm-up + 3 s
-//! measurement; wall-clock figures move by up to 2x between runs at this load).
+//! **This run** (2026-11-30T19:53Z, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM, quiet: load average
+//! 1.1-1.2; criterion medians, 1 s warm-up + 3 s measurement), this round's final merge
+//! (context activation on: each level's enter attaches a context).
 //!
-//! | depth | no subscriber | non-exporting | disabled group | lens exported | plain | lens / plain | fmt_sink |
-//! |---|---|---|---|---|---|---|---|
-//! | 1 | 3.33 ns | 2.93 ns | 4.09 ns | 390 ns | 1.19 µs | 0.33x | 300 ns |
-//! | 10 | 31.2 ns | 34.9 ns | 42.7 ns | 13.4 µs | 30.8 µs | 0.44x | 7.29 µs |
-//! | 100 | 376 ns | 399 ns | 430 ns | 154 µs | 429 µs | 0.36x | 84.4 µs |
+//! | depth | no subscriber | non-exporting | disabled group | lens exported | plain | lens / plain | lean | registry | fmt_sink |
+//! |---|---|---|---|---|---|---|---|---|---|
+//! | 1 | 3.30 ns | 3.62 ns | 3.34 ns | 486 ns | 1.14 µs | 0.43x | 890 ns | 83.2 ns | 293 ns |
+//! | 10 | 22.0 ns | 21.7 ns | 21.6 ns | 6.27 µs | 16.0 µs | 0.39x | 8.88 µs | 1.08 µs | 3.35 µs |
+//! | 100 | 188 ns | 186 ns | 206 ns | 64.8 µs | 147 µs | 0.44x | 94.2 µs | 13.7 µs | 37.5 µs |
 //!
 //! (The floor cases include the recursion itself: ~4 ns per level.) A child span no longer
 //! builds an OpenTelemetry `Context` for its parent on the training thread (the span record

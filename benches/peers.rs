@@ -52,13 +52,13 @@
 //! `registry_only` row; fastrace shows how far below that a recorder with a different API can
 //! go, so it bounds what any `tracing` layer can reach, not what nemo-lens can.
 //!
-//! **Current run: after the hot-path redesign of issue 13, on a loaded machine.** Taken on
-//! 2026-11-30 between 18:39 and 18:47 UTC on a 2-vCPU AMD EPYC KVM VM running other builds at the
-//! same time (load average 4.7-5.8), rustc 1.95.0, the merged main of this round. Wall-clock
-//! figures of a shared 2-core machine are inflated and move by 2x with the load: read the
-//! instruction counts (load-independent) and the training thread's CPU time first, and only ratios
-//! within one run. Regenerate everything with `benches/run_all.sh`; the peers table alone with
-//! `cargo bench --bench peers`, the instruction counts with `bash benches/instructions.sh`.
+//! **Current run: this round's final merge, on a quiet machine.** Taken on 2026-11-30 between
+//! 19:50 and 19:58 UTC on a 2-vCPU AMD EPYC KVM VM with nothing else running (load average
+//! 0.4-1.4), rustc 1.95.0, commit `0537b33` (context activation on, SDK-span closer, W3C random
+//! trace flag, trace-per option off). Wall-clock figures of a shared 2-core VM still move by
+//! 10-30% between runs: read the instruction counts (load-independent) first. Regenerate everything
+//! with `benches/run_all.sh`; the peers table alone with `cargo bench --all-features --bench peers`,
+//! the instruction counts with `bash benches/instructions.sh`.
 //!
 //! `cargo bench --bench peers` (`benches/peers.rs`): one span (create with one `i64` field, enter,
 //! exit, close) as a root span and as the child of a long-lived span, one process per wiring,
@@ -67,26 +67,28 @@
 //!
 //! | wiring | root span | child of a long-lived span | root / child, thread CPU time | spans dropped |
 //! |---|---|---|---|---|
-//! | no subscriber (own process) | 3.97 ns (2.56 ns – 5.10 ns) | 3.79 ns (3.24 ns – 5.09 ns) | 1.47 ns / 1.53 ns |  |
-//! | lens, non-exporting rank | 3.93 ns (2.87 ns – 5.09 ns) | 3.83 ns (2.91 ns – 5.40 ns) | 1.49 ns / 1.51 ns |  |
-//! | lens, disabled group | 3.93 ns (2.88 ns – 6.19 ns) | 4.01 ns (3.18 ns – 5.92 ns) | 1.58 ns / 1.57 ns |  |
-//! | `tracing_subscriber::registry()` alone | 154 ns (110 ns – 4.04 µs) | 185 ns (104 ns – 226 ns) | 70.6 ns / 104 ns |  |
-//! | `fmt` layer to `io::sink` | 741 ns (409 ns – 915 ns) | 1.00 µs (651 ns – 1.16 µs) | 286 ns / 331 ns |  |
-//! | tracing-opentelemetry, default options | 3.10 µs (1.79 µs – 3.69 µs) | 3.32 µs (2.88 µs – 4.50 µs) | 1.12 µs / 1.14 µs | 15.2% |
-//! | tracing-opentelemetry, lean (no inactivity/thread/location/target) | 1.88 µs (871 ns – 2.97 µs) | 2.37 µs (1.53 µs – 2.97 µs) | 719 ns / 734 ns | 20.7% |
-//! | **lens, exported** | 1.31 µs (1.18 µs – 1.61 µs) | 1.88 µs (1.55 µs – 2.07 µs) | 449 ns / 568 ns | 53.4% |
-//! | lens, exported, context activation off | 1.00 µs (509 ns – 1.22 µs) | 1.39 µs (1.09 µs – 1.77 µs) | 334 ns / 431 ns | 59.9% |
-//! | fastrace (outside `tracing`), `i64` property | 2.94 µs (1.40 µs – 8.06 µs) | 1.30 µs (675 ns – 3.32 µs) | 1.11 µs / 346 ns | 0.0% |
-//! | fastrace (outside `tracing`), no property | 1.06 µs (646 ns – 3.18 µs) | 495 ns (278 ns – 1.35 µs) | 532 ns / 170 ns | 0.0% |
+//! | no subscriber (own process) | 1.91 ns (1.91 ns – 1.92 ns) | 1.92 ns (1.91 ns – 1.97 ns) | 1.91 ns / 1.92 ns |  |
+//! | lens, non-exporting rank | 1.91 ns (1.91 ns – 1.93 ns) | 1.92 ns (1.91 ns – 2.03 ns) | 1.91 ns / 1.92 ns |  |
+//! | lens, disabled group | 2.20 ns (2.19 ns – 2.33 ns) | 2.20 ns (2.19 ns – 2.62 ns) | 2.20 ns / 2.20 ns |  |
+//! | `tracing_subscriber::registry()` alone | 79.2 ns (76.9 ns – 380 ns) | 123 ns (115 ns – 2.17 µs) | 79.2 ns / 123 ns |  |
+//! | `fmt` layer to `io::sink` | 286 ns (279 ns – 298 ns) | 324 ns (320 ns – 397 ns) | 286 ns / 324 ns |  |
+//! | tracing-opentelemetry, default options | 1.06 µs (1.04 µs – 1.16 µs) | 1.07 µs (1.06 µs – 1.11 µs) | 1.06 µs / 1.07 µs | 0.2% |
+//! | tracing-opentelemetry, lean (no inactivity/thread/location/target) | 708 ns (689 ns – 766 ns) | 752 ns (718 ns – 825 ns) | 708 ns / 752 ns | 0.4% |
+//! | **lens, exported** | 506 ns (487 ns – 595 ns) | 648 ns (614 ns – 882 ns) | 500 ns / 648 ns | 1.1% |
+//! | lens, exported, context activation off | 451 ns (442 ns – 522 ns) | 512 ns (478 ns – 567 ns) | 450 ns / 512 ns | 1.6% |
+//! | lens tracer via `opentelemetry_layer()` (tracing-opentelemetry feature), exported | 2.00 µs (1.90 µs – 2.67 µs) | 1.99 µs (1.91 µs – 2.02 µs) | 1.99 µs / 1.98 µs | 2.4% |
+//! | fastrace (outside `tracing`), `i64` property | 763 ns (404 ns – 1.17 µs) | 1.42 µs (359 ns – 1.53 µs) | 761 ns / 1.41 µs | 0.0% |
+//! | fastrace (outside `tracing`), no property | 343 ns (249 ns – 789 ns) | 134 ns (122 ns – 494 ns) | 343 ns / 124 ns | 0.0% |
 //!
-//! The "spans dropped" column is each exporting wiring's batch queue overflowing because its worker
-//! thread waits for a core under this load (counted; the training thread never blocks). The lens
-//! rows drop more than tracing-opentelemetry's since the redesign: the worker now builds the SDK
-//! spans, so it has more to do per span while the training thread has less.
+//! The "spans dropped" column is each exporting wiring's batch queue overflowing when its worker
+//! thread falls behind (counted; the training thread never blocks): with one producer at full
+//! speed and the worker sharing two cores with it, 1-2.4% of the spans in the lens rows. The lens
+//! rows drop more than tracing-opentelemetry's: the lens worker builds the SDK spans, so it has more
+//! to do per span while the training thread has less.
 //!
 //! `benches/instructions.sh`: instructions per span on the training thread (callgrind; the same
 //! span functions, 20,000 counted calls after 2,000 warm-up calls, queues large enough that nothing
-//! is dropped; 18:41-18:47 UTC, the final merged code). Each figure includes 6 instructions of the
+//! is dropped; 19:52 UTC, the same commit). Each figure includes 6 instructions of the
 //! calling loop. This is the load-independent measure.
 //!
 //! | wiring | root span | child of a long-lived span |
@@ -95,28 +97,29 @@
 //! | lens, non-exporting rank | 16 | 16 |
 //! | lens, disabled group | 23 | 23 |
 //! | `tracing_subscriber::registry()` alone | 709 | 933 |
-//! | `fmt` layer to `io::sink` | 4,241 | 4,640 |
-//! | tracing-opentelemetry, default options | 7,907 | 8,257 |
-//! | tracing-opentelemetry, lean | 5,873 | 6,175 |
-//! | **lens, exported** | 3,892 | 4,592 |
-//! | lens, exported, context activation off | 3,330 | 4,026 |
-//! | fastrace, `i64` property | 2,820 | 1,001 |
-//! | fastrace, no property | 2,075 | 248 |
+//! | `fmt` layer to `io::sink` | 4,311 | 4,704 |
+//! | tracing-opentelemetry, default options | 7,979 | 8,279 |
+//! | tracing-opentelemetry, lean | 5,958 | 6,258 |
+//! | **lens, exported** | 3,907 | 4,609 |
+//! | lens, exported, context activation off | 3,337 | 4,041 |
+//! | lens tracer via `opentelemetry_layer()` | 11,794 (closer: 1,557 + 708) | 11,976 (closer: 1,557 + 708) |
+//! | fastrace, `i64` property | 2,767 | 936 |
+//! | fastrace, no property | 2,115 | 246 |
 //!
 //! `examples/bench_pair` (two nested group-gated spans, the shape of issue 13's "4,644 instructions
-//! per exported span"): 4,131 instructions per exported span, 12 on a non-exporting rank.
+//! per exported span"): 4,179 instructions per exported span, 12 on a non-exporting rank.
 //!
 //! Issue 13's targets on this run:
 //!
 //! | target | this run | |
 //! |---|---|---|
-//! | exported span at most 2x the registry alone | root 5.5x, child 4.9x (instructions); 6.4x / 5.4x (CPU time) | **missed** |
+//! | exported span at most 2x the registry alone | root 5.5x, child 4.9x (instructions); 6.3x / 5.3x (CPU time) | **missed** |
 //! | the same with context activation off | root 4.7x, child 4.3x (instructions) | **missed** |
-//! | exported span at most 0.4x lean tracing-opentelemetry | root 0.66x, child 0.74x (instructions); 0.62x / 0.77x (CPU time) | **missed** |
+//! | exported span at most 0.4x lean tracing-opentelemetry | root 0.66x, child 0.74x (instructions); 0.71x / 0.86x (CPU time) | **missed** |
 //! | a child span at most 10% more than a root span | +18% (instructions; the registry alone is +32%) | **missed** |
-//! | at most 2,000 instructions per exported span | root 3,892, child 4,592; `bench_pair` 4,131 (was 4,644) | **missed** |
-//! | event in an exported span at most 150 ns | 1,594 instructions per event (was 1,779; `benches/events.rs`) | **missed** |
-//! | two threads: per-thread cost at most 1.3x one thread | 1.38x (`benches/spans.rs`, loaded run) | **missed** |
+//! | at most 2,000 instructions per exported span | root 3,907, child 4,609; `bench_pair` 4,179 (was 4,644) | **missed** |
+//! | event in an exported span at most 150 ns | 278 ns (`benches/events.rs`, quiet run); 1,594 instructions per event before context activation | **missed** |
+//! | two threads: per-thread cost at most 1.3x one thread | 1.84x (`benches/spans.rs`; the registry alone: 2.9x on this 2-core VM) | **missed** |
 //! | non-exporting rank and disabled group at the cost of a disabled callsite | 16 = no subscriber's 16; 23 (one cached-interest check) | met |
 //!
 //! Why the exported-span targets are missed (profile of a root span after the redesign, callgrind,
@@ -130,44 +133,33 @@
 //! `benches/spans.rs` header (a sharded open-span table, a cached context per span for activation,
 //! inline event attributes).
 //!
-//! `Telemetry::opentelemetry_layer()` (feature `tracing-opentelemetry`) beside the lens layer: a
-//! separate, later run, 2026-11-30 19:34 UTC, same 2-vCPU AMD EPYC KVM VM, load average 2.1-2.2
-//! (lighter than the table above: compare these two rows with each other, not with it), rustc
-//! 1.95.0, this branch (SDK-span closer in). Both rows export every group through lens's batch
-//! processor to a discarding exporter; `lens_opentelemetry_layer` is tracing-opentelemetry 0.34's
-//! layer with its default options (inactivity tracking, thread, location and target attributes) on
-//! the lens tracer. Commands: `cargo bench --all-features --bench peers -- =lens_exported
+//! `Telemetry::opentelemetry_layer()` (feature `tracing-opentelemetry`) beside the lens layer, in
+//! the run above (its row in both tables): both export every group through lens's batch processor
+//! to a discarding exporter; `lens_opentelemetry_layer` is tracing-opentelemetry 0.34's layer with
+//! its default options (inactivity tracking, thread, location and target attributes) on the lens
+//! tracer. Just these rows: `cargo bench --all-features --bench peers -- =lens_exported
 //! =lens_opentelemetry_layer` and `bash benches/instructions.sh 20000 lens_exported
 //! lens_opentelemetry_layer plain_tracing_opentelemetry`.
 //!
-//! | wiring | root span | child of a long-lived span | root / child, thread CPU time | spans dropped |
-//! |---|---|---|---|---|
-//! | **lens, exported** | 565 ns (487 ns – 617 ns) | 628 ns (596 ns – 673 ns) | 504 ns / 626 ns | 3.9% |
-//! | lens tracer via `opentelemetry_layer()` (tracing-opentelemetry feature), exported | 2.53 µs (1.76 µs – 3.43 µs) | 2.01 µs (1.87 µs – 3.27 µs) | 2.41 µs / 1.92 µs | 3.0% |
-//!
-//! Two other runs of the same pair, lens / `opentelemetry_layer()`, root and child medians: 19:31
-//! UTC, load 2.3-2.4, before the closer hashed span ids with one multiply instead of SipHash
-//! (then 2,549 closer instructions per span, not 2,265): 496 ns / 608 ns and 2.03 µs / 1.98 µs;
-//! 19:43 UTC, load 0.9, the final code: 508 ns / 623 ns and 1.91 µs / 2.24 µs. The
-//! `opentelemetry_layer()` medians move by 25% between runs; the instruction counts do not.
-//!
-//! | instructions per span, training thread (callgrind) | root span | child of a long-lived span |
+//! | | root span | child of a long-lived span |
 //! |---|---|---|
-//! | **lens, exported** | 3,734 | 4,554 |
-//! | lens tracer via `opentelemetry_layer()` | 11,747 | 11,968 |
-//! | of which the SDK-span closer (`on_start` + `on_end`) | 1,557 + 708 = 2,265 | 1,557 + 708 = 2,265 |
-//! | tracing-opentelemetry, default options, SDK batch processor (for reference) | 7,991 | 8,302 |
+//! | **lens layer**, time (thread CPU) | 506 ns (500 ns) | 648 ns (648 ns) |
+//! | `opentelemetry_layer()`, time (thread CPU) | 2.00 µs (1.99 µs) | 1.99 µs (1.98 µs) |
+//! | **lens layer**, instructions | 3,907 | 4,609 |
+//! | `opentelemetry_layer()`, instructions | 11,794 | 11,976 |
+//! | of which the SDK-span closer (`on_start` + `on_end`) | 1,557 + 708 = 2,265 | 2,265 |
+//! | tracing-opentelemetry, default options, on the SDK's own provider (reference) | 7,979 | 8,279 |
 //!
-//! `opentelemetry_layer()` costs 3.1x (root) / 2.6x (child) the lens layer's instructions and
-//! 3.2x-4.8x its time across the three runs: it builds the SDK span on the training thread (the
-//! lens layer builds it on the worker). It costs about 3,700 instructions more than plain
-//! tracing-opentelemetry on the SDK's own provider: the SDK-span closer (2,265: copying the
-//! span's start data, `Span::exported_data`, ~940; the table insert ~215; its byte estimate
-//! ~200; at the end, freeing the copy ~540 and the lookup), lens's batch processor taking the
-//! `SpanData` (~885, its byte estimate ~480 of it) and the boxed tracer. The closer's cost is
-//! the price of truncating SDK spans at shutdown when the SDK lends a processor nothing to end
-//! later but a copy; lens-layer spans do not pay it (the worker builds them with the closer
-//! skipped: one thread-local read).
+//! `opentelemetry_layer()` costs 3.0x (root) / 2.6x (child) the lens layer's instructions and
+//! 3.1x-4.0x its time (three earlier runs of the pair, at loads 0.9-2.4, gave 3.2x-4.8x): it builds
+//! the SDK span on the training thread (the lens layer builds it on the worker). It costs about
+//! 3,800 instructions more than plain tracing-opentelemetry on the SDK's own provider: the SDK-span
+//! closer (2,265: copying the span's start data, `Span::exported_data`, ~940; the table insert
+//! ~215; its byte estimate ~200; at the end, freeing the copy ~540 and the lookup), lens's batch
+//! processor taking the `SpanData` (~885, its byte estimate ~480 of it) and the boxed tracer. The
+//! closer's cost is the price of truncating SDK spans at shutdown when the SDK lends a processor
+//! nothing to end later but a copy; lens-layer spans do not pay it (the worker builds them with the
+//! closer skipped: one thread-local read).
 //!
 //!
 //! What fastrace shows: without `tracing`'s dispatcher, registry and per-layer filters, a span
