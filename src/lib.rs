@@ -85,7 +85,9 @@
 //! * **IDs** ([`ChaChaIdGenerator`]): a ChaCha20 generator seeded from the OS per thread, re-seeded after
 //!   `fork`, so identically seeded ranks and data-loader workers never share IDs.
 //! * **The closer** ([`Telemetry::shutdown`]): spans still open at shutdown are ended innermost
-//!   first with `nemo.span.truncated = true` and a `nemo.span.truncated` event.
+//!   first with `nemo.span.truncated = true` and a `nemo.span.truncated` event; spans started
+//!   through the SDK directly ([`Telemetry::tracer`], `Telemetry::opentelemetry_layer`) are
+//!   exported truncated from a copy of their start data.
 //! * **Resource** ([`Telemetry::resource`]): `service.name`, `dl.rank`, `nemo.run.id`,
 //!   `service.instance.id`, SLURM, Kubernetes and host attributes, as the Python library.
 //! * **Exporters** ([`export`]): compact JSONL in the Python field layout (stdout or a per-rank
@@ -98,9 +100,15 @@
 //! * **Logs**: with `NEMO_LENS_LOGS_ENABLED=1` the same layer bridges events (and
 //!   `log` records) into OpenTelemetry log records carrying the ids of their span, filtered by
 //!   `NEMO_LENS_LOGS_LEVEL`, never fed the exporters' own records.
-//! * **Propagation** ([`propagation`]): W3C TraceContext + Baggage over map carriers, the JSON
-//!   payload bytes of the Python NCCL helpers, linked spans ([`LensSpanExt::add_link`]), and a
-//!   launcher's `TRACEPARENT` as every rank's parent.
+//! * **Propagation** ([`propagation`]): W3C TraceContext + Baggage over map carriers (keeping
+//!   the Level 2 `random` flag: traces started here say `03`, as Python's), the JSON payload
+//!   bytes of the Python NCCL helpers, linked spans ([`LensSpanExt::add_link`],
+//!   [`propagation::create_linked_span`]), and a launcher's `TRACEPARENT` as every rank's
+//!   parent. `NEMO_LENS_TRACE_PER=step` starts one trace per step, linked to the job span, for
+//!   trace stores with trace-size limits.
+//! * **Records as Python's**: `exception` events with Python's `record_exception` attributes,
+//!   log records with its `code.*` attributes, redaction ([`DEFAULT_REDACT_KEYS`], or
+//!   [`TelemetryBuilder::redact_keys`]) before the value length limit.
 //! * **OTLP** ([`export::OtlpProtocol`]): gRPC, HTTP/protobuf or HTTP/JSON per signal from the standard
 //!   `OTEL_EXPORTER_OTLP_*` variables; gRPC runs on a private runtime, so no Tokio is needed;
 //!   `https://` endpoints use rustls (system roots, or `OTEL_EXPORTER_OTLP_CERTIFICATE`, client
@@ -128,8 +136,10 @@
 //! as with no subscriber at all). Non-exporting ranks build no providers, start no threads and
 //! open no sockets. An exported span costs about half the same span through a plain
 //! `tracing_opentelemetry::layer()` with its default options and a batch processor (0.7-0.9 of
-//! a lean one: `benches/peers.rs`), and re-entering a span built once
-//! (the per-forward-pass pattern) costs tens of nanoseconds. The README's Performance section
+//! a lean one: `benches/peers.rs`). Re-entering a span built once (the per-forward-pass
+//! pattern) costs about 110 ns with context activation (the default: each enter attaches an
+//! OpenTelemetry context); it cost 23 ns before activation existed, which
+//! [`TelemetryBuilder::context_activation`]`(false)` turns off. The README's Performance section
 //! has the figures, the targets and `benches/run_all.sh`, which regenerates them all.
 
 //! ## Feature flags
