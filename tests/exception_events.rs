@@ -16,6 +16,8 @@ use serde_json::Value;
 
 mod common;
 
+use common::console::keys;
+
 /// The exception event of Python's `bad_step` span, and that span.
 fn python_exception() -> (Value, Value) {
     let text = include_str!("fixtures/python-lens-rank3.jsonl");
@@ -27,14 +29,6 @@ fn python_exception() -> (Value, Value) {
     let event = span["events"][0].clone();
     assert_eq!(event["name"], "exception");
     (event, span)
-}
-
-fn keys(v: &Value) -> Vec<&str> {
-    v.as_object()
-        .unwrap_or_else(|| panic!("not an object: {v}"))
-        .keys()
-        .map(String::as_str)
-        .collect()
 }
 
 /// How the child process captures backtraces.

@@ -11,19 +11,12 @@
 use std::process::Command;
 use std::time::Duration;
 
-use nemo_lens::{ExporterKind, LensConfig, Telemetry};
+use common::console::{self, keys};
+use nemo_lens::Telemetry;
 use serde_json::Value;
 use tracing_subscriber::prelude::*;
 
 mod common;
-
-fn keys(v: &Value) -> Vec<&str> {
-    v.as_object()
-        .unwrap_or_else(|| panic!("not an object: {v}"))
-        .keys()
-        .map(String::as_str)
-        .collect()
-}
 
 /// The log records of the Python fixture, by body.
 fn python_record(body: &str) -> Value {
@@ -34,9 +27,10 @@ fn python_record(body: &str) -> Value {
         .unwrap_or_else(|| panic!("no record {body:?} in the fixture"))
 }
 
-fn records_in(text: &str) -> Vec<Value> {
-    text.lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+/// The log records of rank 0's console file in `dir`.
+fn records_in(dir: &std::path::Path) -> Vec<Value> {
+    console::lines(dir, 0)
+        .into_iter()
         .filter(|l| l.get("body").is_some())
         .collect()
 }
@@ -60,7 +54,7 @@ fn failing_step_records() -> Vec<Value> {
         .status()
         .unwrap();
     assert!(status.success(), "{status}");
-    records_in(&std::fs::read_to_string(dir.path().join("rank0.jsonl")).unwrap())
+    records_in(dir.path())
 }
 
 fn record<'a>(records: &'a [Value], body: &str) -> &'a Value {
@@ -139,16 +133,7 @@ fn a_named_event_keeps_its_name() {
 /// the log records of its file.
 fn in_process_records(body: impl FnOnce()) -> Vec<Value> {
     let dir = tempfile::tempdir().unwrap();
-    let config = LensConfig::default()
-        .with_enabled(true)
-        .with_logs_enabled(true)
-        .with_metrics_enabled(false)
-        .with_exporter(ExporterKind::Console)
-        .with_export_strategy("all_ranks")
-        .with_console_path(Some(
-            dir.path().join("rank{rank}.jsonl").display().to_string(),
-        ));
-    let telemetry = Telemetry::builder(config)
+    let telemetry = Telemetry::builder(console::config(dir.path()))
         .allow_reinit_for_testing(true)
         .install_globals(false)
         .env_lookup(|_| None)
@@ -156,7 +141,7 @@ fn in_process_records(body: impl FnOnce()) -> Vec<Value> {
         .unwrap();
     tracing::subscriber::with_default(tracing_subscriber::registry().with(telemetry.layer()), body);
     telemetry.shutdown(Duration::from_secs(10)).unwrap();
-    records_in(&std::fs::read_to_string(dir.path().join("rank0.jsonl")).unwrap())
+    records_in(dir.path())
 }
 
 #[test]

@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use nemo_lens::{DEFAULT_REDACT_KEYS, ExporterKind, LensConfig, TelemetryBuilder};
+mod common;
+
+use nemo_lens::{DEFAULT_REDACT_KEYS, LensConfig, TelemetryBuilder};
 use serde_json::Value;
 use tracing_subscriber::prelude::*;
 
@@ -25,16 +27,7 @@ fn scenario(
     env: &'static [(&'static str, &'static str)],
 ) -> Written {
     let dir = tempfile::tempdir().unwrap();
-    let config = LensConfig::default()
-        .with_enabled(true)
-        .with_logs_enabled(true)
-        .with_metrics_enabled(false)
-        .with_exporter(ExporterKind::Console)
-        .with_export_strategy("all_ranks")
-        .with_console_path(Some(
-            dir.path().join("rank{rank}.jsonl").display().to_string(),
-        ));
-    let builder = nemo_lens::Telemetry::builder(config)
+    let builder = nemo_lens::Telemetry::builder(common::console::config(dir.path()))
         .allow_reinit_for_testing(true)
         .install_globals(false)
         .env_lookup(move |k| {
@@ -63,11 +56,7 @@ fn scenario(
         },
     );
     telemetry.shutdown(Duration::from_secs(10)).unwrap();
-    let text = std::fs::read_to_string(dir.path().join("rank0.jsonl")).unwrap();
-    let lines: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+    let lines = common::console::lines(dir.path(), 0);
     let span = lines
         .iter()
         .find(|l| l["name"] == "call")

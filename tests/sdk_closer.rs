@@ -102,6 +102,18 @@ fn command(mode: &str, test: &str, out: &Path) -> Command {
     cmd
 }
 
+/// Runs the child of `test` in `mode` to its end; panics with its output unless it passed.
+fn run_to_end(mode: &str, test: &str, out: &Path) -> std::process::Output {
+    let run = command(mode, test, out).output().unwrap();
+    assert!(
+        run.status.success() && String::from_utf8_lossy(&run.stdout).contains("1 passed"),
+        "child failed: {}\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    run
+}
+
 fn spans_in(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
         .unwrap()
@@ -153,18 +165,10 @@ fn sdk_spans_open_at_shutdown_are_exported_truncated_once() {
     }
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("spans.jsonl");
-    let run = command(
+    let run = run_to_end(
         "shutdown",
         "sdk_spans_open_at_shutdown_are_exported_truncated_once",
         &out,
-    )
-    .output()
-    .unwrap();
-    assert!(
-        run.status.success() && String::from_utf8_lossy(&run.stdout).contains("1 passed"),
-        "child failed: {}\n{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
     );
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(
@@ -221,18 +225,10 @@ fn lens_spans_are_truncated_once_beside_sdk_spans() {
     }
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("spans.jsonl");
-    let run = command(
+    run_to_end(
         "lens",
         "lens_spans_are_truncated_once_beside_sdk_spans",
         &out,
-    )
-    .output()
-    .unwrap();
-    assert!(
-        run.status.success() && String::from_utf8_lossy(&run.stdout).contains("1 passed"),
-        "child failed: {}\n{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
     );
     let spans = spans_in(&out);
     assert_eq!(spans.len(), 3, "{spans:#?}");

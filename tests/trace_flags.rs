@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::memory::named;
 use nemo_lens::propagation::{W3cTraceContextPropagator, extract_context};
-use nemo_lens::{ExporterKind, LensConfig, LensSpanExt, Telemetry};
+use nemo_lens::{LensSpanExt, Telemetry};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{Span as _, TraceContextExt, Tracer as _};
 use opentelemetry_sdk::trace::SpanData;
@@ -111,15 +111,7 @@ fn the_propagator_sends_and_receives_the_random_flag() {
 #[test]
 fn log_records_in_a_console_file_carry_flags_3_as_pythons() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("rank{rank}.jsonl");
-    let config = LensConfig::default()
-        .with_enabled(true)
-        .with_export_strategy("all_ranks")
-        .with_metrics_enabled(false)
-        .with_logs_enabled(true)
-        .with_exporter(ExporterKind::Console)
-        .with_console_path(Some(path.display().to_string()));
-    let telemetry = Telemetry::builder(config)
+    let telemetry = Telemetry::builder(common::console::config(dir.path()))
         .install_globals(false)
         .build()
         .unwrap();
@@ -130,10 +122,8 @@ fn log_records_in_a_console_file_carry_flags_3_as_pythons() {
         },
     );
     telemetry.shutdown(Duration::from_secs(5)).unwrap();
-    let text = std::fs::read_to_string(dir.path().join("rank0.jsonl")).unwrap();
-    let log: serde_json::Value = text
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+    let log = common::console::lines(dir.path(), 0)
+        .into_iter()
         .find(|v| v.get("body").is_some())
         .expect("a log record line");
     assert_eq!(log["trace_flags"], 3, "{log}");

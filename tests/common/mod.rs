@@ -4,6 +4,7 @@
 
 pub mod child;
 pub mod collector;
+pub mod console;
 pub mod hung;
 pub mod memory;
 pub mod metrics;
