@@ -237,13 +237,7 @@ impl<'a> SpanFields<'a> {
         attributes: &'a mut SpanAttributes,
         rules: &'a TextRules,
     ) -> Reserved {
-        let mut fields = SpanFields {
-            attributes,
-            reserved: Reserved::default(),
-            rules,
-        };
-        attrs.record(&mut Fields(&mut fields));
-        fields.reserved
+        Self::read(attributes, rules, |visit| attrs.record(visit))
     }
 
     /// Reads the values of a `span.record` call into `attributes`; returns the reserved
@@ -253,14 +247,25 @@ impl<'a> SpanFields<'a> {
         attributes: &'a mut SpanAttributes,
         rules: &'a TextRules,
     ) -> Reserved {
+        Self::read(attributes, rules, |visit| values.record(visit))
+    }
+
+    /// Runs `record` (a `tracing` value set's `record`) over these fields.
+    #[inline]
+    fn read(
+        attributes: &'a mut SpanAttributes,
+        rules: &'a TextRules,
+        record: impl FnOnce(&mut dyn Visit),
+    ) -> Reserved {
         let mut fields = SpanFields {
             attributes,
             reserved: Reserved::default(),
             rules,
         };
-        values.record(&mut Fields(&mut fields));
+        record(&mut Fields(&mut fields));
         fields.reserved
     }
+
     #[cold]
     fn reserved(&mut self, name: &'static str, value: Value) {
         match name {
