@@ -252,6 +252,9 @@ mod logs_md {}
 #[doc = include_str!("../docs/metrics.md")]
 mod metrics_md {}
 #[cfg(doctest)]
+#[doc = include_str!("../docs/performance.md")]
+mod performance_md {}
+#[cfg(doctest)]
 #[doc = include_str!("../docs/propagation.md")]
 mod propagation_md {}
 #[cfg(doctest)]
