@@ -1,26 +1,13 @@
 //! Console JSONL export to a real file: the `ConsoleSpanExporter` alone on one thread
 //! (criterion, batches of 512 spans made by the lens layer), then the whole pipeline (lens
-//! layer, the SDK's default batch processor: queue 2048, batch 512, exporter `console` with
-//! `console_path`) with the producer unthrottled and held to 500,000 spans/s for 3 s each;
-//! written spans are the lines in the file after shutdown, dropped = produced - written.
+//! layer, nemo-lens's batch processor with its defaults: queue 2048, batch 512, exporter `console`
+//! with `console_path`) with the producer unthrottled and held to 500,000 spans/s for 3 s each;
+//! written spans are the lines in the file after shutdown, dropped = produced - written (every
+//! dropped span is counted and reported, never waited for).
 //!
-//! Run: `cargo bench --bench console` (all figures: `benches/run_all.sh`).
-//!
-//! **Quiet-machine run** (2026-11-30T01:03Z, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM, nothing
-//! else running; `benches/run_all.sh`, criterion medians, 1 s warm-up + 3 s measurement; the
-//! exported cases use nemo-lens's own batch span processor).
-//!
-//! | case | result |
-//! |---|---|
-//! | exporter alone, batch of 512 to a file | 387 µs per batch = 1.32 M spans/s on one core |
-//! | pipeline, producer unthrottled, 3 s | 1.17-1.21 M spans/s written |
-//! | pipeline, producer held to 500,000 spans/s, default queue (2048), 3 s | 1.1-1.5% dropped (16,036 and 22,209 of 1,500,032 in two runs) |
-//!
-//! Targets: >= 1 M spans/s on one core: met (1.32 M/s exporter, 1.2 M/s pipeline). No drops
-//! at 500k spans/s with the default queue: **missed** by 1-1.5%. The default queue holds 4 ms
-//! at that rate; the worker needs ~40% of a core, so the drops come from stalls of the worker
-//! longer than 4 ms (also seen on tmpfs, so not disk writeback; still 0.4% with an 8192 queue,
-//! so stalls reach 16 ms on this VM). Every dropped span is counted and reported.
+//! Run: `cargo bench --bench console` (the pipeline runs print one line each;
+//! `python3 benches/report.py` prints the exporter's table). `benches/run_all.sh` runs it with the
+//! other benches and writes the figures to `docs/performance.md`.
 use std::future::Future;
 use std::hint::black_box;
 use std::pin::pin;
@@ -105,7 +92,7 @@ struct Run {
 }
 
 /// Producer on this thread through the lens layer (exporter `console`, `console_path` set,
-/// the SDK's default batch processor: queue 2048, batch 512) for `duration`, at most
+/// nemo-lens's batch processor with its defaults: queue 2048, batch 512) for `duration`, at most
 /// `rate` spans/s (`None`: as fast as it can). Counts the lines in the file after shutdown.
 fn end_to_end(duration: Duration, rate: Option<f64>) -> Run {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -3,35 +3,13 @@
 //! every event below the SDK's default limit of 128 events per span, so each is really
 //! recorded; the span's own cost adds 1/100 of a span lifecycle per event.
 //!
-//! Run: `cargo bench --bench events` (all figures: `benches/run_all.sh`).
-//!
-//! **This run** (2026-11-30T19:53Z, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM, quiet: load average
-//! 1.1-1.2; criterion medians, 1 s warm-up + 3 s measurement), this round's final merge.
-//!
-//! | `event_in_span` case | median | / plain |
-//! |---|---|---|
-//! | no_subscriber | 0.31 ns | |
-//! | lens_non_exporting_rank | 0.30 ns | |
-//! | lens_disabled_group (the span's group is off; the event itself is not gated) | 17 ns | |
-//! | lens_exported | 278 ns | 0.31x |
-//! | plain_tracing_opentelemetry | 888 ns | 1 |
-//! | plain_tracing_opentelemetry_lean | 626 ns | 0.71x |
-//! | registry_only | 8.74 ns | |
-//! | fmt_sink | 1.00 µs | 1.13x |
-//!
-//! Target (issue 13): an event inside an exported span <= 150 ns: **missed** (278 ns on this
-//! quiet run; the 17:42Z loaded run gave 405 ns). Instructions on the training thread (callgrind, message + one field, 100 events per
-//! span): 1,779 with the SDK span, 1,593 with the span record. Where they go: formatting the
-//! message (`record_debug` gets `&dyn Debug` of the `format_args!`, so it cannot borrow a
-//! literal: a `String` per event) and the field ~630, two allocations (message and attribute
-//! `Vec`) that the batch worker frees, so the training thread's allocator never gets them back
-//! from its thread cache (~180 each), the registry's current-span and span lookups ~240, the
-//! `clock_gettime` of the event ~30, the push under the record's lock ~100. The field's
-//! `Display`/`Debug` runs before any lock is taken (a panicking field is the application's
-//! panic, `tests/panicking_field.rs`).
 //! `lens_disabled_group` here is an ungated event inside a span whose group is disabled: the
 //! event callsite is enabled (events outside recorded spans cannot be known at the callsite), so
-//! it is dispatched and the layer finds no recorded span (registry's current-span lookup).
+//! it is dispatched and the layer finds no recorded span (the registry's current-span lookup).
+//!
+//! Run: `cargo bench --bench events`, then `python3 benches/report.py` for the table.
+//! `benches/run_all.sh` runs it with the other benches and writes the figures to
+//! `docs/performance.md`.
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

@@ -1,24 +1,10 @@
 //! Trace and span ID generation: `nemo_lens::ChaChaIdGenerator` (OS-seeded ChaCha20 per
-//! thread, fork-aware) against the SDK's default `RandomIdGenerator`.
+//! thread, fork-aware) against the SDK's default `RandomIdGenerator`, which draws from a
+//! non-cryptographic per-thread generator. A root span draws both IDs, a child span a span ID.
 //!
-//! Run: `cargo bench --bench ids` (all figures: `benches/run_all.sh`).
-//!
-//! **Quiet-machine run** (2026-11-30T01:03Z, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM, nothing
-//! else running; `benches/run_all.sh`, criterion medians, 1 s warm-up + 3 s measurement; the
-//! exported cases use nemo-lens's own batch span processor).
-//!
-//! | id | ChaCha (ours) | SDK `RandomIdGenerator` | ratio |
-//! |---|---|---|---|
-//! | span id | 9.83 ns | 2.59 ns | 3.79x |
-//! | trace id | 19.8 ns | 10.3 ns | 1.93x |
-//!
-//! About 2-3% of an exported span (595 ns in the same run); the price of IDs that identically
-//! seeded ranks and forked workers never share.
-//!
-//! The SDK draws from a non-cryptographic per-thread generator. A root span draws both IDs.
-//! Under callgrind a span ID costs ~113 instructions of the ~4,300 of an exported span (2.6 %),
-//! mostly the ChaCha20 block function (`refill_wide`); a ChaCha8 or ChaCha12 stream would cut
-//! that by half or more if the ID budget ever matters.
+//! Run: `cargo bench --bench ids`, then `python3 benches/report.py` for the tables.
+//! `benches/run_all.sh` runs it with the other benches and writes the figures to
+//! `docs/performance.md`.
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};

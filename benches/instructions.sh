@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Instructions per span on the training thread, counted by callgrind, per wiring: the
-# load-independent measure (a timing loop on a shared 2-core VM moves by 2x with the load; an
-# instruction count moves by a few percent with the allocator's state). Use it to compare two
+# load-independent measure (a timing loop moves with the machine's load; an instruction count
+# moves by a few percent with the allocator's state). Use it to compare two
 # builds, and to settle the cases below a few nanoseconds, where timing is noise.
 #
 # What is counted: the `peers` bench binary (benches/peers.rs) runs one wiring per process with
@@ -21,7 +21,7 @@
 # reported; a run that dropped spans is marked.
 #
 # Also counts examples/bench_pair (two nested group-gated spans per iteration, the shape of the
-# Python comparison and of issue 13's "4,644 instructions per exported span" baseline).
+# Python comparison, benches/compare_python.sh).
 #
 # Usage: benches/instructions.sh [N] [WIRING...]
 #   N        counted calls per case (default 20000; fastrace's child case makes 100 spans a call)

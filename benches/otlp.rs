@@ -1,25 +1,16 @@
 //! OTLP/HTTP protobuf to a loopback rotel collector: the crate's own OTLP set-up (exporter
-//! `otlp`, `OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`), the SDK's default batch processor, the
-//! producer on the bench thread unthrottled and at 100,000 spans/s for 3 s each. Delivered is
-//! the sum of rotel's per-request span counts (`--debug-log traces`, basic verbosity: one line
-//! per request); dropped = produced - delivered. rotel is installed from PyPI on first use
-//! (`tests/common/collector.rs`).
+//! `otlp`, `OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf`), nemo-lens's batch processor with its
+//! defaults, the producer on the bench thread unthrottled and at 100,000 spans/s for 3 s each.
+//! Delivered is the sum of rotel's per-request span counts (`--debug-log traces`, basic
+//! verbosity: one line per request); dropped = produced - delivered. rotel is installed from PyPI
+//! on first use (`tests/common/collector.rs`).
 //!
-//! Run: `cargo bench --bench otlp` (all figures: `benches/run_all.sh`).
+//! Producer, exporter thread (protobuf encoding, blocking HTTP client) and rotel share the
+//! machine's cores, so delivery tops out; a producer above that rate drops at the default queue,
+//! by design (the trainer never blocks), and every drop is counted.
 //!
-//! **Quiet-machine run** (2026-11-30T01:03Z, rustc 1.95.0, 2-vCPU AMD EPYC KVM VM, nothing
-//! else running; `benches/run_all.sh`, criterion medians, 1 s warm-up + 3 s measurement; the
-//! exported cases use nemo-lens's own batch span processor).
-//!
-//! | case | produced | delivered to rotel | dropped |
-//! |---|---|---|---|
-//! | warm-up, 1 s at 50k spans/s | 50,048 | 50,048 | 0 |
-//! | producer unthrottled, 3 s | 3.90 M (1.30 M/s) | 1.38 M (458k spans/s) | 2.53 M (counted) |
-//! | producer held to 100,000 spans/s, 3 s | 300,032 | 300,032 | 0 |
-//!
-//! Producer, exporter thread (protobuf encoding, blocking HTTP client) and rotel share the two
-//! cores, so delivery tops out (458k spans/s here) and a producer above that drops at the
-//! default queue, by design (never block the trainer); every drop is counted.
+//! Run: `cargo bench --bench otlp` (one line per run). `benches/run_all.sh` runs it with the other
+//! benches and writes the figures to `docs/performance.md`.
 use std::fs::File;
 use std::io::Read;
 use std::net::TcpStream;

@@ -50,129 +50,13 @@
 //! no extension maps): thread-local span lines, a TSC clock, IDs from a thread-local counter,
 //! and whole traces handed to a collector thread. Every `tracing` layer pays at least the
 //! `registry_only` row; fastrace shows how far below that a recorder with a different API can
-//! go, so it bounds what any `tracing` layer can reach, not what nemo-lens can.
+//! go, so it bounds what any `tracing` layer can reach, not what nemo-lens can. Every process of
+//! this bench also runs `fastant`'s TSC calibration at start-up (a static constructor of
+//! fastrace's clock); it is outside every measured loop.
 //!
-//! **Current run: this round's final merge, on a quiet machine.** Taken on 2026-11-30 between
-//! 19:50 and 19:58 UTC on a 2-vCPU AMD EPYC KVM VM with nothing else running (load average
-//! 0.4-1.4), rustc 1.95.0, commit `0537b33` (context activation on, SDK-span closer, W3C random
-//! trace flag, trace-per option off). Wall-clock figures of a shared 2-core VM still move by
-//! 10-30% between runs: read the instruction counts (load-independent) first. Regenerate everything
-//! with `benches/run_all.sh`; the peers table alone with `cargo bench --all-features --bench peers`,
-//! the instruction counts with `bash benches/instructions.sh`.
-//!
-//! `cargo bench --bench peers` (`benches/peers.rs`): one span (create with one `i64` field, enter,
-//! exit, close) as a root span and as the child of a long-lived span, one process per wiring,
-//! each set up the way its users set it up (global default; exporting wirings: a batch processor
-//! and an exporter that discards), median (min – max) of 9 samples of about 200 ms.
-//!
-//! | wiring | root span | child of a long-lived span | root / child, thread CPU time | spans dropped |
-//! |---|---|---|---|---|
-//! | no subscriber (own process) | 1.91 ns (1.91 ns – 1.92 ns) | 1.92 ns (1.91 ns – 1.97 ns) | 1.91 ns / 1.92 ns |  |
-//! | lens, non-exporting rank | 1.91 ns (1.91 ns – 1.93 ns) | 1.92 ns (1.91 ns – 2.03 ns) | 1.91 ns / 1.92 ns |  |
-//! | lens, disabled group | 2.20 ns (2.19 ns – 2.33 ns) | 2.20 ns (2.19 ns – 2.62 ns) | 2.20 ns / 2.20 ns |  |
-//! | `tracing_subscriber::registry()` alone | 79.2 ns (76.9 ns – 380 ns) | 123 ns (115 ns – 2.17 µs) | 79.2 ns / 123 ns |  |
-//! | `fmt` layer to `io::sink` | 286 ns (279 ns – 298 ns) | 324 ns (320 ns – 397 ns) | 286 ns / 324 ns |  |
-//! | tracing-opentelemetry, default options | 1.06 µs (1.04 µs – 1.16 µs) | 1.07 µs (1.06 µs – 1.11 µs) | 1.06 µs / 1.07 µs | 0.2% |
-//! | tracing-opentelemetry, lean (no inactivity/thread/location/target) | 708 ns (689 ns – 766 ns) | 752 ns (718 ns – 825 ns) | 708 ns / 752 ns | 0.4% |
-//! | **lens, exported** | 506 ns (487 ns – 595 ns) | 648 ns (614 ns – 882 ns) | 500 ns / 648 ns | 1.1% |
-//! | lens, exported, context activation off | 451 ns (442 ns – 522 ns) | 512 ns (478 ns – 567 ns) | 450 ns / 512 ns | 1.6% |
-//! | lens tracer via `opentelemetry_layer()` (tracing-opentelemetry feature), exported | 2.00 µs (1.90 µs – 2.67 µs) | 1.99 µs (1.91 µs – 2.02 µs) | 1.99 µs / 1.98 µs | 2.4% |
-//! | fastrace (outside `tracing`), `i64` property | 763 ns (404 ns – 1.17 µs) | 1.42 µs (359 ns – 1.53 µs) | 761 ns / 1.41 µs | 0.0% |
-//! | fastrace (outside `tracing`), no property | 343 ns (249 ns – 789 ns) | 134 ns (122 ns – 494 ns) | 343 ns / 124 ns | 0.0% |
-//!
-//! The "spans dropped" column is each exporting wiring's batch queue overflowing when its worker
-//! thread falls behind (counted; the training thread never blocks): with one producer at full
-//! speed and the worker sharing two cores with it, 1-2.4% of the spans in the lens rows. The lens
-//! rows drop more than tracing-opentelemetry's: the lens worker builds the SDK spans, so it has more
-//! to do per span while the training thread has less.
-//!
-//! `benches/instructions.sh`: instructions per span on the training thread (callgrind; the same
-//! span functions, 20,000 counted calls after 2,000 warm-up calls, queues large enough that nothing
-//! is dropped; 19:52 UTC, the same commit). Each figure includes 6 instructions of the
-//! calling loop. This is the load-independent measure.
-//!
-//! | wiring | root span | child of a long-lived span |
-//! |---|---|---|
-//! | no subscriber | 16 | 16 |
-//! | lens, non-exporting rank | 16 | 16 |
-//! | lens, disabled group | 23 | 23 |
-//! | `tracing_subscriber::registry()` alone | 709 | 933 |
-//! | `fmt` layer to `io::sink` | 4,311 | 4,704 |
-//! | tracing-opentelemetry, default options | 7,979 | 8,279 |
-//! | tracing-opentelemetry, lean | 5,958 | 6,258 |
-//! | **lens, exported** | 3,907 | 4,609 |
-//! | lens, exported, context activation off | 3,337 | 4,041 |
-//! | lens tracer via `opentelemetry_layer()` | 11,794 (closer: 1,557 + 708) | 11,976 (closer: 1,557 + 708) |
-//! | fastrace, `i64` property | 2,767 | 936 |
-//! | fastrace, no property | 2,115 | 246 |
-//!
-//! `examples/bench_pair` (two nested group-gated spans, the shape of issue 13's "4,644 instructions
-//! per exported span"): 4,179 instructions per exported span, 12 on a non-exporting rank.
-//!
-//! Issue 13's targets on this run:
-//!
-//! | target | this run | |
-//! |---|---|---|
-//! | exported span at most 2x the registry alone | root 5.5x, child 4.9x (instructions); 6.3x / 5.3x (CPU time) | **missed** |
-//! | the same with context activation off | root 4.7x, child 4.3x (instructions) | **missed** |
-//! | exported span at most 0.4x lean tracing-opentelemetry | root 0.66x, child 0.74x (instructions); 0.71x / 0.86x (CPU time) | **missed** |
-//! | a child span at most 10% more than a root span | +18% (instructions; the registry alone is +32%) | **missed** |
-//! | at most 2,000 instructions per exported span | root 3,907, child 4,609; `bench_pair` 4,179 (was 4,644) | **missed** |
-//! | event in an exported span at most 150 ns | 278 ns (`benches/events.rs`, quiet run); 1,594 instructions per event before context activation | **missed** |
-//! | two threads: per-thread cost at most 1.3x one thread | 1.84x (`benches/spans.rs`; the registry alone: 2.9x on this 2-core VM) | **missed** |
-//! | non-exporting rank and disabled group at the cost of a disabled callsite | 16 = no subscriber's 16; 23 (one cached-interest check) | met |
-//!
-//! Why the exported-span targets are missed (profile of a root span after the redesign, callgrind,
-//! `benches/spans.rs` header): the registry's own work is ~730 instructions; on top of it the lens
-//! layer pays the extension map's insert and remove inside `tracing-subscriber` (~315), ChaCha ids
-//! and thread-locals (~225), reading the field (~185), the open-span table (~150), the queue push
-//! (~95), record state (~100), two clock reads (~55), and context activation (~560 per enter/exit
-//! pair: attaching an OpenTelemetry `Context` allocates; `context_activation(false)` removes it).
-//! The SDK span is no longer built on the training thread; the process as a whole costs about the
-//! same per span, because the worker now builds it. The next steps are named in the
-//! `benches/spans.rs` header (a sharded open-span table, a cached context per span for activation,
-//! inline event attributes).
-//!
-//! `Telemetry::opentelemetry_layer()` (feature `tracing-opentelemetry`) beside the lens layer, in
-//! the run above (its row in both tables): both export every group through lens's batch processor
-//! to a discarding exporter; `lens_opentelemetry_layer` is tracing-opentelemetry 0.34's layer with
-//! its default options (inactivity tracking, thread, location and target attributes) on the lens
-//! tracer. Just these rows: `cargo bench --all-features --bench peers -- =lens_exported
-//! =lens_opentelemetry_layer` and `bash benches/instructions.sh 20000 lens_exported
-//! lens_opentelemetry_layer plain_tracing_opentelemetry`.
-//!
-//! | | root span | child of a long-lived span |
-//! |---|---|---|
-//! | **lens layer**, time (thread CPU) | 506 ns (500 ns) | 648 ns (648 ns) |
-//! | `opentelemetry_layer()`, time (thread CPU) | 2.00 µs (1.99 µs) | 1.99 µs (1.98 µs) |
-//! | **lens layer**, instructions | 3,907 | 4,609 |
-//! | `opentelemetry_layer()`, instructions | 11,794 | 11,976 |
-//! | of which the SDK-span closer (`on_start` + `on_end`) | 1,557 + 708 = 2,265 | 2,265 |
-//! | tracing-opentelemetry, default options, on the SDK's own provider (reference) | 7,979 | 8,279 |
-//!
-//! `opentelemetry_layer()` costs 3.0x (root) / 2.6x (child) the lens layer's instructions and
-//! 3.1x-4.0x its time (three earlier runs of the pair, at loads 0.9-2.4, gave 3.2x-4.8x): it builds
-//! the SDK span on the training thread (the lens layer builds it on the worker). It costs about
-//! 3,800 instructions more than plain tracing-opentelemetry on the SDK's own provider: the SDK-span
-//! closer (2,265: copying the span's start data, `Span::exported_data`, ~940; the table insert
-//! ~215; its byte estimate ~200; at the end, freeing the copy ~540 and the lookup), lens's batch
-//! processor taking the `SpanData` (~885, its byte estimate ~480 of it) and the boxed tracer. The
-//! closer's cost is the price of truncating SDK spans at shutdown when the SDK lends a processor
-//! nothing to end later but a copy; lens-layer spans do not pay it (the worker builds them with the
-//! closer skipped: one thread-local read).
-//!
-//!
-//! What fastrace shows: without `tracing`'s dispatcher, registry and per-layer filters, a span
-//! in fastrace's intended shape costs 248 instructions, a quarter of the registry alone, the
-//! bound for a recorder outside `tracing` and out of reach of any `tracing` layer. Its time
-//! (130-500 ns per span in this run, 91 ns of CPU in a run at load 12) depends on how its
-//! collector thread shares the two cores and their caches with the producer. Carrying the
-//! `i64` costs it a string per span (fastrace properties are strings): 1,006 instructions, as much
-//! as the registry. Roots are expensive (a random trace ID, commands to the global collector, a
-//! per-trace allocation): it is built for few roots with many children. Its README's 28-37 ns
-//! per span are bare-metal EC2, 1,000 spans per trace, no properties. Every process of this
-//! bench also runs `fastant`'s TSC calibration at start-up (a static constructor of fastrace's
-//! clock); it is outside every measured loop.
+//! `benches/instructions.sh` counts the instructions of the same span functions under callgrind;
+//! `benches/run_all.sh` runs both with the other benches and writes the figures to
+//! `docs/performance.md`.
 use std::hint::black_box;
 use std::process::Command;
 use std::sync::Arc;
@@ -738,8 +622,9 @@ fn driver(filters: &[String], bench: bool) {
     }
 }
 
-/// The ratios issue 13 sets targets on, from the wall-clock medians (thread CPU time in
-/// parentheses); a ratio whose two rows did not both run is left out.
+/// The exported lens span beside the registry it sits on and beside tracing-opentelemetry, its
+/// child / root ratio, and the off wirings beside no subscriber, from the wall-clock medians
+/// (thread CPU time in parentheses); a ratio whose two rows did not both run is left out.
 fn print_ratios(rows: &[Row]) {
     let get = |w: Wiring, shape: Shape| {
         rows.iter()
@@ -757,24 +642,13 @@ fn print_ratios(rows: &[Row]) {
     let mut lines = Vec::new();
     for shape in [Shape::Root, Shape::Child] {
         let lens = get(Wiring::LensExported, shape);
-        for (other, what, target) in [
-            (Wiring::RegistryOnly, "registry alone", "target <= 2x"),
-            (
-                Wiring::PlainOtelLean,
-                "tracing-opentelemetry lean",
-                "target <= 0.4x",
-            ),
-            (
-                Wiring::PlainOtel,
-                "tracing-opentelemetry defaults",
-                "no target",
-            ),
+        for (other, what) in [
+            (Wiring::RegistryOnly, "registry alone"),
+            (Wiring::PlainOtelLean, "tracing-opentelemetry lean"),
+            (Wiring::PlainOtel, "tracing-opentelemetry defaults"),
         ] {
             if let Some(r) = ratio(lens, get(other, shape)) {
-                lines.push(format!(
-                    "- {}: lens exported / {what}: {r} ({target})",
-                    shape.name()
-                ));
+                lines.push(format!("- {}: lens exported / {what}: {r}", shape.name()));
             }
         }
     }
@@ -782,9 +656,7 @@ fn print_ratios(rows: &[Row]) {
         get(Wiring::LensExported, Shape::Child),
         get(Wiring::LensExported, Shape::Root),
     ) {
-        lines.push(format!(
-            "- lens exported, child / root: {r} (target <= 1.1x)"
-        ));
+        lines.push(format!("- lens exported, child / root: {r}"));
     }
     for shape in [Shape::Root, Shape::Child] {
         if let Some(r) = ratio(
@@ -792,7 +664,7 @@ fn print_ratios(rows: &[Row]) {
             get(Wiring::LensExported, shape),
         ) {
             lines.push(format!(
-                "- {}: opentelemetry_layer() / lens layer, both exported: {r} (no target)",
+                "- {}: opentelemetry_layer() / lens layer, both exported: {r}",
                 shape.name()
             ));
         }

@@ -4,13 +4,15 @@
 //! (`NEMO_LENS_FLIGHT_RECORDER=4096`, layer `telemetry.recorder_layer()`) and off. One
 //! subscriber alive at a time (callsite interest is shared by live dispatchers).
 //!
-//! Run: `cargo bench --bench recorder`.
+//! On a non-exporting rank only the recorder's callsites pay: a span of a recorded group is
+//! created, recorded and closed by the registry and the recorder, while a callsite nobody records
+//! stays a disabled callsite (the recorder's level hint is open, so the macro's cached-interest
+//! check runs instead of the level check). On an exporting rank a span exported anyway pays the
+//! recorder's field-name scan and one open-table probe.
 //!
-//! Instruction counts (`valgrind --tool=callgrind`) do not depend on machine load; the timings
-//! below were taken on a loaded machine and only bound the figures from above.
-//!
-//! **Instructions per span** (2026-11-30T17:16Z, rustc 1.95.0, release, 20,000 spans per case;
-//! inclusive count of the span function / 20,000):
+//! Run: `cargo bench --bench recorder`, then `python3 benches/report.py` for the table.
+//! `benches/run_all.sh` runs it with the other benches and writes the figures to
+//! `docs/performance.md`. Instructions per span, which do not depend on machine load:
 //!
 //! ```sh
 //! cargo bench --bench recorder --no-run
@@ -18,39 +20,6 @@
 //!   OTEL_BSP_MAX_QUEUE_SIZE=200000 valgrind --tool=callgrind target/release/deps/recorder-<hash>
 //! callgrind_annotate --inclusive=yes callgrind.out.<pid> | grep 'recorder::step_span '
 //! ```
-//!
-//! | case | recorder off | recorder on |
-//! |---|---|---|
-//! | non-exporting rank, span of a recorded group (`step`) | 10 | 2,300 |
-//! | non-exporting rank, span of another group | | 17 |
-//! | non-exporting rank, span without a group | | 17 |
-//! | exporting rank, span without a group (exported) | 4,285 | 4,354 (+1.6%) |
-//! | exporting rank, `step` span (exported, and recorded when on) | 4,294 | 5,211 (+21%) |
-//!
-//! Of the 2,300 instructions of a recorded span on a non-exporting rank, about 920 are the
-//! recorder's (`on_new_span` 598: field values, the parent lookup in the registry, two clock
-//! reads of ~104 each, the open-table insert; `on_close` 324: the move to the ring); the rest is
-//! `tracing-subscriber`'s registry creating, entering, exiting and closing a span that, without
-//! the recorder, would not exist on this rank. A callsite nobody records stays a disabled
-//! callsite (17 vs 10 instructions: the recorder's level hint is open, so the macro's
-//! cached-interest check runs instead of the level check). A span the lens layer exports anyway
-//! pays the field-name scan and one open-table probe (+69 instructions).
-//!
-//! **Wall time**, criterion medians (`target/criterion/*/new/estimates.json`; 1 s warm-up, 3 s measurement), 2-vCPU AMD EPYC KVM VM
-//! **shared with other developers' builds** (load average 7.4-8.7 during run 2, 8.8-12 during
-//! run 1, which was before the closed-span move was changed to copy words), "run 1 / run 2":
-//!
-//! | case | recorder off | recorder on |
-//! |---|---|---|
-//! | non-exporting, `step` (recorded) | 1.63 / 2.92 ns | 284 / 563 ns |
-//! | non-exporting, other group | | 1.56 / 3.41 ns |
-//! | non-exporting, no group | | 2.69 / 3.71 ns |
-//! | exporting, no group | 1.10 / 1.78 µs | 1.29 / 1.64 µs |
-//! | exporting, `step` | 1.08 / 1.72 µs | 1.13 / 2.29 µs |
-//!
-//! On this load the exporting cases differ by less than their run-to-run spread; the
-//! instruction counts above are the figures to compare. A quiet-machine run is still to be
-//! taken.
 
 use std::hint::black_box;
 use std::sync::Arc;

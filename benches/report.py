@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Prints the criterion results of the nemo-lens benches as the Markdown tables pasted in the
-bench headers and README (median of the last run of each case, with ratios).
+"""Prints the criterion results of the nemo-lens benches as Markdown tables (median of the last
+run of each case, with ratios); benches/run_all.sh puts them in docs/performance.md.
 
 Usage: python3 benches/report.py [CRITERION_DIR]
   default CRITERION_DIR: $CARGO_TARGET_DIR/criterion, else target/criterion.
@@ -35,11 +35,15 @@ def fmt_time(ns):
 
 
 def load(root):
+    """Medians by group and case. A case benched with `Criterion::bench_function` (no group,
+    one directory level, as in benches/recorder.rs) is filed under the group "" by its id."""
     results = {}
-    for est in root.glob("*/*/new/estimates.json"):
+    for est in list(root.glob("*/*/new/estimates.json")) + list(root.glob("*/new/estimates.json")):
         bench = json.loads((est.parent / "benchmark.json").read_text())
         group = bench["group_id"]
         case = bench.get("function_id") or bench.get("value_str")
+        if case is None:
+            group, case = "", group
         median = json.loads(est.read_text())["median"]["point_estimate"]
         results.setdefault(group, {})[case] = median
     return results
@@ -85,6 +89,15 @@ def main():
     for group in order:
         if group in results:
             wiring_table(group, results[group])
+    cases = results.get("span_vs_registry")
+    if cases:
+        print("\n`span_vs_registry`\n")
+        print("| span | registry alone | lens exported | lens / registry |")
+        print("|---|---|---|---|")
+        for shape in ("root", "child"):
+            reg, lens = cases.get(f"registry_only/{shape}"), cases.get(f"lens_exported/{shape}")
+            if reg and lens:
+                print(f"| {shape} | {fmt_time(reg)} | {fmt_time(lens)} | {ratio(lens, reg)} |")
     for group in ("span_id", "trace_id"):
         cases = results.get(group)
         if cases:
@@ -102,6 +115,25 @@ def main():
         print("| case | median per batch | spans/s (one thread) |")
         print("|---|---|---|")
         print(f"| batch of 512 to a file | {fmt_time(t)} | {512 / t * 1e9:,.0f} |")
+
+    cases = results.get("", {})
+    rows = [
+        ("non-exporting rank, span of a recorded group (`step`)",
+         "non_exporting/recorder_off/step", "non_exporting/recorder_on/step_recorded"),
+        ("non-exporting rank, span of another group", None, "non_exporting/recorder_on/other_group"),
+        ("non-exporting rank, span without a group", None, "non_exporting/recorder_on/no_group"),
+        ("exporting rank, span without a group (exported)",
+         "exporting/recorder_off/no_group", "exporting/recorder_on/no_group"),
+        ("exporting rank, `step` span (exported, and recorded when on)",
+         "exporting/recorder_off/step", "exporting/recorder_on/step_recorded"),
+    ]
+    if any(on in cases for _, _, on in rows):
+        print("\n`recorder`\n")
+        print("| case | recorder off | recorder on |")
+        print("|---|---|---|")
+        for label, off, on in rows:
+            cell = lambda k: fmt_time(cases[k]) if k in cases else ""
+            print(f"| {label} | {cell(off)} | {cell(on)} |")
 
 
 main()

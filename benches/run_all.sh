@@ -1,44 +1,197 @@
 #!/usr/bin/env bash
-# Regenerates every performance figure of the README and the bench headers, in one go:
-#   1. `cargo bench --bench peers`: nemo-lens beside its peers, one process per wiring (the
-#      table of README "Performance" and of issue 13);
-#   2. the criterion benches (spans, events, nesting, ids, console), tables by benches/report.py;
-#   3. the OTLP/HTTP run against a loopback rotel collector;
-#   4. the side-by-side comparison with the Python NeMo Lens (benches/compare_python.sh);
-#   5. instructions per span on the training thread under callgrind (benches/instructions.sh),
+# Runs every bench once and writes docs/performance.md from that one run: a header with the
+# date, toolchain, machine and load average before and after, then each bench's tables.
+#   1. `cargo bench --bench peers`: nemo-lens beside its peers, one process per wiring;
+#   2. benches/instructions.sh: instructions per span on the training thread under callgrind,
 #      the load-independent figure;
-#   6. the reentry memory test.
-# Prints the date, toolchain, machine and load average first and the load average last: paste
-# them with the figures (bench headers carry the current run only). Results of the criterion
-# benches also stay under $CARGO_TARGET_DIR/criterion.
+#   3. the criterion benches (spans, events, nesting, ids, console, recorder), tables by
+#      benches/report.py;
+#   4. the OTLP/HTTP run against a loopback rotel collector (benches/otlp.rs);
+#   5. the side-by-side comparison with the Python NeMo Lens (benches/compare_python.sh);
+#   6. resident memory over millions of re-entries of one span (tests/reentry_memory.rs).
+# The page is replaced only when every step succeeded; the explanations on it are the text of
+# this script (edit them here, not in the page).
 #
 # Usage: benches/run_all.sh [criterion args]   e.g. --warm-up-time 1 --measurement-time 3
-# Takes about 15 minutes. Run it on a quiet machine (check `uptime`): wall-clock figures on a
-# shared 2-core machine move by 2x with the load; `peers` also prints the training thread's CPU
-# time, and instructions.sh counts instructions, which do not.
+# Needs valgrind, python3 with venv/pip (rotel and the Python library are installed under the
+# target directory on first use) and network access for that first install. Takes about 20
+# minutes. Run it on a quiet machine (check `uptime`): wall-clock figures move with the load;
+# `peers` also prints the training thread's CPU time, and instructions.sh counts instructions,
+# which do not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
-echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(rustc --version), $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); load average $(cut -d' ' -f1-3 /proc/loadavg), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-echo
-echo '`peers` (one process per wiring)'
-cargo bench --quiet --bench peers
-echo
-for b in spans events nesting ids console; do
-  cargo bench --quiet --bench "$b" -- "$@" | grep -E '^(console_|Benchmarking .*: Analyzing)' | grep -v Analyzing || true
+PAGE=docs/performance.md
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+# This run's criterion results only, whatever earlier runs left under the target directory.
+export CRITERION_HOME=$OUT/criterion
+
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+START_DATE=$(date -u '+%Y-%m-%d %H:%M')
+START_LOAD=$(load)
+echo "run_all: started $START_DATE UTC, load average $START_LOAD" >&2
+
+echo "run_all: peers" >&2
+cargo bench --quiet --features tracing-opentelemetry --bench peers >"$OUT/peers.txt"
+echo "run_all: instructions.sh" >&2
+benches/instructions.sh >"$OUT/instructions.txt"
+for b in spans events nesting ids console recorder; do
+  echo "run_all: $b" >&2
+  cargo bench --quiet --bench "$b" -- "$@" >"$OUT/$b.txt"
 done
-python3 benches/report.py
+python3 benches/report.py "$CRITERION_HOME" >"$OUT/criterion.txt"
+echo "run_all: otlp" >&2
+cargo bench --quiet --bench otlp >"$OUT/otlp.txt"
+echo "run_all: compare_python.sh" >&2
+benches/compare_python.sh >"$OUT/python.txt"
+echo "run_all: reentry_memory" >&2
+cargo test --release --quiet --all-features --test reentry_memory -- --nocapture >"$OUT/reentry.txt" 2>&1
+
+END_DATE=$(date -u '+%H:%M')
+END_LOAD=$(load)
+CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
+VIRT=$(grep -qw hypervisor /proc/cpuinfo && echo ', virtual machine' || true)
+
+# Lines of a bench's output from its first table row on (drops the bench's own preamble).
+tables() { sed -n '/^|/,$p' "$1"; }
+# Lines starting with $2, as a text block.
+lines() {
+  echo '```text'
+  grep -E "^$2" "$1" || { echo "run_all: no '$2' lines in $1" >&2; exit 1; }
+  echo '```'
+}
+
+{
+cat <<'EOF'
+# Performance
+
+<!-- Written by benches/run_all.sh from one run. Edit the text in the script, not here. -->
+
+What a span costs the training thread, beside what it costs with no subscriber, with the
+`tracing` registry alone and with tracing-opentelemetry, and what the export pipeline delivers.
+Every figure on this page comes from the one run described below. Wall-clock figures on a shared
+machine move between runs; the instruction counts do not depend on the load: read them first.
+`benches/run_all.sh` runs everything again and rewrites this page.
+
+EOF
+cat <<EOF
+## The run
+
+| | |
+|---|---|
+| date | $START_DATE – $END_DATE UTC |
+| toolchain | $(rustc --version) |
+| machine | $(nproc) cores, $CPU$VIRT, $(uname -sr) |
+| load average (1, 5, 15 min) | $START_LOAD at start, $END_LOAD at end |
+
+EOF
+cat <<'EOF'
+## Beside its peers
+
+`cargo bench --features tracing-opentelemetry --bench peers` (`benches/peers.rs`): one span
+(create with one `i64` field, enter, exit, close) as a root span and as the child of a long-lived
+span, one process per wiring, each set up the way its users set it up (global default; exporting
+wirings: a batch processor and an exporter that discards), median (min – max) of 9 samples of
+about 200 ms, and the measuring thread's CPU time. The "spans dropped" column is each exporting
+wiring's batch queue overflowing when its worker thread falls behind a producer at full speed
+(counted; the training thread never blocks).
+
+EOF
+tables "$OUT/peers.txt"
+cat <<'EOF'
+
+What the rows mean:
+
+- **no subscriber** runs in a process that never builds a dispatcher, so `tracing`'s global max
+  level stays `OFF` and a disabled span is one load and compare.
+- **lens, non-exporting rank** takes exactly the no-subscriber path (the layer's level hint is
+  `OFF`). **lens, disabled group**: the rank exports other groups, so the level check passes and
+  the callsite's cached `Interest::never` stops the span. Both are a disabled `tracing`
+  callsite; their timings are within a timing loop's noise, the instruction counts below
+  settle them.
+- **registry alone** is the floor of any `tracing` layer (slab slot, current-span stack, close).
+- **lens, exported** keeps a compact record per span on the training thread and builds the SDK
+  span on the batch worker; **context activation off** is the same without making the span
+  OpenTelemetry's current context on each enter.
+- **`opentelemetry_layer()`** is tracing-opentelemetry's layer with its default options on the
+  lens tracer (feature `tracing-opentelemetry`): it builds the SDK span on the training thread,
+  and the SDK-span closer copies each span's start data so that it can truncate it at shutdown.
+- **fastrace** is not a `tracing` layer: no dispatcher, no registry, no per-layer filters; spans
+  go to a thread-local stack, the clock is the TSC, IDs come from a thread-local counter, and a
+  finished trace is handed to a collector thread whole. Its child column is a root with 99
+  local children, the shape it is built for; its properties are strings, so carrying the `i64`
+  formats and allocates one per span. It shows what a recorder outside `tracing` can reach.
+
+## Instructions per span
+
+`bash benches/instructions.sh` (callgrind): instructions per span on the training thread, for
+the same span functions, 20,000 counted calls after 2,000 warm-up calls, queues large enough
+that nothing is dropped. Each figure includes 6 instructions of the calling loop. For
+`opentelemetry_layer()` the SDK-span closer's share (`on_start` + `on_end`) is given beside it.
+
+EOF
+tables "$OUT/instructions.txt"
+cat <<'EOF'
+
+## Criterion benches
+
+`cargo bench --bench <name>`, then `python3 benches/report.py`: every case under the same
+wirings in one process (no subscriber with the max level reset to `OFF`; the lens layer on a
+non-exporting rank, with the span's group disabled, and exporting; tracing-opentelemetry with
+default options and lean; the registry alone; `fmt` to `io::sink`), criterion medians.
+`span`: one span; `span_2threads`: the same span from two threads at once, per thread;
+`span_reentered`: one span built once and entered on every pass; `event_in_span`: an event (a
+message and one field) in a `step` span; `nested_N`: N nested spans; `span_vs_registry`: the
+exported span against the registry alone, root and child; `span_id` / `trace_id`: the ChaCha
+generator against the SDK's `RandomIdGenerator`; `console_export`: the console exporter writing
+batches of 512 spans to a file; `recorder`: the flight recorder on and off.
+EOF
+cat "$OUT/criterion.txt"
+cat <<'EOF'
+
+## Console pipeline
+
+`cargo bench --bench console`: the whole console pipeline (lens layer, batch processor with its
+defaults, exporter writing to a file) with the producer unthrottled and held to 500,000 spans/s,
+3 s each; dropped = produced − written.
+
+EOF
+lines "$OUT/console.txt" 'console_'
+cat <<'EOF'
+
+## OTLP to a loopback collector
+
+`cargo bench --bench otlp`: OTLP/HTTP protobuf to a rotel collector on loopback, the producer
+unthrottled and held to 100,000 spans/s, 3 s each; delivered is what rotel counted, dropped =
+produced − delivered.
+
+EOF
+lines "$OUT/otlp.txt" 'otlp_http_'
+cat <<'EOF'
+
+## Beside the Python library
+
+`benches/compare_python.sh`: the Python NeMo Lens 0.1.0 and this crate, the same shape (two
+nested group-gated spans per iteration) on an exporting rank (batch processor, an in-memory or
+discarding exporter) and on a non-exporting rank.
+
+EOF
+lines "$OUT/python.txt" '(python|rust) '
 echo
-echo '`otlp` (OTLP/HTTP protobuf to a loopback rotel collector)'
-cargo bench --quiet --bench otlp
-echo
-echo '`compare_python.sh`'
-benches/compare_python.sh
-echo
-echo '`instructions.sh` (callgrind, load-independent)'
-benches/instructions.sh
-echo
-echo '`tests/reentry_memory.rs`'
-cargo test --release --quiet --all-features --test reentry_memory -- --nocapture 2>&1 | grep -o 'REENTRY.*' | head -1
-echo
-echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+tables "$OUT/python.txt"
+cat <<'EOF'
+
+## Resident memory over re-entries
+
+`cargo test --release --all-features --test reentry_memory -- --nocapture`: resident memory
+before and after three million re-entries of one exported span, in a child process.
+
+EOF
+echo '```text'
+grep -oE 'REENTRY .*' "$OUT/reentry.txt" | head -1
+echo '```'
+} >"$OUT/page.md"
+
+mv "$OUT/page.md" "$PAGE"
+echo "run_all: wrote $PAGE (load average $END_LOAD at end)" >&2

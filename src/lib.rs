@@ -216,3 +216,47 @@ pub use span_ext::{LensSpanExt, SetParentError};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+// The docs/ pages' examples are compiled and run as doctests too.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/api.md")]
+mod api_md {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/at-scale.md")]
+mod at_scale_md {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/cli.md")]
+mod cli_md {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/configuration.md")]
+mod configuration_md {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/exporting.md")]
+mod exporting_md {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/features.md")]
+mod features_md {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guarantees.md")]
+mod guarantees_md {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/hangs.md")]
+mod hangs_md {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/interop.md")]
+mod interop_md {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/logs.md")]
+mod logs_md {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/metrics.md")]
+mod metrics_md {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/performance.md")]
+mod performance_md {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/propagation.md")]
+mod propagation_md {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/python-compatibility.md")]
+mod python_compatibility_md {}

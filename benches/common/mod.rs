@@ -1,7 +1,7 @@
 //! What every bench binary shares: the wirings compared side by side, and a discarding exporter.
 //!
 //! Each bench binary runs its cases under every [`Wiring`] in the order of [`Wiring::ALL`], one
-//! subscriber alive at a time, so that every ratio in a bench header comes from one run on one
+//! subscriber alive at a time, so that every ratio between wirings comes from one run on one
 //! machine state.
 //!
 //! The floor, [`Wiring::NoSubscriber`], must see `tracing`'s global max level at `OFF`, as a
