@@ -1,6 +1,6 @@
 //! Throughput of the `nemo-lens` command-line tool on a large generated job.
 //!
-//! Run: `cargo bench --features cli --bench cli`
+//! Run: `cargo bench -p nemo-lens-cli --bench throughput`
 //!
 //! The bench runs the real release binary (`CARGO_BIN_EXE_nemo-lens`, process start included)
 //! on a generated job of 8 ranks × 12,000 span lines (≈47 MiB of JSONL; the gzip variant reads
@@ -46,8 +46,8 @@
 //! stays flat: events are written as records are read, and every table has a byte budget
 //! (README, Command-line tool).
 
-#[path = "../tests/cli_support/mod.rs"]
-mod cli_support;
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::fs;
 use std::io::{BufWriter, Write};
@@ -99,17 +99,17 @@ fn generate(dir: &Path) -> (Vec<PathBuf>, Vec<PathBuf>, u64) {
         let path = dir.join(format!("spans-rank{rank}.jsonl"));
         let mut out = BufWriter::new(fs::File::create(&path).unwrap());
         for step in 0..STEPS {
-            let start = cli_support::T0_US + step * 200_000;
+            let start = support::T0_US + step * 200_000;
             let dur = if rank == 5 { 150_000 } else { 100_000 };
             for (name, kind, s, e) in [
                 ("forward", 1, start + 1000, start + dur - 1000),
                 ("train_step", 0, start, start + dur),
             ] {
-                let line = cli_support::span_line(
+                let line = support::span_line(
                     name,
                     0xabc0 + rank as u128,
-                    cli_support::span_id(rank, step, kind),
-                    (kind == 1).then(|| cli_support::span_id(rank, step, 0)),
+                    support::span_id(rank, step, kind),
+                    (kind == 1).then(|| support::span_id(rank, step, 0)),
                     s,
                     e,
                     json!({ "step": step, "dl.loss": 0.25 }),
