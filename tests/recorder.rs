@@ -1,6 +1,6 @@
 //! The flight recorder in one process: what it records on a non-exporting rank, the dump's
 //! layout, bounded memory, per-callsite interest, truncation dumps and configuration errors.
-//! (Signals, the watchdog and the control file run in real processes: `tests/hang.rs`.)
+//! (Signals, the watchdog and the control file run in real processes: `cli/tests/hang.rs`.)
 
 use std::path::Path;
 

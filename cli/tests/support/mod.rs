@@ -1,5 +1,6 @@
 //! Multi-rank console JSONL for the `nemo-lens` command-line tests, written in the exporter's
-//! layout (the same keys as `nemo_lens::export::console` and the Python library).
+//! layout (the same keys as `nemo_lens::export::console` and the Python library); the binaries
+//! the tests run.
 //!
 //! The job: ranks 0, 1, 2 and 4 run [`STEPS`] `train_step` spans (attribute `step`), each with a
 //! `forward` child. Rank 2 is the straggler: its steps take [`SLOW_STEP_MS`] instead of
@@ -14,6 +15,7 @@
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use serde_json::{Value, json};
 
@@ -29,13 +31,14 @@ pub const T0_US: i64 = 1_795_989_600_000_000;
 /// The Python library's output, as committed by the lead.
 pub const PYTHON_FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/tests/fixtures/python-lens-rank3.jsonl"
+    "/../tests/fixtures/python-lens-rank3.jsonl"
 );
 
-/// A file of `tests/fixtures` (see its README for how each was made).
+/// A file of the library's `tests/fixtures` (see its README for how each was made): the CLI
+/// reads the same Python output the library's tests compare with.
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
+        .join("../tests/fixtures")
         .join(name)
 }
 
@@ -185,6 +188,38 @@ pub fn write_job(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The `nemo-lens` binary built for this test run.
-pub fn bin() -> std::process::Command {
-    std::process::Command::new(env!("CARGO_BIN_EXE_nemo-lens"))
+pub fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_nemo-lens"))
+}
+
+/// The library's example `name`, at `target/<profile>/examples/<name>` of the workspace's shared
+/// target directory. `cargo test --workspace` builds it; a run of this crate's tests alone does
+/// not: run `cargo build -p nemo-lens --all-features --examples` first.
+pub fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap(); // target/<profile>/deps/<test>-…
+    let path = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(name);
+    assert!(
+        path.exists(),
+        "example binary missing at {}: run `cargo build -p nemo-lens --all-features --examples`",
+        path.display()
+    );
+    path
+}
+
+/// Removes every `NEMO_LENS_*`, `OTEL_*` and `TRACEPARENT` variable the test run inherited, so
+/// a child process sees only what the test gives it.
+pub fn clear_telemetry_env(cmd: &mut Command) -> &mut Command {
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("NEMO_LENS_") || k.starts_with("OTEL_") || k == "TRACEPARENT" {
+            cmd.env_remove(k.as_ref());
+        }
+    }
+    cmd
 }

@@ -1,14 +1,14 @@
-//! `nemo-lens perfetto` on a generated five-rank job (see `cli_support`): the real binary, the
+//! `nemo-lens perfetto` on a generated five-rank job (see `support`): the real binary, the
 //! real files, and the Chrome Trace Event JSON checked event by event.
 
-mod cli_support;
+mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use cli_support::{STEPS, T0_US, bin, fixture, span_id, write_job};
 use serde_json::{Value, json};
+use support::{STEPS, T0_US, bin, fixture, span_id, write_job};
 
 fn run_perfetto(files: &[std::path::PathBuf], out: &std::path::Path) -> (Value, String) {
     let output = bin()

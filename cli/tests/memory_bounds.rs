@@ -17,7 +17,7 @@
 //! 16 MiB, link index about 20 MB). Lines are written with `format!` (the inputs are large and
 //! the test build is unoptimised).
 
-mod cli_support;
+mod support;
 
 use std::ffi::OsString;
 use std::fs;
@@ -25,8 +25,8 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use cli_support::{T0_US, bin, span_line};
 use serde_json::{Value, json};
+use support::{T0_US, bin, span_line};
 
 /// One rank-0 span line, written directly (fast for megabyte strings in a debug build).
 /// `attributes` and `links` are JSON text.

@@ -1,4 +1,4 @@
-//! `nemo-lens`: the command-line tool of NeMo Lens for Rust (feature `cli`).
+//! `nemo-lens`: the command-line tool of NeMo Lens for Rust.
 //!
 //! * `perfetto` merges per-rank console JSONL into one Chrome Trace Event file ([`perfetto`]);
 //! * `summary` prints per-rank span statistics and a straggler report ([`summary`]);

@@ -1,14 +1,14 @@
 //! `nemo-lens summary` on a generated five-rank job with a straggler (rank 2), a truncated
 //! span (rank 1), corrupt lines (rank 0), a gzip file (rank 4) and the Python fixture (rank 3).
 
-mod cli_support;
+mod support;
 
 use std::fs;
 use std::path::PathBuf;
 use std::process::Output;
 
-use cli_support::{SLOW_STEP_MS, STEP_MS, STEPS, bin, fixture, write_job};
 use serde_json::{Value, json};
+use support::{SLOW_STEP_MS, STEP_MS, STEPS, bin, fixture, write_job};
 
 fn summary(args: &[&str], files: &[std::path::PathBuf]) -> (String, String) {
     let output = bin()

@@ -1,8 +1,8 @@
-//! Hangs as they happen: real trainer processes (`examples/trainer.rs`), real signals, real
-//! files, and the `nemo-lens hang` command over the dumps.
+//! Hangs as they happen: real trainer processes (the library's `examples/trainer.rs`), real
+//! signals, real files, and the `nemo-lens hang` command over the dumps.
 //!
-//! Run `cargo build --all-features --examples` first (a `cargo test --test hang` alone does not
-//! build examples). Every wait polls with a bounded deadline; every child is killed on the way
+//! Run `cargo build -p nemo-lens --all-features --examples` first (a `cargo test -p
+//! nemo-lens-cli --test hang` alone does not build the library's examples). Every wait polls with a bounded deadline; every child is killed on the way
 //! out, even when an assertion fails.
 
 use std::fs::File;
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-mod common;
+mod support;
 
 /// Generous: eight debug-build ranks share two cores with other builds.
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -42,8 +42,8 @@ fn poll<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 }
 
 fn trainer(dir: &Path, rank: u32, env: &[(&str, &str)], args: &[&str]) -> Child {
-    let mut cmd = Command::new(common::example("trainer"));
-    common::clear_telemetry_env(&mut cmd);
+    let mut cmd = Command::new(support::example("trainer"));
+    support::clear_telemetry_env(&mut cmd);
     cmd.current_dir(dir)
         .env("NEMO_LENS_ENABLED", "1")
         .env("NEMO_LENS_EXPORTER", "console")

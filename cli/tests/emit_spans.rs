@@ -1,14 +1,16 @@
 //! `nemo-lens emit-spans`: the real binary exporting through the console exporter into a file,
 //! all-or-nothing input checking (exit 1) and setup/export failures (exit 2).
 
-mod cli_support;
-mod common;
+// The library's real collector (rotel on loopback), one copy for both crates' tests.
+#[path = "../../tests/common/collector.rs"]
+mod collector;
+mod support;
 
 use std::path::Path;
 use std::process::Output;
 
-use cli_support::bin;
 use serde_json::Value;
+use support::{bin, clear_telemetry_env};
 
 /// Launcher variables that give emit-spans its identity; cleared from every run.
 const LAUNCHER_ENV: [&str; 7] = [
@@ -29,7 +31,7 @@ fn emit(dir: &Path, extra_env: &[(&str, &str)], spans: &[&str]) -> Output {
 
 fn emit_with(dir: &Path, extra_env: &[(&str, &str)], flags: &[&str], spans: &[&str]) -> Output {
     let mut cmd = bin();
-    common::clear_telemetry_env(&mut cmd);
+    clear_telemetry_env(&mut cmd);
     for k in LAUNCHER_ENV {
         cmd.env_remove(k);
     }
@@ -201,9 +203,9 @@ fn help_documents_the_exit_codes() {
 
 #[test]
 fn emits_over_otlp_to_a_real_collector() {
-    let collector = common::collector::Collector::start();
+    let collector = collector::Collector::start();
     let mut cmd = bin();
-    common::clear_telemetry_env(&mut cmd);
+    clear_telemetry_env(&mut cmd);
     let out = cmd
         .env("NEMO_LENS_EXPORTER", "otlp")
         .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
@@ -222,9 +224,9 @@ fn emits_over_otlp_to_a_real_collector() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = collector.wait_for("2 spans", std::time::Duration::from_secs(30), |o| {
-        common::collector::items(o, "Span #").len() >= 2
+        collector::items(o, "Span #").len() >= 2
     });
-    let spans = common::collector::items(&text, "Span #");
+    let spans = collector::items(&text, "Span #");
     let job = spans
         .iter()
         .find(|s| s.field("Name").as_deref() == Some("job"))
