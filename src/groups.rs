@@ -219,7 +219,7 @@ pub fn resolve(spec: &str, var: &str) -> Result<BTreeSet<String>> {
             valid.dedup();
             return Err(LensError::UnknownSpanGroup {
                 var: var.to_string(),
-                name: crate::env::shown(&part),
+                name: crate::config::env::shown(&part),
                 valid,
             });
         }
@@ -272,7 +272,7 @@ pub(crate) fn unknown_warning(var: &str, unknown: &[String]) -> String {
         let mut text = names
             .iter()
             .take(SHOWN_NAMES)
-            .map(|n| format!("'{}'", crate::env::shown(n)))
+            .map(|n| format!("'{}'", crate::config::env::shown(n)))
             .collect::<Vec<_>>()
             .join(", ");
         if names.len() > SHOWN_NAMES {

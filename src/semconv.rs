@@ -185,7 +185,7 @@ pub const GYM_ROLLOUT_BATCH_SIZE: &str = "gym.rollout.batch_size";
 pub const GYM_VERIFY_SUCCESS_RATE: &str = "gym.verify.success_rate";
 
 // ------------------------------------------------------------------------------------------
-// SLURM (slurm.*) — NeMo custom; 0.1.0 names (emitted by `crate::resource`)
+// SLURM (slurm.*) — NeMo custom; 0.1.0 names (emitted by `crate::config::resource`)
 // ------------------------------------------------------------------------------------------
 
 /// `slurm.job.id`: SLURM job id (`SLURM_JOB_ID`).

@@ -99,7 +99,7 @@ impl ExportStrategy {
     /// assert!(!ExportStrategy::SingleRank.decide(&cfg, 0, 8).unwrap());
     /// ```
     pub fn decide(&self, config: &LensConfig, rank: u32, world_size: u32) -> Result<bool> {
-        self.decide_with(config, rank, world_size, &crate::env::process_var)
+        self.decide_with(config, rank, world_size, &crate::config::env::process_var)
     }
 
     /// [`ExportStrategy::decide`], reading `LOCAL_RANK` through `lookup` (the builder's
@@ -134,10 +134,10 @@ impl ExportStrategy {
 fn local_rank_is_zero(value: Option<String>) -> Result<bool> {
     match value {
         None => Ok(true),
-        Some(v) => crate::env::parse_int("LOCAL_RANK", &v)
+        Some(v) => crate::config::env::parse_int("LOCAL_RANK", &v)
             .map(|r| r == 0)
             .map_err(|_| LensError::InvalidLocalRank {
-                value: crate::env::shown(&v),
+                value: crate::config::env::shown(&v),
             }),
     }
 }
@@ -254,7 +254,7 @@ pub fn get_export_strategy(name: &str, var: &str) -> Result<ExportStrategy> {
         .cloned()
         .ok_or_else(|| LensError::UnknownStrategy {
             var: var.to_string(),
-            name: crate::env::shown(name),
+            name: crate::config::env::shown(name),
             registered: reg.keys().cloned().collect(),
         })
 }

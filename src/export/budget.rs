@@ -33,7 +33,7 @@ use opentelemetry::{InstrumentationScope, KeyValue, Value};
 use opentelemetry_sdk::logs::SdkLogRecord;
 use opentelemetry_sdk::trace::SpanData;
 
-use crate::env::{Env, invalid};
+use crate::config::env::{Env, invalid};
 use crate::error::Result;
 
 /// The variable of the queue byte budget.

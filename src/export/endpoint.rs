@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use crate::env::{Env, parse_bool};
+use crate::config::env::{Env, parse_bool};
 use crate::error::Result;
 use crate::export::otlp::{OtlpProtocol, Signal};
 use crate::export::tls::TlsFiles;

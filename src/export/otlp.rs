@@ -23,7 +23,7 @@ use std::str::FromStr;
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 
-use crate::env::{Env, invalid};
+use crate::config::env::{Env, invalid};
 use crate::error::{LensError, Result};
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 use crate::export::endpoint::{Destination, redact_urls_in};
@@ -297,7 +297,7 @@ fn metadata(
             signal: signal.as_str(),
             message: format!(
                 "header '{}' of OTEL_EXPORTER_OTLP_HEADERS (or OTEL_EXPORTER_OTLP_{}_HEADERS) is not a valid gRPC metadata entry",
-                crate::env::shown(k),
+                crate::config::env::shown(k),
                 signal.upper()
             ),
         };

@@ -24,7 +24,7 @@
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::env::{Env, shown};
+use crate::config::env::{Env, shown};
 use crate::error::{LensError, Result};
 use crate::export::otlp::Signal;
 

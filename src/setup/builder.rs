@@ -16,8 +16,9 @@ use super::handle::{Inner, Telemetry};
 use super::once::ShutdownOnce;
 use super::pipelines::{Built, METRIC_INTERVAL_VAR, TraceParts};
 use super::processors::{BoxedProcessor, ExportSettings, exporter_processor, log_provider};
+use crate::config::env::Env;
+use crate::config::resource;
 use crate::config::{ExporterKind, LensConfig};
-use crate::env::Env;
 use crate::error::{LensError, Result};
 use crate::export::DropCounters;
 use crate::export::batch::QueueConfig;
@@ -30,7 +31,6 @@ use crate::ids;
 use crate::metrics::Instruments;
 use crate::propagation;
 use crate::recorder;
-use crate::resource;
 use crate::sampling::RankAwareSampler;
 use crate::strategy::{self, ExportStrategy};
 
@@ -133,7 +133,7 @@ impl TelemetryBuilder {
             install_globals: true,
             context_activation: true,
             provider_builder: None,
-            lookup: Box::new(crate::env::process_var),
+            lookup: Box::new(crate::config::env::process_var),
             unknown: Unknown::default(),
             redact: RedactKeys::default(),
         }
@@ -516,8 +516,8 @@ impl TelemetryBuilder {
             (
                 QueueConfig::from_env("OTEL_BSP", &*lookup)?,
                 QueueConfig::from_env_over("OTEL_BLRP", QueueConfig::logs_default(), &*lookup)?,
-                crate::env::value_length_limit(Env::new(&*lookup))?,
-                crate::env::log_value_length_limit(Env::new(&*lookup))?,
+                crate::config::env::value_length_limit(Env::new(&*lookup))?,
+                crate::config::env::log_value_length_limit(Env::new(&*lookup))?,
             )
         } else {
             (

@@ -21,8 +21,8 @@ use super::builder::{LogExporterFactory, ProcessorFactory, ReaderFactory};
 use super::processors::{
     BoxedProcessor, ExportSettings, SpanProcessors, exporter_processor, log_provider,
 };
+use crate::config::env::{Env, shown};
 use crate::config::{ExporterKind, LensConfig};
-use crate::env::{Env, shown};
 use crate::error::{LensError, Result};
 use crate::export::DropCounters;
 use crate::export::otlp::{self, Signal};

@@ -1,9 +1,14 @@
-//! Configuration: one [`LensConfig`], read from `NEMO_LENS_*` variables.
+//! Configuration: one [`LensConfig`], read from `NEMO_LENS_*` variables ([`env`] has the
+//! parsers every variable goes through), and the resource that says who produced the telemetry
+//! ([`resource`]).
+
+pub(crate) mod env;
+pub(crate) mod resource;
 
 use std::fmt;
 use std::str::FromStr;
 
-use crate::env::{self, parse_bool, parse_float, parse_int, parse_level};
+use crate::config::env::{parse_bool, parse_float, parse_int, parse_level};
 use crate::error::{LensError, Result};
 
 /// The default environment prefix.
@@ -50,7 +55,7 @@ impl FromStr for ExporterKind {
             "console" => Ok(ExporterKind::Console),
             _ => Err(LensError::UnknownExporter {
                 var: "exporter".into(),
-                value: crate::env::shown(s),
+                value: crate::config::env::shown(s),
             }),
         }
     }
