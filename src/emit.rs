@@ -373,7 +373,7 @@ impl<'a> EmitSpan<'a> {
     /// ```
     pub fn emit<T: Tracer>(self, tracer: &T) -> Result<Option<SpanContext>> {
         if let Some(group) = self.group
-            && !crate::groups::is_span_group_enabled(group)
+            && !crate::rank::groups::is_span_group_enabled(group)
         {
             return Ok(None);
         }
@@ -456,7 +456,7 @@ pub fn emit_span<T: Tracer>(
     group: Option<&str>,
 ) -> Result<Option<SpanContext>> {
     if let Some(group) = group
-        && !crate::groups::is_span_group_enabled(group)
+        && !crate::rank::groups::is_span_group_enabled(group)
     {
         return Ok(None);
     }

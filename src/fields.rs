@@ -33,7 +33,7 @@ use opentelemetry::{Key, KeyValue, Value};
 use tracing_core::field::{Field, Visit};
 use tracing_core::{Event, Level};
 
-use crate::groups::GROUP_FIELD_PREFIX;
+use crate::rank::groups::GROUP_FIELD_PREFIX;
 use crate::semconv;
 
 /// Keys whose string values are replaced with `[REDACTED]` (exact, case-sensitive match), as the

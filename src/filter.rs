@@ -26,7 +26,7 @@ use std::sync::Arc;
 use tracing_core::{Interest, LevelFilter, Metadata};
 use tracing_subscriber::layer::{Context, Filter};
 
-use crate::groups::{GroupGate, declared_group};
+use crate::rank::groups::{GroupGate, declared_group};
 
 /// Target prefixes whose callsites the lens layer never records (feedback-loop guard).
 ///

@@ -69,9 +69,9 @@ use crate::closer::OpenSpans;
 use crate::export::batch::SpanQueue;
 use crate::fields::{EventValues, SpanAttributes, SpanFields, TextRules};
 use crate::filter::LensFilter;
-use crate::groups::declared_group;
 use crate::ids;
 use crate::logs::{LensLoggerProvider, LogFilter, LogLayer};
+use crate::rank::groups::declared_group;
 use crate::recording::{LensSpan, Limits, Parent, SpanState};
 
 pub use crate::fields::{DEFAULT_REDACT_KEYS, REDACTED};

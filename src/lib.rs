@@ -172,20 +172,18 @@ mod exit;
 pub mod export;
 mod fields;
 mod filter;
-pub mod groups;
 mod ids;
 mod layer;
 mod logs;
 pub mod metrics;
 pub mod propagation;
+mod rank;
 pub mod recorder;
 mod recording;
-mod sampling;
 mod sdk_closer;
 pub mod semconv;
 mod setup;
 mod span_ext;
-pub mod strategy;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
@@ -196,7 +194,6 @@ pub use error::{LensError, Result};
 pub use exit::EXIT_FLUSH_TIMEOUT;
 pub use export::DropCounts;
 pub use filter::{INTERNAL_TARGETS, LensFilter};
-pub use groups::is_span_group_enabled;
 pub use ids::ChaChaIdGenerator;
 pub use layer::{DEFAULT_REDACT_KEYS, LensLayer, REDACTED};
 pub use logs::LogFilter;
@@ -205,8 +202,10 @@ pub use metrics::{
     RlMetrics, TrainingMetrics, record_metrics, register_metric_group, registered_metric_groups,
     unregister_metric_group,
 };
+pub use rank::RankAwareSampler;
+pub use rank::groups::is_span_group_enabled;
+pub use rank::{groups, strategy};
 pub use recorder::{FlightRecorder, RecorderLayer};
-pub use sampling::RankAwareSampler;
 pub use setup::{SCOPE_NAME, Telemetry, TelemetryBuilder};
 pub use span_ext::{LensSpanExt, SetParentError};
 

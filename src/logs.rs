@@ -74,7 +74,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 use crate::fields::{TextRules, truncate_chars};
 use crate::filter::is_internal_target;
-use crate::groups::{GroupGate, declared_group};
+use crate::rank::groups::{GroupGate, declared_group};
 use crate::recording::recorded_span_context;
 use crate::semconv;
 

@@ -73,7 +73,7 @@ use tracing_subscriber::registry::LookupSpan;
 use super::instruments::Instruments;
 use super::warn_once;
 use crate::filter::INTERNAL_TARGETS;
-use crate::groups::GROUP_FIELD_PREFIX;
+use crate::rank::groups::GROUP_FIELD_PREFIX;
 
 /// Field-name prefix of a monotonic counter.
 pub const MONOTONIC_COUNTER_PREFIX: &str = "monotonic_counter.";

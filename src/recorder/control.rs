@@ -15,7 +15,7 @@
 use std::sync::atomic::Ordering;
 
 use super::Shared;
-use crate::groups;
+use crate::rank::groups;
 
 /// Variable named in messages about the file.
 const VAR: &str = "NEMO_LENS_CONTROL_FILE";

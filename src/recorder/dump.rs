@@ -10,7 +10,7 @@ use opentelemetry::KeyValue;
 use super::ring::{Kind, Record};
 use super::{GROUP_ATTR, OPEN_AGE_ATTR, OPEN_ATTR, Shared, meta_of, unix_ns};
 use crate::export::console::{write_attributes, write_json_str, write_time};
-use crate::groups::declared_group;
+use crate::rank::groups::declared_group;
 
 /// Writes the dump (closed spans oldest first, then the open ones ended now) and returns its
 /// path. Called off the training thread (the recorder's thread) except at truncation and by

@@ -35,8 +35,8 @@ use super::Shared;
 use super::ring::{ATTRS, Attr, END_WORD, INLINE, Kind, Record, WORDS};
 use crate::fields::{REDACTED, RedactKeys};
 use crate::filter::interest;
-use crate::groups::{GROUP_FIELD_PREFIX, declared_group};
 use crate::ids;
+use crate::rank::groups::{GROUP_FIELD_PREFIX, declared_group};
 
 /// The per-layer filter of [`RecorderLayer`]; see the [module docs](self).
 #[derive(Clone)]

@@ -120,7 +120,7 @@ use crate::LensConfig;
 use crate::error::Result;
 use crate::fields::RedactKeys;
 use crate::filter::LensFilter;
-use crate::groups::{self, GroupGate};
+use crate::rank::groups::{self, GroupGate};
 
 /// `nemo.span.open`: `true` on a dumped span that was still open at the dump.
 pub const OPEN_ATTR: &str = "nemo.span.open";

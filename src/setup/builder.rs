@@ -26,13 +26,13 @@ use crate::export::budget;
 use crate::export::otlp::{self, Signal};
 use crate::fields::{RedactKeys, TextRules};
 use crate::filter::LensFilter;
-use crate::groups::{self, GroupGate};
 use crate::ids;
 use crate::metrics::Instruments;
 use crate::propagation;
+use crate::rank::groups::{self, GroupGate};
+use crate::rank::sampler::RankAwareSampler;
+use crate::rank::strategy::{self, ExportStrategy};
 use crate::recorder;
-use crate::sampling::RankAwareSampler;
-use crate::strategy::{self, ExportStrategy};
 
 /// `1 +` the fork generation in which an enabled setup ran, or 0: a forked child (another
 /// generation) may set up its own telemetry.

@@ -23,11 +23,11 @@ use crate::error::{LensError, Result};
 use crate::exit::{self, ExitTarget};
 use crate::export::{DropCounters, DropCounts};
 use crate::filter::LensFilter;
-use crate::groups::{self, GroupGate};
 use crate::ids;
 use crate::layer::{LensLayer, WithLens};
 use crate::logs::LogFilter;
 use crate::metrics::{EventMetricsLayer, Instruments};
+use crate::rank::groups::{self, GroupGate};
 use crate::recorder::{FlightRecorder, RecorderLayer};
 
 pub(crate) struct Inner {

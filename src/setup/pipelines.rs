@@ -35,7 +35,7 @@ use crate::ids::ChaChaIdGenerator;
 use crate::layer::Pipeline;
 use crate::logs::LensLoggerProvider;
 use crate::propagation;
-use crate::sampling::RankAwareSampler;
+use crate::rank::sampler::RankAwareSampler;
 
 /// The metric export interval when `OTEL_METRIC_EXPORT_INTERVAL` is unset (10 s, as Python).
 pub(super) const DEFAULT_METRIC_EXPORT_INTERVAL: Duration = Duration::from_millis(10_000);

@@ -43,7 +43,7 @@ impl RankAwareSampler {
         } else if rate <= 0.0 || rate.is_nan() {
             false
         } else {
-            crate::strategy::rank_is_sampled(rank, rate)
+            crate::rank::strategy::rank_is_sampled(rank, rate)
         };
         RankAwareSampler {
             rank,
