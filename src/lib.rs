@@ -163,18 +163,14 @@
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod activation;
 mod closer;
 mod config;
 mod emit;
 mod error;
 mod exit;
 pub mod export;
-mod fields;
-mod filter;
 mod ids;
 mod layer;
-mod logs;
 pub mod metrics;
 pub mod propagation;
 mod rank;
@@ -183,7 +179,6 @@ mod recording;
 mod sdk_closer;
 pub mod semconv;
 mod setup;
-mod span_ext;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
@@ -193,10 +188,12 @@ pub use emit::{EmitSpan, EpochSeconds, emit_span};
 pub use error::{LensError, Result};
 pub use exit::EXIT_FLUSH_TIMEOUT;
 pub use export::DropCounts;
-pub use filter::{INTERNAL_TARGETS, LensFilter};
 pub use ids::ChaChaIdGenerator;
+pub use layer::filter::{INTERNAL_TARGETS, LensFilter};
+pub use layer::hooks::SetParentError;
+pub use layer::logs::LogFilter;
+pub use layer::span_ext::LensSpanExt;
 pub use layer::{DEFAULT_REDACT_KEYS, LensLayer, REDACTED};
-pub use logs::LogFilter;
 pub use metrics::{
     EventMetricsLayer, GymMetrics, InferenceMetrics, Instruments, MetricKind, MetricSpec,
     RlMetrics, TrainingMetrics, record_metrics, register_metric_group, registered_metric_groups,
@@ -207,7 +204,6 @@ pub use rank::groups::is_span_group_enabled;
 pub use rank::{groups, strategy};
 pub use recorder::{FlightRecorder, RecorderLayer};
 pub use setup::{SCOPE_NAME, Telemetry, TelemetryBuilder};
-pub use span_ext::{LensSpanExt, SetParentError};
 
 // README's examples are compiled and run as doctests.
 #[cfg(doctest)]

@@ -59,7 +59,7 @@ use tracing_core::{Event as TracingEvent, Subscriber};
 use tracing_subscriber::layer::Context as LayerContext;
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::fields::{
+use crate::layer::fields::{
     EventValues, Reserved, SpanAttributes, SpanFields, TextRules, exception_attributes,
 };
 use crate::{ids, semconv};
@@ -547,7 +547,7 @@ pub(crate) struct LensSpan {
     pub(crate) generation: u64,
     /// The span was entered, has children or handed out its context: its parent is fixed.
     used: AtomicBool,
-    /// The pipeline's index in the [pipeline table](crate::layer::PipelineIndex), to end the
+    /// The pipeline's index in the [pipeline table](crate::layer::pipeline::PipelineIndex), to end the
     /// span if the subscriber drops it without closing it.
     pipeline: usize,
 }
@@ -620,7 +620,7 @@ impl Drop for LensSpan {
         if let Some(key) = self.open_key.take()
             && self.is_live()
         {
-            crate::layer::end_dropped_span(self.pipeline, key, &self.state);
+            crate::layer::pipeline::end_dropped_span(self.pipeline, key, &self.state);
         }
     }
 }

@@ -72,7 +72,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 use super::instruments::Instruments;
 use super::warn_once;
-use crate::filter::INTERNAL_TARGETS;
+use crate::layer::filter::INTERNAL_TARGETS;
 use crate::rank::groups::GROUP_FIELD_PREFIX;
 
 /// Field-name prefix of a monotonic counter.
@@ -163,7 +163,7 @@ impl<S> Filter<S> for MetricFieldFilter {
     }
 
     fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
-        crate::filter::interest(self.allows(meta))
+        crate::layer::filter::interest(self.allows(meta))
     }
 
     fn max_level_hint(&self) -> Option<LevelFilter> {

@@ -55,7 +55,7 @@
 //! too large for an up-down counter) is reported **once** per distinct problem and the
 //! measurement is skipped. The report is a `tracing` warning with target [`DIAGNOSTICS_TARGET`]
 //! (`nemo_lens::metrics`); that target is one of the
-//! [internal targets](crate::filter::INTERNAL_TARGETS), so the warning reaches your `fmt` layer
+//! [internal targets](crate::layer::filter::INTERNAL_TARGETS), so the warning reaches your `fmt` layer
 //! but is never exported as telemetry itself. Where `tracing` cannot deliver it (no subscriber
 //! is installed, or the problem is found inside [`EventMetricsLayer`], where `tracing` drops
 //! re-entrant events) it is one `WARN nemo_lens::metrics: …` line on stderr instead. At most

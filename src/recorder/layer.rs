@@ -33,9 +33,9 @@ use tracing_subscriber::registry::LookupSpan;
 
 use super::Shared;
 use super::ring::{ATTRS, Attr, END_WORD, INLINE, Kind, Record, WORDS};
-use crate::fields::{REDACTED, RedactKeys};
-use crate::filter::interest;
 use crate::ids;
+use crate::layer::fields::{REDACTED, RedactKeys};
+use crate::layer::filter::interest;
 use crate::rank::groups::{GROUP_FIELD_PREFIX, declared_group};
 
 /// The per-layer filter of [`RecorderLayer`]; see the [module docs](self).

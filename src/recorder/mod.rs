@@ -118,8 +118,8 @@ pub use self::ring::{ATTRS, INLINE, OPEN_SLOTS, SLOT_BYTES};
 use self::ring::{OpenTable, Record, Ring};
 use crate::LensConfig;
 use crate::error::Result;
-use crate::fields::RedactKeys;
-use crate::filter::LensFilter;
+use crate::layer::fields::RedactKeys;
+use crate::layer::filter::LensFilter;
 use crate::rank::groups::{self, GroupGate};
 
 /// `nemo.span.open`: `true` on a dumped span that was still open at the dump.

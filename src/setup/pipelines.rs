@@ -30,10 +30,10 @@ use crate::export::{
     ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ConsoleWriter,
     CountedMetricExporter, MessageLimit, resolve_path,
 };
-use crate::fields::TextRules;
 use crate::ids::ChaChaIdGenerator;
-use crate::layer::Pipeline;
-use crate::logs::LensLoggerProvider;
+use crate::layer::fields::TextRules;
+use crate::layer::logs::LensLoggerProvider;
+use crate::layer::pipeline::Pipeline;
 use crate::propagation;
 use crate::rank::sampler::RankAwareSampler;
 

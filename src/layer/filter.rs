@@ -122,7 +122,7 @@ impl<S> Filter<S> for LensFilter {
     }
 
     fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
-        crate::filter::interest(self.allows(meta))
+        crate::layer::filter::interest(self.allows(meta))
     }
 
     fn max_level_hint(&self) -> Option<LevelFilter> {

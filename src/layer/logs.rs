@@ -20,7 +20,7 @@
 //!   (`event src/x.rs:17`) and tracing-log's `log event` are not written;
 //! * the trace and span id of the innermost span the lens layer records, so a log line links to
 //!   its step in the trace;
-//! * string values under the [redaction keys](crate::fields::DEFAULT_REDACT_KEYS) (or the
+//! * string values under the [redaction keys](crate::layer::fields::DEFAULT_REDACT_KEYS) (or the
 //!   application's own, [`TelemetryBuilder::redact_keys`](crate::TelemetryBuilder::redact_keys))
 //!   replaced with `[REDACTED]`, as for span attributes; then every string attribute cut to
 //!   `OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT` (else `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`)
@@ -29,7 +29,7 @@
 //!
 //! Which events are bridged is decided once per callsite by [`LogFilter`]: events at or above
 //! `logs_level` (`NEMO_LENS_LOGS_LEVEL`, default `info`), never those of the exporters' own
-//! stacks ([`INTERNAL_TARGETS`](crate::filter::INTERNAL_TARGETS), also checked on the original
+//! stacks ([`INTERNAL_TARGETS`](crate::layer::filter::INTERNAL_TARGETS), also checked on the original
 //! target of `log` records), so an exporter logging its own failure cannot feed records back into
 //! the pipeline. Spans are never bridged.
 //!
@@ -72,8 +72,8 @@ use tracing_subscriber::filter::Filtered;
 use tracing_subscriber::layer::{Context as LayerContext, Filter};
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::fields::{TextRules, truncate_chars};
-use crate::filter::is_internal_target;
+use crate::layer::fields::{TextRules, truncate_chars};
+use crate::layer::filter::is_internal_target;
 use crate::rank::groups::{GroupGate, declared_group};
 use crate::recording::recorded_span_context;
 use crate::semconv;
@@ -375,7 +375,7 @@ impl<S> Filter<S> for LogFilter {
     }
 
     fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
-        crate::filter::interest(self.allows(meta))
+        crate::layer::filter::interest(self.allows(meta))
     }
 
     fn event_enabled(&self, event: &Event<'_>, _cx: &LayerContext<'_, S>) -> bool {

@@ -7,23 +7,8 @@
 use opentelemetry::trace::{SpanContext, Status, TraceContextExt};
 use opentelemetry::{Context, Key, KeyValue, Value};
 
-use crate::layer::WithLens;
+use crate::layer::hooks::{SetParentError, WithLens};
 use crate::recording::LensSpan;
-
-/// Why [`LensSpanExt::set_parent`] changed nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum SetParentError {
-    /// The lens layer does not record this span: no lens layer in the subscriber, a
-    /// non-exporting rank, a disabled span group, a span inherited across `fork`, or a
-    /// disabled span.
-    #[error("the lens layer does not record this span")]
-    NotRecorded,
-    /// The span was entered, has children, or handed out its context
-    /// ([`LensSpanExt::context`]): its trace is fixed.
-    #[error("the span was already entered, has children or handed out its context")]
-    AlreadyStarted,
-}
 
 /// OpenTelemetry views and setters of a `tracing::Span` recorded by the lens layer, with the
 /// method names and argument types of `tracing_opentelemetry::OpenTelemetrySpanExt` (0.34).
