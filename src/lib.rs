@@ -163,7 +163,6 @@
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod closer;
 mod config;
 mod emit;
 mod error;
@@ -174,8 +173,8 @@ mod layer;
 pub mod metrics;
 pub mod propagation;
 mod rank;
+mod record;
 pub mod recorder;
-mod recording;
 mod sdk_closer;
 pub mod semconv;
 mod setup;

@@ -30,14 +30,13 @@
 //! # Cost and bounds
 //!
 //! The lens layer's own spans are built through the SDK too (on the batch worker, `on_start`
-//! and `on_end` back to back, see `src/recording.rs`); they are marked while built and the
+//! and `on_end` back to back, see `src/record/to_sdk.rs`); they are marked while built and the
 //! closer skips them with one thread-local read. For an SDK span, the cost is the copy at start
 //! plus one short lock at start and one at end (measured in README "Performance"). The table
 //! holds at most [`MAX_TRACKED_SPANS`] spans and [`MAX_TRACKED_BYTES`] bytes of copies; a span
 //! that does not fit is not tracked and counted
 //! ([`Telemetry::untracked_sdk_spans`](crate::Telemetry::untracked_sdk_spans)).
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -50,6 +49,7 @@ use parking_lot::Mutex;
 
 use crate::export::ApproxSize;
 use crate::ids;
+use crate::record::to_sdk::lens_build;
 use crate::semconv;
 
 /// The most SDK spans the closer tracks at once.
@@ -60,35 +60,6 @@ pub(crate) const MAX_TRACKED_BYTES: usize = 8 << 20;
 
 /// How long shutdown waits for the table's lock.
 const LOCK_PATIENCE: Duration = Duration::from_millis(200);
-
-thread_local! {
-    /// Set while the lens layer builds one of its own spans through the SDK on this thread.
-    static LENS_BUILD: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Marks this thread as building a lens-layer span through the SDK until dropped: the closer
-/// ignores the spans started and ended meanwhile (the lens closer covers them).
-pub(crate) struct LensBuild(());
-
-impl LensBuild {
-    #[inline]
-    pub(crate) fn enter() -> Self {
-        LENS_BUILD.with(|c| c.set(true));
-        LensBuild(())
-    }
-}
-
-impl Drop for LensBuild {
-    #[inline]
-    fn drop(&mut self) {
-        LENS_BUILD.with(|c| c.set(false));
-    }
-}
-
-#[inline]
-fn lens_build() -> bool {
-    LENS_BUILD.with(|c| c.get())
-}
 
 #[derive(Debug)]
 struct Tracked {
@@ -349,7 +320,7 @@ mod tests {
         let tracer = provider.tracer("t");
         let _open = tracer.start("sdk");
         {
-            let _b = LensBuild::enter();
+            let _b = crate::record::to_sdk::LensBuild::enter();
             let mut s = tracer.start("lens");
             s.end();
         }

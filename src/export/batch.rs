@@ -74,7 +74,7 @@ use parking_lot::Mutex;
 
 use super::budget::{ApproxSize, ByteBudget, DEFAULT_QUEUE_MAX_BYTES};
 use crate::error::{LensError, Result};
-use crate::recording::{SpanItem, SpanState};
+use crate::record::SpanState;
 
 /// The largest accepted queue size (16 Mi items): a larger value would reserve gigabytes up
 /// front.
@@ -634,6 +634,24 @@ pub(crate) fn block_on_timeout<F: Future>(future: F, timeout: Duration) -> Optio
     }
 }
 
+/// One item of the span batch queue: a finished lens record (its SDK span is built on the
+/// worker) or an SDK span ended elsewhere (spans of [`Telemetry::tracer`](crate::Telemetry::tracer)).
+#[derive(Debug)]
+pub(crate) enum SpanItem {
+    Record(Arc<SpanState>),
+    Data(Box<opentelemetry_sdk::trace::SpanData>),
+}
+
+impl ApproxSize for SpanItem {
+    /// An SDK span's or a record's estimated size (see [`SpanState`]'s).
+    fn approx_size(&self) -> usize {
+        match self {
+            SpanItem::Data(span) => span.approx_size(),
+            SpanItem::Record(state) => state.approx_size(),
+        }
+    }
+}
+
 thread_local! {
     /// On a span worker thread while it builds SDK spans from records: the identity of its
     /// queue, and the spans its processor's `on_end` collected for the batch being exported.
@@ -784,7 +802,7 @@ impl<E: SpanExporter + 'static> BatchExport<SpanItem> for SpanExport<E> {
 /// [`SpanExporter`].
 ///
 /// Spans recorded by the lens layer reach its queue as compact records, and their SDK spans
-/// are built on its worker thread (see `src/recording.rs`); spans ended elsewhere (the
+/// are built on its worker thread (see `src/record/`); spans ended elsewhere (the
 /// OpenTelemetry API) reach it through [`SpanProcessor::on_end`] as usual.
 ///
 /// ```

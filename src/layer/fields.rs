@@ -6,7 +6,7 @@
 //! ([`crate::layer::logs`]), for the redaction of log attributes. It only *converts*: where the values
 //! go (a span's record, an event) is the caller's business, and nothing here takes a lock, so a
 //! field whose `Display` or `Debug` panics unwinds through plain user code (see
-//! `src/recording.rs`).
+//! `src/record/`).
 //!
 //! | `tracing` value | attribute |
 //! |---|---|

@@ -11,7 +11,7 @@ use tracing_core::{Dispatch, Subscriber};
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::layer::pipeline::{Pipeline, decide};
-use crate::recording::{LensSpan, Limits, Parent, SpanState};
+use crate::record::{LensSpan, Limits, Parent, SpanState};
 
 /// Why [`LensSpanExt::set_parent`](crate::LensSpanExt::set_parent) changed nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

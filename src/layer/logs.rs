@@ -75,7 +75,7 @@ use tracing_subscriber::registry::LookupSpan;
 use crate::layer::fields::{TextRules, truncate_chars};
 use crate::layer::filter::is_internal_target;
 use crate::rank::groups::{GroupGate, declared_group};
-use crate::recording::recorded_span_context;
+use crate::record::recorded_span_context;
 use crate::semconv;
 
 thread_local! {

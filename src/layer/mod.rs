@@ -47,7 +47,7 @@
 //! what a disabled callsite costs. Events outside any span are ignored by this layer.
 //!
 //! On an exporting rank the training thread keeps only a compact record per span (see
-//! `src/recording.rs`): ids, timestamps, attributes, events. The OpenTelemetry SDK span is
+//! `src/record/`): ids, timestamps, attributes, events. The OpenTelemetry SDK span is
 //! built from it later on the batch worker thread, where span processors also run.
 
 pub(crate) mod activation;

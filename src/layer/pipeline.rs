@@ -11,12 +11,12 @@ use opentelemetry_sdk::trace::{Sampler, SamplingDecision, SdkTracer, ShouldSampl
 use tracing_core::Metadata;
 use tracing_core::span::Id;
 
-use crate::closer::{OpenSpans, REASON_DROPPED};
 use crate::export::batch::SpanQueue;
 use crate::ids;
 use crate::layer::fields::TextRules;
 use crate::rank::groups::declared_group;
-use crate::recording::{Limits, Parent, SpanState};
+use crate::record::open_spans::{OpenSpans, REASON_DROPPED};
+use crate::record::{LensSpan, Limits, Parent, SpanState};
 
 /// Where finished span records go.
 #[derive(Debug)]
@@ -226,6 +226,20 @@ pub(crate) fn end_dropped_span(pipeline: usize, key: usize, state: &Arc<SpanStat
     pipeline.open.remove_if(key, state);
     if state.truncate(REASON_DROPPED, pipeline.limits) {
         pipeline.finish(state.clone());
+    }
+}
+
+impl Drop for LensSpan {
+    fn drop(&mut self) {
+        // The subscriber dropped the span without closing it (e.g. the subscriber itself was
+        // dropped, or the span's parent was released on a thread without the subscriber): end
+        // it now, saying so. Nothing to do in a forked child (the record belongs to the
+        // parent) or once it has ended.
+        if let Some(key) = self.open_key.take()
+            && self.is_live()
+        {
+            end_dropped_span(self.pipeline_index(), key, self.state());
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use opentelemetry::trace::{SpanContext, Status, TraceContextExt};
 use opentelemetry::{Context, Key, KeyValue, Value};
 
 use crate::layer::hooks::{SetParentError, WithLens};
-use crate::recording::LensSpan;
+use crate::record::LensSpan;
 
 /// OpenTelemetry views and setters of a `tracing::Span` recorded by the lens layer, with the
 /// method names and argument types of `tracing_opentelemetry::OpenTelemetrySpanExt` (0.34).

@@ -18,7 +18,7 @@ use crate::ids;
 use crate::layer::fields::{EventValues, SpanAttributes, SpanFields};
 use crate::layer::hooks::{WithLens, scope_ids, set_parent, with_span};
 use crate::layer::pipeline::{Pipeline, decide};
-use crate::recording::{LensSpan, Parent, SpanState};
+use crate::record::{LensSpan, Parent, SpanState};
 
 /// The inner, unfiltered layer. Users get it wrapped in [`LensLayer`].
 pub(crate) struct SpanLayer<S> {

@@ -17,7 +17,6 @@ use super::SCOPE_NAME;
 use super::builder::TelemetryBuilder;
 use super::once::{FinishOnDrop, ShutdownOnce, Turn};
 use super::pipelines::Built;
-use crate::closer;
 use crate::config::LensConfig;
 use crate::error::{LensError, Result};
 use crate::exit::{self, ExitTarget};
@@ -624,7 +623,7 @@ impl Inner {
     }
 
     fn shutdown(&self, timeout: Duration) -> Result<()> {
-        self.shutdown_because(timeout, closer::REASON_SHUTDOWN)
+        self.shutdown_because(timeout, crate::record::open_spans::REASON_SHUTDOWN)
     }
 }
 

@@ -1,33 +1,34 @@
 //! The compact record of a span, kept on the training thread; the SDK span is built from it
-//! later, on the batch worker.
+//! later, on the batch worker ([`to_sdk`]). Spans still open are listed in the open-span table
+//! ([`open_spans`]), which ends them as truncated at shutdown or on a panic.
 //!
 //! # Why
 //!
 //! Building an `opentelemetry_sdk` span for every `tracing` span (sampler call, span data,
-//! processor callbacks, `SpanData` at the end) was most of what an exported span cost on the
-//! thread that made it. The lens layer now keeps, in the span's registry extension, only what
+//! processor callbacks, `SpanData` at the end) would be most of what an exported span costs on
+//! the thread that makes it. The lens layer keeps, in the span's registry extension, only what
 //! the span *is*: its static name (or `otel.name`), kind, status, two timestamps, its span
 //! context (ids drawn at once, so children, the log bridge and propagation see them), its
 //! parent, its attributes (static keys), events and links. When the span closes, the record
 //! goes into the batch queue as one pointer, and the worker thread
-//! ([`crate::export::batch::LensBatchProcessor`]) builds the SDK span from it. An
+//! ([`crate::export::LensBatchProcessor`]) builds the SDK span from it. An
 //! OpenTelemetry [`Context`] is built only when something asks for one
 //! ([`LensSpanExt::context`](crate::LensSpanExt::context), propagation, a `TRACEPARENT`
 //! parent).
 //!
-//! # What stays the same
+//! # What the SDK sees
 //!
 //! The SDK span is built through the tracer provider the application configured, with the ids
 //! drawn at start ([`crate::ids`]), its start and end times, attributes, events, links and
 //! status: the sampler, the span limits (`OTEL_SPAN_*_COUNT_LIMIT`) and every span processor
-//! see the span as before. **Where processors run**: a span processor added with
+//! see the whole span. **Where processors run**: a span processor added with
 //! [`TelemetryBuilder::span_processor`](crate::TelemetryBuilder::span_processor) gets
 //! `on_start` *and* `on_end` on the batch worker thread (`nemo-lens-spans`), one after the
 //! other, when the worker reaches the span (after it ended, within `OTEL_BSP_SCHEDULE_DELAY`);
 //! its `on_start` sees the finished span's attributes. With synchronous export
 //! ([`synchronous_export`](crate::TelemetryBuilder::synchronous_export)) both run on the
 //! thread that ends the span, when it ends. Spans made directly with
-//! [`Telemetry::tracer`](crate::Telemetry::tracer) are SDK spans as before.
+//! [`Telemetry::tracer`](crate::Telemetry::tracer) are ordinary SDK spans.
 //!
 //! A record bounds its events and links by the same limits as the SDK (128 each, or
 //! `OTEL_SPAN_EVENT_COUNT_LIMIT` / `OTEL_SPAN_LINK_COUNT_LIMIT`): the rest are counted as
@@ -40,25 +41,25 @@
 //! lock: a panic there is the application's own panic (the thread unwinds, the process exits
 //! 101 if it is the main thread), and nothing is poisoned. The record's own lock is held only
 //! for pushes and swaps. The panic hook and the shutdown closer reach open records through
-//! [`OpenSpans`](crate::closer) and take their locks with a timeout, never the registry's
-//! extension lock (which another layer, such as `fmt`, may hold while it formats).
+//! [`OpenSpans`](open_spans::OpenSpans) and take their locks with a timeout, never the
+//! registry's extension lock (which another layer, such as `fmt`, may hold while it formats).
+
+pub(crate) mod open_spans;
+pub(crate) mod to_sdk;
 
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-use opentelemetry::trace::{
-    Event, Link, Span as _, SpanBuilder, SpanContext, SpanKind, Status, TraceContextExt,
-    Tracer as _,
-};
+use opentelemetry::trace::{Event, Link, SpanContext, SpanKind, Status, TraceContextExt};
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_sdk::trace::SdkTracer;
 use parking_lot::Mutex;
 use tracing_core::{Event as TracingEvent, Subscriber};
 use tracing_subscriber::layer::Context as LayerContext;
 use tracing_subscriber::registry::LookupSpan;
 
+use crate::export::budget::{ApproxSize, ENTRY_OVERHEAD, kv_size};
 use crate::layer::fields::{
     EventValues, Reserved, SpanAttributes, SpanFields, TextRules, exception_attributes,
 };
@@ -419,122 +420,33 @@ impl SpanState {
         record.set_status(Status::error(message.to_string()));
         true
     }
-
-    /// Builds the SDK span of this ended record through `tracer` (its processors' `on_start`
-    /// and `on_end` run here, on this thread) and ends it at the recorded time. Returns
-    /// `false` when a span that should have been exported was not: the SDK did not record it
-    /// because its provider is shut down (a span its sampler drops is not a loss).
-    pub(crate) fn build_sdk_span(&self, tracer: &SdkTracer) -> bool {
-        // The SDK-span closer skips the span built and ended here (the lens closer covers it).
-        let _lens = crate::sdk_closer::LensBuild::enter();
-        // Move the contents out (the lock is held for this only), leaving the record in place,
-        // ended and marked built, so that the state can be reused for another span.
-        let (
-            name,
-            kind,
-            status,
-            start,
-            end,
-            parent,
-            attributes,
-            events,
-            dropped_events,
-            links,
-            dropped_links,
-        ) = {
-            let mut guard = self.record.lock();
-            let Some(r) = guard.as_mut().filter(|r| !r.built && !r.is_open()) else {
-                return true;
-            };
-            r.built = true;
-            (
-                std::mem::replace(&mut r.name, Cow::Borrowed("")),
-                r.kind.take(),
-                std::mem::replace(&mut r.status, Status::Unset),
-                r.start,
-                r.end,
-                std::mem::replace(&mut r.parent, Parent::Root),
-                std::mem::take(&mut r.attributes),
-                std::mem::take(&mut r.events),
-                r.dropped_events,
-                std::mem::take(&mut r.links),
-                r.dropped_links,
-            )
-        };
-        let mut builder = SpanBuilder::from_name(name);
-        builder.span_kind = kind;
-        builder.start_time = Some(start);
-        builder.attributes = Some(attributes.into_vec());
-        if !events.is_empty() {
-            builder.events = Some(events);
-        }
-        if !links.is_empty() {
-            builder.links = Some(links);
-        }
-        let parent = parent.into_context();
-        let mut span = ids::with_forced_ids(self.cx.trace_id(), self.cx.span_id(), || {
-            tracer.build_with_context(builder, &parent)
-        });
-        if !span.is_recording() {
-            // A shut-down provider hands out an empty context; a sampled-out span keeps its ids.
-            return span.span_context().is_valid();
-        }
-        if status != Status::Unset {
-            span.set_status(status);
-        }
-        // Past the limit, the SDK counts what is added instead of keeping it.
-        for _ in 0..dropped_events {
-            span.add_event_with_timestamp("", start, Vec::new());
-        }
-        for _ in 0..dropped_links {
-            span.add_link(self.cx.clone(), Vec::new());
-        }
-        span.end_with_timestamp(end.unwrap_or_else(SystemTime::now));
-        true
-    }
 }
 
-/// One item of the span batch queue: a finished lens record (its SDK span is built on the
-/// worker) or an SDK span ended elsewhere (spans of [`Telemetry::tracer`](crate::Telemetry::tracer)).
-#[derive(Debug)]
-pub(crate) enum SpanItem {
-    Record(Arc<SpanState>),
-    Data(Box<opentelemetry_sdk::trace::SpanData>),
-}
-
-impl crate::export::budget::ApproxSize for SpanItem {
-    /// A record's size from its name, attributes, events and links (the same estimate as for an
-    /// SDK span); a record the worker holds right now counts its fixed part only.
+impl ApproxSize for SpanState {
+    /// The record's size from its name, attributes, events and links (the same estimate as for
+    /// an SDK span); a record the worker holds right now counts its fixed part only.
     fn approx_size(&self) -> usize {
-        use crate::export::budget::{ENTRY_OVERHEAD, kv_size};
-        match self {
-            SpanItem::Data(span) => span.approx_size(),
-            SpanItem::Record(state) => {
-                let base = std::mem::size_of::<SpanState>() + std::mem::size_of::<SpanRecord>();
-                let Some(guard) = state.record.try_lock() else {
-                    return base;
-                };
-                let Some(record) = guard.as_ref() else {
-                    return base;
-                };
-                base + record.name.len()
-                    + record.attributes.iter().map(kv_size).sum::<usize>()
-                    + record
-                        .events
-                        .iter()
-                        .map(|e| {
-                            ENTRY_OVERHEAD
-                                + e.name.len()
-                                + e.attributes.iter().map(kv_size).sum::<usize>()
-                        })
-                        .sum::<usize>()
-                    + record
-                        .links
-                        .iter()
-                        .map(|l| 64 + l.attributes.iter().map(kv_size).sum::<usize>())
-                        .sum::<usize>()
-            }
-        }
+        let base = std::mem::size_of::<SpanState>() + std::mem::size_of::<SpanRecord>();
+        let Some(guard) = self.record.try_lock() else {
+            return base;
+        };
+        let Some(record) = guard.as_ref() else {
+            return base;
+        };
+        base + record.name.len()
+            + record.attributes.iter().map(kv_size).sum::<usize>()
+            + record
+                .events
+                .iter()
+                .map(|e| {
+                    ENTRY_OVERHEAD + e.name.len() + e.attributes.iter().map(kv_size).sum::<usize>()
+                })
+                .sum::<usize>()
+            + record
+                .links
+                .iter()
+                .map(|l| 64 + l.attributes.iter().map(kv_size).sum::<usize>())
+                .sum::<usize>()
     }
 }
 
@@ -600,6 +512,11 @@ impl LensSpan {
         unsafe { std::ptr::read(&this.state) }
     }
 
+    /// The index of the span's pipeline in the pipeline table.
+    pub(crate) fn pipeline_index(&self) -> usize {
+        self.pipeline
+    }
+
     pub(crate) fn span_context(&self) -> &SpanContext {
         &self.state.cx
     }
@@ -608,20 +525,6 @@ impl LensSpan {
     #[inline]
     pub(crate) fn is_live(&self) -> bool {
         self.generation == ids::fork_generation()
-    }
-}
-
-impl Drop for LensSpan {
-    fn drop(&mut self) {
-        // The subscriber dropped the span without closing it (e.g. the subscriber itself was
-        // dropped, or the span's parent was released on a thread without the subscriber): end
-        // it now, saying so. Nothing to do in a forked child (the record belongs to the
-        // parent) or once it has ended.
-        if let Some(key) = self.open_key.take()
-            && self.is_live()
-        {
-            crate::layer::pipeline::end_dropped_span(self.pipeline, key, &self.state);
-        }
     }
 }
 

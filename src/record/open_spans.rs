@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use slab::Slab;
 use tracing_core::span::Id;
 
-use crate::recording::SpanState;
+use crate::record::SpanState;
 
 /// Why the closer ended a span.
 pub(crate) const REASON_SHUTDOWN: &str = "still open at telemetry shutdown";
