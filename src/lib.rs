@@ -172,10 +172,10 @@ mod ids;
 mod layer;
 pub mod metrics;
 pub mod propagation;
+mod queue;
 mod rank;
 mod record;
 pub mod recorder;
-mod sdk_closer;
 pub mod semconv;
 mod setup;
 #[cfg(feature = "testing")]
@@ -186,7 +186,6 @@ pub use config::{ExporterKind, LensConfig};
 pub use emit::{EmitSpan, EpochSeconds, emit_span};
 pub use error::{LensError, Result};
 pub use exit::EXIT_FLUSH_TIMEOUT;
-pub use export::DropCounts;
 pub use ids::ChaChaIdGenerator;
 pub use layer::filter::{INTERNAL_TARGETS, LensFilter};
 pub use layer::hooks::SetParentError;
@@ -198,6 +197,7 @@ pub use metrics::{
     RlMetrics, TrainingMetrics, record_metrics, register_metric_group, registered_metric_groups,
     unregister_metric_group,
 };
+pub use queue::DropCounts;
 pub use rank::RankAwareSampler;
 pub use rank::groups::is_span_group_enabled;
 pub use rank::{groups, strategy};

@@ -11,9 +11,9 @@ use opentelemetry_sdk::trace::{Sampler, SamplingDecision, SdkTracer, ShouldSampl
 use tracing_core::Metadata;
 use tracing_core::span::Id;
 
-use crate::export::batch::SpanQueue;
 use crate::ids;
 use crate::layer::fields::TextRules;
+use crate::queue::span_processor::SpanQueue;
 use crate::rank::groups::declared_group;
 use crate::record::open_spans::{OpenSpans, REASON_DROPPED};
 use crate::record::{LensSpan, Limits, Parent, SpanState};

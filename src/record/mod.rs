@@ -59,10 +59,10 @@ use tracing_core::{Event as TracingEvent, Subscriber};
 use tracing_subscriber::layer::Context as LayerContext;
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::export::budget::{ApproxSize, ENTRY_OVERHEAD, kv_size};
 use crate::layer::fields::{
     EventValues, Reserved, SpanAttributes, SpanFields, TextRules, exception_attributes,
 };
+use crate::queue::budget::{ApproxSize, ENTRY_OVERHEAD, kv_size};
 use crate::{ids, semconv};
 
 /// How long the panic hook and the closer wait for a record's lock before giving up on it.
@@ -266,7 +266,7 @@ impl SpanState {
     }
 
     /// The state of a new span with record `name`/`parent`: `spare` (an emptied state, see
-    /// [`SpanQueue::spare`](crate::export::batch::SpanQueue::spare)) restarted in place when
+    /// [`SpanQueue::spare`](crate::queue::span_processor::SpanQueue::spare)) restarted in place when
     /// it is referenced nowhere else, else a new allocation. Returned unshared.
     #[inline]
     pub(crate) fn start(

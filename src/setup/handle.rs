@@ -20,13 +20,13 @@ use super::pipelines::Built;
 use crate::config::LensConfig;
 use crate::error::{LensError, Result};
 use crate::exit::{self, ExitTarget};
-use crate::export::{DropCounters, DropCounts};
 use crate::ids;
 use crate::layer::LensLayer;
 use crate::layer::filter::LensFilter;
 use crate::layer::hooks::WithLens;
 use crate::layer::logs::LogFilter;
 use crate::metrics::{EventMetricsLayer, Instruments};
+use crate::queue::drops::{DropCounters, DropCounts};
 use crate::rank::groups::{self, GroupGate};
 use crate::recorder::{FlightRecorder, RecorderLayer};
 

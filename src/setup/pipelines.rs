@@ -24,7 +24,6 @@ use super::processors::{
 use crate::config::env::{Env, shown};
 use crate::config::{ExporterKind, LensConfig};
 use crate::error::{LensError, Result};
-use crate::export::DropCounters;
 use crate::export::otlp::{self, Signal};
 use crate::export::{
     ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ConsoleWriter,
@@ -35,6 +34,7 @@ use crate::layer::fields::TextRules;
 use crate::layer::logs::LensLoggerProvider;
 use crate::layer::pipeline::Pipeline;
 use crate::propagation;
+use crate::queue::drops::DropCounters;
 use crate::rank::sampler::RankAwareSampler;
 
 /// The metric export interval when `OTEL_METRIC_EXPORT_INTERVAL` is unset (10 s, as Python).

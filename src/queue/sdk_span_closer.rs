@@ -47,8 +47,8 @@ use opentelemetry::trace::{Event, Span as _, SpanId};
 use opentelemetry_sdk::trace::{Span, SpanData};
 use parking_lot::Mutex;
 
-use crate::export::ApproxSize;
 use crate::ids;
+use crate::queue::budget::ApproxSize;
 use crate::record::to_sdk::lens_build;
 use crate::semconv;
 
