@@ -30,14 +30,8 @@
 pub(crate) mod console;
 mod counted;
 mod deadline;
-#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
-mod endpoint;
+mod message_limit;
 pub(crate) mod otlp;
-#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
-mod report;
-mod split;
-#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
-mod tls;
 
 pub use crate::queue::{
     ApproxSize, BatchExport, Batcher, ByteBudget, DEFAULT_QUEUE_MAX_BYTES, DropCounts,
@@ -48,5 +42,5 @@ pub(crate) use console::resolve_path;
 pub use console::{ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ConsoleWriter};
 pub use counted::CountedMetricExporter;
 pub use deadline::{DeadlineExporter, ExportAnswer, MAX_STUCK_HELPERS};
+pub use message_limit::{MAX_MESSAGE_BYTES, MessageLimit};
 pub use otlp::{OtlpProtocol, Signal};
-pub use split::{MAX_MESSAGE_BYTES, MessageLimit};

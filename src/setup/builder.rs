@@ -480,7 +480,7 @@ impl TelemetryBuilder {
             )));
         }
         ids::install_fork_handler();
-        otlp::install_crypto_provider();
+        otlp::transport::install_crypto_provider();
         let generation = ids::fork_generation();
         if config.enabled
             && !allow_reinit

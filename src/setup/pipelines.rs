@@ -61,7 +61,7 @@ pub(crate) struct Built {
     /// The interval of the periodic metric reader lens built (none with an injected reader).
     pub(crate) metric_interval: Option<Duration>,
     /// The exporters' transports: the gRPC runtime, when a signal uses gRPC.
-    pub(crate) transport: otlp::Transport,
+    pub(crate) transport: otlp::transport::Transport,
     /// The console output shared by the console exporters (opened once, on first use).
     console: Option<ConsoleWriter>,
 }

@@ -1,4 +1,4 @@
-//! `pyjson`: JSON written byte for byte as Python's `json.dumps` writes it (the default
+//! `python_json`: JSON written byte for byte as Python's `json.dumps` writes it (the default
 //! separators `", "` and `": "`, `ensure_ascii=True`), with floats in Python's `repr(float)`
 //! digits and times as the OTel Python SDK's microsecond UTC strings.
 //!

@@ -9,7 +9,7 @@
 //! | insecure (gRPC, endpoint without a scheme) | `OTEL_EXPORTER_OTLP_<SIGNAL>_INSECURE`, `OTEL_EXPORTER_OTLP_INSECURE` | `false`: a scheme-less endpoint is `https://` |
 //! | timeout (ms) | `OTEL_EXPORTER_OTLP_<SIGNAL>_TIMEOUT`, `OTEL_EXPORTER_OTLP_TIMEOUT` | 10 000 |
 //! | headers (`k=v,k2=v2`, values URL-decoded) | `OTEL_EXPORTER_OTLP_<SIGNAL>_HEADERS`, `OTEL_EXPORTER_OTLP_HEADERS` | none |
-//! | certificates | see [`crate::export::tls`] | system roots |
+//! | certificates | see [`crate::export::otlp::tls`] | system roots |
 //!
 //! Every URL nemo-lens prints goes through [`redact_url`] / [`redact_urls_in`]: credentials in
 //! an endpoint (`https://user:secret@collector:4318`) are shown as `[REDACTED]@`.
@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use crate::config::env::{Env, parse_bool};
 use crate::error::Result;
+use crate::export::otlp::tls::TlsFiles;
 use crate::export::otlp::{OtlpProtocol, Signal};
-use crate::export::tls::TlsFiles;
 
 /// The exporters' timeout when no variable sets one (the OTLP default).
 pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_millis(10_000);

@@ -20,8 +20,8 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use parking_lot::Mutex;
 
-use crate::export::endpoint::redact_urls_in;
 use crate::export::otlp::Signal;
+use crate::export::otlp::endpoint::redact_urls_in;
 
 /// The failure line of one signal's exporter.
 #[derive(Debug)]
