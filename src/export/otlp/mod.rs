@@ -9,9 +9,10 @@
 //! the cause (`report.rs`).
 //!
 //! gRPC (tonic) needs a Tokio runtime while the exporter is built and for as long as it exports.
-//! nemo-lens owns a private one-worker runtime for that ([`Transport`](transport::Transport), built on first use by the
-//! first gRPC signal and shared by the others), whether or not the application runs Tokio, and
-//! shuts it down (in the background, never blocking a runtime thread) after the providers.
+//! nemo-lens owns a private one-worker runtime for that ([`Transport`](transport::Transport),
+//! built on first use by the first gRPC signal and shared by the others), whether or not the
+//! application runs Tokio, and shuts it down (in the background, never blocking a runtime
+//! thread) after the providers.
 //!
 //! Each transport is a cargo feature: `otlp-grpc` (tonic and Tokio) and `otlp-http` (reqwest's
 //! blocking client), both on by default. A protocol whose feature is off is a setup error on
