@@ -424,7 +424,7 @@ pub const INVERTED_END_EPOCH_SECONDS: &str = "inverted.end_epoch_seconds";
 pub const INVERTED_DELTA_SECONDS: &str = "inverted.delta_seconds";
 
 // ------------------------------------------------------------------------------------------
-// Metric (instrument) names — see `crate::metrics::instruments`
+// Metric (instrument) names — see `crate::metrics::families`
 // ------------------------------------------------------------------------------------------
 //
 // Gauges reuse the attribute names above where Python does (`rl.reward.mean`, `dl.loss`, …).

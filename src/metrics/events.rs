@@ -70,7 +70,7 @@ use tracing_subscriber::filter::Filtered;
 use tracing_subscriber::layer::{Context, Filter, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
-use super::instruments::Instruments;
+use super::Instruments;
 use super::warn_once;
 use crate::layer::filter::INTERNAL_TARGETS;
 use crate::rank::groups::GROUP_FIELD_PREFIX;

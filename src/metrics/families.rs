@@ -60,106 +60,11 @@
 //!
 //! [`Telemetry::instruments`]: crate::Telemetry::instruments
 
-use std::fmt;
-use std::sync::{Arc, OnceLock};
-
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Gauge, Histogram, Meter, MeterProvider as _, NoopMeterProvider};
+use opentelemetry::metrics::{Gauge, Histogram, Meter};
 
+use super::Instruments;
 use crate::semconv;
-
-/// Lazily created, cached instruments of one [`Meter`] (see the [module docs](self)).
-///
-/// Cloning is cheap and clones share the cache.
-///
-/// ```
-/// use nemo_lens::metrics::{Instruments, TrainingMetrics};
-/// let instruments = Instruments::noop(); // records nothing
-/// TrainingMetrics { loss: Some(1.5), ..Default::default() }.record(&instruments);
-/// ```
-#[derive(Clone)]
-pub struct Instruments {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    meter: Meter,
-    inference: OnceLock<Inference>,
-    rl: OnceLock<Rl>,
-    gym: OnceLock<Gym>,
-    training: OnceLock<Training>,
-    pub(super) registered: super::registry::Cache,
-    pub(super) events: super::events::Cache,
-}
-
-impl fmt::Debug for Instruments {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Instruments")
-            .field("inference", &self.inner.inference.get().is_some())
-            .field("rl", &self.inner.rl.get().is_some())
-            .field("gym", &self.inner.gym.get().is_some())
-            .field("training", &self.inner.training.get().is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Instruments {
-    /// A cache for `meter`; nothing is created until something is recorded.
-    ///
-    /// ```
-    /// let meter = opentelemetry::global::meter("nemo.lens");
-    /// let instruments = nemo_lens::metrics::Instruments::new(meter);
-    /// # let _ = instruments;
-    /// ```
-    pub fn new(meter: Meter) -> Self {
-        Instruments {
-            inner: Arc::new(Inner {
-                meter,
-                inference: OnceLock::new(),
-                rl: OnceLock::new(),
-                gym: OnceLock::new(),
-                training: OnceLock::new(),
-                registered: Default::default(),
-                events: Default::default(),
-            }),
-        }
-    }
-
-    /// Instruments of a no-op meter: every record is dropped (a non-exporting rank).
-    ///
-    /// ```
-    /// let instruments = nemo_lens::metrics::Instruments::noop();
-    /// # let _ = instruments;
-    /// ```
-    pub fn noop() -> Self {
-        Self::new(NoopMeterProvider::new().meter(crate::SCOPE_NAME))
-    }
-
-    /// The meter the instruments are created from.
-    ///
-    /// ```
-    /// let instruments = nemo_lens::metrics::Instruments::noop();
-    /// let steps = instruments.meter().u64_counter("my.steps").build();
-    /// steps.add(1, &[]);
-    /// ```
-    pub fn meter(&self) -> &Meter {
-        &self.inner.meter
-    }
-
-    pub(super) fn registered(&self) -> &super::registry::Cache {
-        &self.inner.registered
-    }
-
-    pub(super) fn events(&self) -> &super::events::Cache {
-        &self.inner.events
-    }
-}
-
-impl AsRef<Instruments> for Instruments {
-    fn as_ref(&self) -> &Instruments {
-        self
-    }
-}
 
 fn gauge(
     meter: &Meter,
@@ -192,7 +97,7 @@ fn histogram(
 // Inference (gen_ai.*)
 // ------------------------------------------------------------------------------------------
 
-struct Inference {
+pub(super) struct Inference {
     request_duration: Histogram<f64>,
     token_usage: Histogram<u64>,
 }
@@ -301,7 +206,7 @@ impl InferenceMetrics<'_> {
 // RL (rl.*)
 // ------------------------------------------------------------------------------------------
 
-struct Rl {
+pub(super) struct Rl {
     reward_mean: Gauge<f64>,
     kl_divergence: Gauge<f64>,
     policy_loss: Gauge<f64>,
@@ -442,7 +347,7 @@ impl RlMetrics {
 // Gym (gym.*)
 // ------------------------------------------------------------------------------------------
 
-struct Gym {
+pub(super) struct Gym {
     server_request_duration_ms: Histogram<f64>,
     rollout_duration_ms: Histogram<f64>,
     verify_duration_ms: Histogram<f64>,
@@ -539,7 +444,7 @@ impl GymMetrics {
 // Training (dl.*)
 // ------------------------------------------------------------------------------------------
 
-struct Training {
+pub(super) struct Training {
     step_duration: Histogram<f64>,
     loss: Gauge<f64>,
     grad_norm: Gauge<f64>,
