@@ -21,7 +21,7 @@
 //! (group `collective`) that waits for the other ranks through a file barrier (one file per rank
 //! and step in `DIR`), as a real gradient all-reduce does; `--hang-at STEP` makes this rank stop
 //! inside its `forward_backward` span at that step, so the others wait in `all_reduce` forever.
-//! With `NEMO_LENS_FLIGHT_RECORDER=N` every rank keeps a flight recorder ([`nemo_lens::recorder`]):
+//! With `NEMO_LENS_FLIGHT_RECORDER=N` every rank keeps a flight recorder ([`nemo_lens::flight_recorder`]):
 //!
 //! ```sh
 //! export NEMO_LENS_ENABLED=1 NEMO_LENS_EXPORTER=console NEMO_LENS_FLIGHT_RECORDER=1024 \

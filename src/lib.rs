@@ -118,9 +118,9 @@
 //! * **Backdated spans**: [`emit_span`] records a completed span from timestamps
 //!   taken earlier (clamping and tagging an end before the start).
 //! * **Testing** ([`testing`], feature `testing`): capture finished spans in your own tests.
-//! * **Flight recorder** ([`recorder`]): with `NEMO_LENS_FLIGHT_RECORDER=N`, every enabled rank
-//!   (exporting or not) keeps its last N closed and all open spans of a few groups in fixed
-//!   slots and dumps them on `SIGUSR1`, from a hang watchdog and at truncation;
+//! * **Flight recorder** ([`flight_recorder`]): with `NEMO_LENS_FLIGHT_RECORDER=N`, every
+//!   enabled rank (exporting or not) keeps its last N closed and all open spans of a few groups
+//!   in fixed slots and dumps them on `SIGUSR1`, from a hang watchdog and at truncation;
 //!   [`Telemetry::recorder_layer`] adds it to the subscriber, `nemo-lens hang` reads the dumps.
 //! * **Reliability**: a bounded batch queue that counts what it drops ([`export::LensBatchProcessor`],
 //!   [`Telemetry::dropped`]); opt-in panic hook and SIGTERM/SIGINT handlers that truncate open
@@ -168,6 +168,7 @@ mod emit;
 mod error;
 mod exit;
 pub mod export;
+pub mod flight_recorder;
 mod ids;
 mod layer;
 pub mod metrics;
@@ -175,7 +176,6 @@ pub mod propagation;
 mod queue;
 mod rank;
 mod record;
-pub mod recorder;
 pub mod semconv;
 mod setup;
 #[cfg(feature = "testing")]
@@ -186,6 +186,7 @@ pub use config::{ExporterKind, LensConfig};
 pub use emit::{EmitSpan, EpochSeconds, emit_span};
 pub use error::{LensError, Result};
 pub use exit::EXIT_FLUSH_TIMEOUT;
+pub use flight_recorder::{FlightRecorder, RecorderLayer};
 pub use ids::ChaChaIdGenerator;
 pub use layer::filter::{INTERNAL_TARGETS, LensFilter};
 pub use layer::hooks::SetParentError;
@@ -201,7 +202,6 @@ pub use queue::DropCounts;
 pub use rank::RankAwareSampler;
 pub use rank::groups::is_span_group_enabled;
 pub use rank::{groups, strategy};
-pub use recorder::{FlightRecorder, RecorderLayer};
 pub use setup::{SCOPE_NAME, Telemetry, TelemetryBuilder};
 
 // README's examples are compiled and run as doctests.

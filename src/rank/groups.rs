@@ -68,7 +68,7 @@ pub const OPTIMIZER: &str = "optimizer";
 
 /// `collective`: communication between ranks (all-reduce, barriers, ...), put around it by
 /// libraries; not in any preset but `all` (the Python presets are unchanged), recorded by the
-/// [flight recorder](crate::recorder) by default.
+/// [flight recorder](crate::flight_recorder) by default.
 pub const COLLECTIVE: &str = "collective";
 
 /// The eight built-in groups of the Python library (the registry also holds [`COLLECTIVE`]).

@@ -21,6 +21,7 @@ use crate::config::resource;
 use crate::config::{ExporterKind, LensConfig};
 use crate::error::{LensError, Result};
 use crate::export::otlp::{self, Signal};
+use crate::flight_recorder;
 use crate::ids;
 use crate::layer::fields::{RedactKeys, TextRules};
 use crate::layer::filter::LensFilter;
@@ -32,7 +33,6 @@ use crate::queue::drops::DropCounters;
 use crate::rank::groups::{self, GroupGate};
 use crate::rank::sampler::RankAwareSampler;
 use crate::rank::strategy::{self, ExportStrategy};
-use crate::recorder;
 
 /// `1 +` the fork generation in which an enabled setup ran, or 0: a forked child (another
 /// generation) may set up its own telemetry.
@@ -507,7 +507,7 @@ impl TelemetryBuilder {
         } else {
             Default::default()
         };
-        let recorder_plan = recorder::Plan::new(&config)?;
+        let recorder_plan = flight_recorder::Plan::new(&config)?;
         // Read on the exporting rank only (the one rank that uses them: a value a job-wide
         // environment sets for Python ranks never stops the others), before anything global is
         // touched.
@@ -693,7 +693,7 @@ impl TelemetryBuilder {
         };
         let filter = LensFilter::new(built.pipeline.is_none(), gate.clone());
         // The flight recorder, on every enabled rank, exporting or not: its own slots and
-        // thread (no provider, exporter thread or socket); see `crate::recorder`.
+        // thread (no provider, exporter thread or socket); see `crate::flight_recorder`.
         let flight_recorder = match recorder_plan {
             Some(plan) => {
                 let resource = built.resource.clone().unwrap_or_else(|| {

@@ -20,6 +20,7 @@ use super::pipelines::Built;
 use crate::config::LensConfig;
 use crate::error::{LensError, Result};
 use crate::exit::{self, ExitTarget};
+use crate::flight_recorder::{FlightRecorder, RecorderLayer};
 use crate::ids;
 use crate::layer::LensLayer;
 use crate::layer::filter::LensFilter;
@@ -28,7 +29,6 @@ use crate::layer::logs::LogFilter;
 use crate::metrics::{EventMetricsLayer, Instruments};
 use crate::queue::drops::{DropCounters, DropCounts};
 use crate::rank::groups::{self, GroupGate};
-use crate::recorder::{FlightRecorder, RecorderLayer};
 
 pub(crate) struct Inner {
     pub(super) config: LensConfig,
@@ -151,7 +151,7 @@ impl Telemetry {
             .with_filter(self.inner.filter.clone())
     }
 
-    /// The [flight recorder](crate::recorder)'s layer: add it next to [`Telemetry::layer`]. It
+    /// The [flight recorder](crate::flight_recorder)'s layer: add it next to [`Telemetry::layer`]. It
     /// records spans of the recorder's groups on every enabled rank, exporting or not, and is
     /// inert (no interest registered, level hint `OFF`) when the recorder is off.
     ///
@@ -167,7 +167,7 @@ impl Telemetry {
         FlightRecorder::layer(self.inner.flight_recorder.as_ref())
     }
 
-    /// The [flight recorder](crate::recorder), when `NEMO_LENS_FLIGHT_RECORDER` (or a control
+    /// The [flight recorder](crate::flight_recorder), when `NEMO_LENS_FLIGHT_RECORDER` (or a control
     /// file) turned it on for this enabled rank.
     ///
     /// ```

@@ -7,7 +7,7 @@
 //! | `NEMO_LENS_FLIGHT_RECORDER_GROUPS` | `job,step,checkpoint,collective` | span groups recorded |
 //! | `NEMO_LENS_DUMP_DIR` | the working directory | where dumps are written |
 //! | `NEMO_LENS_HANG_TIMEOUT` | `600` | seconds without a recorded span closing before the watchdog dumps; `0` = no watchdog |
-//! | `NEMO_LENS_CONTROL_FILE` | unset | file re-read on `SIGUSR2` (see [`crate::recorder`]) |
+//! | `NEMO_LENS_CONTROL_FILE` | unset | file re-read on `SIGUSR2` (see [`crate::flight_recorder`]) |
 //!
 //! ```
 //! use nemo_lens::LensConfig;
