@@ -164,7 +164,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod config;
-mod emit;
+mod backdated;
 mod error;
 mod exit;
 pub mod export;
@@ -183,7 +183,7 @@ mod setup;
 pub mod testing;
 
 pub use config::{ExporterKind, LensConfig};
-pub use emit::{EmitSpan, EpochSeconds, emit_span};
+pub use backdated::{EmitSpan, EpochSeconds, emit_span};
 pub use error::{LensError, Result};
 pub use exit::EXIT_FLUSH_TIMEOUT;
 pub use flight_recorder::{FlightRecorder, RecorderLayer};
