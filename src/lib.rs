@@ -163,10 +163,9 @@
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod config;
 mod backdated;
+mod config;
 mod error;
-mod exit;
 pub mod export;
 pub mod flight_recorder;
 mod ids;
@@ -182,10 +181,9 @@ mod setup;
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
-pub use config::{ExporterKind, LensConfig};
 pub use backdated::{EmitSpan, EpochSeconds, emit_span};
+pub use config::{ExporterKind, LensConfig};
 pub use error::{LensError, Result};
-pub use exit::EXIT_FLUSH_TIMEOUT;
 pub use flight_recorder::{FlightRecorder, RecorderLayer};
 pub use ids::ChaChaIdGenerator;
 pub use layer::filter::{INTERNAL_TARGETS, LensFilter};
@@ -202,6 +200,7 @@ pub use queue::DropCounts;
 pub use rank::RankAwareSampler;
 pub use rank::groups::is_span_group_enabled;
 pub use rank::{groups, strategy};
+pub use setup::process_exit::EXIT_FLUSH_TIMEOUT;
 pub use setup::{SCOPE_NAME, Telemetry, TelemetryBuilder};
 
 // README's examples are compiled and run as doctests.

@@ -6,15 +6,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::{InstrumentationScope, KeyValue};
-use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::logs::{LogExporter, SdkLogRecord, SdkLoggerProvider};
-use opentelemetry_sdk::metrics::MeterProviderBuilder;
+use opentelemetry_sdk::logs::{LogExporter, SdkLogRecord};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter, SpanProcessor, TracerProviderBuilder};
 
 use super::SCOPE_NAME;
 use super::handle::{Inner, Telemetry};
 use super::once::ShutdownOnce;
-use super::pipelines::{Built, METRIC_INTERVAL_VAR, TraceParts};
+use super::pipelines::{
+    Built, LogExporterFactory, METRIC_INTERVAL_VAR, ProcessorFactory, ReaderFactory, TraceParts,
+};
 use super::processors::{BoxedProcessor, ExportSettings, exporter_processor, log_provider};
 use crate::config::env::Env;
 use crate::config::resource;
@@ -38,12 +38,6 @@ use crate::rank::strategy::{self, ExportStrategy};
 /// generation) may set up its own telemetry.
 static INITIALIZED_IN: AtomicU64 = AtomicU64::new(0);
 
-pub(super) type ProcessorFactory =
-    Box<dyn FnOnce(&ExportSettings) -> Result<BoxedProcessor> + Send>;
-pub(super) type LogExporterFactory =
-    Box<dyn FnOnce(Resource, &ExportSettings) -> Result<SdkLoggerProvider> + Send>;
-pub(super) type ReaderFactory =
-    Box<dyn FnOnce(MeterProviderBuilder) -> MeterProviderBuilder + Send>;
 type Lookup = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 /// Builds a [`Telemetry`]: the counterpart of the Python `setup_telemetry(config, rank,
@@ -116,8 +110,20 @@ impl fmt::Debug for TelemetryBuilder {
     }
 }
 
+impl Telemetry {
+    /// Starts a builder for `config`.
+    ///
+    /// ```
+    /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// assert!(!telemetry.is_exporting());
+    /// ```
+    pub fn builder(config: LensConfig) -> TelemetryBuilder {
+        TelemetryBuilder::new(config)
+    }
+}
+
 impl TelemetryBuilder {
-    pub(super) fn new(config: LensConfig) -> Self {
+    fn new(config: LensConfig) -> Self {
         TelemetryBuilder {
             config,
             rank: 0,

@@ -1,9 +1,9 @@
-//! [`Telemetry`]: the handle of one process's telemetry, and its shutdown.
+//! [`Telemetry`]: the handle of one process's telemetry (its shutdown is in `shutdown.rs`).
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak, mpsc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use opentelemetry::global::BoxedTracer;
 use opentelemetry::metrics::Meter;
@@ -14,17 +14,15 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 use tracing_subscriber::registry::LookupSpan;
 
 use super::SCOPE_NAME;
-use super::builder::TelemetryBuilder;
-use super::once::{FinishOnDrop, ShutdownOnce, Turn};
+use super::once::ShutdownOnce;
 use super::pipelines::Built;
+use super::process_exit::{self, ExitTarget};
 use crate::config::LensConfig;
 use crate::error::{LensError, Result};
-use crate::exit::{self, ExitTarget};
 use crate::flight_recorder::{FlightRecorder, RecorderLayer};
 use crate::ids;
 use crate::layer::LensLayer;
 use crate::layer::filter::LensFilter;
-use crate::layer::hooks::WithLens;
 use crate::layer::logs::LogFilter;
 use crate::metrics::{EventMetricsLayer, Instruments};
 use crate::queue::drops::{DropCounters, DropCounts};
@@ -48,7 +46,7 @@ pub(crate) struct Inner {
     pub(super) dropped: DropCounters,
     /// The fork generation of the setup; another one means this is a forked child.
     pub(super) generation: u64,
-    /// [`TelemetryBuilder::context_activation`].
+    /// [`TelemetryBuilder::context_activation`](crate::TelemetryBuilder::context_activation).
     pub(super) context_activation: bool,
 }
 
@@ -80,16 +78,6 @@ impl Telemetry {
         Telemetry {
             inner: Arc::new(inner),
         }
-    }
-
-    /// Starts a builder for `config`.
-    ///
-    /// ```
-    /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
-    /// assert!(!telemetry.is_exporting());
-    /// ```
-    pub fn builder(config: LensConfig) -> TelemetryBuilder {
-        TelemetryBuilder::new(config)
     }
 
     /// A new lens layer for a `tracing` subscriber. On a rank that records nothing the layer is
@@ -450,7 +438,7 @@ impl Telemetry {
     /// Opts in to recording panics: a panic adds an `exception` event to the innermost open span
     /// of its thread, and a panic that ends the process (on the main thread, or any panic under
     /// `panic = "abort"`) then ends every open span as truncated and flushes, within
-    /// [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT)(crate::exit::EXIT_FLUSH_TIMEOUT). The previous panic hook still
+    /// [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT). The previous panic hook still
     /// runs, after it. See [`Telemetry::install_signal_handlers`] for the reasoning. Call it once, after setup.
     ///
     /// ```
@@ -460,12 +448,12 @@ impl Telemetry {
     pub fn install_panic_hook(&self) {
         if !self.inner.panic_hook.swap(true, Ordering::SeqCst) {
             let target: Weak<dyn ExitTarget> = Arc::downgrade(&self.inner) as _;
-            exit::install_panic_hook(target);
+            process_exit::install_panic_hook(target);
         }
     }
 
     /// Installs SIGTERM and SIGINT handlers: on the signal, a dedicated thread ends every open
-    /// span as truncated, flushes within [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT)(crate::exit::EXIT_FLUSH_TIMEOUT),
+    /// span as truncated, flushes within [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT),
     /// then lets the signal end the process as it would have (status 128 + signo). The handler
     /// itself only writes to a pipe. See below; without it, open and queued spans are
     /// lost on those signals.
@@ -527,7 +515,7 @@ impl Telemetry {
     /// are lost. SIGKILL can never be handled.
     pub fn install_signal_handlers(&self) -> Result<()> {
         let target: Weak<dyn ExitTarget> = Arc::downgrade(&self.inner) as _;
-        exit::install_signal_handlers(target)
+        process_exit::install_signal_handlers(target)
     }
 
     /// Telemetry dropped so far: spans a full queue (or the byte budget,
@@ -617,165 +605,9 @@ impl AsRef<Instruments> for Telemetry {
 }
 
 impl Inner {
+    /// `true` in a process forked (without exec) after the setup.
     #[inline]
-    fn inherited(&self) -> bool {
+    pub(super) fn inherited(&self) -> bool {
         self.generation != ids::fork_generation()
-    }
-
-    fn shutdown(&self, timeout: Duration) -> Result<()> {
-        self.shutdown_because(timeout, crate::record::open_spans::REASON_SHUTDOWN)
-    }
-}
-
-impl ExitTarget for Inner {
-    fn record_panic(&self, message: &str) {
-        if self.inherited() {
-            return;
-        }
-        let Some(pipeline) = &self.built.pipeline else {
-            return;
-        };
-        // Never the span extensions (another layer may hold their lock on this thread): the
-        // registry's scope walk, then the open-span table, with bounded waits.
-        tracing::Span::current().with_subscriber(|(id, dispatch)| {
-            if let Some(with) = dispatch.downcast_ref::<WithLens>() {
-                pipeline.record_panic(&(with.scope)(dispatch, id), message);
-            }
-        });
-    }
-
-    fn shutdown_because(&self, timeout: Duration, reason: &'static str) -> Result<()> {
-        if self.inherited() {
-            // A forked child: the parent's providers have no worker threads here, and shutting
-            // them down would wait out `timeout` per processor.
-            return Ok(());
-        }
-        if self.shutdown.begin() == Turn::Wait {
-            // Another path (signal thread, panic hook, another thread) is shutting down: wait
-            // for it, so that this caller does not go on (and exit) mid-flush.
-            return if self.shutdown.wait(timeout) {
-                Ok(())
-            } else {
-                Err(LensError::Shutdown(format!(
-                    "another shutdown (a signal, the panic hook or another thread) was still \
-                     running after {timeout:?}"
-                )))
-            };
-        }
-        let _finish = FinishOnDrop(&self.shutdown);
-        if let Some(r) = &self.flight_recorder {
-            r.on_truncation(reason);
-        }
-        let deadline = Instant::now() + timeout;
-        if let Some(p) = &self.built.pipeline {
-            p.close_all(reason);
-        }
-        // SDK spans (`Telemetry::tracer`, tracing-opentelemetry's layer) still open: their
-        // truncated copies go to the processors before these shut down.
-        self.built.span_processors.close_open(reason);
-        // The span processors are shut down directly, not through the tracer provider: a shut
-        // provider skips ending spans silently, while a shut processor refuses and counts them.
-        let tracer = self
-            .built
-            .tracer_provider
-            .is_some()
-            .then(|| self.built.span_processors.clone());
-        // The application's own processors (`TelemetryBuilder::tracer_provider`) are reached
-        // through the provider, after lens's own.
-        let own_provider = self
-            .built
-            .tracer_provider
-            .clone()
-            .filter(|_| self.built.own_provider);
-        let pipeline = self.built.pipeline.clone();
-        let meter = self.built.meter_provider.clone();
-        let logger = self.built.logger_provider.as_ref().map(|p| p.sdk().clone());
-        if tracer.is_none() && meter.is_none() && logger.is_none() {
-            return Ok(());
-        }
-        let (tx, rx) = mpsc::channel();
-        let worker = std::thread::Builder::new()
-            .name("nemo-lens-shutdown".into())
-            .spawn(move || {
-                let mut errors = Vec::new();
-                let remaining = || deadline.saturating_duration_since(Instant::now());
-                if let Some(p) = pipeline {
-                    // Queued span records become SDK spans on the worker; let it finish them
-                    // before the processors shut down, in half the time: the processors'
-                    // shutdown needs the rest to export or count what is left.
-                    p.drain(Instant::now() + remaining() / 2);
-                }
-                if let Some(t) = tracer
-                    && let Err(e) = t.shutdown(remaining())
-                {
-                    errors.push(format!("traces: {e}"));
-                }
-                if let Some(p) = own_provider
-                    && let Err(e) = p.shutdown_with_timeout(remaining())
-                {
-                    errors.push(format!("traces (application's processors): {e}"));
-                }
-                // Logs before metrics, so the last metric export carries the final
-                // `nemo.lens.dropped` counts of spans and logs.
-                if let Some(l) = logger
-                    && let Err(e) = l.shutdown_with_timeout(remaining())
-                {
-                    errors.push(format!("logs: {e}"));
-                }
-                if let Some(m) = meter
-                    && let Err(e) = m.shutdown_with_timeout(remaining())
-                {
-                    errors.push(format!("metrics: {e}"));
-                }
-                let _ = tx.send(errors);
-            });
-        // The processors stop exporting at the deadline and then report; allow them a moment.
-        let wait = deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(500);
-        let result = match worker {
-            Err(e) => Err(LensError::Shutdown(format!(
-                "cannot start the shutdown thread: {e}"
-            ))),
-            Ok(_) => match rx.recv_timeout(wait) {
-                Ok(errors) if errors.is_empty() => Ok(()),
-                Ok(errors) => Err(LensError::Shutdown(errors.join("; "))),
-                Err(_) => Err(LensError::Shutdown(format!(
-                    "timed out after {timeout:?}; data still queued was abandoned"
-                ))),
-            },
-        };
-        let untracked = self.built.span_processors.untracked();
-        if untracked > 0 {
-            eprintln!(
-                "nemo-lens: {untracked} SDK spans were not tracked by the closer (its table was \
-                 full), so any of them still open at shutdown was not exported as truncated"
-            );
-        }
-        let dropped = self.dropped.snapshot();
-        if dropped.total() > 0 {
-            // Reported once: shutdown runs once.
-            eprintln!(
-                "nemo-lens: dropped {dropped} (queue full, export failed or timed out, still \
-                 queued at shutdown, or ended while shutting down; see OTEL_BSP_MAX_QUEUE_SIZE, \
-                 OTEL_BLRP_MAX_QUEUE_SIZE and NEMO_LENS_QUEUE_MAX_BYTES)"
-            );
-        }
-        result
-    }
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        if self.inherited() {
-            // A forked child: dropping the parent's providers would shut them down (waiting for
-            // worker threads that did not survive the fork) and a Tokio runtime would try to
-            // stop threads that do not exist. Leak them instead; the child's memory is its own.
-            std::mem::forget(self.built.tracer_provider.take());
-            std::mem::forget(self.built.meter_provider.take());
-            std::mem::forget(self.built.logger_provider.take());
-            self.built.transport.forget();
-            return;
-        }
-        let _ = self.shutdown(Duration::from_secs(5));
-        self.built.transport.shutdown_background();
     }
 }

@@ -46,7 +46,9 @@ mod builder;
 mod handle;
 mod once;
 mod pipelines;
+pub(crate) mod process_exit;
 mod processors;
+mod shutdown;
 
 pub use builder::TelemetryBuilder;
 pub use handle::Telemetry;

@@ -12,12 +12,12 @@ use opentelemetry::global;
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::logs::SdkLoggerProvider;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{SdkTracerProvider, TracerProviderBuilder};
 
 use super::SCOPE_NAME;
-use super::builder::{LogExporterFactory, ProcessorFactory, ReaderFactory};
 use super::processors::{
     BoxedProcessor, ExportSettings, SpanProcessors, exporter_processor, log_provider,
 };
@@ -37,6 +37,19 @@ use crate::propagation;
 use crate::queue::drops::DropCounters;
 use crate::rank::sampler::RankAwareSampler;
 
+/// Builds the processor of the exporter given to
+/// [`TelemetryBuilder::span_exporter`](crate::TelemetryBuilder::span_exporter).
+pub(super) type ProcessorFactory =
+    Box<dyn FnOnce(&ExportSettings) -> Result<BoxedProcessor> + Send>;
+/// Builds the logger provider around the exporter given to
+/// [`TelemetryBuilder::log_exporter`](crate::TelemetryBuilder::log_exporter).
+pub(super) type LogExporterFactory =
+    Box<dyn FnOnce(Resource, &ExportSettings) -> Result<SdkLoggerProvider> + Send>;
+/// Adds the reader given to
+/// [`TelemetryBuilder::metric_reader`](crate::TelemetryBuilder::metric_reader) to the meter
+/// provider.
+pub(super) type ReaderFactory =
+    Box<dyn FnOnce(MeterProviderBuilder) -> MeterProviderBuilder + Send>;
 /// The metric export interval when `OTEL_METRIC_EXPORT_INTERVAL` is unset (10 s, as Python).
 pub(super) const DEFAULT_METRIC_EXPORT_INTERVAL: Duration = Duration::from_millis(10_000);
 
