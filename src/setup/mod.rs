@@ -42,6 +42,7 @@
 //! telemetry.shutdown(std::time::Duration::from_secs(5)).unwrap();
 //! ```
 
+mod build;
 mod builder;
 mod handle;
 mod once;
