@@ -237,7 +237,7 @@ fn redact(kv: KeyValue) -> KeyValue {
 ///   not recover an earlier context); pass `Context::new()` for a root span. The emitted span is
 ///   never made current.
 /// * **Attributes** are set after the span starts (samplers do not see them, as in Python);
-///   string values under the redact keys ([`crate::layer::DEFAULT_REDACT_KEYS`]) become
+///   string values under the redact keys ([`crate::DEFAULT_REDACT_KEYS`]) become
 ///   `[REDACTED]`.
 ///
 /// ```

@@ -130,17 +130,17 @@
 //!
 //! ## Performance
 //!
-//! Off means off: on a disabled or non-exporting rank, on an unsampled rank, and for a span in
-//! a disabled group, the layer's per-layer filter answers `Interest::never` once per callsite and a span costs
-//! what a disabled `tracing` callsite costs (a few instructions; on a non-exporting rank the same
-//! as with no subscriber at all). Non-exporting ranks build no providers, start no threads and
-//! open no sockets. An exported span costs about half the same span through a plain
-//! `tracing_opentelemetry::layer()` with its default options and a batch processor (0.7-0.9 of
-//! a lean one: `benches/peers.rs`). Re-entering a span built once (the per-forward-pass
-//! pattern) costs about 110 ns with context activation (the default: each enter attaches an
-//! OpenTelemetry context); it cost 23 ns before activation existed, which
-//! [`TelemetryBuilder::context_activation`]`(false)` turns off. The README's Performance section
-//! has the figures, the targets and `benches/run_all.sh`, which regenerates them all.
+//! Off means off: on a disabled or non-exporting rank, on an unsampled rank, and for a span in a
+//! disabled group, the layer's per-layer filter answers `Interest::never` once per callsite and a
+//! span costs what a disabled `tracing` callsite costs (a few instructions; on a non-exporting rank
+//! the same as with no subscriber at all). Non-exporting ranks build no providers, start no threads
+//! and open no sockets. An exported span costs about half the same span through a plain
+//! `tracing_opentelemetry::layer()` with its default options and a batch processor (0.7-0.9 of a
+//! lean one: `benches/peers.rs`). Re-entering a span built once (the per-forward-pass pattern)
+//! costs about 110 ns with context activation (the default: each enter attaches an OpenTelemetry
+//! context, which [`TelemetryBuilder::context_activation`]`(false)` turns off). The README's
+//! Performance section has the figures, the targets and `benches/run_all.sh`, which regenerates
+//! them all.
 
 //! ## Feature flags
 //!
@@ -163,20 +163,32 @@
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod backdated;
+// What the job asked for, and which ranks and span groups record (decided once, at setup).
 mod config;
-mod error;
-pub mod export;
-pub mod flight_recorder;
-mod ids;
-mod layer;
-pub mod metrics;
-pub mod propagation;
-mod queue;
 mod rank;
+
+// The path of a span, in order:
+// the layer, on the training thread, keeps a compact record of each span it records;
+mod layer;
+// the record, the table of open records, and the record's conversion to an SDK span;
 mod record;
-pub mod semconv;
+// the bounded queue, whose worker thread builds the SDK spans and runs the span processors;
+mod queue;
+// the exporters, which put spans (and metrics and logs) on the wire.
+pub mod export;
+
+// Beside the span path: metrics, the flight recorder, and the setup that builds it all and
+// shuts it down.
+pub mod flight_recorder;
+pub mod metrics;
 mod setup;
+
+// Errors, ids, attribute names, propagation, backdated spans and test capture.
+mod backdated;
+mod error;
+mod ids;
+pub mod propagation;
+pub mod semconv;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;

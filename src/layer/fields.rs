@@ -1,12 +1,11 @@
 //! Field recording: how the typed values of `tracing` fields become OpenTelemetry attributes,
 //! with redaction and the value length limit applied.
 //!
-//! Both halves of the crate that read `tracing` fields use it: the span layer
-//! ([`crate::layer`]), for span attributes and span events, and the log bridge
-//! ([`crate::layer::logs`]), for the redaction of log attributes. It only *converts*: where the values
-//! go (a span's record, an event) is the caller's business, and nothing here takes a lock, so a
-//! field whose `Display` or `Debug` panics unwinds through plain user code (see
-//! `src/record/`).
+//! Both halves of the crate that read `tracing` fields use it: the span layer ([`crate::layer`]),
+//! for span attributes and span events, and the log bridge ([`crate::layer::logs`]), for the
+//! redaction of log attributes. It only *converts*: where the values go (a span's record, an event)
+//! is the caller's business, and nothing here takes a lock, so a field whose `Display` or `Debug`
+//! panics unwinds through plain user code (see `src/record/`).
 //!
 //! | `tracing` value | attribute |
 //! |---|---|

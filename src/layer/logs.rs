@@ -28,8 +28,8 @@
 //!   `[REDACTE`).
 //!
 //! Which events are bridged is decided once per callsite by [`LogFilter`]: events at or above
-//! `logs_level` (`NEMO_LENS_LOGS_LEVEL`, default `info`), never those of the exporters' own
-//! stacks ([`INTERNAL_TARGETS`](crate::layer::filter::INTERNAL_TARGETS), also checked on the original
+//! `logs_level` (`NEMO_LENS_LOGS_LEVEL`, default `info`), never those of the exporters' own stacks
+//! ([`INTERNAL_TARGETS`](crate::layer::filter::INTERNAL_TARGETS), also checked on the original
 //! target of `log` records), so an exporter logging its own failure cannot feed records back into
 //! the pipeline. Spans are never bridged.
 //!

@@ -51,17 +51,17 @@
 //! # Never hurting the trainer
 //!
 //! Recording never panics and never returns an error into the training loop. Misuse found while
-//! recording (an unknown metric group or key, a negative value for a monotonic counter, a `u64`
-//! too large for an up-down counter) is reported **once** per distinct problem and the
-//! measurement is skipped. The report is a `tracing` warning with target [`DIAGNOSTICS_TARGET`]
-//! (`nemo_lens::metrics`); that target is one of the
-//! [internal targets](crate::layer::filter::INTERNAL_TARGETS), so the warning reaches your `fmt` layer
-//! but is never exported as telemetry itself. Where `tracing` cannot deliver it (no subscriber
-//! is installed, or the problem is found inside [`EventMetricsLayer`], where `tracing` drops
-//! re-entrant events) it is one `WARN nemo_lens::metrics: …` line on stderr instead. At most
-//! [`MAX_DISTINCT_WARNINGS`] distinct warnings are remembered, so a loop inventing new keys
-//! cannot grow memory. Registration errors ([`register_metric_group`]) are typed
-//! [`LensError`](crate::LensError)s, since they happen at start-up.
+//! recording (an unknown metric group or key, a negative value for a monotonic counter, a `u64` too
+//! large for an up-down counter) is reported **once** per distinct problem and the measurement is
+//! skipped. The report is a `tracing` warning with target [`DIAGNOSTICS_TARGET`]
+//! (`nemo_lens::metrics`); that target is one of the [internal targets](crate::INTERNAL_TARGETS),
+//! so the warning reaches your `fmt` layer but is never exported as telemetry itself. Where
+//! `tracing` cannot deliver it (no subscriber is installed, or the problem is found inside
+//! [`EventMetricsLayer`], where `tracing` drops re-entrant events) it is one `WARN
+//! nemo_lens::metrics: …` line on stderr instead. At most [`MAX_DISTINCT_WARNINGS`] distinct
+//! warnings are remembered, so a loop inventing new keys cannot grow memory. Registration errors
+//! ([`register_metric_group`]) are typed [`LensError`](crate::LensError)s, since they happen at
+//! start-up.
 //!
 //! [`Telemetry::instruments`]: crate::Telemetry::instruments
 //! [`Telemetry::metrics_layer`]: crate::Telemetry::metrics_layer

@@ -78,7 +78,7 @@ pub(crate) struct Shared<T> {
 }
 
 /// A bounded queue with a worker thread that exports it in batches (see
-/// [`LensBatchProcessor`]).
+/// [`LensBatchProcessor`](crate::export::LensBatchProcessor)).
 pub struct Batcher<T: Send + 'static> {
     shared: Arc<Shared<T>>,
     control: mpsc::Sender<Control>,

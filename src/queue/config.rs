@@ -19,7 +19,7 @@ use crate::error::{LensError, Result};
 /// front.
 pub const MAX_QUEUE_SIZE_LIMIT: usize = 1 << 24;
 
-/// Sizes and timeouts of a [`Batcher`].
+/// Sizes and timeouts of a [`Batcher`](crate::export::Batcher).
 ///
 /// ```
 /// let c = nemo_lens::export::QueueConfig::default();

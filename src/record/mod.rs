@@ -266,8 +266,8 @@ impl SpanState {
     }
 
     /// The state of a new span with record `name`/`parent`: `spare` (an emptied state, see
-    /// [`SpanQueue::spare`](crate::queue::span_processor::SpanQueue::spare)) restarted in place when
-    /// it is referenced nowhere else, else a new allocation. Returned unshared.
+    /// [`SpanQueue::spare`](crate::queue::span_processor::SpanQueue::spare)) restarted in place
+    /// when it is referenced nowhere else, else a new allocation. Returned unshared.
     #[inline]
     pub(crate) fn start(
         spare: Option<Arc<SpanState>>,
@@ -459,8 +459,8 @@ pub(crate) struct LensSpan {
     pub(crate) generation: u64,
     /// The span was entered, has children or handed out its context: its parent is fixed.
     used: AtomicBool,
-    /// The pipeline's index in the [pipeline table](crate::layer::pipeline::PipelineIndex), to end the
-    /// span if the subscriber drops it without closing it.
+    /// The pipeline's index in the [pipeline table](crate::layer::pipeline::PipelineIndex), to end
+    /// the span if the subscriber drops it without closing it.
     pipeline: usize,
 }
 

@@ -1,7 +1,7 @@
 //! The phases of [`TelemetryBuilder::build`](crate::TelemetryBuilder::build), in the order it
 //! runs them: resolve who this process is, decide what it exports, read the exporting rank's
 //! variables, plan the pipelines, build them, install the process-wide state, start the flight
-//! recorder, assemble the handle. Each phase fails before the next one touches anything.
+//! recorder, assemble the handle.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

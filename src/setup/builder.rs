@@ -20,7 +20,8 @@ type Lookup = Box<build::Lookup>;
 /// Builds a [`Telemetry`]: the counterpart of the Python `setup_telemetry(config, rank,
 /// world_size, resource_attributes, span_exporter, metric_reader, export_strategy)`.
 ///
-/// 1. a second *enabled* setup in one process is an error ([`LensError::AlreadyInitialized`]);
+/// 1. a second *enabled* setup in one process is an error
+///    ([`LensError::AlreadyInitialized`](crate::LensError::AlreadyInitialized));
 /// 2. an empty `run_id` becomes `SLURM_JOB_ID` or 12 random hex characters;
 /// 3. the export strategy decides whether this rank exports (evaluated even when disabled, so
 ///    an unknown strategy fails on every rank);

@@ -139,8 +139,8 @@ impl Telemetry {
             .with_filter(self.inner.filter.clone())
     }
 
-    /// The [flight recorder](crate::flight_recorder)'s layer: add it next to [`Telemetry::layer`]. It
-    /// records spans of the recorder's groups on every enabled rank, exporting or not, and is
+    /// The [flight recorder](crate::flight_recorder)'s layer: add it next to [`Telemetry::layer`].
+    /// It records spans of the recorder's groups on every enabled rank, exporting or not, and is
     /// inert (no interest registered, level hint `OFF`) when the recorder is off.
     ///
     /// ```
@@ -155,8 +155,8 @@ impl Telemetry {
         FlightRecorder::layer(self.inner.flight_recorder.as_ref())
     }
 
-    /// The [flight recorder](crate::flight_recorder), when `NEMO_LENS_FLIGHT_RECORDER` (or a control
-    /// file) turned it on for this enabled rank.
+    /// The [flight recorder](crate::flight_recorder), when `NEMO_LENS_FLIGHT_RECORDER` (or a
+    /// control file) turned it on for this enabled rank.
     ///
     /// ```
     /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
@@ -268,7 +268,7 @@ impl Telemetry {
 
     /// How often metrics are exported: `OTEL_METRIC_EXPORT_INTERVAL` or 10 s, when this rank
     /// exports metrics through lens's periodic reader (`None` otherwise, and with an injected
-    /// [`TelemetryBuilder::metric_reader`]).
+    /// [`TelemetryBuilder::metric_reader`](crate::TelemetryBuilder::metric_reader)).
     ///
     /// ```
     /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();

@@ -5,8 +5,8 @@
 //!
 //! * `writer`: [`ConsoleWriter`], the line sink every console exporter of a process shares;
 //! * `spans`, `metrics`, `logs`: one exporter per signal and the record layout it writes;
-//! * `python_json`: the JSON codec that writes bytes the way Python's `json.dumps` does (separators,
-//!   `ensure_ascii`, `repr(float)` digits, microsecond UTC times).
+//! * `python_json`: the JSON codec that writes bytes the way Python's `json.dumps` does
+//!   (separators, `ensure_ascii`, `repr(float)` digits, microsecond UTC times).
 
 mod logs;
 mod metrics;
