@@ -1,16 +1,155 @@
 //! The bounded, idempotent shutdown of a [`Telemetry`](crate::Telemetry): open spans end as
 //! truncated, the queues drain, the providers shut down within the deadline, and drops are
-//! reported once. The panic hook and the signal thread reach it through [`ExitTarget`].
+//! reported once; and the opt-in panic hook and signal handlers that run it when the process
+//! ends abruptly (through [`ExitTarget`]).
 
-use std::sync::mpsc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak, mpsc};
 use std::time::{Duration, Instant};
 
-use super::handle::Inner;
+use super::handle::{Inner, Telemetry};
 use super::once::{FinishOnDrop, Turn};
-use super::process_exit::ExitTarget;
+use super::process_exit::{self, ExitTarget};
 use crate::error::{LensError, Result};
 use crate::layer::hooks::WithLens;
 use crate::record::open_spans::REASON_SHUTDOWN;
+
+impl Telemetry {
+    /// Opts in to recording panics: a panic adds an `exception` event to the innermost open span
+    /// of its thread, and a panic that ends the process (on the main thread, or any panic under
+    /// `panic = "abort"`) then ends every open span as truncated and flushes, within
+    /// [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT). The previous panic hook still
+    /// runs, after it. See [`Telemetry::install_signal_handlers`] for the reasoning. Call it once, after setup.
+    ///
+    /// ```
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// t.install_panic_hook();
+    /// ```
+    pub fn install_panic_hook(&self) {
+        if !self.inner.panic_hook.swap(true, Ordering::SeqCst) {
+            let target: Weak<dyn ExitTarget> = Arc::downgrade(&self.inner) as _;
+            process_exit::install_panic_hook(target);
+        }
+    }
+
+    /// Installs SIGTERM and SIGINT handlers: on the signal, a dedicated thread ends every open
+    /// span as truncated, flushes within [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT),
+    /// then lets the signal end the process as it would have (status 128 + signo). The handler
+    /// itself only writes to a pipe. See below; without it, open and queued spans are
+    /// lost on those signals.
+    ///
+    /// ```no_run
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// t.install_signal_handlers().unwrap();
+    /// ```
+    ///
+    /// # Why a thread, and what is not covered
+    ///
+    /// Spans are exported when they end and batches when the worker gets to them, so a process that
+    /// dies abruptly loses its open spans (the `train` span of a run, the step that crashed) and
+    /// whatever is still queued. Two calls on the handle recover them:
+    ///
+    /// ```no_run
+    /// # let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// telemetry.install_panic_hook();
+    /// telemetry.install_signal_handlers().expect("signal handlers");
+    /// ```
+    ///
+    /// # Panic ([`Telemetry::install_panic_hook`](crate::Telemetry::install_panic_hook))
+    ///
+    /// The hook runs on the panicking thread, before unwinding, then calls the hook that was
+    /// installed before it (by default the one that prints the message):
+    ///
+    /// * the innermost span the lens layer records on that thread gets an `exception` event
+    ///   (`exception.type = "panic"`, `exception.message` = the panic message and location,
+    ///   `exception.stacktrace` from the panicking frame down when a backtrace is captured
+    ///   (`RUST_BACKTRACE`), `exception.escaped = "True"`) and the status `ERROR`;
+    /// * when the panic ends the process (a panic on the thread named `main`, or any panic under
+    ///   `panic = "abort"`), every open span is then ended as truncated (reason `"process
+    ///   panicked"`) and the telemetry is shut down, flushing everything queued, within
+    ///   [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT).
+    ///
+    /// **The choice**: a panic on another thread often does not end the process (it is joined, or
+    /// caught, and the run goes on), so the hook does not end the run's spans for it: that thread's
+    /// spans end normally while it unwinds, the innermost one marked `ERROR` with the panic. If the
+    /// process then dies because the main thread re-panics on the `join`, the main-thread rule
+    /// applies.
+    ///
+    /// # SIGTERM and SIGINT ([`Telemetry::install_signal_handlers`](crate::Telemetry::install_signal_handlers))
+    ///
+    /// A preempted SLURM job gets SIGTERM (and SIGKILL some seconds later); Ctrl-C is SIGINT. The
+    /// handler itself only writes the signal number to a pipe (async-signal-safe); a dedicated thread
+    /// (`nemo-lens-signals`) reads it, ends every open span as truncated (reason `"process received
+    /// SIGTERM"` / `"… SIGINT"`), shuts the telemetry down within [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT), then
+    /// restores the default disposition and re-raises the signal, so the process dies *by the
+    /// signal* as it would have without the handler (a shell reports status 128 + signo). A second
+    /// signal while the flush runs kills the process at once. In a process forked after the
+    /// handlers were installed, the signals have their default effect.
+    ///
+    /// The signal decides the exit status even when `main` finishes during the flush: `main`'s
+    /// [`Telemetry::shutdown`] waits for the signal thread's, and if `main` then returns, an
+    /// `atexit` handler waits for the flush to end and ends the process by the signal.
+    ///
+    /// Without the handlers, SIGTERM and SIGINT end the process at once: spans still open and spans
+    /// queued in the batch processor (up to `OTEL_BSP_MAX_QUEUE_SIZE`, by default up to 5 s worth)
+    /// are lost. SIGKILL can never be handled.
+    pub fn install_signal_handlers(&self) -> Result<()> {
+        let target: Weak<dyn ExitTarget> = Arc::downgrade(&self.inner) as _;
+        process_exit::install_signal_handlers(target)
+    }
+
+    /// Ends open spans as truncated, flushes and shuts the providers down, returning within
+    /// `timeout` (plus scheduling slack) even when an exporter hangs.
+    ///
+    /// Runs once: a call while another shutdown is running (the signal thread's on SIGTERM, the
+    /// panic hook's, another thread's) waits for that one to finish, at most `timeout`, so
+    /// `main` never returns (and the process never exits) in the middle of the flush; a call
+    /// after it returns at once.
+    ///
+    /// # Accounting
+    ///
+    /// Spans that end while the shutdown runs (training goes on during a SIGTERM flush) and
+    /// after it are refused by the span processor and counted in [`Telemetry::dropped`]: every
+    /// sampled span is exported or counted. The counts are printed once on stderr at the end of
+    /// the shutdown when not zero.
+    ///
+    /// # Truncation
+    ///
+    /// Batch processors export a span when it ends, so a run-scoped span (`train`, `job`) that is
+    /// still open when the process shuts down would vanish. The lens layer records every span it
+    /// starts in a small slab (one short lock per span start and end). [`Telemetry::shutdown`]
+    /// (crate::Telemetry::shutdown) first ends every span still in it, **innermost first** (reverse
+    /// start order), each with
+    ///
+    /// * the attribute `nemo.span.truncated = true`,
+    /// * an event `nemo.span.truncated` with `nemo.span.truncated.reason`,
+    /// * the attributes and events recorded on it up to then, and its status left as it was
+    ///   (truncation is not an error),
+    ///
+    /// and only then shuts the providers down, so the batch processor flushes the truncated spans
+    /// with everything else. `force_flush` never closes live spans.
+    ///
+    /// Spans started through the SDK directly ([`Telemetry::tracer`],
+    /// [`Telemetry::opentelemetry_layer`]) are covered too, by a span processor in front of
+    /// lens's processors: the SDK lets no processor end a span it does not own, so that
+    /// processor keeps a copy of each SDK span as it starts and, at shutdown, exports the
+    /// copies of those still open with the same marks (end time = shutdown time), innermost
+    /// first, and ignores their real end if it comes later. The copy holds what the span had
+    /// when it started (ids, parent, name, kind, start time, attributes and links given at
+    /// start), not what was set on it afterwards. At most 4096 spans (8 MiB of copies) are
+    /// tracked at once; see [`Telemetry::untracked_sdk_spans`]. With the application's own
+    /// provider ([`TelemetryBuilder::tracer_provider`](super::TelemetryBuilder::tracer_provider))
+    /// the copies go to lens's processors only (an exporter given to lens), never to the
+    /// application's own processors.
+    ///
+    /// **Fork**: a process forked without exec inherits the slab with its parent's open spans (and
+    /// possibly a lock another parent thread held). The child never reads, locks or ends them: they
+    /// belong to the parent, which ends and exports them; the child forgets them (see
+    /// [`Telemetry::is_inherited_from_parent`]).
+    pub fn shutdown(&self, timeout: Duration) -> Result<()> {
+        self.inner.shutdown(timeout)
+    }
+}
 
 impl Inner {
     /// Shuts down as [`Telemetry::shutdown`](crate::Telemetry::shutdown) describes.
