@@ -213,7 +213,10 @@ pub use rank::RankAwareSampler;
 pub use rank::groups::is_span_group_enabled;
 pub use rank::{groups, strategy};
 pub use setup::process_exit::EXIT_FLUSH_TIMEOUT;
-pub use setup::{SCOPE_NAME, Telemetry, TelemetryBuilder};
+pub use setup::{Telemetry, TelemetryBuilder};
+
+/// The instrumentation scope of spans created by the lens layer and by [`Telemetry::tracer`].
+pub const SCOPE_NAME: &str = "nemo.lens";
 
 // README's examples are compiled and run as doctests.
 #[cfg(doctest)]

@@ -164,7 +164,7 @@ pub struct LensConfig {
     /// Rust only: the flight recorder, watchdog and control file (`<P>_FLIGHT_RECORDER`,
     /// `<P>_FLIGHT_RECORDER_GROUPS`, `<P>_DUMP_DIR`, `<P>_HANG_TIMEOUT`, `<P>_CONTROL_FILE`); see
     /// [`crate::flight_recorder`].
-    pub flight_recorder: crate::flight_recorder::RecorderConfig,
+    pub flight_recorder: crate::flight_recorder::config::RecorderConfig,
     /// Which variables the fields validated at setup were read from (for error messages);
     /// empty for a config built in code.
     pub(crate) sources: ConfigSources,
@@ -388,7 +388,8 @@ impl LensConfig {
         if let Some((_, v)) = get("CONSOLE_PATH") {
             cfg.console_path = Some(v);
         }
-        cfg.flight_recorder = crate::flight_recorder::RecorderConfig::read(&mut get, primary)?;
+        cfg.flight_recorder =
+            crate::flight_recorder::config::RecorderConfig::read(&mut get, primary)?;
         if let Some(v) = lookup("OTEL_SERVICE_NAME").map(|v| v.trim().to_string())
             && !v.is_empty()
         {
@@ -537,7 +538,7 @@ impl LensConfig {
     #[must_use]
     pub fn with_flight_recorder(
         mut self,
-        flight_recorder: crate::flight_recorder::RecorderConfig,
+        flight_recorder: crate::flight_recorder::config::RecorderConfig,
     ) -> Self {
         self.flight_recorder = flight_recorder;
         self

@@ -12,7 +12,7 @@ use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::resource::TelemetryResourceDetector;
 
-use crate::LensConfig;
+use crate::config::LensConfig;
 use crate::semconv;
 
 /// The variable holding extra resource attributes (`k=v,k2=v2`, values percent-encoded).

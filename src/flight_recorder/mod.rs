@@ -116,7 +116,7 @@ pub use self::layer::{RecorderFilter, RecorderLayer};
 pub use self::ring::{ATTRS, INLINE, OPEN_SLOTS, SLOT_BYTES};
 
 use self::ring::{OpenTable, Record, Ring};
-use crate::LensConfig;
+use crate::config::LensConfig;
 use crate::error::Result;
 use crate::layer::fields::RedactKeys;
 use crate::layer::filter::LensFilter;

@@ -59,11 +59,12 @@ use tracing_core::{Event as TracingEvent, Subscriber};
 use tracing_subscriber::layer::Context as LayerContext;
 use tracing_subscriber::registry::LookupSpan;
 
+use crate::ids;
 use crate::layer::fields::{
     EventValues, Reserved, SpanAttributes, SpanFields, TextRules, exception_attributes,
 };
 use crate::queue::budget::{ApproxSize, ENTRY_OVERHEAD, kv_size};
-use crate::{ids, semconv};
+use crate::semconv;
 
 /// How long the panic hook and the closer wait for a record's lock before giving up on it.
 const LOCK_PATIENCE: Duration = Duration::from_millis(200);

@@ -13,13 +13,13 @@ use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::logs::SdkLogRecord;
 use opentelemetry_sdk::trace::{SpanData, TracerProviderBuilder};
 
-use super::SCOPE_NAME;
 use super::handle::{Inner, Telemetry};
 use super::once::ShutdownOnce;
 use super::pipelines::{
     Built, LogExporterFactory, METRIC_INTERVAL_VAR, ProcessorFactory, ReaderFactory, TraceParts,
 };
 use super::processors::{BoxedProcessor, ExportSettings};
+use crate::SCOPE_NAME;
 use crate::config::env::Env;
 use crate::config::resource;
 use crate::config::{ExporterKind, LensConfig};

@@ -13,9 +13,9 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use tracing_subscriber::registry::LookupSpan;
 
-use super::SCOPE_NAME;
 use super::once::ShutdownOnce;
 use super::pipelines::Built;
+use crate::SCOPE_NAME;
 use crate::config::LensConfig;
 use crate::error::{LensError, Result};
 use crate::flight_recorder::{FlightRecorder, RecorderLayer};

@@ -53,6 +53,3 @@ mod shutdown;
 
 pub use builder::TelemetryBuilder;
 pub use handle::Telemetry;
-
-/// The instrumentation scope of spans created by the lens layer and by [`Telemetry::tracer`].
-pub const SCOPE_NAME: &str = "nemo.lens";

@@ -17,10 +17,10 @@ use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{SdkTracerProvider, TracerProviderBuilder};
 
-use super::SCOPE_NAME;
 use super::processors::{
     BoxedProcessor, ExportSettings, SpanProcessors, exporter_processor, log_provider,
 };
+use crate::SCOPE_NAME;
 use crate::config::env::{Env, shown};
 use crate::config::{ExporterKind, LensConfig};
 use crate::error::{LensError, Result};
