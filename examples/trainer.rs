@@ -13,9 +13,10 @@
 //! with status 2.
 //!
 //! It is also the recommended production set-up: after setup it installs the panic hook and the
-//! SIGTERM/SIGINT handlers ([`nemo_lens::exit`]), so a preempted job (`kill -TERM`, or Ctrl-C on
-//! `--steps 0`, which runs until interrupted) or a crash (`--panic-at STEP`) still exports its
-//! finished spans, and its open ones as truncated (`nemo.span.truncated = true`).
+//! SIGTERM/SIGINT handlers ([`nemo_lens::Telemetry::install_signal_handlers`]), so a preempted
+//! job (`kill -TERM`, or Ctrl-C on `--steps 0`, which runs until interrupted) or a crash
+//! (`--panic-at STEP`) still exports its finished spans, and its open ones as truncated
+//! (`nemo.span.truncated = true`).
 //!
 //! With `--barrier-dir DIR`, every step ends its forward/backward pass with an `all_reduce` span
 //! (group `collective`) that waits for the other ranks through a file barrier (one file per rank
