@@ -86,8 +86,8 @@ count() {
   # call of the run (the warm-up's 2,000 too), for the wirings whose spans go through the SDK.
   if [ "$w" = lens_opentelemetry_layer ]; then
     local on_start on_end
-    on_start=$(inclusive "$cg" 'nemo_lens::sdk_closer::SdkSpanCloser::on_start') || return 0
-    on_end=$(inclusive "$cg" 'nemo_lens::sdk_closer::SdkSpanCloser::on_end') || return 0
+    on_start=$(inclusive "$cg" 'nemo_lens::queue::sdk_span_closer::SdkSpanCloser::on_start') || return 0
+    on_end=$(inclusive "$cg" 'nemo_lens::queue::sdk_span_closer::SdkSpanCloser::on_end') || return 0
     note="$note$(awk -v a="$on_start" -v b="$on_end" -v c="$calls" -v s="$spans" \
       'BEGIN { printf " (closer: %d on_start + %d on_end)", a / ((c + 2000) * s) + 0.5, b / ((c + 2000) * s) + 0.5 }')"
   fi

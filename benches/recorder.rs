@@ -1,4 +1,4 @@
-//! Cost of the flight recorder ([`nemo_lens::recorder`]): one span (create with one field +
+//! Cost of the flight recorder ([`nemo_lens::flight_recorder`]): one span (create with one field +
 //! enter + exit + close) of a recorded group, of an unrecorded group and with no group, on a
 //! non-exporting rank and on an exporting rank, with the recorder on
 //! (`NEMO_LENS_FLIGHT_RECORDER=4096`, layer `telemetry.recorder_layer()`) and off. One

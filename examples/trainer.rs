@@ -13,15 +13,16 @@
 //! with status 2.
 //!
 //! It is also the recommended production set-up: after setup it installs the panic hook and the
-//! SIGTERM/SIGINT handlers ([`nemo_lens::exit`]), so a preempted job (`kill -TERM`, or Ctrl-C on
-//! `--steps 0`, which runs until interrupted) or a crash (`--panic-at STEP`) still exports its
-//! finished spans, and its open ones as truncated (`nemo.span.truncated = true`).
+//! SIGTERM/SIGINT handlers ([`nemo_lens::Telemetry::install_signal_handlers`]), so a preempted
+//! job (`kill -TERM`, or Ctrl-C on `--steps 0`, which runs until interrupted) or a crash
+//! (`--panic-at STEP`) still exports its finished spans, and its open ones as truncated
+//! (`nemo.span.truncated = true`).
 //!
 //! With `--barrier-dir DIR`, every step ends its forward/backward pass with an `all_reduce` span
 //! (group `collective`) that waits for the other ranks through a file barrier (one file per rank
 //! and step in `DIR`), as a real gradient all-reduce does; `--hang-at STEP` makes this rank stop
 //! inside its `forward_backward` span at that step, so the others wait in `all_reduce` forever.
-//! With `NEMO_LENS_FLIGHT_RECORDER=N` every rank keeps a flight recorder ([`nemo_lens::recorder`]):
+//! With `NEMO_LENS_FLIGHT_RECORDER=N` every rank keeps a flight recorder ([`nemo_lens::flight_recorder`]):
 //!
 //! ```sh
 //! export NEMO_LENS_ENABLED=1 NEMO_LENS_EXPORTER=console NEMO_LENS_FLIGHT_RECORDER=1024 \

@@ -193,7 +193,7 @@ thread_local! {
 ///
 /// The lens layer draws a span's ids on the training thread, when the span starts (its
 /// children, the log bridge and propagation need them at once), and builds the SDK span later,
-/// on the batch worker (`src/recording.rs`). The SDK (0.33) ignores the ids of a
+/// on the batch worker (`src/record/`). The SDK (0.33) ignores the ids of a
 /// `SpanBuilder` and always asks its generator, so the generator gives back the drawn ones.
 /// The SDK asks for the span id first, then for a trace id only when the span has no valid
 /// parent; whatever `f` leaves unused is cleared.

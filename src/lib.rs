@@ -118,9 +118,9 @@
 //! * **Backdated spans**: [`emit_span`] records a completed span from timestamps
 //!   taken earlier (clamping and tagging an end before the start).
 //! * **Testing** ([`testing`], feature `testing`): capture finished spans in your own tests.
-//! * **Flight recorder** ([`recorder`]): with `NEMO_LENS_FLIGHT_RECORDER=N`, every enabled rank
-//!   (exporting or not) keeps its last N closed and all open spans of a few groups in fixed
-//!   slots and dumps them on `SIGUSR1`, from a hang watchdog and at truncation;
+//! * **Flight recorder** ([`flight_recorder`]): with `NEMO_LENS_FLIGHT_RECORDER=N`, every
+//!   enabled rank (exporting or not) keeps its last N closed and all open spans of a few groups
+//!   in fixed slots and dumps them on `SIGUSR1`, from a hang watchdog and at truncation;
 //!   [`Telemetry::recorder_layer`] adds it to the subscriber, `nemo-lens hang` reads the dumps.
 //! * **Reliability**: a bounded batch queue that counts what it drops ([`export::LensBatchProcessor`],
 //!   [`Telemetry::dropped`]); opt-in panic hook and SIGTERM/SIGINT handlers that truncate open
@@ -130,17 +130,17 @@
 //!
 //! ## Performance
 //!
-//! Off means off: on a disabled or non-exporting rank, on an unsampled rank, and for a span in
-//! a disabled group, the layer's per-layer filter answers `Interest::never` once per callsite and a span costs
-//! what a disabled `tracing` callsite costs (a few instructions; on a non-exporting rank the same
-//! as with no subscriber at all). Non-exporting ranks build no providers, start no threads and
-//! open no sockets. An exported span costs about half the same span through a plain
-//! `tracing_opentelemetry::layer()` with its default options and a batch processor (0.7-0.9 of
-//! a lean one: `benches/peers.rs`). Re-entering a span built once (the per-forward-pass
-//! pattern) costs about 110 ns with context activation (the default: each enter attaches an
-//! OpenTelemetry context); it cost 23 ns before activation existed, which
-//! [`TelemetryBuilder::context_activation`]`(false)` turns off. The README's Performance section
-//! has the figures, the targets and `benches/run_all.sh`, which regenerates them all.
+//! Off means off: on a disabled or non-exporting rank, on an unsampled rank, and for a span in a
+//! disabled group, the layer's per-layer filter answers `Interest::never` once per callsite and a
+//! span costs what a disabled `tracing` callsite costs (a few instructions; on a non-exporting rank
+//! the same as with no subscriber at all). Non-exporting ranks build no providers, start no threads
+//! and open no sockets. An exported span costs about half the same span through a plain
+//! `tracing_opentelemetry::layer()` with its default options and a batch processor (0.7-0.9 of a
+//! lean one: `benches/peers.rs`). Re-entering a span built once (the per-forward-pass pattern)
+//! costs about 110 ns with context activation (the default: each enter attaches an OpenTelemetry
+//! context, which [`TelemetryBuilder::context_activation`]`(false)` turns off). The README's
+//! Performance section has the figures, the targets and `benches/run_all.sh`, which regenerates
+//! them all.
 
 //! ## Feature flags
 //!
@@ -163,54 +163,60 @@
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod activation;
-mod closer;
+// What the job asked for, and which ranks and span groups record (decided once, at setup).
 mod config;
-mod emit;
-mod env;
-mod error;
-mod exit;
-pub mod export;
-mod fields;
-mod filter;
-pub mod groups;
-mod ids;
+mod rank;
+
+// The path of a span, in order:
+// the layer, on the training thread, keeps a compact record of each span it records;
 mod layer;
-mod logs;
+// the record, the table of open records, and the record's conversion to an SDK span;
+mod record;
+// the bounded queue, whose worker thread builds the SDK spans and runs the span processors;
+mod queue;
+// the exporters, which put spans (and metrics and logs) on the wire.
+pub mod export;
+
+// Beside the span path: metrics, the flight recorder, and the setup that builds it all and
+// shuts it down.
+pub mod flight_recorder;
 pub mod metrics;
-pub mod propagation;
-pub mod recorder;
-mod recording;
-mod resource;
-mod sampling;
-mod sdk_closer;
-pub mod semconv;
 mod setup;
-mod span_ext;
-pub mod strategy;
+
+// Errors, ids, attribute names, propagation, backdated spans and test capture.
+mod backdated;
+mod error;
+mod ids;
+pub mod propagation;
+pub mod semconv;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
 
+pub use backdated::{EmitSpan, EpochSeconds, emit_span};
 pub use config::{ExporterKind, LensConfig};
-pub use emit::{EmitSpan, EpochSeconds, emit_span};
 pub use error::{LensError, Result};
-pub use exit::EXIT_FLUSH_TIMEOUT;
-pub use export::DropCounts;
-pub use filter::{INTERNAL_TARGETS, LensFilter};
-pub use groups::is_span_group_enabled;
+pub use flight_recorder::{FlightRecorder, RecorderLayer};
 pub use ids::ChaChaIdGenerator;
+pub use layer::filter::{INTERNAL_TARGETS, LensFilter};
+pub use layer::hooks::SetParentError;
+pub use layer::logs::LogFilter;
+pub use layer::span_ext::LensSpanExt;
 pub use layer::{DEFAULT_REDACT_KEYS, LensLayer, REDACTED};
-pub use logs::LogFilter;
 pub use metrics::{
     EventMetricsLayer, GymMetrics, InferenceMetrics, Instruments, MetricKind, MetricSpec,
     RlMetrics, TrainingMetrics, record_metrics, register_metric_group, registered_metric_groups,
     unregister_metric_group,
 };
-pub use recorder::{FlightRecorder, RecorderLayer};
-pub use sampling::RankAwareSampler;
-pub use setup::{SCOPE_NAME, Telemetry, TelemetryBuilder};
-pub use span_ext::{LensSpanExt, SetParentError};
+pub use queue::DropCounts;
+pub use rank::RankAwareSampler;
+pub use rank::groups::is_span_group_enabled;
+pub use rank::{groups, strategy};
+pub use setup::process_exit::EXIT_FLUSH_TIMEOUT;
+pub use setup::{Telemetry, TelemetryBuilder};
+
+/// The instrumentation scope of spans created by the lens layer and by [`Telemetry::tracer`].
+pub const SCOPE_NAME: &str = "nemo.lens";
 
 // README's examples are compiled and run as doctests.
 #[cfg(doctest)]

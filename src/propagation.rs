@@ -70,7 +70,7 @@ use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
 use opentelemetry::trace::{Link, Span, SpanBuilder, SpanContext, TraceFlags, Tracer};
 use opentelemetry::{KeyValue, Value};
 
-use crate::span_ext::LensSpanExt;
+use crate::layer::span_ext::LensSpanExt;
 
 /// Installs the global TraceContext + Baggage propagator (TraceContext through
 /// [`W3cTraceContextPropagator`], which keeps the W3C `random` flag).

@@ -185,7 +185,7 @@ pub const GYM_ROLLOUT_BATCH_SIZE: &str = "gym.rollout.batch_size";
 pub const GYM_VERIFY_SUCCESS_RATE: &str = "gym.verify.success_rate";
 
 // ------------------------------------------------------------------------------------------
-// SLURM (slurm.*) — NeMo custom; 0.1.0 names (emitted by `crate::resource`)
+// SLURM (slurm.*) — NeMo custom; 0.1.0 names (emitted by `crate::config::resource`)
 // ------------------------------------------------------------------------------------------
 
 /// `slurm.job.id`: SLURM job id (`SLURM_JOB_ID`).
@@ -424,7 +424,7 @@ pub const INVERTED_END_EPOCH_SECONDS: &str = "inverted.end_epoch_seconds";
 pub const INVERTED_DELTA_SECONDS: &str = "inverted.delta_seconds";
 
 // ------------------------------------------------------------------------------------------
-// Metric (instrument) names — see `crate::metrics::instruments`
+// Metric (instrument) names — see `crate::metrics::families`
 // ------------------------------------------------------------------------------------------
 //
 // Gauges reuse the attribute names above where Python does (`rl.reward.mean`, `dl.loss`, …).

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use nemo_lens::metrics::instruments::STEP_DURATION_BOUNDS_S;
+use nemo_lens::metrics::families::STEP_DURATION_BOUNDS_S;
 use nemo_lens::{
     GymMetrics, InferenceMetrics, LensConfig, RlMetrics, SCOPE_NAME, Telemetry, TrainingMetrics,
     semconv,

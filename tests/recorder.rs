@@ -403,7 +403,7 @@ proptest::proptest! {
                 if value.trim().is_empty() {
                     proptest::prop_assert_eq!(&c.flight_recorder, &Default::default());
                 }
-                proptest::prop_assert!(c.flight_recorder.capacity <= nemo_lens::recorder::config::MAX_CAPACITY);
+                proptest::prop_assert!(c.flight_recorder.capacity <= nemo_lens::flight_recorder::config::MAX_CAPACITY);
             }
             Err(e) => {
                 proptest::prop_assert!(

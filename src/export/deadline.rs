@@ -328,7 +328,7 @@ mod tests {
 
     /// Polls like the batch worker: gives up after `timeout`.
     fn poll_for<F: Future>(future: F, timeout: Duration) -> Option<F::Output> {
-        crate::export::batch::block_on_timeout(future, timeout)
+        crate::queue::batcher::block_on_timeout(future, timeout)
     }
 
     #[test]

@@ -27,31 +27,20 @@
 //! provider.shutdown().unwrap();
 //! ```
 
-pub(crate) mod batch;
-pub(crate) mod budget;
 pub(crate) mod console;
 mod counted;
 mod deadline;
-#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
-mod endpoint;
+mod message_limit;
 pub(crate) mod otlp;
-#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
-mod report;
-mod split;
-#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
-mod tls;
 
-pub(crate) use batch::DropCounters;
-pub use batch::{
-    BatchExport, Batcher, DropCounts, LensBatchLogProcessor, LensBatchProcessor,
-    MAX_QUEUE_SIZE_LIMIT, QueueConfig,
-};
-pub use budget::{
-    ApproxSize, ByteBudget, DEFAULT_QUEUE_MAX_BYTES, MIN_QUEUE_MAX_BYTES, QUEUE_MAX_BYTES_VAR,
+pub use crate::queue::{
+    ApproxSize, BatchExport, Batcher, ByteBudget, DEFAULT_QUEUE_MAX_BYTES, DropCounts,
+    LensBatchLogProcessor, LensBatchProcessor, MAX_QUEUE_SIZE_LIMIT, MIN_QUEUE_MAX_BYTES,
+    QUEUE_MAX_BYTES_VAR, QueueConfig,
 };
 pub(crate) use console::resolve_path;
 pub use console::{ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ConsoleWriter};
 pub use counted::CountedMetricExporter;
 pub use deadline::{DeadlineExporter, ExportAnswer, MAX_STUCK_HELPERS};
+pub use message_limit::{MAX_MESSAGE_BYTES, MessageLimit};
 pub use otlp::{OtlpProtocol, Signal};
-pub use split::{MAX_MESSAGE_BYTES, MessageLimit};

@@ -70,10 +70,10 @@ use tracing_subscriber::filter::Filtered;
 use tracing_subscriber::layer::{Context, Filter, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
-use super::instruments::Instruments;
+use super::Instruments;
 use super::warn_once;
-use crate::filter::INTERNAL_TARGETS;
-use crate::groups::GROUP_FIELD_PREFIX;
+use crate::layer::filter::INTERNAL_TARGETS;
+use crate::rank::groups::GROUP_FIELD_PREFIX;
 
 /// Field-name prefix of a monotonic counter.
 pub const MONOTONIC_COUNTER_PREFIX: &str = "monotonic_counter.";
@@ -163,7 +163,7 @@ impl<S> Filter<S> for MetricFieldFilter {
     }
 
     fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
-        crate::filter::interest(self.allows(meta))
+        crate::layer::filter::interest(self.allows(meta))
     }
 
     fn max_level_hint(&self) -> Option<LevelFilter> {

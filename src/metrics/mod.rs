@@ -10,7 +10,7 @@
 //!
 //! There are three ways to record, from most to least structured:
 //!
-//! 1. **Lens's own instrument families** ([`instruments`]): fill a struct of optional values and
+//! 1. **Lens's own instrument families** ([`families`]): fill a struct of optional values and
 //!    call `record`. Only the fields you set are recorded; the instruments are created on first
 //!    use and cached in an [`Instruments`] (the handle holds one: [`Telemetry::instruments`]).
 //!
@@ -51,36 +51,131 @@
 //! # Never hurting the trainer
 //!
 //! Recording never panics and never returns an error into the training loop. Misuse found while
-//! recording (an unknown metric group or key, a negative value for a monotonic counter, a `u64`
-//! too large for an up-down counter) is reported **once** per distinct problem and the
-//! measurement is skipped. The report is a `tracing` warning with target [`DIAGNOSTICS_TARGET`]
-//! (`nemo_lens::metrics`); that target is one of the
-//! [internal targets](crate::filter::INTERNAL_TARGETS), so the warning reaches your `fmt` layer
-//! but is never exported as telemetry itself. Where `tracing` cannot deliver it (no subscriber
-//! is installed, or the problem is found inside [`EventMetricsLayer`], where `tracing` drops
-//! re-entrant events) it is one `WARN nemo_lens::metrics: …` line on stderr instead. At most
-//! [`MAX_DISTINCT_WARNINGS`] distinct warnings are remembered, so a loop inventing new keys
-//! cannot grow memory. Registration errors ([`register_metric_group`]) are typed
-//! [`LensError`](crate::LensError)s, since they happen at start-up.
+//! recording (an unknown metric group or key, a negative value for a monotonic counter, a `u64` too
+//! large for an up-down counter) is reported **once** per distinct problem and the measurement is
+//! skipped. The report is a `tracing` warning with target [`DIAGNOSTICS_TARGET`]
+//! (`nemo_lens::metrics`); that target is one of the [internal targets](crate::INTERNAL_TARGETS),
+//! so the warning reaches your `fmt` layer but is never exported as telemetry itself. Where
+//! `tracing` cannot deliver it (no subscriber is installed, or the problem is found inside
+//! [`EventMetricsLayer`], where `tracing` drops re-entrant events) it is one `WARN
+//! nemo_lens::metrics: …` line on stderr instead. At most [`MAX_DISTINCT_WARNINGS`] distinct
+//! warnings are remembered, so a loop inventing new keys cannot grow memory. Registration errors
+//! ([`register_metric_group`]) are typed [`LensError`](crate::LensError)s, since they happen at
+//! start-up.
 //!
 //! [`Telemetry::instruments`]: crate::Telemetry::instruments
 //! [`Telemetry::metrics_layer`]: crate::Telemetry::metrics_layer
 
 use std::collections::HashSet;
-use std::sync::OnceLock;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
 
+use opentelemetry::metrics::{Meter, MeterProvider as _, NoopMeterProvider};
 use parking_lot::Mutex;
 
 pub mod events;
-pub mod instruments;
+pub mod families;
 pub mod registry;
 
 pub use events::EventMetricsLayer;
-pub use instruments::{GymMetrics, InferenceMetrics, Instruments, RlMetrics, TrainingMetrics};
+pub use families::{GymMetrics, InferenceMetrics, RlMetrics, TrainingMetrics};
 pub use registry::{
     MetricKind, MetricSpec, record_metrics, register_metric_group, registered_metric_groups,
     unregister_metric_group,
 };
+
+/// Lazily created, cached instruments of one [`Meter`] (see [`families`]).
+///
+/// Cloning is cheap and clones share the cache.
+///
+/// ```
+/// use nemo_lens::metrics::{Instruments, TrainingMetrics};
+/// let instruments = Instruments::noop(); // records nothing
+/// TrainingMetrics { loss: Some(1.5), ..Default::default() }.record(&instruments);
+/// ```
+#[derive(Clone)]
+pub struct Instruments {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    meter: Meter,
+    inference: OnceLock<families::Inference>,
+    rl: OnceLock<families::Rl>,
+    gym: OnceLock<families::Gym>,
+    training: OnceLock<families::Training>,
+    registered: registry::Cache,
+    events: events::Cache,
+}
+
+impl fmt::Debug for Instruments {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Instruments")
+            .field("inference", &self.inner.inference.get().is_some())
+            .field("rl", &self.inner.rl.get().is_some())
+            .field("gym", &self.inner.gym.get().is_some())
+            .field("training", &self.inner.training.get().is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Instruments {
+    /// A cache for `meter`; nothing is created until something is recorded.
+    ///
+    /// ```
+    /// let meter = opentelemetry::global::meter("nemo.lens");
+    /// let instruments = nemo_lens::metrics::Instruments::new(meter);
+    /// # let _ = instruments;
+    /// ```
+    pub fn new(meter: Meter) -> Self {
+        Instruments {
+            inner: Arc::new(Inner {
+                meter,
+                inference: OnceLock::new(),
+                rl: OnceLock::new(),
+                gym: OnceLock::new(),
+                training: OnceLock::new(),
+                registered: Default::default(),
+                events: Default::default(),
+            }),
+        }
+    }
+
+    /// Instruments of a no-op meter: every record is dropped (a non-exporting rank).
+    ///
+    /// ```
+    /// let instruments = nemo_lens::metrics::Instruments::noop();
+    /// # let _ = instruments;
+    /// ```
+    pub fn noop() -> Self {
+        Self::new(NoopMeterProvider::new().meter(crate::SCOPE_NAME))
+    }
+
+    /// The meter the instruments are created from.
+    ///
+    /// ```
+    /// let instruments = nemo_lens::metrics::Instruments::noop();
+    /// let steps = instruments.meter().u64_counter("my.steps").build();
+    /// steps.add(1, &[]);
+    /// ```
+    pub fn meter(&self) -> &Meter {
+        &self.inner.meter
+    }
+
+    fn registered(&self) -> &registry::Cache {
+        &self.inner.registered
+    }
+
+    fn events(&self) -> &events::Cache {
+        &self.inner.events
+    }
+}
+
+impl AsRef<Instruments> for Instruments {
+    fn as_ref(&self) -> &Instruments {
+        self
+    }
+}
 
 /// The `tracing` target of the warnings metrics recording emits (once per distinct problem).
 pub const DIAGNOSTICS_TARGET: &str = "nemo_lens::metrics";

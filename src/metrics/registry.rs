@@ -49,7 +49,7 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Counter, Gauge, Histogram, UpDownCounter};
 use parking_lot::RwLock;
 
-use super::instruments::Instruments;
+use super::Instruments;
 use super::warn_once;
 use crate::error::{LensError, Result};
 

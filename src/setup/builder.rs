@@ -1,55 +1,27 @@
 //! [`TelemetryBuilder`]: what a process asks for, checked and built once.
 
 use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use opentelemetry::metrics::MeterProvider as _;
-use opentelemetry::{InstrumentationScope, KeyValue};
-use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::logs::{LogExporter, SdkLogRecord, SdkLoggerProvider};
-use opentelemetry_sdk::metrics::MeterProviderBuilder;
-use opentelemetry_sdk::trace::{SpanData, SpanExporter, SpanProcessor, TracerProviderBuilder};
+use opentelemetry::KeyValue;
+use opentelemetry_sdk::logs::LogExporter;
+use opentelemetry_sdk::trace::{SpanExporter, SpanProcessor, TracerProviderBuilder};
 
-use super::SCOPE_NAME;
-use super::handle::{Inner, Telemetry};
-use super::once::ShutdownOnce;
-use super::pipelines::{Built, METRIC_INTERVAL_VAR, TraceParts};
-use super::processors::{BoxedProcessor, ExportSettings, exporter_processor, log_provider};
-use crate::config::{ExporterKind, LensConfig};
-use crate::env::Env;
-use crate::error::{LensError, Result};
-use crate::export::DropCounters;
-use crate::export::batch::QueueConfig;
-use crate::export::budget;
-use crate::export::otlp::{self, Signal};
-use crate::fields::{RedactKeys, TextRules};
-use crate::filter::LensFilter;
-use crate::groups::{self, GroupGate};
-use crate::ids;
-use crate::metrics::Instruments;
-use crate::propagation;
-use crate::recorder;
-use crate::resource;
-use crate::sampling::RankAwareSampler;
-use crate::strategy::{self, ExportStrategy};
+use super::build;
+use super::handle::Telemetry;
+use super::pipelines::{LogExporterFactory, ProcessorFactory, ReaderFactory};
+use super::processors::{BoxedProcessor, exporter_processor, log_provider};
+use crate::config::LensConfig;
+use crate::error::Result;
+use crate::layer::fields::RedactKeys;
+use crate::rank::strategy::ExportStrategy;
 
-/// `1 +` the fork generation in which an enabled setup ran, or 0: a forked child (another
-/// generation) may set up its own telemetry.
-static INITIALIZED_IN: AtomicU64 = AtomicU64::new(0);
-
-pub(super) type ProcessorFactory =
-    Box<dyn FnOnce(&ExportSettings) -> Result<BoxedProcessor> + Send>;
-pub(super) type LogExporterFactory =
-    Box<dyn FnOnce(Resource, &ExportSettings) -> Result<SdkLoggerProvider> + Send>;
-pub(super) type ReaderFactory =
-    Box<dyn FnOnce(MeterProviderBuilder) -> MeterProviderBuilder + Send>;
-type Lookup = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+type Lookup = Box<build::Lookup>;
 
 /// Builds a [`Telemetry`]: the counterpart of the Python `setup_telemetry(config, rank,
 /// world_size, resource_attributes, span_exporter, metric_reader, export_strategy)`.
 ///
-/// 1. a second *enabled* setup in one process is an error ([`LensError::AlreadyInitialized`]);
+/// 1. a second *enabled* setup in one process is an error
+///    ([`LensError::AlreadyInitialized`](crate::LensError::AlreadyInitialized));
 /// 2. an empty `run_id` becomes `SLURM_JOB_ID` or 12 random hex characters;
 /// 3. the export strategy decides whether this rank exports (evaluated even when disabled, so
 ///    an unknown strategy fails on every rank);
@@ -89,17 +61,9 @@ pub struct TelemetryBuilder {
     provider_builder: Option<TracerProviderBuilder>,
     lookup: Lookup,
     /// `unknown_rank`, `unknown_world_size`, `no_random_run_id`.
-    unknown: Unknown,
+    unknown: build::Unknown,
     /// [`TelemetryBuilder::redact_keys`] (default: [`crate::DEFAULT_REDACT_KEYS`]).
     redact: RedactKeys,
-}
-
-/// Which parts of its identity a process said it does not know.
-#[derive(Debug, Default, Clone, Copy)]
-struct Unknown {
-    rank: bool,
-    world_size: bool,
-    run_id: bool,
 }
 
 impl fmt::Debug for TelemetryBuilder {
@@ -116,8 +80,20 @@ impl fmt::Debug for TelemetryBuilder {
     }
 }
 
+impl Telemetry {
+    /// Starts a builder for `config`.
+    ///
+    /// ```
+    /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// assert!(!telemetry.is_exporting());
+    /// ```
+    pub fn builder(config: LensConfig) -> TelemetryBuilder {
+        TelemetryBuilder::new(config)
+    }
+}
+
 impl TelemetryBuilder {
-    pub(super) fn new(config: LensConfig) -> Self {
+    fn new(config: LensConfig) -> Self {
         TelemetryBuilder {
             config,
             rank: 0,
@@ -133,8 +109,8 @@ impl TelemetryBuilder {
             install_globals: true,
             context_activation: true,
             provider_builder: None,
-            lookup: Box::new(crate::env::process_var),
-            unknown: Unknown::default(),
+            lookup: Box::new(crate::config::env::process_var),
+            unknown: build::Unknown::default(),
             redact: RedactKeys::default(),
         }
     }
@@ -460,279 +436,56 @@ impl TelemetryBuilder {
             unknown,
             redact,
         } = self;
-        config.validate()?;
-        // `OTEL_SDK_DISABLED=true` (the OpenTelemetry SDK switch, as Python's SDK reads it:
-        // stripped, any case, only `true`) makes the process inert: a disabled setup.
-        if lookup("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
-            config.enabled = false;
-        }
-        let rank = if unknown.rank { 0 } else { rank };
-        let world_size = if unknown.world_size {
-            world_size.max(rank.saturating_add(1))
-        } else {
-            world_size
+        let mut given = build::Given {
+            resource_attributes,
+            span_exporter,
+            span_processors,
+            metric_reader,
+            log_exporter,
+            provider_builder,
+            install_globals,
+            redact,
+            lookup,
         };
-        // A disabled setup builds nothing and uses neither, so it takes any rank and world size
-        // (a launcher may hand out numbers nemo-lens would refuse when enabled).
-        if config.enabled && (world_size == 0 || rank >= world_size) {
-            return Err(LensError::InvalidArgument(format!(
-                "rank must be below world_size (rank {rank}, world_size {world_size})"
-            )));
-        }
-        ids::install_fork_handler();
-        otlp::install_crypto_provider();
-        let generation = ids::fork_generation();
-        if config.enabled
-            && !allow_reinit
-            && install_globals
-            && INITIALIZED_IN.load(Ordering::SeqCst) == generation + 1
-        {
-            return Err(LensError::AlreadyInitialized);
-        }
-        let no_job_id = lookup("SLURM_JOB_ID").is_none_or(|v| v.trim().is_empty());
-        if !(unknown.run_id && config.run_id.is_empty() && no_job_id) {
-            config.run_id = resource::resolve_run_id(&config.run_id, &*lookup);
-        }
-        let strategy = match export_strategy {
-            Some(s) => s,
-            None => {
-                strategy::get_export_strategy(&config.export_strategy, &config.strategy_origin())?
-            }
-        };
-        let decision = strategy.decide_with(&config, rank, world_size, &*lookup)?;
-        // Unknown names are another process's groups: warned about (by the exporting rank,
-        // the one they would matter on) and ignored.
-        let (resolved_groups, unknown_groups) = if config.enabled {
-            groups::resolve_known(&config.span_groups)
-        } else {
-            Default::default()
-        };
-        let recorder_plan = recorder::Plan::new(&config)?;
-        // Read on the exporting rank only (the one rank that uses them: a value a job-wide
-        // environment sets for Python ranks never stops the others), before anything global is
-        // touched.
-        let (mut batch, mut log_batch, value_limit, log_value_limit) = if config.enabled && decision
-        {
-            (
-                QueueConfig::from_env("OTEL_BSP", &*lookup)?,
-                QueueConfig::from_env_over("OTEL_BLRP", QueueConfig::logs_default(), &*lookup)?,
-                crate::env::value_length_limit(Env::new(&*lookup))?,
-                crate::env::log_value_length_limit(Env::new(&*lookup))?,
-            )
-        } else {
-            (
-                QueueConfig::default(),
-                QueueConfig::logs_default(),
-                None,
-                None,
-            )
-        };
-        if config.enabled {
-            // Memory bounded in bytes: the queues' budget, and their rings kept within it.
-            let max_bytes = budget::queue_max_bytes(Env::new(&*lookup))?;
-            for (b, var, slot) in [
-                (&mut batch, "OTEL_BSP_MAX_QUEUE_SIZE", size_of::<SpanData>()),
-                (
-                    &mut log_batch,
-                    "OTEL_BLRP_MAX_QUEUE_SIZE",
-                    size_of::<(SdkLogRecord, InstrumentationScope)>(),
-                ),
-            ] {
-                b.max_queue_bytes = max_bytes;
-                // A ring slot is the item and a stamp.
-                let slot = slot + size_of::<usize>();
-                b.max_queue_size = budget::clamp_queue_size(var, b.max_queue_size, slot, max_bytes);
-                b.max_export_batch_size = b.max_export_batch_size.min(b.max_queue_size);
-            }
-        }
-        let flush_timeout = batch.export_timeout.max(log_batch.export_timeout);
-        let dropped = DropCounters::default();
-        let settings = ExportSettings {
-            synchronous,
-            batch,
-            dropped: dropped.spans.clone(),
-            span_queue: Default::default(),
-        };
-        let log_settings = ExportSettings {
-            synchronous,
-            batch: log_batch,
-            dropped: dropped.logs.clone(),
-            span_queue: Default::default(),
-        };
-        let exporting = config.enabled && decision;
-        let sampler = RankAwareSampler::new(rank, world_size, config.export_sample_rate);
-        let recording =
-            exporting && config.traces_enabled && (!config.sampler_enabled || sampler.is_sampled());
-
-        let gate = Arc::new(GroupGate::new(if exporting {
-            resolved_groups
-        } else {
-            Default::default()
-        }));
-        // Likewise read on the exporting rank only.
-        let metric_interval =
-            if config.enabled && decision && config.metrics_enabled && metric_reader.is_none() {
-                Env::new(&*lookup).positive_millis(METRIC_INTERVAL_VAR)?
-            } else {
-                None
-            };
-        let mut built = Built::default();
-        // Groups whose spans start a trace each: unknown names are warned about and ignored,
-        // as in the span-group spec (presets name their groups).
-        let trace_per: Vec<String> = if exporting && !config.trace_per.trim().is_empty() {
-            let (set, unknown) = groups::resolve_known(&config.trace_per);
-            if !unknown.is_empty() {
-                eprintln!(
-                    "{}",
-                    groups::unknown_warning(&config.trace_per_origin(), &unknown)
-                );
-            }
-            set.into_iter().collect()
-        } else {
-            Vec::new()
-        };
-        if exporting && !unknown_groups.is_empty() {
-            eprintln!(
-                "{}",
-                groups::unknown_warning(&config.span_groups_origin(), &unknown_groups)
-            );
-        }
-        if exporting {
-            if let Some((var, value)) = &config.sources.bad_exporter {
-                return Err(LensError::UnknownExporter {
-                    var: var.clone(),
-                    value: value.clone(),
-                });
-            }
-            // Every OTLP setting is checked before the first pipeline is installed globally.
-            if config.exporter == ExporterKind::Otlp {
-                let signals = [
-                    (
-                        config.traces_enabled && span_exporter.is_none(),
-                        Signal::Traces,
-                    ),
-                    (
-                        config.metrics_enabled && metric_reader.is_none(),
-                        Signal::Metrics,
-                    ),
-                    (config.logs_enabled && log_exporter.is_none(), Signal::Logs),
-                ];
-                let used: Vec<Signal> = signals
-                    .iter()
-                    .filter(|(on, _)| *on)
-                    .map(|&(_, s)| s)
-                    .collect();
-                otlp::preflight(&used, Env::new(&*lookup))?;
-            }
-            let env = Env::new(&*lookup);
-            let resource = resource::build_resource_for(
-                &config,
-                (!unknown.rank).then_some(rank),
-                (!unknown.world_size).then_some(world_size),
-                &resource_attributes,
-                &*lookup,
-            );
-            if config.traces_enabled {
-                let parts = TraceParts {
-                    resource: resource.clone(),
-                    sampler: config.sampler_enabled.then(|| sampler.clone()),
-                    processors: span_processors,
-                    exporter: span_exporter,
-                    settings,
-                    recording,
-                    text: TextRules {
-                        limit: value_limit,
-                        redact: redact.clone(),
-                    },
-                    trace_per: trace_per.clone(),
-                    provider_builder,
-                    install_global: install_globals,
-                };
-                built.traces(&config, rank, env, parts)?;
-            }
-            if config.metrics_enabled {
-                built.metrics(
-                    &config,
-                    rank,
-                    env,
-                    resource.clone(),
-                    metric_reader,
-                    metric_interval,
-                    &dropped,
-                    install_globals,
-                )?;
-            }
-            if config.logs_enabled {
-                built.logs(
-                    &config,
-                    rank,
-                    env,
-                    resource.clone(),
-                    log_exporter,
-                    &log_settings,
-                    TextRules {
-                        limit: log_value_limit,
-                        redact: redact.clone(),
-                    },
-                )?;
-            }
-            if install_globals {
-                propagation::install_global_propagator();
-            }
-            built.resource = Some(resource);
-        }
-        if config.enabled && install_globals {
-            groups::install_process_gate(gate.clone());
-            INITIALIZED_IN.store(generation + 1, Ordering::SeqCst);
-        }
-        let instruments = match &built.meter_provider {
-            Some(p) => Instruments::new(
-                p.meter_with_scope(InstrumentationScope::builder(SCOPE_NAME).build()),
-            ),
-            None => Instruments::noop(),
-        };
-        let filter = LensFilter::new(built.pipeline.is_none(), gate.clone());
-        // The flight recorder, on every enabled rank, exporting or not: its own slots and
-        // thread (no provider, exporter thread or socket); see `crate::recorder`.
-        let flight_recorder = match recorder_plan {
-            Some(plan) => {
-                let resource = built.resource.clone().unwrap_or_else(|| {
-                    resource::build_resource(
-                        &config,
-                        rank,
-                        world_size,
-                        &resource_attributes,
-                        &*lookup,
-                    )
-                });
-                Some(plan.start(
-                    &config,
-                    rank,
-                    exporting,
-                    &resource,
-                    gate.clone(),
-                    filter.clone(),
-                    redact,
-                )?)
-            }
-            None => None,
-        };
-        Ok(Telemetry::from_inner(Inner {
+        // Only a setup that installs globals counts as the process's one enabled setup.
+        let reinit_allowed = allow_reinit || !install_globals;
+        let identity = build::resolve_identity(
+            &mut config,
+            rank,
+            world_size,
+            unknown,
+            reinit_allowed,
+            &*given.lookup,
+        )?;
+        let decision = build::decide_export(&config, &identity, export_strategy, &*given.lookup)?;
+        let variables = build::read_export_variables(
+            &config,
+            decision.chosen,
+            given.metric_reader.is_some(),
+            &*given.lookup,
+        )?;
+        let plan = build::plan_pipelines(&config, &identity, &decision, variables, synchronous);
+        let built = build::build_pipelines(&config, &identity, &plan, &mut given)?;
+        build::install_process_state(&config, install_globals, &plan.gate, identity.generation);
+        let (instruments, filter) = build::instruments_and_filter(&built, &plan.gate);
+        let flight_recorder = build::start_flight_recorder(
+            &config,
+            &identity,
+            &plan,
+            decision.recorder,
+            &built,
+            &filter,
+            given,
+        )?;
+        Ok(build::assemble_handle(build::HandleParts {
+            config,
+            identity,
+            plan,
+            built,
             instruments,
             filter,
             flight_recorder,
-            config,
-            rank,
-            world_size,
-            exporting,
-            groups: gate,
-            built,
-            shutdown: ShutdownOnce::default(),
-            flush_timeout,
-            panic_hook: AtomicBool::new(false),
-            generation,
             context_activation,
-            dropped,
         }))
     }
 }

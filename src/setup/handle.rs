@@ -1,9 +1,9 @@
-//! [`Telemetry`]: the handle of one process's telemetry, and its shutdown.
+//! [`Telemetry`]: the handle of one process's telemetry (its shutdown is in `shutdown.rs`).
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak, mpsc};
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
 
 use opentelemetry::global::BoxedTracer;
 use opentelemetry::metrics::Meter;
@@ -13,22 +13,19 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::SdkMeterProvider;
 use tracing_subscriber::registry::LookupSpan;
 
-use super::SCOPE_NAME;
-use super::builder::TelemetryBuilder;
-use super::once::{FinishOnDrop, ShutdownOnce, Turn};
+use super::once::ShutdownOnce;
 use super::pipelines::Built;
-use crate::closer;
+use crate::SCOPE_NAME;
 use crate::config::LensConfig;
 use crate::error::{LensError, Result};
-use crate::exit::{self, ExitTarget};
-use crate::export::{DropCounters, DropCounts};
-use crate::filter::LensFilter;
-use crate::groups::{self, GroupGate};
+use crate::flight_recorder::{FlightRecorder, RecorderLayer};
 use crate::ids;
-use crate::layer::{LensLayer, WithLens};
-use crate::logs::LogFilter;
+use crate::layer::LensLayer;
+use crate::layer::filter::LensFilter;
+use crate::layer::logs::LogFilter;
 use crate::metrics::{EventMetricsLayer, Instruments};
-use crate::recorder::{FlightRecorder, RecorderLayer};
+use crate::queue::drops::{DropCounters, DropCounts};
+use crate::rank::groups::{self, GroupGate};
 
 pub(crate) struct Inner {
     pub(super) config: LensConfig,
@@ -48,7 +45,7 @@ pub(crate) struct Inner {
     pub(super) dropped: DropCounters,
     /// The fork generation of the setup; another one means this is a forked child.
     pub(super) generation: u64,
-    /// [`TelemetryBuilder::context_activation`].
+    /// [`TelemetryBuilder::context_activation`](crate::TelemetryBuilder::context_activation).
     pub(super) context_activation: bool,
 }
 
@@ -59,7 +56,7 @@ pub(crate) struct Inner {
 /// exported. Dropping the last clone shuts down with a 5-second timeout.
 #[derive(Clone)]
 pub struct Telemetry {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 impl fmt::Debug for Telemetry {
@@ -80,16 +77,6 @@ impl Telemetry {
         Telemetry {
             inner: Arc::new(inner),
         }
-    }
-
-    /// Starts a builder for `config`.
-    ///
-    /// ```
-    /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
-    /// assert!(!telemetry.is_exporting());
-    /// ```
-    pub fn builder(config: LensConfig) -> TelemetryBuilder {
-        TelemetryBuilder::new(config)
     }
 
     /// A new lens layer for a `tracing` subscriber. On a rank that records nothing the layer is
@@ -151,8 +138,8 @@ impl Telemetry {
             .with_filter(self.inner.filter.clone())
     }
 
-    /// The [flight recorder](crate::recorder)'s layer: add it next to [`Telemetry::layer`]. It
-    /// records spans of the recorder's groups on every enabled rank, exporting or not, and is
+    /// The [flight recorder](crate::flight_recorder)'s layer: add it next to [`Telemetry::layer`].
+    /// It records spans of the recorder's groups on every enabled rank, exporting or not, and is
     /// inert (no interest registered, level hint `OFF`) when the recorder is off.
     ///
     /// ```
@@ -167,8 +154,8 @@ impl Telemetry {
         FlightRecorder::layer(self.inner.flight_recorder.as_ref())
     }
 
-    /// The [flight recorder](crate::recorder), when `NEMO_LENS_FLIGHT_RECORDER` (or a control
-    /// file) turned it on for this enabled rank.
+    /// The [flight recorder](crate::flight_recorder), when `NEMO_LENS_FLIGHT_RECORDER` (or a
+    /// control file) turned it on for this enabled rank.
     ///
     /// ```
     /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
@@ -280,7 +267,7 @@ impl Telemetry {
 
     /// How often metrics are exported: `OTEL_METRIC_EXPORT_INTERVAL` or 10 s, when this rank
     /// exports metrics through lens's periodic reader (`None` otherwise, and with an injected
-    /// [`TelemetryBuilder::metric_reader`]).
+    /// [`TelemetryBuilder::metric_reader`](crate::TelemetryBuilder::metric_reader)).
     ///
     /// ```
     /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
@@ -447,89 +434,6 @@ impl Telemetry {
         }
     }
 
-    /// Opts in to recording panics: a panic adds an `exception` event to the innermost open span
-    /// of its thread, and a panic that ends the process (on the main thread, or any panic under
-    /// `panic = "abort"`) then ends every open span as truncated and flushes, within
-    /// [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT)(crate::exit::EXIT_FLUSH_TIMEOUT). The previous panic hook still
-    /// runs, after it. See [`Telemetry::install_signal_handlers`] for the reasoning. Call it once, after setup.
-    ///
-    /// ```
-    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
-    /// t.install_panic_hook();
-    /// ```
-    pub fn install_panic_hook(&self) {
-        if !self.inner.panic_hook.swap(true, Ordering::SeqCst) {
-            let target: Weak<dyn ExitTarget> = Arc::downgrade(&self.inner) as _;
-            exit::install_panic_hook(target);
-        }
-    }
-
-    /// Installs SIGTERM and SIGINT handlers: on the signal, a dedicated thread ends every open
-    /// span as truncated, flushes within [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT)(crate::exit::EXIT_FLUSH_TIMEOUT),
-    /// then lets the signal end the process as it would have (status 128 + signo). The handler
-    /// itself only writes to a pipe. See below; without it, open and queued spans are
-    /// lost on those signals.
-    ///
-    /// ```no_run
-    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
-    /// t.install_signal_handlers().unwrap();
-    /// ```
-    ///
-    /// # Why a thread, and what is not covered
-    ///
-    /// Spans are exported when they end and batches when the worker gets to them, so a process that
-    /// dies abruptly loses its open spans (the `train` span of a run, the step that crashed) and
-    /// whatever is still queued. Two calls on the handle recover them:
-    ///
-    /// ```no_run
-    /// # let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
-    /// telemetry.install_panic_hook();
-    /// telemetry.install_signal_handlers().expect("signal handlers");
-    /// ```
-    ///
-    /// # Panic ([`Telemetry::install_panic_hook`](crate::Telemetry::install_panic_hook))
-    ///
-    /// The hook runs on the panicking thread, before unwinding, then calls the hook that was
-    /// installed before it (by default the one that prints the message):
-    ///
-    /// * the innermost span the lens layer records on that thread gets an `exception` event
-    ///   (`exception.type = "panic"`, `exception.message` = the panic message and location,
-    ///   `exception.stacktrace` from the panicking frame down when a backtrace is captured
-    ///   (`RUST_BACKTRACE`), `exception.escaped = "True"`) and the status `ERROR`;
-    /// * when the panic ends the process (a panic on the thread named `main`, or any panic under
-    ///   `panic = "abort"`), every open span is then ended as truncated (reason `"process
-    ///   panicked"`) and the telemetry is shut down, flushing everything queued, within
-    ///   [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT).
-    ///
-    /// **The choice**: a panic on another thread often does not end the process (it is joined, or
-    /// caught, and the run goes on), so the hook does not end the run's spans for it: that thread's
-    /// spans end normally while it unwinds, the innermost one marked `ERROR` with the panic. If the
-    /// process then dies because the main thread re-panics on the `join`, the main-thread rule
-    /// applies.
-    ///
-    /// # SIGTERM and SIGINT ([`Telemetry::install_signal_handlers`](crate::Telemetry::install_signal_handlers))
-    ///
-    /// A preempted SLURM job gets SIGTERM (and SIGKILL some seconds later); Ctrl-C is SIGINT. The
-    /// handler itself only writes the signal number to a pipe (async-signal-safe); a dedicated thread
-    /// (`nemo-lens-signals`) reads it, ends every open span as truncated (reason `"process received
-    /// SIGTERM"` / `"… SIGINT"`), shuts the telemetry down within [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT), then
-    /// restores the default disposition and re-raises the signal, so the process dies *by the
-    /// signal* as it would have without the handler (a shell reports status 128 + signo). A second
-    /// signal while the flush runs kills the process at once. In a process forked after the
-    /// handlers were installed, the signals have their default effect.
-    ///
-    /// The signal decides the exit status even when `main` finishes during the flush: `main`'s
-    /// [`Telemetry::shutdown`] waits for the signal thread's, and if `main` then returns, an
-    /// `atexit` handler waits for the flush to end and ends the process by the signal.
-    ///
-    /// Without the handlers, SIGTERM and SIGINT end the process at once: spans still open and spans
-    /// queued in the batch processor (up to `OTEL_BSP_MAX_QUEUE_SIZE`, by default up to 5 s worth)
-    /// are lost. SIGKILL can never be handled.
-    pub fn install_signal_handlers(&self) -> Result<()> {
-        let target: Weak<dyn ExitTarget> = Arc::downgrade(&self.inner) as _;
-        exit::install_signal_handlers(target)
-    }
-
     /// Telemetry dropped so far: spans a full queue (or the byte budget,
     /// `NEMO_LENS_QUEUE_MAX_BYTES`) refused, spans of failed or timed-out exports, spans still
     /// queued when shutdown's deadline passed, spans that ended during or after shutdown, and
@@ -556,58 +460,6 @@ impl Telemetry {
     pub fn untracked_sdk_spans(&self) -> u64 {
         self.inner.built.span_processors.untracked()
     }
-
-    /// Ends open spans as truncated, flushes and shuts the providers down, returning within
-    /// `timeout` (plus scheduling slack) even when an exporter hangs.
-    ///
-    /// Runs once: a call while another shutdown is running (the signal thread's on SIGTERM, the
-    /// panic hook's, another thread's) waits for that one to finish, at most `timeout`, so
-    /// `main` never returns (and the process never exits) in the middle of the flush; a call
-    /// after it returns at once.
-    ///
-    /// # Accounting
-    ///
-    /// Spans that end while the shutdown runs (training goes on during a SIGTERM flush) and
-    /// after it are refused by the span processor and counted in [`Telemetry::dropped`]: every
-    /// sampled span is exported or counted. The counts are printed once on stderr at the end of
-    /// the shutdown when not zero.
-    ///
-    /// # Truncation
-    ///
-    /// Batch processors export a span when it ends, so a run-scoped span (`train`, `job`) that is
-    /// still open when the process shuts down would vanish. The lens layer records every span it
-    /// starts in a small slab (one short lock per span start and end). [`Telemetry::shutdown`]
-    /// (crate::Telemetry::shutdown) first ends every span still in it, **innermost first** (reverse
-    /// start order), each with
-    ///
-    /// * the attribute `nemo.span.truncated = true`,
-    /// * an event `nemo.span.truncated` with `nemo.span.truncated.reason`,
-    /// * the attributes and events recorded on it up to then, and its status left as it was
-    ///   (truncation is not an error),
-    ///
-    /// and only then shuts the providers down, so the batch processor flushes the truncated spans
-    /// with everything else. `force_flush` never closes live spans.
-    ///
-    /// Spans started through the SDK directly ([`Telemetry::tracer`],
-    /// [`Telemetry::opentelemetry_layer`]) are covered too, by a span processor in front of
-    /// lens's processors: the SDK lets no processor end a span it does not own, so that
-    /// processor keeps a copy of each SDK span as it starts and, at shutdown, exports the
-    /// copies of those still open with the same marks (end time = shutdown time), innermost
-    /// first, and ignores their real end if it comes later. The copy holds what the span had
-    /// when it started (ids, parent, name, kind, start time, attributes and links given at
-    /// start), not what was set on it afterwards. At most 4096 spans (8 MiB of copies) are
-    /// tracked at once; see [`Telemetry::untracked_sdk_spans`]. With the application's own
-    /// provider ([`TelemetryBuilder::tracer_provider`](super::TelemetryBuilder::tracer_provider))
-    /// the copies go to lens's processors only (an exporter given to lens), never to the
-    /// application's own processors.
-    ///
-    /// **Fork**: a process forked without exec inherits the slab with its parent's open spans (and
-    /// possibly a lock another parent thread held). The child never reads, locks or ends them: they
-    /// belong to the parent, which ends and exports them; the child forgets them (see
-    /// [`Telemetry::is_inherited_from_parent`]).
-    pub fn shutdown(&self, timeout: Duration) -> Result<()> {
-        self.inner.shutdown(timeout)
-    }
 }
 
 impl AsRef<Instruments> for Telemetry {
@@ -617,165 +469,9 @@ impl AsRef<Instruments> for Telemetry {
 }
 
 impl Inner {
+    /// `true` in a process forked (without exec) after the setup.
     #[inline]
-    fn inherited(&self) -> bool {
+    pub(super) fn inherited(&self) -> bool {
         self.generation != ids::fork_generation()
-    }
-
-    fn shutdown(&self, timeout: Duration) -> Result<()> {
-        self.shutdown_because(timeout, closer::REASON_SHUTDOWN)
-    }
-}
-
-impl ExitTarget for Inner {
-    fn record_panic(&self, message: &str) {
-        if self.inherited() {
-            return;
-        }
-        let Some(pipeline) = &self.built.pipeline else {
-            return;
-        };
-        // Never the span extensions (another layer may hold their lock on this thread): the
-        // registry's scope walk, then the open-span table, with bounded waits.
-        tracing::Span::current().with_subscriber(|(id, dispatch)| {
-            if let Some(with) = dispatch.downcast_ref::<WithLens>() {
-                pipeline.record_panic(&(with.scope)(dispatch, id), message);
-            }
-        });
-    }
-
-    fn shutdown_because(&self, timeout: Duration, reason: &'static str) -> Result<()> {
-        if self.inherited() {
-            // A forked child: the parent's providers have no worker threads here, and shutting
-            // them down would wait out `timeout` per processor.
-            return Ok(());
-        }
-        if self.shutdown.begin() == Turn::Wait {
-            // Another path (signal thread, panic hook, another thread) is shutting down: wait
-            // for it, so that this caller does not go on (and exit) mid-flush.
-            return if self.shutdown.wait(timeout) {
-                Ok(())
-            } else {
-                Err(LensError::Shutdown(format!(
-                    "another shutdown (a signal, the panic hook or another thread) was still \
-                     running after {timeout:?}"
-                )))
-            };
-        }
-        let _finish = FinishOnDrop(&self.shutdown);
-        if let Some(r) = &self.flight_recorder {
-            r.on_truncation(reason);
-        }
-        let deadline = Instant::now() + timeout;
-        if let Some(p) = &self.built.pipeline {
-            p.close_all(reason);
-        }
-        // SDK spans (`Telemetry::tracer`, tracing-opentelemetry's layer) still open: their
-        // truncated copies go to the processors before these shut down.
-        self.built.span_processors.close_open(reason);
-        // The span processors are shut down directly, not through the tracer provider: a shut
-        // provider skips ending spans silently, while a shut processor refuses and counts them.
-        let tracer = self
-            .built
-            .tracer_provider
-            .is_some()
-            .then(|| self.built.span_processors.clone());
-        // The application's own processors (`TelemetryBuilder::tracer_provider`) are reached
-        // through the provider, after lens's own.
-        let own_provider = self
-            .built
-            .tracer_provider
-            .clone()
-            .filter(|_| self.built.own_provider);
-        let pipeline = self.built.pipeline.clone();
-        let meter = self.built.meter_provider.clone();
-        let logger = self.built.logger_provider.as_ref().map(|p| p.sdk().clone());
-        if tracer.is_none() && meter.is_none() && logger.is_none() {
-            return Ok(());
-        }
-        let (tx, rx) = mpsc::channel();
-        let worker = std::thread::Builder::new()
-            .name("nemo-lens-shutdown".into())
-            .spawn(move || {
-                let mut errors = Vec::new();
-                let remaining = || deadline.saturating_duration_since(Instant::now());
-                if let Some(p) = pipeline {
-                    // Queued span records become SDK spans on the worker; let it finish them
-                    // before the processors shut down, in half the time: the processors'
-                    // shutdown needs the rest to export or count what is left.
-                    p.drain(Instant::now() + remaining() / 2);
-                }
-                if let Some(t) = tracer
-                    && let Err(e) = t.shutdown(remaining())
-                {
-                    errors.push(format!("traces: {e}"));
-                }
-                if let Some(p) = own_provider
-                    && let Err(e) = p.shutdown_with_timeout(remaining())
-                {
-                    errors.push(format!("traces (application's processors): {e}"));
-                }
-                // Logs before metrics, so the last metric export carries the final
-                // `nemo.lens.dropped` counts of spans and logs.
-                if let Some(l) = logger
-                    && let Err(e) = l.shutdown_with_timeout(remaining())
-                {
-                    errors.push(format!("logs: {e}"));
-                }
-                if let Some(m) = meter
-                    && let Err(e) = m.shutdown_with_timeout(remaining())
-                {
-                    errors.push(format!("metrics: {e}"));
-                }
-                let _ = tx.send(errors);
-            });
-        // The processors stop exporting at the deadline and then report; allow them a moment.
-        let wait = deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(500);
-        let result = match worker {
-            Err(e) => Err(LensError::Shutdown(format!(
-                "cannot start the shutdown thread: {e}"
-            ))),
-            Ok(_) => match rx.recv_timeout(wait) {
-                Ok(errors) if errors.is_empty() => Ok(()),
-                Ok(errors) => Err(LensError::Shutdown(errors.join("; "))),
-                Err(_) => Err(LensError::Shutdown(format!(
-                    "timed out after {timeout:?}; data still queued was abandoned"
-                ))),
-            },
-        };
-        let untracked = self.built.span_processors.untracked();
-        if untracked > 0 {
-            eprintln!(
-                "nemo-lens: {untracked} SDK spans were not tracked by the closer (its table was \
-                 full), so any of them still open at shutdown was not exported as truncated"
-            );
-        }
-        let dropped = self.dropped.snapshot();
-        if dropped.total() > 0 {
-            // Reported once: shutdown runs once.
-            eprintln!(
-                "nemo-lens: dropped {dropped} (queue full, export failed or timed out, still \
-                 queued at shutdown, or ended while shutting down; see OTEL_BSP_MAX_QUEUE_SIZE, \
-                 OTEL_BLRP_MAX_QUEUE_SIZE and NEMO_LENS_QUEUE_MAX_BYTES)"
-            );
-        }
-        result
-    }
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        if self.inherited() {
-            // A forked child: dropping the parent's providers would shut them down (waiting for
-            // worker threads that did not survive the fork) and a Tokio runtime would try to
-            // stop threads that do not exist. Leak them instead; the child's memory is its own.
-            std::mem::forget(self.built.tracer_provider.take());
-            std::mem::forget(self.built.meter_provider.take());
-            std::mem::forget(self.built.logger_provider.take());
-            self.built.transport.forget();
-            return;
-        }
-        let _ = self.shutdown(Duration::from_secs(5));
-        self.built.transport.shutdown_background();
     }
 }

@@ -42,14 +42,14 @@
 //! telemetry.shutdown(std::time::Duration::from_secs(5)).unwrap();
 //! ```
 
+mod build;
 mod builder;
 mod handle;
 mod once;
 mod pipelines;
+pub(crate) mod process_exit;
 mod processors;
+mod shutdown;
 
 pub use builder::TelemetryBuilder;
 pub use handle::Telemetry;
-
-/// The instrumentation scope of spans created by the lens layer and by [`Telemetry::tracer`].
-pub const SCOPE_NAME: &str = "nemo.lens";

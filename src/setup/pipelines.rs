@@ -12,31 +12,44 @@ use opentelemetry::global;
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::logs::SdkLoggerProvider;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{SdkTracerProvider, TracerProviderBuilder};
 
-use super::SCOPE_NAME;
-use super::builder::{LogExporterFactory, ProcessorFactory, ReaderFactory};
 use super::processors::{
     BoxedProcessor, ExportSettings, SpanProcessors, exporter_processor, log_provider,
 };
+use crate::SCOPE_NAME;
+use crate::config::env::{Env, shown};
 use crate::config::{ExporterKind, LensConfig};
-use crate::env::{Env, shown};
 use crate::error::{LensError, Result};
-use crate::export::DropCounters;
 use crate::export::otlp::{self, Signal};
 use crate::export::{
     ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ConsoleWriter,
     CountedMetricExporter, MessageLimit, resolve_path,
 };
-use crate::fields::TextRules;
 use crate::ids::ChaChaIdGenerator;
-use crate::layer::Pipeline;
-use crate::logs::LensLoggerProvider;
+use crate::layer::fields::TextRules;
+use crate::layer::logs::LensLoggerProvider;
+use crate::layer::pipeline::Pipeline;
 use crate::propagation;
-use crate::sampling::RankAwareSampler;
+use crate::queue::drops::DropCounters;
+use crate::rank::sampler::RankAwareSampler;
 
+/// Builds the processor of the exporter given to
+/// [`TelemetryBuilder::span_exporter`](crate::TelemetryBuilder::span_exporter).
+pub(super) type ProcessorFactory =
+    Box<dyn FnOnce(&ExportSettings) -> Result<BoxedProcessor> + Send>;
+/// Builds the logger provider around the exporter given to
+/// [`TelemetryBuilder::log_exporter`](crate::TelemetryBuilder::log_exporter).
+pub(super) type LogExporterFactory =
+    Box<dyn FnOnce(Resource, &ExportSettings) -> Result<SdkLoggerProvider> + Send>;
+/// Adds the reader given to
+/// [`TelemetryBuilder::metric_reader`](crate::TelemetryBuilder::metric_reader) to the meter
+/// provider.
+pub(super) type ReaderFactory =
+    Box<dyn FnOnce(MeterProviderBuilder) -> MeterProviderBuilder + Send>;
 /// The metric export interval when `OTEL_METRIC_EXPORT_INTERVAL` is unset (10 s, as Python).
 pub(super) const DEFAULT_METRIC_EXPORT_INTERVAL: Duration = Duration::from_millis(10_000);
 
@@ -61,7 +74,7 @@ pub(crate) struct Built {
     /// The interval of the periodic metric reader lens built (none with an injected reader).
     pub(crate) metric_interval: Option<Duration>,
     /// The exporters' transports: the gRPC runtime, when a signal uses gRPC.
-    pub(crate) transport: otlp::Transport,
+    pub(crate) transport: otlp::transport::Transport,
     /// The console output shared by the console exporters (opened once, on first use).
     console: Option<ConsoleWriter>,
 }

@@ -14,8 +14,10 @@ use opentelemetry_sdk::trace::{SimpleSpanProcessor, Span, SpanData, SpanExporter
 
 use crate::error::Result;
 use crate::export::DeadlineExporter;
-use crate::export::batch::{LensBatchLogProcessor, LensBatchProcessor, QueueConfig, SpanQueue};
-use crate::sdk_closer::SdkSpanCloser;
+use crate::queue::config::QueueConfig;
+use crate::queue::log_processor::LensBatchLogProcessor;
+use crate::queue::sdk_span_closer::SdkSpanCloser;
+use crate::queue::span_processor::{LensBatchProcessor, SpanQueue};
 
 /// A span processor behind a box (the SDK builder wants a concrete type).
 pub(super) struct BoxedProcessor(pub(super) Box<dyn SpanProcessor>);
@@ -141,7 +143,7 @@ pub(super) fn exporter_processor<E: SpanExporter + 'static>(
 
 /// The span processors lens registers with a tracer provider, as one processor shared between
 /// the provider and the handle, so that the handle can shut them down without shutting the
-/// provider down, and with the [closer of SDK spans](crate::sdk_closer) in front.
+/// provider down, and with the [closer of SDK spans](crate::queue::sdk_span_closer) in front.
 ///
 /// A shut-down tracer provider skips every span that ends afterwards without a word (the SDK
 /// checks the provider before calling `on_end`); a shut-down nemo-lens batch processor refuses
@@ -282,7 +284,7 @@ impl SpanProcessors {
         n
     }
 
-    /// SDK spans the closer had no room to track (see [`crate::sdk_closer`]).
+    /// SDK spans the closer had no room to track (see [`crate::queue::sdk_span_closer`]).
     pub(super) fn untracked(&self) -> u64 {
         self.0.as_ref().map_or(0, |s| s.0.closer.untracked())
     }

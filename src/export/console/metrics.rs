@@ -15,7 +15,7 @@ use opentelemetry_sdk::metrics::data::{
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use parking_lot::Mutex;
 
-use super::pyjson::{write_f64, write_i64, write_json_str, write_value};
+use super::python_json::{write_f64, write_i64, write_json_str, write_value};
 use super::spans::resource_json;
 use super::writer::ConsoleWriter;
 

@@ -5,18 +5,18 @@
 //!
 //! * `writer`: [`ConsoleWriter`], the line sink every console exporter of a process shares;
 //! * `spans`, `metrics`, `logs`: one exporter per signal and the record layout it writes;
-//! * `pyjson`: the JSON codec that writes bytes the way Python's `json.dumps` does (separators,
-//!   `ensure_ascii`, `repr(float)` digits, microsecond UTC times).
+//! * `python_json`: the JSON codec that writes bytes the way Python's `json.dumps` does
+//!   (separators, `ensure_ascii`, `repr(float)` digits, microsecond UTC times).
 
 mod logs;
 mod metrics;
-mod pyjson;
+mod python_json;
 mod spans;
 mod writer;
 
 pub use logs::ConsoleLogExporter;
 pub use metrics::ConsoleMetricExporter;
-pub(crate) use pyjson::{write_attributes, write_json_str, write_time};
+pub(crate) use python_json::{write_attributes, write_json_str, write_time};
 pub use spans::ConsoleSpanExporter;
 pub(crate) use spans::resource_json;
 pub use writer::ConsoleWriter;

@@ -16,7 +16,7 @@ use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use parking_lot::Mutex;
 
 use super::EMPTY_RESOURCE_JSON;
-use super::pyjson::{write_attributes, write_json_str, write_time, write_value};
+use super::python_json::{write_attributes, write_json_str, write_time, write_value};
 use super::writer::ConsoleWriter;
 
 /// OpenTelemetry span exporter writing Python-NeMo-Lens-compatible JSON lines.

@@ -1,0 +1,336 @@
+//! The transports of the OTLP exporters: the private gRPC runtime and the builders of each
+//! signal's exporter (gRPC through tonic, HTTP through reqwest's blocking client), each
+//! wrapped so that its failures are reported.
+
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+use opentelemetry_otlp::WithExportConfig;
+
+use crate::config::env::Env;
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+use crate::error::LensError;
+use crate::error::Result;
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+use crate::export::otlp::endpoint::{Destination, redact_urls_in};
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+use crate::export::otlp::report::{FailureReport, Reported};
+#[cfg(feature = "otlp-http")]
+use crate::export::otlp::report::{ReportingClient, chain};
+use crate::export::otlp::{OtlpProtocol, Signal, check_compiled};
+
+/// The exporters' transports: the one private gRPC runtime of this process's exporters (built
+/// by the first signal that uses gRPC), and the builders of each signal's OTLP exporter.
+#[derive(Default)]
+pub(crate) struct Transport {
+    #[cfg(feature = "otlp-grpc")]
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+/// The OTLP span exporter (an uninhabited stand-in without an OTLP feature).
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+pub(crate) type OtlpSpanExporter = Reported<opentelemetry_otlp::SpanExporter>;
+/// The OTLP metric exporter.
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+pub(crate) type OtlpMetricExporter = Reported<opentelemetry_otlp::MetricExporter>;
+/// The OTLP log exporter.
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+pub(crate) type OtlpLogExporter = Reported<opentelemetry_otlp::LogExporter>;
+#[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
+pub(crate) type OtlpSpanExporter = unavailable::Unavailable;
+#[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
+pub(crate) type OtlpMetricExporter = unavailable::Unavailable;
+#[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
+pub(crate) type OtlpLogExporter = unavailable::Unavailable;
+
+impl Transport {
+    /// The private runtime, built on first use: one worker thread, I/O and timers enabled.
+    #[cfg(feature = "otlp-grpc")]
+    fn runtime(&mut self, signal: Signal) -> Result<&tokio::runtime::Runtime> {
+        if self.runtime.is_none() {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("nemo-lens-grpc")
+                .enable_all()
+                .build()
+                .map_err(|e| LensError::Exporter {
+                    signal: signal.as_str(),
+                    message: format!("cannot start the gRPC runtime: {e}"),
+                })?;
+            self.runtime = Some(runtime);
+        }
+        Ok(self.runtime.as_ref().expect("built above"))
+    }
+
+    /// Stops the runtime without waiting for its worker (never blocks a runtime thread).
+    pub(crate) fn shutdown_background(&mut self) {
+        #[cfg(feature = "otlp-grpc")]
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+
+    /// Leaks the runtime: in a forked child its worker thread does not exist, and stopping it
+    /// would wait for it.
+    pub(crate) fn forget(&mut self) {
+        #[cfg(feature = "otlp-grpc")]
+        std::mem::forget(self.runtime.take());
+    }
+}
+
+/// Builds one signal's OTLP exporter, wrapped so its failures are reported
+/// ([`Reported`]): gRPC inside the private runtime (tonic spawns its channel worker there),
+/// HTTP with reqwest's blocking client (no runtime needed). Endpoint, timeout, headers and TLS
+/// come from [`Destination`]; compression and temporality from the exporters' own variables.
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+macro_rules! build_exporter {
+    ($self:ident, $builder:path, $signal:expr, $protocol:expr, $env:expr) => {{
+        let protocol: OtlpProtocol = $protocol;
+        let signal: Signal = $signal;
+        let destination = Destination::from_env(signal, protocol, $env)?;
+        let report = FailureReport::new(signal, destination.shown.clone());
+        let endpoint = destination.endpoint.clone();
+        let err = |e: opentelemetry_otlp::ExporterBuildError| LensError::Exporter {
+            signal: signal.as_str(),
+            message: format!(
+                "{} (endpoint from {})",
+                redact_urls_in(&e.to_string().replace(&endpoint, &destination.shown)),
+                destination.source
+            ),
+        };
+        let built = match protocol {
+            #[cfg(feature = "otlp-grpc")]
+            OtlpProtocol::Grpc => {
+                use opentelemetry_otlp::WithTonicConfig;
+                let _guard = $self.runtime(signal)?.enter();
+                let mut builder = <$builder>::builder()
+                    .with_tonic()
+                    .with_protocol(protocol.sdk())
+                    .with_endpoint(destination.endpoint.clone())
+                    .with_timeout(destination.timeout)
+                    .with_metadata(metadata(signal, &destination)?);
+                if let Some(tls) = &destination.tls {
+                    builder = builder.with_tls_config(tls.tonic_config());
+                }
+                builder.build().map_err(err)
+            }
+            #[cfg(feature = "otlp-http")]
+            OtlpProtocol::HttpProtobuf | OtlpProtocol::HttpJson => {
+                use opentelemetry_otlp::WithHttpConfig;
+                let client = http_client(signal, &destination, report.clone())?;
+                <$builder>::builder()
+                    .with_http()
+                    .with_protocol(protocol.sdk())
+                    .with_endpoint(destination.endpoint.clone())
+                    .with_timeout(destination.timeout)
+                    .with_headers(destination.headers.0.iter().cloned().collect())
+                    .with_http_client(client)
+                    .build()
+                    .map_err(err)
+            }
+            #[allow(unreachable_patterns)]
+            _ => Err(
+                check_compiled(protocol, signal, "OTEL_EXPORTER_OTLP_PROTOCOL")
+                    .expect_err("a compiled protocol is matched above"),
+            ),
+        };
+        built.map(|exporter| Reported::new(exporter, report))
+    }};
+}
+
+/// The gRPC metadata of `destination`'s headers; a header gRPC cannot carry is an error naming
+/// the variable (its value is never shown).
+#[cfg(feature = "otlp-grpc")]
+fn metadata(
+    signal: Signal,
+    destination: &Destination,
+) -> Result<opentelemetry_otlp::tonic_types::metadata::MetadataMap> {
+    let mut headers = http::HeaderMap::new();
+    for (k, v) in &destination.headers.0 {
+        let bad = || LensError::Exporter {
+            signal: signal.as_str(),
+            message: format!(
+                "header '{}' of OTEL_EXPORTER_OTLP_HEADERS (or OTEL_EXPORTER_OTLP_{}_HEADERS) is not a valid gRPC metadata entry",
+                crate::config::env::shown(k),
+                signal.upper()
+            ),
+        };
+        let name =
+            http::HeaderName::from_bytes(k.to_ascii_lowercase().as_bytes()).map_err(|_| bad())?;
+        let value = http::HeaderValue::from_str(v).map_err(|_| bad())?;
+        headers.append(name, value);
+    }
+    Ok(opentelemetry_otlp::tonic_types::metadata::MetadataMap::from_headers(headers))
+}
+
+/// The HTTP transport's client: reqwest's blocking client with rustls (the certificates of
+/// `destination`, or the system roots) and the exporter's timeout, reporting the cause of each
+/// failed request. Built on a thread of its own: reqwest's blocking client cannot be built
+/// inside a Tokio runtime, and setup may run in one.
+/// reqwest is built with rustls but without a crypto provider of its own (feature
+/// `rustls-no-provider`, to avoid aws-lc's C build), and cargo unifies that feature with any
+/// reqwest 0.13 the application uses: a client the application builds would then panic for want
+/// of a provider. Every setup (any rank, enabled or not) therefore gives the process ring as its
+/// default provider when it has none; an application that installs its own first keeps it.
+#[cfg(feature = "otlp-http")]
+pub(crate) fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Without the HTTP transport there is no reqwest of ours: nothing to provide.
+#[cfg(not(feature = "otlp-http"))]
+pub(crate) fn install_crypto_provider() {}
+
+#[cfg(feature = "otlp-http")]
+fn http_client(
+    signal: Signal,
+    destination: &Destination,
+    report: std::sync::Arc<FailureReport>,
+) -> Result<ReportingClient> {
+    let tls = match &destination.tls {
+        Some(files) => files.rustls_config()?,
+        None => crate::export::otlp::tls::TlsFiles::plain_rustls_config(),
+    };
+    install_crypto_provider();
+    let timeout = destination.timeout;
+    let build = move || {
+        reqwest::blocking::Client::builder()
+            .timeout(timeout)
+            .tls_backend_preconfigured(tls)
+            .build()
+    };
+    let fail = |message: String| LensError::Exporter {
+        signal: signal.as_str(),
+        message,
+    };
+    let inner = std::thread::Builder::new()
+        .name("nemo-lens-http-setup".into())
+        .spawn(build)
+        .map_err(|e| fail(format!("cannot start the HTTP client: {e}")))?
+        .join()
+        .map_err(|_| fail("building the HTTP client panicked".into()))?
+        .map_err(|e| fail(format!("cannot build the HTTP client: {}", chain(&e))))?;
+    Ok(ReportingClient { inner, report })
+}
+
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+impl Transport {
+    /// The OTLP span exporter for `protocol`.
+    pub(crate) fn span_exporter(
+        &mut self,
+        protocol: OtlpProtocol,
+        env: Env<'_>,
+    ) -> Result<OtlpSpanExporter> {
+        build_exporter!(
+            self,
+            opentelemetry_otlp::SpanExporter,
+            Signal::Traces,
+            protocol,
+            env
+        )
+    }
+
+    /// The OTLP log exporter for `protocol`.
+    pub(crate) fn log_exporter(
+        &mut self,
+        protocol: OtlpProtocol,
+        env: Env<'_>,
+    ) -> Result<OtlpLogExporter> {
+        build_exporter!(
+            self,
+            opentelemetry_otlp::LogExporter,
+            Signal::Logs,
+            protocol,
+            env
+        )
+    }
+
+    /// The OTLP metric exporter for `protocol` (cumulative temporality unless
+    /// `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` says otherwise). Over gRPC the
+    /// runtime's worker drives the channel while the periodic reader's own thread blocks on each
+    /// export, so no application Tokio runtime is needed.
+    pub(crate) fn metric_exporter(
+        &mut self,
+        protocol: OtlpProtocol,
+        env: Env<'_>,
+    ) -> Result<OtlpMetricExporter> {
+        build_exporter!(
+            self,
+            opentelemetry_otlp::MetricExporter,
+            Signal::Metrics,
+            protocol,
+            env
+        )
+    }
+}
+
+#[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
+impl Transport {
+    /// Without an OTLP feature no protocol passes [`protocol_for`], so this is never reached.
+    pub(crate) fn span_exporter(
+        &mut self,
+        protocol: OtlpProtocol,
+        _env: Env<'_>,
+    ) -> Result<OtlpSpanExporter> {
+        Err(check_compiled(protocol, Signal::Traces, "OTEL_EXPORTER_OTLP_PROTOCOL").unwrap_err())
+    }
+
+    /// See [`Transport::span_exporter`].
+    pub(crate) fn log_exporter(
+        &mut self,
+        protocol: OtlpProtocol,
+        _env: Env<'_>,
+    ) -> Result<OtlpLogExporter> {
+        Err(check_compiled(protocol, Signal::Logs, "OTEL_EXPORTER_OTLP_PROTOCOL").unwrap_err())
+    }
+
+    /// See [`Transport::span_exporter`].
+    pub(crate) fn metric_exporter(
+        &mut self,
+        protocol: OtlpProtocol,
+        _env: Env<'_>,
+    ) -> Result<OtlpMetricExporter> {
+        Err(check_compiled(protocol, Signal::Metrics, "OTEL_EXPORTER_OTLP_PROTOCOL").unwrap_err())
+    }
+}
+
+/// The exporter type of a build without OTLP: uninhabited, so never built nor called.
+#[cfg(not(any(feature = "otlp-grpc", feature = "otlp-http")))]
+mod unavailable {
+    use opentelemetry_sdk::error::OTelSdkResult;
+    use opentelemetry_sdk::logs::{LogBatch, LogExporter};
+    use opentelemetry_sdk::metrics::Temporality;
+    use opentelemetry_sdk::metrics::data::ResourceMetrics;
+    use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+    use opentelemetry_sdk::trace::{SpanData, SpanExporter};
+    use std::time::Duration;
+
+    /// No value of this type exists.
+    #[derive(Debug)]
+    pub(crate) enum Unavailable {}
+
+    impl SpanExporter for Unavailable {
+        async fn export(&self, _batch: Vec<SpanData>) -> OTelSdkResult {
+            match *self {}
+        }
+    }
+
+    impl LogExporter for Unavailable {
+        async fn export(&self, _batch: LogBatch<'_>) -> OTelSdkResult {
+            match *self {}
+        }
+    }
+
+    impl PushMetricExporter for Unavailable {
+        async fn export(&self, _metrics: &ResourceMetrics) -> OTelSdkResult {
+            match *self {}
+        }
+        fn force_flush(&self) -> OTelSdkResult {
+            match *self {}
+        }
+        fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+            match *self {}
+        }
+        fn temporality(&self) -> Temporality {
+            match *self {}
+        }
+    }
+}

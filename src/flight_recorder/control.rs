@@ -1,0 +1,108 @@
+//! The control file, re-read on `SIGUSR2`: switch the exported span groups of a running job.
+//!
+//! The file holds a group spec (as `NEMO_LENS_SPAN_GROUPS`: groups and presets separated by
+//! commas or white space) and, optionally, a step count as the last word:
+//!
+//! | file | effect |
+//! |---|---|
+//! | `per_step 100` | export the `per_step` groups for the next 100 `step` spans, then the configured groups again |
+//! | `default,forward_backward` | export those groups until the next switch |
+//! | *(empty)* | back to the configured groups now |
+//!
+//! Lines starting with `#` are comments. Each switch rebuilds callsite interest once (on the
+//! recorder's thread); nothing is checked per span.
+
+use std::sync::atomic::Ordering;
+
+use super::Shared;
+use crate::rank::groups;
+
+/// Variable named in messages about the file.
+const VAR: &str = "NEMO_LENS_CONTROL_FILE";
+
+/// `(group spec, step count)` of the file's text; an empty spec means "configured groups".
+pub(crate) fn parse(text: &str) -> (String, Option<u64>) {
+    let mut words: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .flat_map(|l| l.split(|c: char| c == ',' || c.is_whitespace()))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let count = match words.last().map(|w| w.parse::<u64>()) {
+        Some(Ok(n)) if words.len() >= 2 => {
+            words.pop();
+            Some(n).filter(|&n| n > 0)
+        }
+        _ => None,
+    };
+    (words.join(","), count)
+}
+
+/// On `SIGUSR2`: read the file and switch.
+pub(crate) fn reload(shared: &Shared) {
+    let Some(path) = &shared.control_file else {
+        return;
+    };
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!(
+                "nemo-lens: SIGUSR2: cannot read {VAR} '{}': {e}; span groups unchanged",
+                path.display()
+            );
+            return;
+        }
+    };
+    let (spec, count) = parse(&text);
+    if spec.is_empty() {
+        return capture_done(shared);
+    }
+    let set = match groups::resolve(&spec, VAR) {
+        Ok(set) => set,
+        Err(e) => {
+            eprintln!("nemo-lens: SIGUSR2: {e}; span groups unchanged");
+            return;
+        }
+    };
+    if shared.exporting {
+        shared.capture_left.store(0, Ordering::Release);
+        shared.gate.set(set);
+        // Steps that start from now on run with the new interest: they are the ones counted.
+        shared
+            .capture_since_ns
+            .store(super::unix_ns(), Ordering::Relaxed);
+        shared
+            .capture_left
+            .store(count.map_or(0, |n| n as i64), Ordering::Release);
+    }
+    match count {
+        Some(n) => eprintln!("nemo-lens: SIGUSR2: span groups '{spec}' for {n} steps"),
+        None => eprintln!("nemo-lens: SIGUSR2: span groups '{spec}'"),
+    }
+}
+
+/// A capture's step count ran out (or the file was emptied): back to the configured groups.
+pub(crate) fn capture_done(shared: &Shared) {
+    shared.capture_left.store(0, Ordering::Relaxed);
+    if shared.exporting {
+        shared.gate.set(shared.configured.iter().cloned());
+    }
+    eprintln!("nemo-lens: span groups back to the configured ones");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn spec_and_optional_count() {
+        assert_eq!(parse("per_step 100\n"), ("per_step".into(), Some(100)));
+        assert_eq!(
+            parse("default, forward_backward"),
+            ("default,forward_backward".into(), None)
+        );
+        assert_eq!(parse("# comment\n\n"), (String::new(), None));
+        assert_eq!(parse("step 0"), ("step".into(), None));
+        assert_eq!(parse("42"), ("42".into(), None));
+    }
+}

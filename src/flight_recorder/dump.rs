@@ -1,0 +1,115 @@
+//! Writing a dump: the ring and the open table as console JSONL, one file per dump.
+
+use std::io::{self, Write as _};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, UNIX_EPOCH};
+
+use opentelemetry::KeyValue;
+
+use super::ring::{Kind, Record};
+use super::{GROUP_ATTR, OPEN_AGE_ATTR, OPEN_ATTR, Shared, meta_of, unix_ns};
+use crate::export::console::{write_attributes, write_json_str, write_time};
+use crate::rank::groups::declared_group;
+
+/// Writes the dump (closed spans oldest first, then the open ones ended now) and returns its
+/// path. Called off the training thread (the recorder's thread) except at truncation and by
+/// [`FlightRecorder::dump`](super::FlightRecorder::dump).
+pub(crate) fn write(shared: &Shared, reason: &str) -> io::Result<PathBuf> {
+    let now = unix_ns();
+    let closed = shared.ring.snapshot();
+    let mut open = shared.open.snapshot();
+    open.sort_by_key(|r| (r.start_ns, r.id));
+    let mut out = Vec::with_capacity((closed.len() + open.len()) * 512);
+    for r in &closed {
+        line(shared, r, None, &mut out);
+    }
+    for r in &open {
+        line(shared, r, Some(now), &mut out);
+    }
+    let n = shared.dumps.fetch_add(1, Ordering::Relaxed) + 1;
+    let name = format!(
+        "{}rank{}-pid{}-{n}-{reason}.jsonl",
+        super::DUMP_PREFIX,
+        shared.rank,
+        std::process::id()
+    );
+    std::fs::create_dir_all(&shared.dump_dir)?;
+    let path = shared.dump_dir.join(&name);
+    let tmp = shared.dump_dir.join(format!(".{name}.tmp"));
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(&out)?;
+    file.sync_data()?;
+    drop(file);
+    std::fs::rename(&tmp, &path)?;
+    Ok(path)
+}
+
+/// One span line; `open_at` is the dump time for a span still open.
+fn line(shared: &Shared, r: &Record, open_at: Option<u64>, out: &mut Vec<u8>) {
+    let Some(meta) = meta_of(r) else { return };
+    let fields: Vec<&'static str> = meta.fields().iter().map(|f| f.name()).collect();
+    let mut attrs: Vec<KeyValue> = Vec::with_capacity(r.n_attrs as usize + 3);
+    for a in &r.attrs[..r.n_attrs as usize] {
+        let Some(&key) = fields.get(a.field as usize) else {
+            continue;
+        };
+        let bits = a.number();
+        let kv = match a.kind {
+            Kind::I64 => KeyValue::new(key, bits as i64),
+            Kind::U64 => match i64::try_from(bits) {
+                Ok(v) => KeyValue::new(key, v),
+                Err(_) => KeyValue::new(key, bits.to_string()),
+            },
+            Kind::F64 => KeyValue::new(key, f64::from_bits(bits)),
+            Kind::Bool => KeyValue::new(key, bits != 0),
+            Kind::Str => KeyValue::new(
+                key,
+                String::from_utf8_lossy(&a.bytes[..a.len as usize]).into_owned(),
+            ),
+            Kind::Empty => continue,
+        };
+        attrs.push(kv);
+    }
+    if let Some(group) = declared_group(meta) {
+        attrs.push(KeyValue::new(GROUP_ATTR, group));
+    }
+    let end_ns = match open_at {
+        Some(now) => {
+            let age = now.saturating_sub(r.start_ns) as f64 / 1e9;
+            attrs.push(KeyValue::new(OPEN_ATTR, true));
+            attrs.push(KeyValue::new(
+                OPEN_AGE_ATTR,
+                (age * 1000.0).round() / 1000.0,
+            ));
+            now.max(r.start_ns)
+        }
+        None => r.end_ns,
+    };
+    out.extend_from_slice(b"{\"name\": ");
+    write_json_str(out, meta.name());
+    out.extend_from_slice(b", \"context\": ");
+    context(out, shared.trace_id, r.id);
+    out.extend_from_slice(b", \"kind\": \"SpanKind.INTERNAL\", \"parent_id\": ");
+    if r.parent == 0 {
+        out.extend_from_slice(b"null");
+    } else {
+        let _ = write!(out, "\"0x{:016x}\"", r.parent);
+    }
+    out.extend_from_slice(b", \"start_time\": ");
+    write_time(out, UNIX_EPOCH + Duration::from_nanos(r.start_ns));
+    out.extend_from_slice(b", \"end_time\": ");
+    write_time(out, UNIX_EPOCH + Duration::from_nanos(end_ns));
+    out.extend_from_slice(b", \"status\": {\"status_code\": \"UNSET\"}, \"attributes\": ");
+    write_attributes(out, &attrs);
+    out.extend_from_slice(b", \"events\": [], \"links\": [], \"resource\": ");
+    out.extend_from_slice(shared.resource_json.as_bytes());
+    out.extend_from_slice(b"}\n");
+}
+
+fn context(out: &mut Vec<u8>, trace_id: u128, span_id: u64) {
+    let _ = write!(
+        out,
+        "{{\"trace_id\": \"0x{trace_id:032x}\", \"span_id\": \"0x{span_id:016x}\", \"trace_state\": \"[]\"}}"
+    );
+}

@@ -1,0 +1,622 @@
+//! Field recording: how the typed values of `tracing` fields become OpenTelemetry attributes,
+//! with redaction and the value length limit applied.
+//!
+//! Both halves of the crate that read `tracing` fields use it: the span layer ([`crate::layer`]),
+//! for span attributes and span events, and the log bridge ([`crate::layer::logs`]), for the
+//! redaction of log attributes. It only *converts*: where the values go (a span's record, an event)
+//! is the caller's business, and nothing here takes a lock, so a field whose `Display` or `Debug`
+//! panics unwinds through plain user code (see `src/record/`).
+//!
+//! | `tracing` value | attribute |
+//! |---|---|
+//! | `i64`, `bool`, `f64` | that type |
+//! | `u64`, `i128`, `u128` | `i64` when it fits, else its decimal string |
+//! | `&str`, `?debug`, `%display`, `dyn Error` | string, cut to the length limit (`OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT`); under a [redact key](DEFAULT_REDACT_KEYS) (or a key given to `TelemetryBuilder::redact_keys`), [`REDACTED`] cut to that limit, as Python's SDK does |
+//!
+//! An `ERROR` event becomes an `exception` span event with the attributes of Python's
+//! `record_exception` first (see [`crate::semconv::EXCEPTION_TYPE`]).
+//!
+//! ```
+//! use nemo_lens::{DEFAULT_REDACT_KEYS, REDACTED};
+//! assert!(DEFAULT_REDACT_KEYS.contains(&"password"));
+//! assert_eq!(REDACTED, "[REDACTED]");
+//! ```
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use opentelemetry::trace::{Event as OtelEvent, SpanKind, Status};
+use opentelemetry::{Key, KeyValue, Value};
+use tracing_core::field::{Field, Visit};
+use tracing_core::{Event, Level};
+
+use crate::rank::groups::GROUP_FIELD_PREFIX;
+use crate::semconv;
+
+/// Keys whose string values are replaced with `[REDACTED]` (exact, case-sensitive match), as the
+/// Python `DEFAULT_REDACT_KEYS`.
+pub const DEFAULT_REDACT_KEYS: [&str; 8] = [
+    "prompt",
+    "input_text",
+    "output_text",
+    "text",
+    "password",
+    "token",
+    "secret",
+    "key",
+];
+
+/// The replacement for redacted values.
+pub const REDACTED: &str = "[REDACTED]";
+
+/// The keys whose string values are redacted: Python's default set, or the user's own
+/// ([`TelemetryBuilder::redact_keys`](crate::TelemetryBuilder::redact_keys)).
+///
+/// The default set is `None`: cloning it (one per log record) and checking a key cost what a
+/// constant array costs; a user set is shared (`Arc`), never copied per span or record.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RedactKeys(Option<Arc<[Box<str>]>>);
+
+impl RedactKeys {
+    /// The user's own set, replacing the default.
+    pub(crate) fn custom<I, K>(keys: I) -> Self
+    where
+        I: IntoIterator<Item = K>,
+        K: Into<String>,
+    {
+        RedactKeys(Some(
+            keys.into_iter()
+                .map(|k| k.into().into_boxed_str())
+                .collect(),
+        ))
+    }
+
+    /// Whether string values under `key` are redacted.
+    #[inline]
+    pub(crate) fn contains(&self, key: &str) -> bool {
+        match &self.0 {
+            None => DEFAULT_REDACT_KEYS.contains(&key),
+            Some(keys) => keys.iter().any(|k| &**k == key),
+        }
+    }
+}
+
+/// How string values are written: redacted under a [redact key](RedactKeys), then cut to the
+/// value length limit (in that order, as Python's SDK: with a limit of 8 a redacted value
+/// reads `[REDACTE` (its first 8 characters)).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct TextRules {
+    /// Longest string value, in characters (`OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT`).
+    pub(crate) limit: Option<usize>,
+    pub(crate) redact: RedactKeys,
+}
+
+impl TextRules {
+    /// The text written for a redacted value: [`REDACTED`] cut to the limit (no allocation
+    /// unless the limit is below its length).
+    #[inline]
+    pub(crate) fn redacted(&self) -> Cow<'static, str> {
+        match self.limit {
+            Some(limit) if limit < REDACTED.len() => Cow::Borrowed(&REDACTED[..limit]),
+            _ => Cow::Borrowed(REDACTED),
+        }
+    }
+
+    /// `text` under `key`: redacted, or cut to the limit.
+    #[inline]
+    pub(crate) fn apply(&self, key: &str, text: String) -> Value {
+        if self.redact.contains(key) {
+            Value::String(self.redacted().into())
+        } else {
+            Value::from(truncate_chars(text, self.limit))
+        }
+    }
+}
+
+/// Cuts `text` to at most `limit` characters, on a character boundary.
+#[inline]
+pub(crate) fn truncate_chars(mut text: String, limit: Option<usize>) -> String {
+    if let Some(limit) = limit {
+        // Bytes bound characters from above: most values need no scan.
+        if text.len() > limit
+            && let Some((cut, _)) = text.char_indices().nth(limit)
+        {
+            text.truncate(cut);
+        }
+    }
+    text
+}
+
+/// A span's attributes: the first few inline (no allocation for a span with up to four fields).
+pub(crate) type SpanAttributes = smallvec::SmallVec<[KeyValue; 4]>;
+
+/// Span-level settings carried by reserved fields (`otel.name`, `otel.kind`,
+/// `otel.status_code`, `otel.status_description`).
+#[derive(Default)]
+pub(crate) struct Reserved {
+    pub(crate) name: Option<String>,
+    pub(crate) kind: Option<SpanKind>,
+    status_code: Option<bool>,
+    status_description: Option<String>,
+}
+
+impl Reserved {
+    /// Whether any reserved field was recorded.
+    #[inline]
+    pub(crate) fn is_set(&self) -> bool {
+        self.name.is_some()
+            || self.kind.is_some()
+            || self.status_code.is_some()
+            || self.status_description.is_some()
+    }
+
+    /// The status the reserved fields set, if any.
+    pub(crate) fn status(&mut self) -> Option<Status> {
+        match (self.status_code, self.status_description.take()) {
+            (Some(true), _) => Some(Status::Ok),
+            (Some(false), d) | (None, d @ Some(_)) => Some(Status::error(d.unwrap_or_default())),
+            (None, None) => None,
+        }
+    }
+}
+/// Where the typed values of a span's or an event's fields go. [`Fields`] turns `tracing`'s
+/// typed callbacks into these two calls, so both kinds of record share one conversion.
+trait FieldSink {
+    /// A typed (non-text) value.
+    fn value(&mut self, field: &Field, value: Value);
+    /// A text value (`&str`, `Debug`, `Display`, `Error`), before redaction.
+    fn text(&mut self, field: &Field, text: String);
+    /// A value recorded as a `dyn Error`: its `Display` text, unless the sink wants more.
+    fn error(&mut self, field: &Field, error: &(dyn std::error::Error + 'static)) {
+        self.text(field, error.to_string());
+    }
+}
+
+/// Initial capacity of the text of a `Debug`-recorded value (an event's message, `?field`).
+const DEBUG_TEXT_CAPACITY: usize = 48;
+
+/// The `Visit` adapter over a [`FieldSink`].
+struct Fields<'a, T>(&'a mut T);
+
+fn int_value<T: TryInto<i64> + ToString + Copy>(v: T) -> Value {
+    v.try_into()
+        .map_or_else(|_| Value::from(v.to_string()), Value::I64)
+}
+
+impl<T: FieldSink> Visit for Fields<'_, T> {
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.0.value(field, Value::F64(value));
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.0.value(field, Value::I64(value));
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.0.value(field, int_value(value));
+    }
+    fn record_i128(&mut self, field: &Field, value: i128) {
+        self.0.value(field, int_value(value));
+    }
+    fn record_u128(&mut self, field: &Field, value: u128) {
+        self.0.value(field, int_value(value));
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.0.value(field, Value::Bool(value));
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.text(field, value.to_string());
+    }
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        self.0.error(field, value);
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        // Messages and `?`/`%` values are mostly short: one allocation of a small buffer up
+        // front instead of `format!`'s growth from an empty string.
+        let mut text = String::with_capacity(DEBUG_TEXT_CAPACITY);
+        let _ = fmt::Write::write_fmt(&mut text, format_args!("{value:?}"));
+        self.0.text(field, text);
+    }
+}
+
+/// Reads a span's fields (at creation or from `span.record`) into its attributes and the
+/// reserved settings.
+pub(crate) struct SpanFields<'a> {
+    attributes: &'a mut SpanAttributes,
+    reserved: Reserved,
+    rules: &'a TextRules,
+}
+
+impl<'a> SpanFields<'a> {
+    /// Reads the fields of a new span into `attributes` (`Empty` ones, such as a group field,
+    /// are not visited); returns the reserved settings.
+    #[inline]
+    pub(crate) fn read_new_span(
+        attrs: &tracing_core::span::Attributes<'_>,
+        attributes: &'a mut SpanAttributes,
+        rules: &'a TextRules,
+    ) -> Reserved {
+        Self::read(attributes, rules, |visit| attrs.record(visit))
+    }
+
+    /// Reads the values of a `span.record` call into `attributes`; returns the reserved
+    /// settings.
+    pub(crate) fn read_record(
+        values: &tracing_core::span::Record<'_>,
+        attributes: &'a mut SpanAttributes,
+        rules: &'a TextRules,
+    ) -> Reserved {
+        Self::read(attributes, rules, |visit| values.record(visit))
+    }
+
+    /// Runs `record` (a `tracing` value set's `record`) over these fields.
+    #[inline]
+    fn read(
+        attributes: &'a mut SpanAttributes,
+        rules: &'a TextRules,
+        record: impl FnOnce(&mut dyn Visit),
+    ) -> Reserved {
+        let mut fields = SpanFields {
+            attributes,
+            reserved: Reserved::default(),
+            rules,
+        };
+        record(&mut Fields(&mut fields));
+        fields.reserved
+    }
+
+    #[cold]
+    fn reserved(&mut self, name: &'static str, value: Value) {
+        match name {
+            "otel.name" => self.reserved.name = Some(value.to_string()),
+            "otel.kind" => {
+                self.reserved.kind = match value.as_str().to_ascii_lowercase().as_str() {
+                    "server" => Some(SpanKind::Server),
+                    "client" => Some(SpanKind::Client),
+                    "producer" => Some(SpanKind::Producer),
+                    "consumer" => Some(SpanKind::Consumer),
+                    "internal" => Some(SpanKind::Internal),
+                    _ => None,
+                }
+            }
+            "otel.status_code" => {
+                self.reserved.status_code = match value.as_str().to_ascii_lowercase().as_str() {
+                    "ok" => Some(true),
+                    "error" => Some(false),
+                    _ => None,
+                }
+            }
+            "otel.status_description" => self.reserved.status_description = Some(value.to_string()),
+            _ if name.starts_with(GROUP_FIELD_PREFIX) => {}
+            _ => self
+                .attributes
+                .push(KeyValue::new(Key::from_static_str(name), value)),
+        }
+    }
+}
+
+impl FieldSink for SpanFields<'_> {
+    #[inline]
+    fn value(&mut self, field: &Field, value: Value) {
+        let name = field.name();
+        if name.starts_with("otel.") || name.starts_with(GROUP_FIELD_PREFIX) {
+            self.reserved(name, value);
+            return;
+        }
+        self.attributes
+            .push(KeyValue::new(Key::from_static_str(name), value));
+    }
+
+    fn text(&mut self, field: &Field, text: String) {
+        let value = self.rules.apply(field.name(), text);
+        self.value(field, value);
+    }
+}
+
+/// Collects an event: its message, fields and error text.
+struct EventFields<'a> {
+    message: Option<String>,
+    /// The text of the `error` field, or of a field recorded as a `dyn Error`.
+    error: Option<String>,
+    /// The type name the error's `Debug` text starts with, if it has that shape.
+    error_type: Option<String>,
+    /// An explicit `exception.type` field (`ERROR` events only).
+    exception_type: Option<String>,
+    /// An `ERROR` event: `exception.type` is read as the exception's type.
+    is_error: bool,
+    attributes: Vec<KeyValue>,
+    rules: &'a TextRules,
+}
+
+impl FieldSink for EventFields<'_> {
+    fn value(&mut self, field: &Field, value: Value) {
+        let name = field.name();
+        if name.starts_with(GROUP_FIELD_PREFIX) || name.starts_with("log.") {
+            return;
+        }
+        self.attributes
+            .push(KeyValue::new(Key::from_static_str(name), value));
+    }
+
+    fn text(&mut self, field: &Field, text: String) {
+        match field.name() {
+            "message" => self.message = Some(text),
+            "error" => {
+                if self.is_error && self.error_type.is_none() {
+                    self.error_type = debug_type_name(&text).map(str::to_string);
+                }
+                self.error = Some(text.clone());
+                self.value(field, Value::from(truncate_chars(text, self.rules.limit)));
+            }
+            semconv::EXCEPTION_TYPE if self.is_error => {
+                self.exception_type = Some(truncate_chars(text, self.rules.limit));
+            }
+            name => {
+                let value = self.rules.apply(name, text);
+                self.value(field, value);
+            }
+        }
+    }
+
+    fn error(&mut self, field: &Field, error: &(dyn std::error::Error + 'static)) {
+        if self.is_error && self.error_type.is_none() {
+            self.error_type = debug_type_name(&format!("{error:?}")).map(str::to_string);
+        }
+        if field.name() != "error" {
+            self.error.get_or_insert_with(|| error.to_string());
+        }
+        self.text(field, error.to_string());
+    }
+}
+
+/// The type name a `Debug` text starts with, when the text has the shape of a `Debug` value:
+/// `NotFound`, `Os { code: 2, .. }` → `Os`, `ConfigError("..")` → `ConfigError`. A sentence
+/// (the `Display` text `#[instrument(err)]` records) has no such name.
+fn debug_type_name(text: &str) -> Option<&str> {
+    let end = text
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(text.len());
+    let (name, rest) = text.split_at(end);
+    (name.starts_with(|c: char| c.is_ascii_uppercase())
+        && (rest.is_empty() || rest.starts_with('(') || rest.starts_with(" {")))
+    .then_some(name)
+}
+
+/// Where the user's part of a backtrace starts (the frames before it are nemo-lens's,
+/// `tracing`'s and the panic machinery's own).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum UserFrames<'a> {
+    /// Every frame.
+    All,
+    /// At the frame of the event's callsite (`file:line`).
+    Callsite(&'a str, u32),
+    /// After the last frame of the panic machinery (`std::panicking`, `core::panicking`,
+    /// `rust_begin_unwind`).
+    AfterPanic,
+}
+
+/// The text of a backtrace captured here, from the user's frames on, cut to `limit`, when
+/// capturing is on (`RUST_BACKTRACE` / `RUST_LIB_BACKTRACE`): `None` otherwise, never a
+/// placeholder. When the user's first frame is not found, the whole backtrace is kept.
+pub(crate) fn captured_backtrace(limit: Option<usize>, from: UserFrames<'_>) -> Option<String> {
+    let trace = std::backtrace::Backtrace::capture();
+    if trace.status() != std::backtrace::BacktraceStatus::Captured {
+        return None;
+    }
+    let text = trace.to_string();
+    let start = user_frames_start(&text, from).unwrap_or(0);
+    Some(truncate_chars(text[start..].to_string(), limit))
+}
+
+/// The offset of the header line (`  12: symbol`) of the first user frame in a backtrace's
+/// text.
+fn user_frames_start(text: &str, from: UserFrames<'_>) -> Option<usize> {
+    // The offset of each frame's header line.
+    let mut frames: Vec<usize> = Vec::new();
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        let is_header = trimmed
+            .split_once(": ")
+            .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if is_header {
+            frames.push(offset);
+        }
+        offset += line.len();
+    }
+    // Each frame's own text: up to the next frame.
+    let frame_text = |i: usize| -> &str {
+        let end = frames.get(i + 1).copied().unwrap_or(text.len());
+        &text[frames[i]..end]
+    };
+    match from {
+        UserFrames::All => None,
+        UserFrames::Callsite(file, line) => {
+            let at = format!("{file}:{line}:");
+            (0..frames.len())
+                .find(|&i| frame_text(i).contains(&at))
+                .map(|i| frames[i])
+        }
+        UserFrames::AfterPanic => {
+            // The first run of the panic machinery's frames (`std`'s short-backtrace marker
+            // included); later ones (`lang_start`'s `catch_unwind`) are below the user's.
+            let machinery = |i: usize| {
+                let t = frame_text(i);
+                t.contains("panicking") || t.contains("__rust_end_short_backtrace")
+            };
+            let first = (0..frames.len()).find(|&i| machinery(i))?;
+            let after = (first..frames.len()).find(|&i| !machinery(i))?;
+            Some(frames[after])
+        }
+    }
+}
+
+/// The attributes of an `exception` event, in the order of Python's `record_exception`
+/// (`exception.type`, `exception.message`, `exception.stacktrace` when there is one,
+/// `exception.escaped`), before any other.
+pub(crate) fn exception_attributes(
+    kind: String,
+    message: String,
+    stacktrace: Option<String>,
+    escaped: bool,
+    capacity: usize,
+) -> Vec<KeyValue> {
+    let mut attributes = Vec::with_capacity(capacity + 4);
+    attributes.push(KeyValue::new(semconv::EXCEPTION_TYPE, kind));
+    attributes.push(KeyValue::new(semconv::EXCEPTION_MESSAGE, message));
+    if let Some(trace) = stacktrace {
+        attributes.push(KeyValue::new(semconv::EXCEPTION_STACKTRACE, trace));
+    }
+    // A string, as Python writes it (`str(escaped)`).
+    attributes.push(KeyValue::new(
+        semconv::EXCEPTION_ESCAPED,
+        if escaped { "True" } else { "False" },
+    ));
+    attributes
+}
+
+/// A span event read from a `tracing` event, and the status it sets.
+pub(crate) struct EventValues {
+    pub(crate) event: OtelEvent,
+    /// `ERROR` events set the span's status to `ERROR` with their message.
+    pub(crate) status: Option<Status>,
+}
+
+impl EventValues {
+    /// Reads `event`: its message names the span event (else the callsite name); an `ERROR`
+    /// event becomes an `exception` event and an `ERROR` status.
+    ///
+    /// The `exception` event carries Python's `record_exception` attributes, then the event's
+    /// other fields: `exception.type` (an `exception.type` field, else the type name the
+    /// error's `Debug` text starts with, else `Error`), `exception.message` (the message, else
+    /// the error's text), `exception.stacktrace` (only when a backtrace is captured) and
+    /// `exception.escaped = "False"` (the span goes on). The message is not repeated as a
+    /// `message` attribute, nor the error's text as an `error` attribute when it is the
+    /// exception's message.
+    pub(crate) fn of(event: &Event<'_>, rules: &TextRules) -> Self {
+        // One allocation for the attributes: every field but the message becomes one.
+        let meta = event.metadata();
+        let fields = meta.fields();
+        let is_error = *meta.level() == Level::ERROR;
+        let mut v = EventFields {
+            message: None,
+            error: None,
+            error_type: None,
+            exception_type: None,
+            is_error,
+            rules,
+            attributes: Vec::with_capacity(
+                fields.len() - usize::from(fields.field("message").is_some()),
+            ),
+        };
+        event.record(&mut Fields(&mut v));
+        let now = SystemTime::now();
+        if is_error {
+            let limit = rules.limit;
+            let kind = v
+                .exception_type
+                .or(v.error_type)
+                .unwrap_or_else(|| "Error".to_string());
+            let mut user = v.attributes;
+            let description = match v.message {
+                Some(message) => message,
+                None => {
+                    // The error is the exception: its text is `exception.message`.
+                    user.retain(|kv| kv.key.as_str() != "error");
+                    v.error.unwrap_or_default()
+                }
+            };
+            let mut attributes = exception_attributes(
+                kind,
+                truncate_chars(description.clone(), limit),
+                captured_backtrace(
+                    limit,
+                    match (meta.file(), meta.line()) {
+                        (Some(file), Some(line)) => UserFrames::Callsite(file, line),
+                        _ => UserFrames::All,
+                    },
+                ),
+                false,
+                user.len(),
+            );
+            attributes.extend(user);
+            EventValues {
+                event: OtelEvent::new(semconv::EXCEPTION_EVENT, now, attributes, 0),
+                status: Some(Status::error(description)),
+            }
+        } else {
+            let name: Cow<'static, str> = match v.message {
+                Some(m) => Cow::Owned(m),
+                None => Cow::Borrowed(meta.name()),
+            };
+            EventValues {
+                event: OtelEvent::new(name, now, v.attributes, 0),
+                status: None,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_type_names() {
+        assert_eq!(debug_type_name("NotFound"), Some("NotFound"));
+        assert_eq!(
+            debug_type_name("Os { code: 2, kind: NotFound }"),
+            Some("Os")
+        );
+        assert_eq!(debug_type_name("ConfigError(\"bad\")"), Some("ConfigError"));
+        assert_eq!(debug_type_name("nan loss"), None);
+        assert_eq!(debug_type_name("Connection refused (os error 111)"), None);
+        assert_eq!(debug_type_name("\"text\""), None);
+        assert_eq!(debug_type_name(""), None);
+    }
+
+    #[test]
+    fn user_frames_start_at_the_callsite_or_after_the_panic_machinery() {
+        let text = "   0: nemo_lens::fields::captured_backtrace\n             at ./src/fields.rs:382:17\n   1: std::panicking::begin_panic\n             at /rustc/x/library/std/src/panicking.rs:769:5\n   2: std::sys::backtrace::__rust_end_short_backtrace\n   3: {closure#0}\n             at /rustc/x/library/std/src/panicking.rs:700:5\n   4: trainer::step\n             at ./examples/trainer.rs:86:9\n   5: std::panicking::catch_unwind\n   6: main\n";
+        let at = |from| &text[user_frames_start(text, from).unwrap()..];
+        assert!(
+            at(UserFrames::Callsite("examples/trainer.rs", 86)).starts_with("   4: trainer::step")
+        );
+        assert!(at(UserFrames::AfterPanic).starts_with("   4: trainer::step"));
+        assert_eq!(
+            user_frames_start(text, UserFrames::Callsite("examples/trainer.rs", 87)),
+            None
+        );
+        assert_eq!(user_frames_start(text, UserFrames::All), None);
+    }
+
+    #[test]
+    fn redaction_then_limit() {
+        let rules = |limit| TextRules {
+            limit,
+            redact: RedactKeys::default(),
+        };
+        assert_eq!(
+            rules(Some(8)).apply("token", "abc".into()),
+            Value::from("[REDACTE")
+        );
+        assert_eq!(
+            rules(Some(10)).apply("token", "abc".into()),
+            Value::from(REDACTED)
+        );
+        assert_eq!(
+            rules(None).apply("token", "abc".into()),
+            Value::from(REDACTED)
+        );
+        assert_eq!(
+            rules(Some(2)).apply("loss", "abc".into()),
+            Value::from("ab")
+        );
+        let custom = TextRules {
+            limit: None,
+            redact: RedactKeys::custom(["api_key"]),
+        };
+        assert_eq!(custom.apply("api_key", "x".into()), Value::from(REDACTED));
+        assert_eq!(custom.apply("token", "x".into()), Value::from("x"));
+    }
+}

@@ -1,0 +1,135 @@
+//! [`LensFilter`]: the per-layer filter that makes telemetry cheap when it is off.
+//!
+//! The filter answers once per callsite (`register_callsite`), and `tracing` caches the answer:
+//!
+//! * telemetry disabled, a non-exporting rank, or a rank the rank sampler drops: every callsite
+//!   is `Interest::never` and the filter's level hint is `OFF`;
+//! * a span or event whose callsite declares a disabled [group](crate::groups)
+//!   (`nemo.group.<g>` field): `Interest::never`;
+//! * callsites of the exporters' own stacks (`opentelemetry*`, `hyper`, `tonic`, `h2`,
+//!   `reqwest`, `tower`) and of nemo-lens's own diagnostics (`nemo_lens`): `Interest::never`, so export errors logged through `tracing` never feed
+//!   back into the pipeline;
+//! * everything else: `Interest::always`.
+//!
+//! Because it is a *per-layer* filter, a `never` here disables the callsite for the lens layer
+//! only; `fmt` or any other layer in the same subscriber still sees it.
+//!
+//! ```
+//! use nemo_lens::{LensConfig, Telemetry};
+//! let telemetry = Telemetry::builder(LensConfig::default()).build().unwrap(); // disabled
+//! assert!(telemetry.layer::<tracing_subscriber::Registry>().filter().is_inert());
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use tracing_core::{Interest, LevelFilter, Metadata};
+use tracing_subscriber::layer::{Context, Filter};
+
+use crate::rank::groups::{GroupGate, declared_group};
+
+/// Target prefixes whose callsites the lens layer never records (feedback-loop guard).
+///
+/// `nemo_lens` itself is one of them: the crate's own diagnostics (such as the warnings of
+/// [`crate::metrics`]) go to your other layers (`fmt`) but never become exported telemetry.
+pub const INTERNAL_TARGETS: [&str; 7] = [
+    "opentelemetry",
+    "hyper",
+    "tonic",
+    "h2",
+    "reqwest",
+    "tower",
+    "nemo_lens",
+];
+
+/// `true` for a target of the exporters' own stacks ([`INTERNAL_TARGETS`], as a whole path
+/// segment or crate-name prefix: `tonic`, `tonic::transport`, `opentelemetry_sdk`, `hyper-util`).
+pub(crate) fn is_internal_target(target: &str) -> bool {
+    INTERNAL_TARGETS.iter().any(|p| {
+        target.starts_with(p)
+            && matches!(
+                target.as_bytes().get(p.len()),
+                None | Some(b':' | b'_' | b'-')
+            )
+    })
+}
+
+/// The cached answer of a per-layer filter that decides on the callsite alone: `always` or
+/// `never`, so `tracing` never asks again for that callsite.
+pub(crate) fn interest(allowed: bool) -> Interest {
+    if allowed {
+        Interest::always()
+    } else {
+        Interest::never()
+    }
+}
+
+/// The per-layer filter of [`LensLayer`](crate::LensLayer): which callsites it records as
+/// spans and span events (rank, span groups, the exporters' own targets), decided once per
+/// callsite.
+///
+/// ```
+/// use nemo_lens::{LensConfig, LensFilter, Telemetry};
+/// let telemetry = Telemetry::builder(LensConfig::default()).build().unwrap(); // disabled
+/// let layer = telemetry.layer::<tracing_subscriber::Registry>();
+/// let filter: &LensFilter = layer.filter();
+/// assert!(filter.is_inert()); // records nothing: every callsite is `Interest::never`
+/// ```
+#[derive(Clone)]
+pub struct LensFilter {
+    inert: bool,
+    groups: Arc<GroupGate>,
+}
+
+impl fmt::Debug for LensFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LensFilter")
+            .field("inert", &self.inert)
+            .field("groups", &self.groups.snapshot())
+            .finish()
+    }
+}
+
+impl LensFilter {
+    pub(crate) fn new(inert: bool, groups: Arc<GroupGate>) -> Self {
+        LensFilter { inert, groups }
+    }
+
+    /// `true` when the layer records nothing at all (disabled, non-exporting or unsampled rank,
+    /// or traces turned off).
+    pub fn is_inert(&self) -> bool {
+        self.inert
+    }
+
+    /// The decision for one callsite.
+    pub fn allows(&self, meta: &Metadata<'_>) -> bool {
+        if self.inert {
+            return false;
+        }
+        if is_internal_target(meta.target()) {
+            return false;
+        }
+        match declared_group(meta) {
+            Some(group) => self.groups.is_enabled(group),
+            None => true,
+        }
+    }
+}
+
+impl<S> Filter<S> for LensFilter {
+    fn enabled(&self, meta: &Metadata<'_>, _cx: &Context<'_, S>) -> bool {
+        self.allows(meta)
+    }
+
+    fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
+        crate::layer::filter::interest(self.allows(meta))
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        if self.inert {
+            Some(LevelFilter::OFF)
+        } else {
+            None
+        }
+    }
+}

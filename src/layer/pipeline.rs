@@ -1,0 +1,302 @@
+//! The pipeline an exporting rank's layer records into: where finished records go, the table
+//! of live pipelines (so that a span the subscriber drops without closing it is still ended),
+//! and the sampling decision (trace id, flags, trace state) of a new span.
+
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Weak};
+
+use opentelemetry::Context;
+use opentelemetry::trace::{SpanKind, TraceContextExt, TraceFlags, TraceState};
+use opentelemetry_sdk::trace::{Sampler, SamplingDecision, SdkTracer, ShouldSample};
+use tracing_core::Metadata;
+use tracing_core::span::Id;
+
+use crate::ids;
+use crate::layer::fields::TextRules;
+use crate::queue::span_processor::SpanQueue;
+use crate::rank::groups::declared_group;
+use crate::record::open_spans::{OpenSpans, REASON_DROPPED};
+use crate::record::{LensSpan, Limits, Parent, SpanState};
+
+/// Where finished span records go.
+#[derive(Debug)]
+pub(crate) enum RecordSink {
+    /// The queue of nemo-lens's batch processor: the worker builds the SDK spans.
+    Queue(SpanQueue),
+    /// No batch processor (synchronous export): the SDK span is built on the thread that
+    /// ends the span.
+    Inline,
+}
+
+/// What the layer shares with the telemetry handle on an exporting rank.
+#[derive(Debug)]
+pub(crate) struct Pipeline {
+    /// Never dropped in a forked child: dropping the last reference to an inherited provider
+    /// would shut it down and wait for its dead worker thread.
+    pub(crate) tracer: ManuallyDrop<SdkTracer>,
+    pub(crate) open: OpenSpans,
+    /// Parent of root spans (from `TRACEPARENT`), if the launcher gave one.
+    pub(crate) default_parent: Option<Context>,
+    /// The [fork generation](crate::ids) the pipeline was built in; in a forked child (another
+    /// generation) the pipeline is inherited and the layer records nothing through it.
+    pub(crate) generation: u64,
+    /// Redaction and the longest string attribute value (`OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT`).
+    pub(crate) text: TextRules,
+    /// Where finished records go.
+    pub(crate) sink: RecordSink,
+    pub(crate) limits: Limits,
+    /// The sampler follows the parent's sampled flag (the SDK's default `ParentBased`
+    /// sampler); `false` with the rank sampler, which keeps every span of a sampled rank.
+    pub(crate) parent_based: bool,
+    /// The sampler `OTEL_TRACES_SAMPLER` gives the SDK, when it is not the default: the span's
+    /// sampled flag is decided on the training thread by the same sampler, so that the context
+    /// children and propagation see agrees with what the worker's SDK span will be.
+    env_sampler: Option<Sampler>,
+    /// Groups whose spans each start a trace of their own (`NEMO_LENS_TRACE_PER`), lower-case;
+    /// empty (the default) costs one branch per span.
+    trace_per: Box<[String]>,
+    index: PipelineIndex,
+}
+
+impl Pipeline {
+    /// `queue` is the batch processor's record queue when spans are exported in batches;
+    /// `rank_sampler` says whether the provider samples with [`crate::RankAwareSampler`]
+    /// (which ignores the parent's flag) instead of the SDK default.
+    pub(crate) fn new(
+        tracer: SdkTracer,
+        default_parent: Option<Context>,
+        text: TextRules,
+        queue: Option<SpanQueue>,
+        rank_sampler: bool,
+    ) -> Self {
+        let sink = match queue {
+            Some(queue) => {
+                queue.attach(tracer.clone());
+                RecordSink::Queue(queue)
+            }
+            None => RecordSink::Inline,
+        };
+        Pipeline {
+            tracer: ManuallyDrop::new(tracer),
+            open: OpenSpans::default(),
+            default_parent,
+            generation: ids::fork_generation(),
+            text,
+            sink,
+            limits: Limits::from_env(),
+            parent_based: !rank_sampler,
+            env_sampler: if rank_sampler { None } else { env_sampler() },
+            trace_per: Box::default(),
+            index: PipelineIndex::default(),
+        }
+    }
+
+    /// Spans of `groups` (lower-case names) start a trace each, linked to the span that would
+    /// have been their parent.
+    pub(crate) fn with_trace_per(mut self, groups: Vec<String>) -> Self {
+        self.trace_per = groups.into_boxed_slice();
+        self
+    }
+
+    /// Whether a span of `meta` starts a trace of its own.
+    #[inline]
+    pub(crate) fn starts_trace(&self, meta: &Metadata<'_>) -> bool {
+        !self.trace_per.is_empty()
+            && declared_group(meta)
+                .is_some_and(|g| self.trace_per.iter().any(|t| t.eq_ignore_ascii_case(g)))
+    }
+
+    /// `true` in a process forked (without exec) after the pipeline was built.
+    #[inline]
+    pub(crate) fn inherited(&self) -> bool {
+        self.generation != ids::fork_generation()
+    }
+
+    /// An emptied span state to reuse, if any.
+    #[inline]
+    pub(crate) fn spare_state(&self) -> Option<Arc<SpanState>> {
+        match &self.sink {
+            RecordSink::Queue(queue) => queue.spare(),
+            RecordSink::Inline => None,
+        }
+    }
+
+    /// Hands an ended record over for export.
+    #[inline]
+    pub(crate) fn finish(&self, state: Arc<SpanState>) {
+        match &self.sink {
+            RecordSink::Queue(queue) => queue.push_record(state),
+            RecordSink::Inline => {
+                let _ = state.build_sdk_span(&self.tracer);
+            }
+        }
+    }
+
+    /// Ends every open span as truncated with `reason`, innermost first, and hands them over
+    /// for export; returns how many.
+    pub(crate) fn close_all(&self, reason: &'static str) -> usize {
+        let mut closed = 0;
+        for state in self.open.drain() {
+            if state.truncate(reason, self.limits) {
+                self.finish(state);
+                closed += 1;
+            }
+        }
+        closed
+    }
+
+    /// Records a panic on the innermost open span among `scope` (span ids, innermost first),
+    /// without waiting on any lock for long (the panic hook).
+    pub(crate) fn record_panic(&self, scope: &[Id], message: &str) {
+        let limit = self.text.limit;
+        let message = crate::layer::fields::truncate_chars(message.to_string(), limit);
+        let stacktrace = crate::layer::fields::captured_backtrace(
+            limit,
+            crate::layer::fields::UserFrames::AfterPanic,
+        );
+        for id in scope {
+            if let Some(state) = self.open.find(id)
+                && state.record_exception("panic", &message, stacktrace.as_deref(), self.limits)
+            {
+                return;
+            }
+        }
+    }
+
+    /// Before the provider shuts down: export what is queued, within `deadline` (the SDK
+    /// builds no span once its provider is shut down, so records must be turned into spans
+    /// first).
+    pub(crate) fn drain(&self, deadline: std::time::Instant) {
+        if let RecordSink::Queue(queue) = &self.sink {
+            queue.drain(deadline);
+        }
+    }
+}
+
+/// The sampler the SDK's default configuration reads from `OTEL_TRACES_SAMPLER` and
+/// `OTEL_TRACES_SAMPLER_ARG` (the same mapping), unless it is the default
+/// `parentbased_always_on` (or unset, or one the SDK does not implement, which it replaces by
+/// the default).
+fn env_sampler() -> Option<Sampler> {
+    let name = std::env::var("OTEL_TRACES_SAMPLER").ok()?;
+    let ratio = || {
+        std::env::var("OTEL_TRACES_SAMPLER_ARG")
+            .ok()
+            .and_then(|r| r.parse::<f64>().ok())
+            .unwrap_or(1.0)
+    };
+    Some(match name.as_str() {
+        "always_on" => Sampler::AlwaysOn,
+        "always_off" => Sampler::AlwaysOff,
+        "traceidratio" => Sampler::TraceIdRatioBased(ratio()),
+        "parentbased_always_off" => Sampler::ParentBased(Box::new(Sampler::AlwaysOff)),
+        "parentbased_traceidratio" => {
+            Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(ratio())))
+        }
+        _ => return None,
+    })
+}
+
+/// The table of live pipelines, so that a span the subscriber drops without closing it (a
+/// rare path) can reach its pipeline without every span holding a reference to it.
+static PIPELINES: parking_lot::Mutex<slab::Slab<Weak<Pipeline>>> =
+    parking_lot::Mutex::new(slab::Slab::new());
+
+/// A pipeline's index in the table (registered once, when its first layer is made).
+#[derive(Debug, Default)]
+pub(crate) struct PipelineIndex(std::sync::OnceLock<usize>);
+
+impl Pipeline {
+    pub(crate) fn index(self: &Arc<Self>) -> usize {
+        *self
+            .index
+            .0
+            .get_or_init(|| PIPELINES.lock().insert(Arc::downgrade(self)))
+    }
+}
+
+/// Ends, as truncated, an open span whose extension is dropped without the span being closed.
+pub(crate) fn end_dropped_span(pipeline: usize, key: usize, state: &Arc<SpanState>) {
+    let pipeline = PIPELINES
+        .try_lock_for(std::time::Duration::from_millis(200))
+        .and_then(|t| t.get(pipeline).and_then(Weak::upgrade));
+    let Some(pipeline) = pipeline else {
+        return;
+    };
+    pipeline.open.remove_if(key, state);
+    if state.truncate(REASON_DROPPED, pipeline.limits) {
+        pipeline.finish(state.clone());
+    }
+}
+
+impl Drop for LensSpan {
+    fn drop(&mut self) {
+        // The subscriber dropped the span without closing it (e.g. the subscriber itself was
+        // dropped, or the span's parent was released on a thread without the subscriber): end
+        // it now, saying so. Nothing to do in a forked child (the record belongs to the
+        // parent) or once it has ended.
+        if let Some(key) = self.open_key.take()
+            && self.is_live()
+        {
+            end_dropped_span(self.pipeline_index(), key, self.state());
+        }
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        if let Some(index) = self.index.0.get()
+            && let Some(mut table) = PIPELINES.try_lock_for(std::time::Duration::from_millis(200))
+        {
+            table.try_remove(*index);
+        }
+        if !self.inherited() {
+            // SAFETY: dropped once, here, and never used again.
+            unsafe { ManuallyDrop::drop(&mut self.tracer) }
+        }
+    }
+}
+
+/// The decision of an `OTEL_TRACES_SAMPLER` sampler for a new span (see
+/// [`Pipeline::env_sampler`]): sampled, and the trace state.
+#[cold]
+fn sample(
+    sampler: &Sampler,
+    parent: &Parent,
+    trace_id: opentelemetry::trace::TraceId,
+    name: &str,
+) -> (bool, TraceState) {
+    let cx = match parent {
+        Parent::Root => Context::new(),
+        Parent::Span(sc) => Context::new().with_remote_span_context(sc.clone()),
+        Parent::Context(cx) => cx.clone(),
+    };
+    let result = sampler.should_sample(Some(&cx), trace_id, name, &SpanKind::Internal, &[], &[]);
+    (
+        result.decision == SamplingDecision::RecordAndSample,
+        result.trace_state,
+    )
+}
+
+/// The trace id, trace flags (sampled, W3C `random`) and trace state of a new span with
+/// `parent`.
+pub(crate) fn decide(
+    pipeline: &Pipeline,
+    parent: &Parent,
+    name: &str,
+) -> (opentelemetry::trace::TraceId, TraceFlags, TraceState) {
+    let parent_cx = parent.span_context();
+    let (trace_id, mut sampled, mut trace_state) = match &parent_cx {
+        Some(p) => (
+            p.trace_id(),
+            !pipeline.parent_based || p.is_sampled(),
+            p.trace_state().clone(),
+        ),
+        None => (ids::new_trace_id(), true, TraceState::default()),
+    };
+    if let Some(sampler) = &pipeline.env_sampler {
+        (sampled, trace_state) = sample(sampler, parent, trace_id, name);
+    }
+    let flags = ids::trace_flags(sampled, parent_cx.map(|p| p.trace_flags()));
+    (trace_id, flags, trace_state)
+}

@@ -1,0 +1,318 @@
+//! The byte budget of a queue: memory bounded in bytes, not only in items.
+//!
+//! A queue of 2048 items is small with ordinary spans and gigabytes with 1 MB attributes. Every
+//! item that enters a batch queue therefore reserves its approximate size ([`ApproxSize`]) from
+//! the queue's [`ByteBudget`] and gives it back once exported (or dropped); an item that does not
+//! fit is dropped and counted like one that finds the queue full. The budget covers the items
+//! waiting *and* the batch in flight.
+//!
+//! | Variable | Default | Meaning |
+//! |---|---|---|
+//! | `NEMO_LENS_QUEUE_MAX_BYTES` | 67108864 (64 MiB) | bytes the span queue may hold, and the log queue as much again |
+//!
+//! The item limits (`OTEL_BSP_MAX_QUEUE_SIZE`, `OTEL_BLRP_MAX_QUEUE_SIZE`) still apply; the ring
+//! of slots a queue allocates up front is kept within the byte budget too: a larger item limit
+//! is clamped, with a warning ([`clamp_queue_size`]).
+//!
+//! ```
+//! use nemo_lens::export::{ApproxSize, ByteBudget};
+//!
+//! let budget = ByteBudget::new(1000);
+//! let item = "x".repeat(600);
+//! assert!(budget.try_reserve(item.approx_size()));
+//! assert!(!budget.try_reserve(item.approx_size())); // would exceed 1000 bytes: refused
+//! budget.release(item.approx_size());
+//! assert_eq!(budget.used(), 0);
+//! ```
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use opentelemetry::logs::AnyValue;
+use opentelemetry::trace::Status;
+use opentelemetry::{InstrumentationScope, KeyValue, Value};
+use opentelemetry_sdk::logs::SdkLogRecord;
+use opentelemetry_sdk::trace::SpanData;
+
+use crate::config::env::{Env, invalid};
+use crate::error::Result;
+
+/// The variable of the queue byte budget.
+pub const QUEUE_MAX_BYTES_VAR: &str = "NEMO_LENS_QUEUE_MAX_BYTES";
+
+/// The byte budget of each queue when [`QUEUE_MAX_BYTES_VAR`] is unset: 64 MiB.
+pub const DEFAULT_QUEUE_MAX_BYTES: usize = 64 << 20;
+
+/// The smallest accepted budget (64 KiB): less would refuse ordinary spans.
+pub const MIN_QUEUE_MAX_BYTES: usize = 64 << 10;
+
+/// What every key-value and every event costs beyond its text (pointers, tags, lengths).
+pub(crate) const ENTRY_OVERHEAD: usize = 32;
+
+/// An item's approximate size in bytes: its text and a fixed cost per entry. It errs high, and
+/// stays the same while the item waits (the budget gives back what it took).
+pub trait ApproxSize {
+    /// The approximate size, in bytes.
+    fn approx_size(&self) -> usize;
+}
+
+impl ApproxSize for String {
+    fn approx_size(&self) -> usize {
+        self.len()
+    }
+}
+
+fn value_size(v: &Value) -> usize {
+    match v {
+        Value::String(s) => s.as_str().len(),
+        Value::Array(a) => match a {
+            opentelemetry::Array::String(v) => v.iter().map(|s| s.as_str().len() + 8).sum(),
+            opentelemetry::Array::Bool(v) => v.len(),
+            opentelemetry::Array::I64(v) => v.len() * 8,
+            opentelemetry::Array::F64(v) => v.len() * 8,
+            _ => 64,
+        },
+        _ => 8,
+    }
+}
+
+pub(crate) fn kv_size(kv: &KeyValue) -> usize {
+    ENTRY_OVERHEAD + kv.key.as_str().len() + value_size(&kv.value)
+}
+
+fn any_size(v: &AnyValue) -> usize {
+    match v {
+        AnyValue::String(s) => s.as_str().len(),
+        AnyValue::Bytes(b) => b.len(),
+        AnyValue::ListAny(l) => l.iter().map(|v| ENTRY_OVERHEAD + any_size(v)).sum(),
+        AnyValue::Map(m) => m
+            .iter()
+            .map(|(k, v)| ENTRY_OVERHEAD + k.as_str().len() + any_size(v))
+            .sum(),
+        _ => 8,
+    }
+}
+
+fn scope_size(s: &InstrumentationScope) -> usize {
+    s.name().len()
+        + s.version().map_or(0, str::len)
+        + s.schema_url().map_or(0, str::len)
+        + s.attributes().map(kv_size).sum::<usize>()
+}
+
+impl ApproxSize for SpanData {
+    fn approx_size(&self) -> usize {
+        let status = match &self.status {
+            Status::Error { description } => description.len(),
+            _ => 0,
+        };
+        std::mem::size_of::<SpanData>()
+            + self.name.len()
+            + status
+            + self.attributes.iter().map(kv_size).sum::<usize>()
+            + self
+                .events
+                .iter()
+                .map(|e| {
+                    ENTRY_OVERHEAD + e.name.len() + e.attributes.iter().map(kv_size).sum::<usize>()
+                })
+                .sum::<usize>()
+            + self
+                .links
+                .iter()
+                .map(|l| 64 + l.attributes.iter().map(kv_size).sum::<usize>())
+                .sum::<usize>()
+            + self.span_context.trace_state().header().len()
+    }
+}
+
+impl ApproxSize for SdkLogRecord {
+    fn approx_size(&self) -> usize {
+        std::mem::size_of::<SdkLogRecord>()
+            + self.body().map_or(0, any_size)
+            + self.event_name().map_or(0, str::len)
+            + self.target().map_or(0, |t| t.len())
+            + self
+                .attributes_iter()
+                .map(|(k, v)| ENTRY_OVERHEAD + k.as_str().len() + any_size(v))
+                .sum::<usize>()
+    }
+}
+
+impl ApproxSize for (SdkLogRecord, InstrumentationScope) {
+    fn approx_size(&self) -> usize {
+        self.0.approx_size() + scope_size(&self.1)
+    }
+}
+
+/// A lock-free count of the bytes a queue holds, against its limit.
+///
+/// The batch queues take each item's [`ApproxSize`] from their budget when it is queued and
+/// give it back once its batch is exported (or dropped); an item that does not fit is dropped
+/// and counted. The limit is `NEMO_LENS_QUEUE_MAX_BYTES` ([`QUEUE_MAX_BYTES_VAR`]), default
+/// [`DEFAULT_QUEUE_MAX_BYTES`] (64 MiB) for the span queue and as much for the log queue. An
+/// `OTEL_BSP_MAX_QUEUE_SIZE` / `OTEL_BLRP_MAX_QUEUE_SIZE` whose ring of slots (allocated up
+/// front) would not fit in it is clamped, with a warning on stderr.
+///
+/// ```
+/// let budget = nemo_lens::export::ByteBudget::new(1 << 20);
+/// assert!(budget.try_reserve(4096));
+/// assert_eq!(budget.used(), 4096);
+/// ```
+#[derive(Debug)]
+pub struct ByteBudget {
+    used: AtomicUsize,
+    limit: usize,
+}
+
+impl ByteBudget {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: usize) -> Self {
+        ByteBudget {
+            used: AtomicUsize::new(0),
+            limit,
+        }
+    }
+
+    /// Takes `bytes` from the budget; `false` (nothing taken) when they do not fit.
+    #[inline]
+    pub fn try_reserve(&self, bytes: usize) -> bool {
+        let before = self.used.fetch_add(bytes, Ordering::AcqRel);
+        if before.saturating_add(bytes) > self.limit {
+            self.used.fetch_sub(bytes, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    /// Gives back `bytes` taken by [`ByteBudget::try_reserve`].
+    #[inline]
+    pub fn release(&self, bytes: usize) {
+        self.used.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
+    /// Bytes held now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
+    }
+
+    /// The limit, in bytes.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+}
+
+/// The byte budget of each queue: [`QUEUE_MAX_BYTES_VAR`], else [`DEFAULT_QUEUE_MAX_BYTES`].
+/// Anything but an integer of at least [`MIN_QUEUE_MAX_BYTES`] is an error naming the
+/// variable.
+pub(crate) fn queue_max_bytes(env: Env<'_>) -> Result<usize> {
+    let Some(value) = env.get(QUEUE_MAX_BYTES_VAR) else {
+        return Ok(DEFAULT_QUEUE_MAX_BYTES);
+    };
+    match value.parse::<usize>() {
+        Ok(v) if v >= MIN_QUEUE_MAX_BYTES => Ok(v),
+        _ => Err(invalid(
+            QUEUE_MAX_BYTES_VAR,
+            &value,
+            &format!("an integer number of bytes, at least {MIN_QUEUE_MAX_BYTES}"),
+        )),
+    }
+}
+
+/// The item limit of a queue whose slots are `slot_bytes` each, kept within `max_bytes`: a
+/// larger `max_queue_size` (from `var`) is clamped, with a warning on stderr (the ring is
+/// allocated, and touched, up front: 16 Mi slots are gigabytes before the first span).
+pub(crate) fn clamp_queue_size(
+    var: &str,
+    max_queue_size: usize,
+    slot_bytes: usize,
+    max_bytes: usize,
+) -> usize {
+    let fits = (max_bytes / slot_bytes.max(1)).max(1);
+    if max_queue_size <= fits {
+        return max_queue_size;
+    }
+    eprintln!(
+        "nemo-lens: warning: {var}={max_queue_size} would reserve {} MiB of queue slots up \
+         front; clamped to {fits} items (the {QUEUE_MAX_BYTES_VAR} budget of {max_bytes} bytes)",
+        max_queue_size.saturating_mul(slot_bytes) >> 20
+    );
+    fits
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn span(name: &'static str) -> SpanData {
+        use opentelemetry::trace::{
+            SpanContext, SpanId, SpanKind, TraceFlags, TraceId, TraceState,
+        };
+        let now = std::time::SystemTime::now();
+        SpanData {
+            span_context: SpanContext::new(
+                TraceId::from(1),
+                SpanId::from(1),
+                TraceFlags::SAMPLED,
+                false,
+                TraceState::default(),
+            ),
+            parent_span_id: SpanId::INVALID,
+            parent_span_is_remote: false,
+            span_kind: SpanKind::Internal,
+            name: name.into(),
+            start_time: now,
+            end_time: now,
+            attributes: vec![KeyValue::new("step", 1)],
+            dropped_attributes_count: 0,
+            events: Default::default(),
+            links: Default::default(),
+            status: Default::default(),
+            instrumentation_scope: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_span_costs_its_text() {
+        let mut span = span("step");
+        let small = span.approx_size();
+        span.attributes
+            .push(KeyValue::new("blob", "x".repeat(1 << 20)));
+        assert!(span.approx_size() >= small + (1 << 20));
+    }
+
+    #[test]
+    fn the_budget_refuses_what_does_not_fit_and_takes_it_back() {
+        let budget = ByteBudget::new(100);
+        assert!(budget.try_reserve(60));
+        assert!(!budget.try_reserve(41));
+        assert!(budget.try_reserve(40));
+        budget.release(100);
+        assert_eq!(budget.used(), 0);
+        assert!(!budget.try_reserve(usize::MAX), "no overflow");
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn the_variable_is_bytes_with_a_floor() {
+        let get = |v: &'static str| move |k: &str| (k == QUEUE_MAX_BYTES_VAR).then(|| v.into());
+        assert_eq!(
+            queue_max_bytes(Env::new(&|_| None)).unwrap(),
+            DEFAULT_QUEUE_MAX_BYTES
+        );
+        assert_eq!(
+            queue_max_bytes(Env::new(&get(" 1048576 "))).unwrap(),
+            1 << 20
+        );
+        for bad in ["1", "64MiB", "-5", "1e9"] {
+            let lookup = move |k: &str| (k == QUEUE_MAX_BYTES_VAR).then(|| bad.to_string());
+            let err = queue_max_bytes(Env::new(&lookup)).unwrap_err().to_string();
+            assert!(err.contains(QUEUE_MAX_BYTES_VAR), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_huge_item_limit_is_clamped_to_the_budget() {
+        assert_eq!(clamp_queue_size("V", 2048, 300, 64 << 20), 2048);
+        assert_eq!(clamp_queue_size("V", 1 << 24, 256, 64 << 20), 1 << 18);
+    }
+}

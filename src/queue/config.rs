@@ -1,0 +1,142 @@
+//! The sizes of a queue come from the standard variables ([`QueueConfig::from_env`]):
+//!
+//! | Variable (spans; logs use `OTEL_BLRP_*`) | Default | Meaning |
+//! |---|---|---|
+//! | `OTEL_BSP_MAX_QUEUE_SIZE` | 2048 | items waiting, at most ([`MAX_QUEUE_SIZE_LIMIT`] at most) |
+//! | `OTEL_BSP_SCHEDULE_DELAY` | 5000 | ms between two exports of a partial batch |
+//! | `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` | 512 | items per export (at most the queue size) |
+//! | `OTEL_BSP_EXPORT_TIMEOUT` | 30000 | ms one export may take before its batch counts as dropped |
+//!
+//! An empty or blank value means the default; anything else that is not a positive integer (a
+//! non-negative one for the delay) is a [`LensError::InvalidValue`] naming the variable.
+
+use std::time::Duration;
+
+use super::budget::DEFAULT_QUEUE_MAX_BYTES;
+use crate::error::{LensError, Result};
+
+/// The largest accepted queue size (16 Mi items): a larger value would reserve gigabytes up
+/// front.
+pub const MAX_QUEUE_SIZE_LIMIT: usize = 1 << 24;
+
+/// Sizes and timeouts of a [`Batcher`](crate::export::Batcher).
+///
+/// ```
+/// let c = nemo_lens::export::QueueConfig::default();
+/// assert_eq!((c.max_queue_size, c.max_export_batch_size), (2048, 512));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueConfig {
+    /// Items that may wait for export; more are dropped (and counted).
+    pub max_queue_size: usize,
+    /// Time between two exports when no full batch is waiting.
+    pub scheduled_delay: Duration,
+    /// Items per export call (clamped to the queue size).
+    pub max_export_batch_size: usize,
+    /// Time one export may take; then its batch counts as dropped.
+    pub export_timeout: Duration,
+    /// Bytes the queue may hold, waiting and in flight ([`crate::export::ByteBudget`];
+    /// `NEMO_LENS_QUEUE_MAX_BYTES`); more are dropped (and counted).
+    pub max_queue_bytes: usize,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            max_queue_size: 2048,
+            scheduled_delay: Duration::from_millis(5000),
+            max_export_batch_size: 512,
+            export_timeout: Duration::from_millis(30000),
+            max_queue_bytes: DEFAULT_QUEUE_MAX_BYTES,
+        }
+    }
+}
+
+/// Parses `<prefix>_<key>` from `lookup`: `None` when unset or blank.
+fn read_u64(
+    lookup: &dyn Fn(&str) -> Option<String>,
+    prefix: &str,
+    key: &str,
+    min: u64,
+    max: u64,
+) -> Result<Option<u64>> {
+    let var = format!("{prefix}_{key}");
+    let Some(raw) = lookup(&var) else {
+        return Ok(None);
+    };
+    let value = raw.trim();
+    if value.is_empty() {
+        return Ok(None);
+    }
+    match value.parse::<u64>() {
+        Ok(v) if (min..=max).contains(&v) => Ok(Some(v)),
+        _ => Err(LensError::InvalidValue {
+            var,
+            value: raw.chars().take(64).collect(),
+            expected: format!("an integer from {min} to {max}"),
+        }),
+    }
+}
+
+impl QueueConfig {
+    /// Reads `<prefix>_MAX_QUEUE_SIZE`, `_SCHEDULE_DELAY` (ms), `_MAX_EXPORT_BATCH_SIZE` and
+    /// `_EXPORT_TIMEOUT` (ms) through `lookup` (`prefix` is `OTEL_BSP` for spans, `OTEL_BLRP`
+    /// for log records), over the defaults.
+    ///
+    /// ```
+    /// use nemo_lens::export::QueueConfig;
+    /// let env = |k: &str| (k == "OTEL_BSP_MAX_QUEUE_SIZE").then(|| " 100 ".to_string());
+    /// assert_eq!(QueueConfig::from_env("OTEL_BSP", &env).unwrap().max_queue_size, 100);
+    /// let bad = |k: &str| (k == "OTEL_BSP_SCHEDULE_DELAY").then(|| "5s".to_string());
+    /// let err = QueueConfig::from_env("OTEL_BSP", &bad).unwrap_err().to_string();
+    /// assert!(err.contains("OTEL_BSP_SCHEDULE_DELAY") && err.contains("'5s'"));
+    /// ```
+    pub fn from_env(prefix: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
+        Self::from_env_over(prefix, QueueConfig::default(), lookup)
+    }
+
+    /// The defaults of the log-record processor: as spans, but exported every second (the
+    /// `OTEL_BLRP_SCHEDULE_DELAY` default of the OpenTelemetry specification).
+    ///
+    /// ```
+    /// let d = nemo_lens::export::QueueConfig::logs_default();
+    /// assert_eq!(d.scheduled_delay, std::time::Duration::from_millis(1000));
+    /// ```
+    pub fn logs_default() -> Self {
+        QueueConfig {
+            scheduled_delay: Duration::from_millis(1000),
+            ..QueueConfig::default()
+        }
+    }
+
+    /// [`QueueConfig::from_env`] over other defaults (e.g. [`QueueConfig::logs_default`]).
+    ///
+    /// ```
+    /// use nemo_lens::export::QueueConfig;
+    /// let c = QueueConfig::from_env_over("OTEL_BLRP", QueueConfig::logs_default(), &|_| None).unwrap();
+    /// assert_eq!(c, QueueConfig::logs_default());
+    /// ```
+    pub fn from_env_over(
+        prefix: &str,
+        d: QueueConfig,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self> {
+        const DAY_MS: u64 = 24 * 3600 * 1000;
+        let limit = MAX_QUEUE_SIZE_LIMIT as u64;
+        let queue = read_u64(lookup, prefix, "MAX_QUEUE_SIZE", 1, limit)?
+            .map_or(d.max_queue_size, |v| v as usize);
+        let batch = read_u64(lookup, prefix, "MAX_EXPORT_BATCH_SIZE", 1, limit)?
+            .map_or(d.max_export_batch_size, |v| v as usize);
+        let delay = read_u64(lookup, prefix, "SCHEDULE_DELAY", 0, DAY_MS)?
+            .map_or(d.scheduled_delay, Duration::from_millis);
+        let timeout = read_u64(lookup, prefix, "EXPORT_TIMEOUT", 1, DAY_MS)?
+            .map_or(d.export_timeout, Duration::from_millis);
+        Ok(QueueConfig {
+            max_queue_size: queue,
+            scheduled_delay: delay,
+            max_export_batch_size: batch.min(queue),
+            export_timeout: timeout,
+            max_queue_bytes: d.max_queue_bytes,
+        })
+    }
+}

@@ -1,0 +1,298 @@
+//! The span processor: [`LensBatchProcessor`], a [`Batcher`] of span items (lens records, or
+//! SDK spans ended elsewhere) whose worker builds the records' SDK spans and exports them.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+use opentelemetry::Context as OtelContext;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
+use opentelemetry_sdk::trace::{SdkTracer, Span, SpanData, SpanExporter, SpanProcessor};
+use parking_lot::Mutex;
+
+use super::batcher::{BatchExport, BatchHandle, Batcher, block_on_timeout};
+use super::budget::ApproxSize;
+use super::config::QueueConfig;
+use crate::error::Result;
+use crate::record::SpanState;
+
+/// One item of the span batch queue: a finished lens record (its SDK span is built on the
+/// worker) or an SDK span ended elsewhere (spans of [`Telemetry::tracer`](crate::Telemetry::tracer)).
+#[derive(Debug)]
+pub(crate) enum SpanItem {
+    Record(Arc<SpanState>),
+    Data(Box<opentelemetry_sdk::trace::SpanData>),
+}
+
+impl ApproxSize for SpanItem {
+    /// An SDK span's or a record's estimated size (see [`SpanState`]'s).
+    fn approx_size(&self) -> usize {
+        match self {
+            SpanItem::Data(span) => span.approx_size(),
+            SpanItem::Record(state) => state.approx_size(),
+        }
+    }
+}
+
+thread_local! {
+    /// On a span worker thread while it builds SDK spans from records: the identity of its
+    /// queue, and the spans its processor's `on_end` collected for the batch being exported.
+    static COLLECTING: RefCell<Option<(usize, Vec<SpanData>)>> = const { RefCell::new(None) };
+}
+
+/// The record side of the span queue, shared by the processor, its worker and the lens
+/// layer: the layer pushes finished records; the worker builds their SDK spans through the
+/// tracer attached here.
+#[derive(Clone)]
+pub(crate) struct SpanQueue {
+    handle: BatchHandle<SpanItem>,
+    tracer: Arc<Mutex<Option<SdkTracer>>>,
+    /// Emptied span states the worker hands back for reuse: a span then costs the training
+    /// thread no allocation (memory a worker thread frees is slow for another thread to get
+    /// back from the allocator).
+    spare: Arc<ArrayQueue<Arc<SpanState>>>,
+}
+
+/// How many emptied span states wait for reuse, at most.
+const SPARE_STATES: usize = 512;
+
+impl fmt::Debug for SpanQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SpanQueue")
+            .field("queued", &self.handle.queued())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SpanQueue {
+    /// The tracer (of the provider this queue's processor belongs to) that builds the SDK
+    /// spans of records on the worker. Released when the worker stops.
+    pub(crate) fn attach(&self, tracer: SdkTracer) {
+        *self.tracer.lock() = Some(tracer);
+    }
+
+    /// Queues a finished record (one pointer) without blocking; drops and counts it when the
+    /// queue is full.
+    #[inline]
+    pub(crate) fn push_record(&self, state: Arc<SpanState>) {
+        self.handle.push(SpanItem::Record(state));
+    }
+
+    /// Exports what is queued until `deadline` (before the provider shuts down).
+    pub(crate) fn drain(&self, deadline: Instant) {
+        self.handle.drain(deadline);
+    }
+
+    /// An emptied span state to reuse, if the worker has one.
+    #[inline]
+    pub(crate) fn spare(&self) -> Option<Arc<SpanState>> {
+        self.spare.pop()
+    }
+
+    fn identity(&self) -> usize {
+        self.handle.identity()
+    }
+}
+
+/// Exports spans through a [`SpanExporter`], shared with the processor (which forwards the
+/// resource to it at build time).
+struct SpanExport<E> {
+    exporter: Arc<StdMutex<E>>,
+    /// Builds the SDK spans of records.
+    tracer: Arc<Mutex<Option<SdkTracer>>>,
+    /// This queue's identity (see [`COLLECTING`]).
+    identity: usize,
+    dropped: Arc<AtomicU64>,
+    /// See [`SpanQueue::spare`].
+    spare: Arc<ArrayQueue<Arc<SpanState>>>,
+}
+
+impl<E> SpanExport<E> {
+    /// Turns a batch of queue items into `SpanData`, in queue order: records become SDK spans
+    /// (through the provider: its sampler, limits and processors), whose `on_end` in
+    /// [`LensBatchProcessor`] hands them back here. Records the SDK does not record (its
+    /// provider is shut down) are counted as dropped.
+    fn span_data(&self, batch: Vec<SpanItem>) -> Vec<SpanData> {
+        let tracer = self.tracer.lock().clone();
+        COLLECTING
+            .with(|c| *c.borrow_mut() = Some((self.identity, Vec::with_capacity(batch.len()))));
+        let mut lost = 0;
+        for item in batch {
+            match item {
+                SpanItem::Data(data) => COLLECTING.with(|c| {
+                    if let Some((_, spans)) = c.borrow_mut().as_mut() {
+                        spans.push(*data);
+                    }
+                }),
+                SpanItem::Record(mut state) => {
+                    let built = tracer.as_ref().is_some_and(|t| state.build_sdk_span(t));
+                    if !built {
+                        lost += 1;
+                    }
+                    // Emptied, and referenced nowhere else: back for reuse.
+                    if Arc::get_mut(&mut state).is_some() {
+                        let _ = self.spare.push(state);
+                    }
+                }
+            }
+        }
+        if lost > 0 {
+            self.dropped.fetch_add(lost, Ordering::Relaxed);
+        }
+        COLLECTING
+            .with(|c| c.borrow_mut().take())
+            .map(|(_, spans)| spans)
+            .unwrap_or_default()
+    }
+}
+
+impl<E: SpanExporter + 'static> BatchExport<SpanItem> for SpanExport<E> {
+    fn export(
+        &mut self,
+        batch: Vec<SpanItem>,
+        timeout: Duration,
+    ) -> std::result::Result<(), String> {
+        // The exporter's (and the span processors') own logs must not feed back into the
+        // pipeline.
+        let _guard = OtelContext::enter_telemetry_suppressed_scope();
+        let batch = self.span_data(batch);
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let n = batch.len();
+        let exporter = self.exporter.lock().map_err(|_| "exporter poisoned")?;
+        match block_on_timeout(exporter.export(batch), timeout) {
+            Some(Ok(())) => Ok(()),
+            Some(Err(e)) => Err(format!("span export failed ({n} spans): {e}")),
+            None => Err(format!(
+                "span export timed out after {timeout:?} ({n} spans)"
+            )),
+        }
+    }
+
+    fn shutdown(&mut self, timeout: Duration) -> std::result::Result<(), String> {
+        // The worker stops: release the provider it holds through the tracer.
+        self.tracer.lock().take();
+        let exporter = self.exporter.lock().map_err(|_| "exporter poisoned")?;
+        exporter
+            .shutdown_with_timeout(timeout)
+            .map_err(|e| format!("span exporter shutdown: {e}"))
+    }
+}
+
+/// The span processor of nemo-lens: a [`Batcher`] of sampled, ended spans in front of a
+/// [`SpanExporter`].
+///
+/// Spans recorded by the lens layer reach its queue as compact records, and their SDK spans
+/// are built on its worker thread (see `src/record/`); spans ended elsewhere (the
+/// OpenTelemetry API) reach it through [`SpanProcessor::on_end`] as usual.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::AtomicU64;
+/// use nemo_lens::export::{LensBatchProcessor, QueueConfig};
+/// let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+/// let dropped = Arc::new(AtomicU64::new(0));
+/// let processor = LensBatchProcessor::new(exporter, QueueConfig::default(), dropped).unwrap();
+/// let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+///     .with_span_processor(processor)
+///     .build();
+/// # provider.shutdown().unwrap();
+/// ```
+pub struct LensBatchProcessor<E> {
+    batcher: Batcher<SpanItem>,
+    queue: SpanQueue,
+    exporter: Arc<StdMutex<E>>,
+    flush_timeout: Duration,
+}
+
+impl<E> fmt::Debug for LensBatchProcessor<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LensBatchProcessor")
+            .field("batcher", &self.batcher)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E: SpanExporter + 'static> LensBatchProcessor<E> {
+    /// Starts the worker thread; spans dropped are added to `dropped`.
+    pub fn new(exporter: E, config: QueueConfig, dropped: Arc<AtomicU64>) -> Result<Self> {
+        let exporter = Arc::new(StdMutex::new(exporter));
+        let tracer = Arc::new(Mutex::new(None));
+        let spare = Arc::new(ArrayQueue::new(SPARE_STATES));
+        // The worker learns its queue's identity (see `COLLECTING`) before it starts.
+        let export = SpanExport {
+            exporter: exporter.clone(),
+            tracer: tracer.clone(),
+            identity: 0,
+            dropped: dropped.clone(),
+            spare: spare.clone(),
+        };
+        let batcher = Batcher::new_with("spans", config, dropped, export, |shared, e| {
+            e.identity = Arc::as_ptr(shared) as usize;
+        })?;
+        let queue = SpanQueue {
+            handle: batcher.handle(),
+            tracer,
+            spare,
+        };
+        Ok(LensBatchProcessor {
+            batcher,
+            queue,
+            exporter,
+            flush_timeout: config.export_timeout,
+        })
+    }
+
+    /// The record queue, for the lens layer.
+    pub(crate) fn span_queue(&self) -> SpanQueue {
+        self.queue.clone()
+    }
+}
+
+impl<E: SpanExporter + 'static> SpanProcessor for LensBatchProcessor<E> {
+    fn on_start(&self, _span: &mut Span, _cx: &OtelContext) {}
+
+    #[inline]
+    fn on_end(&self, mut span: SpanData) {
+        if !span.span_context.is_sampled() {
+            return;
+        }
+        crate::ids::mark_random_root(&mut span);
+        // On this processor's worker, building the spans of records: hand the span back to
+        // the batch being exported.
+        let identity = self.queue.identity();
+        let span = COLLECTING.with(|c| match c.borrow_mut().as_mut() {
+            Some((id, spans)) if *id == identity => {
+                spans.push(span);
+                None
+            }
+            _ => Some(span),
+        });
+        if let Some(span) = span {
+            self.batcher.push(SpanItem::Data(Box::new(span)));
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.batcher
+            .force_flush(self.flush_timeout)
+            .map_err(OTelSdkError::InternalFailure)
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.batcher
+            .shutdown(timeout)
+            .map_err(OTelSdkError::InternalFailure)
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        if let Ok(mut e) = self.exporter.lock() {
+            e.set_resource(resource);
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! Span groups: coarse on/off switches per instrumentation family.
+//!
+//! Every instrumented site may name a *group* (`step`, `forward_backward`, …). Only groups in
+//! the process's enabled set emit spans; the set comes from `NEMO_LENS_SPAN_GROUPS`, a
+//! comma-separated, case-insensitive list of group names and *presets*:
+//!
+//! | preset | groups |
+//! |---|---|
+//! | `default` | `job`, `checkpoint`, `evaluate` |
+//! | `per_step` | the above plus `model_init`, `load_checkpoint`, `step`, `forward_backward`, `optimizer` |
+//! | `all` | every registered group |
+//!
+//! # Declaring a group on a span
+//!
+//! A span declares its group with a **field name** of the form `nemo.group.<group>`. Field names
+//! are part of a callsite's static metadata, so the lens layer decides once per callsite
+//! (`Interest::never` for a disabled group) and a span in a disabled group costs what a disabled
+//! `tracing` callsite costs. The field needs no value and is never exported as an attribute.
+//!
+//! ```
+//! #[tracing::instrument(fields(nemo.group.step))]
+//! fn train_step(step: i64) { /* ... */ }
+//!
+//! let _span = tracing::info_span!("optimizer", nemo.group.optimizer = tracing::field::Empty);
+//! # train_step(1);
+//! ```
+//!
+//! Spans that declare no group are never gated.
+//!
+//! # Groups of other libraries
+//!
+//! A library registers its own groups and presets at start-up; presets of the same name union
+//! across libraries, as in the Python `SpanRegistry`:
+//!
+//! ```
+//! use nemo_lens::groups;
+//! groups::register_span_groups(&["microbatch", "communication"], &[("per_step", &["microbatch"])]).unwrap();
+//! let set = groups::resolve("per_step", "NEMO_LENS_SPAN_GROUPS").unwrap();
+//! assert!(set.contains("microbatch") && set.contains("step"));
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::RwLock;
+
+use crate::error::{LensError, Result};
+
+/// Field-name prefix that declares a span's group: `nemo.group.step`.
+pub const GROUP_FIELD_PREFIX: &str = "nemo.group.";
+
+/// `job`: the whole training job.
+pub const JOB: &str = "job";
+/// `checkpoint`: saving a checkpoint.
+pub const CHECKPOINT: &str = "checkpoint";
+/// `evaluate`: evaluation passes.
+pub const EVALUATE: &str = "evaluate";
+/// `model_init`: building the model.
+pub const MODEL_INIT: &str = "model_init";
+/// `load_checkpoint`: restoring a checkpoint.
+pub const LOAD_CHECKPOINT: &str = "load_checkpoint";
+/// `step`: one training iteration.
+pub const STEP: &str = "step";
+/// `forward_backward`: forward and backward passes.
+pub const FORWARD_BACKWARD: &str = "forward_backward";
+/// `optimizer`: the optimizer step.
+pub const OPTIMIZER: &str = "optimizer";
+
+/// `collective`: communication between ranks (all-reduce, barriers, ...), put around it by
+/// libraries; not in any preset but `all` (the Python presets are unchanged), recorded by the
+/// [flight recorder](crate::flight_recorder) by default.
+pub const COLLECTIVE: &str = "collective";
+
+/// The eight built-in groups of the Python library (the registry also holds [`COLLECTIVE`]).
+pub const BUILTIN_GROUPS: [&str; 8] = [
+    JOB,
+    CHECKPOINT,
+    EVALUATE,
+    MODEL_INIT,
+    LOAD_CHECKPOINT,
+    STEP,
+    FORWARD_BACKWARD,
+    OPTIMIZER,
+];
+
+/// The preset that expands to every registered group.
+pub const ALL_PRESET: &str = "all";
+
+#[derive(Debug)]
+struct Registry {
+    groups: BTreeSet<String>,
+    presets: BTreeMap<String, BTreeSet<String>>,
+}
+
+fn registry() -> &'static RwLock<Registry> {
+    static REGISTRY: OnceLock<RwLock<Registry>> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let set = |names: &[&str]| names.iter().map(|s| s.to_string()).collect();
+        RwLock::new(Registry {
+            groups: BUILTIN_GROUPS
+                .iter()
+                .chain(&[COLLECTIVE])
+                .map(|s| s.to_string())
+                .collect(),
+            presets: BTreeMap::from([
+                ("default".to_string(), set(&[JOB, CHECKPOINT, EVALUATE])),
+                ("per_step".to_string(), set(&BUILTIN_GROUPS)),
+            ]),
+        })
+    })
+}
+
+fn normalize(name: &str) -> Result<String> {
+    let n = name.trim().to_ascii_lowercase();
+    if n.is_empty() || n.contains(',') {
+        return Err(LensError::Registry(format!(
+            "span group and preset names must be non-empty and contain no ',': got '{name}'"
+        )));
+    }
+    Ok(n)
+}
+
+/// Registers groups and presets of a library. Names are trimmed and lower-cased; a preset that
+/// already exists gains the new members (presets union across libraries); preset members must be
+/// registered groups; `all` is reserved.
+///
+/// ```
+/// use nemo_lens::groups::register_span_groups;
+/// assert!(register_span_groups(&["all"], &[]).is_err());
+/// assert!(register_span_groups(&[], &[("mine", &["no_such_group"])]).is_err());
+/// register_span_groups(&["data_loading"], &[("default", &["data_loading"])]).unwrap();
+/// ```
+pub fn register_span_groups(groups: &[&str], presets: &[(&str, &[&str])]) -> Result<()> {
+    let groups: Vec<String> = groups.iter().map(|g| normalize(g)).collect::<Result<_>>()?;
+    let mut reg = registry().write();
+    if groups.iter().any(|g| g == ALL_PRESET) {
+        return Err(LensError::Registry(
+            "'all' is a reserved preset name and cannot be a group".into(),
+        ));
+    }
+    let mut new_presets = Vec::new();
+    for (preset, members) in presets {
+        let preset = normalize(preset)?;
+        if preset == ALL_PRESET {
+            return Err(LensError::Registry(
+                "'all' is a built-in preset and cannot be redefined".into(),
+            ));
+        }
+        let mut set = BTreeSet::new();
+        for m in *members {
+            let m = normalize(m)?;
+            if !reg.groups.contains(&m) && !groups.contains(&m) {
+                return Err(LensError::Registry(format!(
+                    "preset '{preset}' names group '{m}', which is not registered; register the group first"
+                )));
+            }
+            set.insert(m);
+        }
+        new_presets.push((preset, set));
+    }
+    reg.groups.extend(groups);
+    for (preset, set) in new_presets {
+        reg.presets.entry(preset).or_default().extend(set);
+    }
+    Ok(())
+}
+
+/// Every registered group, sorted.
+///
+/// ```
+/// assert!(nemo_lens::groups::registered_groups().contains(&"step".to_string()));
+/// ```
+pub fn registered_groups() -> Vec<String> {
+    registry().read().groups.iter().cloned().collect()
+}
+
+/// Every preset name (including `all`), sorted.
+///
+/// ```
+/// assert!(nemo_lens::groups::registered_presets().contains(&"per_step".to_string()));
+/// ```
+pub fn registered_presets() -> Vec<String> {
+    let reg = registry().read();
+    let mut names: Vec<String> = reg.presets.keys().cloned().collect();
+    names.push(ALL_PRESET.to_string());
+    names.sort();
+    names
+}
+
+/// Resolves a spec (`"default,step"`) to a set of groups. An unknown entry is an error naming
+/// `var` and listing the valid options.
+///
+/// ```
+/// use nemo_lens::groups::resolve;
+/// let set = resolve(" Default , STEP,", "NEMO_LENS_SPAN_GROUPS").unwrap();
+/// assert_eq!(set.len(), 4);
+/// let err = resolve("default,warp", "NEMO_LENS_SPAN_GROUPS").unwrap_err();
+/// assert!(err.to_string().contains("'warp'"));
+/// ```
+pub fn resolve(spec: &str, var: &str) -> Result<BTreeSet<String>> {
+    let reg = registry().read();
+    let mut out = BTreeSet::new();
+    for part in spec.split(',') {
+        let part = part.trim().to_ascii_lowercase();
+        if part.is_empty() {
+            continue;
+        }
+        if part == ALL_PRESET {
+            out.extend(reg.groups.iter().cloned());
+        } else if let Some(members) = reg.presets.get(&part) {
+            out.extend(members.iter().cloned());
+        } else if reg.groups.contains(&part) {
+            out.insert(part);
+        } else {
+            let mut valid: Vec<String> = reg.groups.iter().cloned().collect();
+            valid.extend(reg.presets.keys().cloned());
+            valid.push(ALL_PRESET.to_string());
+            valid.sort();
+            valid.dedup();
+            return Err(LensError::UnknownSpanGroup {
+                var: var.to_string(),
+                name: crate::config::env::shown(&part),
+                valid,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Resolves a spec as [`resolve`] does, but keeps going past names no library registered in
+/// this process: returns the groups of the known entries and the unknown entries (lower-cased,
+/// in spec order, deduplicated).
+///
+/// A job sets one `NEMO_LENS_SPAN_GROUPS` for every process, and some of its groups are
+/// registered only by some processes (Python's Megatron groups, another library's), so setup
+/// resolves the variable this way: the unknown names are reported once and ignored.
+///
+/// ```
+/// use nemo_lens::groups::resolve_known;
+/// let (set, unknown) = resolve_known("default, Megatron_PP ,step,megatron_pp");
+/// assert!(set.contains("job") && set.contains("step"));
+/// assert_eq!(unknown, vec!["megatron_pp".to_string()]);
+/// ```
+pub fn resolve_known(spec: &str) -> (BTreeSet<String>, Vec<String>) {
+    let mut unknown: Vec<String> = Vec::new();
+    let mut known = Vec::new();
+    for part in spec.split(',') {
+        let name = part.trim().to_ascii_lowercase();
+        if name.is_empty() {
+            continue;
+        }
+        if resolve(&name, "").is_ok() {
+            known.push(name);
+        } else if !unknown.contains(&name) {
+            unknown.push(name);
+        }
+    }
+    let set = resolve(&known.join(","), "").unwrap_or_default();
+    (set, unknown)
+}
+
+/// The warning for `unknown` entries of the spec in `var`: one line naming them and the known
+/// groups and presets.
+pub(crate) fn unknown_warning(var: &str, unknown: &[String]) -> String {
+    let mut valid = registered_groups();
+    valid.extend(registered_presets());
+    valid.sort();
+    valid.dedup();
+    // A hostile spec (thousands of names) still gives one readable line.
+    const SHOWN_NAMES: usize = 8;
+    let quoted = |names: &[String]| {
+        let mut text = names
+            .iter()
+            .take(SHOWN_NAMES)
+            .map(|n| format!("'{}'", crate::config::env::shown(n)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if names.len() > SHOWN_NAMES {
+            text.push_str(&format!(" and {} more", names.len() - SHOWN_NAMES));
+        }
+        text
+    };
+    format!(
+        "nemo-lens: warning: {var} names span groups or presets that no library registered in this process: {} (ignored). Known: {}",
+        quoted(unknown),
+        valid.join(", ")
+    )
+}
+
+/// The enabled groups of one telemetry instance; the lens filter consults it once per callsite.
+#[derive(Debug, Default)]
+pub(crate) struct GroupGate {
+    enabled: RwLock<Arc<HashSet<String>>>,
+}
+
+impl GroupGate {
+    pub(crate) fn new(groups: impl IntoIterator<Item = String>) -> Self {
+        GroupGate {
+            enabled: RwLock::new(Arc::new(groups.into_iter().collect())),
+        }
+    }
+
+    pub(crate) fn is_enabled(&self, group: &str) -> bool {
+        self.enabled.read().contains(group)
+    }
+
+    pub(crate) fn set(&self, groups: impl IntoIterator<Item = String>) {
+        *self.enabled.write() = Arc::new(groups.into_iter().collect());
+        // Callsites cached their interest under the old set: ask them again.
+        tracing_core::callsite::rebuild_interest_cache();
+    }
+
+    pub(crate) fn snapshot(&self) -> BTreeSet<String> {
+        self.enabled.read().iter().cloned().collect()
+    }
+}
+
+fn current_gate() -> &'static RwLock<Option<Arc<GroupGate>>> {
+    static CURRENT: RwLock<Option<Arc<GroupGate>>> = RwLock::new(None);
+    &CURRENT
+}
+
+pub(crate) fn install_process_gate(gate: Arc<GroupGate>) {
+    *current_gate().write() = Some(gate);
+}
+
+/// Whether `group` is enabled in this process (the telemetry set up last). `false` before setup,
+/// when disabled, and on non-exporting ranks, as in the Python library. Use it to skip building
+/// expensive attributes:
+///
+/// ```
+/// if nemo_lens::is_span_group_enabled("step") {
+///     // compute the attribute values only when they will be exported
+/// }
+/// ```
+pub fn is_span_group_enabled(group: &str) -> bool {
+    current_gate()
+        .read()
+        .as_ref()
+        .is_some_and(|g| g.is_enabled(group))
+}
+
+/// Replaces this process's enabled groups (the telemetry set up last) and re-evaluates every
+/// callsite. Returns an error for an unknown name and changes nothing then.
+///
+/// ```
+/// // Before any setup there is no telemetry to change: a no-op that still validates.
+/// assert!(nemo_lens::groups::set_enabled_span_groups("per_step").is_ok());
+/// assert!(nemo_lens::groups::set_enabled_span_groups("bogus").is_err());
+/// ```
+pub fn set_enabled_span_groups(spec: &str) -> Result<()> {
+    let set = resolve(spec, "set_enabled_span_groups")?;
+    if let Some(g) = current_gate().read().as_ref() {
+        g.set(set);
+    }
+    Ok(())
+}
+
+/// The group a callsite declares through a `nemo.group.<group>` field, if any.
+pub(crate) fn declared_group(meta: &tracing_core::Metadata<'_>) -> Option<&'static str> {
+    meta.fields()
+        .iter()
+        .find_map(|f| f.name().strip_prefix(GROUP_FIELD_PREFIX))
+}

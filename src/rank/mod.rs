@@ -1,0 +1,8 @@
+//! Who records, decided once at setup: which ranks export ([`strategy`]), whether a sampled
+//! rank keeps its spans ([`RankAwareSampler`]), and which span groups are on ([`groups`]).
+
+pub mod groups;
+pub(crate) mod sampler;
+pub mod strategy;
+
+pub use sampler::RankAwareSampler;

@@ -1,0 +1,545 @@
+//! The compact record of a span, kept on the training thread; the SDK span is built from it
+//! later, on the batch worker ([`to_sdk`]). Spans still open are listed in the open-span table
+//! ([`open_spans`]), which ends them as truncated at shutdown or on a panic.
+//!
+//! # Why
+//!
+//! Building an `opentelemetry_sdk` span for every `tracing` span (sampler call, span data,
+//! processor callbacks, `SpanData` at the end) would be most of what an exported span costs on
+//! the thread that makes it. The lens layer keeps, in the span's registry extension, only what
+//! the span *is*: its static name (or `otel.name`), kind, status, two timestamps, its span
+//! context (ids drawn at once, so children, the log bridge and propagation see them), its
+//! parent, its attributes (static keys), events and links. When the span closes, the record
+//! goes into the batch queue as one pointer, and the worker thread
+//! ([`crate::export::LensBatchProcessor`]) builds the SDK span from it. An
+//! OpenTelemetry [`Context`] is built only when something asks for one
+//! ([`LensSpanExt::context`](crate::LensSpanExt::context), propagation, a `TRACEPARENT`
+//! parent).
+//!
+//! # What the SDK sees
+//!
+//! The SDK span is built through the tracer provider the application configured, with the ids
+//! drawn at start ([`crate::ids`]), its start and end times, attributes, events, links and
+//! status: the sampler, the span limits (`OTEL_SPAN_*_COUNT_LIMIT`) and every span processor
+//! see the whole span. **Where processors run**: a span processor added with
+//! [`TelemetryBuilder::span_processor`](crate::TelemetryBuilder::span_processor) gets
+//! `on_start` *and* `on_end` on the batch worker thread (`nemo-lens-spans`), one after the
+//! other, when the worker reaches the span (after it ended, within `OTEL_BSP_SCHEDULE_DELAY`);
+//! its `on_start` sees the finished span's attributes. With synchronous export
+//! ([`synchronous_export`](crate::TelemetryBuilder::synchronous_export)) both run on the
+//! thread that ends the span, when it ends. Spans made directly with
+//! [`Telemetry::tracer`](crate::Telemetry::tracer) are ordinary SDK spans.
+//!
+//! A record bounds its events and links by the same limits as the SDK (128 each, or
+//! `OTEL_SPAN_EVENT_COUNT_LIMIT` / `OTEL_SPAN_LINK_COUNT_LIMIT`): the rest are counted as
+//! dropped (`dropped_events_count`, `dropped_links_count`). A field recorded again with
+//! `span.record` replaces its value.
+//!
+//! # Panics in user code
+//!
+//! A field's `Display` or `Debug` runs while the layer *reads* the fields, before it takes any
+//! lock: a panic there is the application's own panic (the thread unwinds, the process exits
+//! 101 if it is the main thread), and nothing is poisoned. The record's own lock is held only
+//! for pushes and swaps. The panic hook and the shutdown closer reach open records through
+//! [`OpenSpans`](open_spans::OpenSpans) and take their locks with a timeout, never the
+//! registry's extension lock (which another layer, such as `fmt`, may hold while it formats).
+
+pub(crate) mod open_spans;
+pub(crate) mod to_sdk;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use opentelemetry::trace::{Event, Link, SpanContext, SpanKind, Status, TraceContextExt};
+use opentelemetry::{Context, KeyValue};
+use parking_lot::Mutex;
+use tracing_core::{Event as TracingEvent, Subscriber};
+use tracing_subscriber::layer::Context as LayerContext;
+use tracing_subscriber::registry::LookupSpan;
+
+use crate::ids;
+use crate::layer::fields::{
+    EventValues, Reserved, SpanAttributes, SpanFields, TextRules, exception_attributes,
+};
+use crate::queue::budget::{ApproxSize, ENTRY_OVERHEAD, kv_size};
+use crate::semconv;
+
+/// How long the panic hook and the closer wait for a record's lock before giving up on it.
+const LOCK_PATIENCE: Duration = Duration::from_millis(200);
+
+/// The parent a span was started with.
+#[derive(Debug)]
+pub(crate) enum Parent {
+    /// None: a root span.
+    Root,
+    /// A span the lens layer records (a context is built from it on the worker).
+    Span(SpanContext),
+    /// An attached OpenTelemetry context (a remote parent) or the launcher's `TRACEPARENT`.
+    Context(Context),
+}
+
+impl Parent {
+    /// The parent's span context, when it is a valid one.
+    pub(crate) fn span_context(&self) -> Option<SpanContext> {
+        let sc = match self {
+            Parent::Root => return None,
+            Parent::Span(sc) => sc.clone(),
+            Parent::Context(cx) => cx.span().span_context().clone(),
+        };
+        sc.is_valid().then_some(sc)
+    }
+
+    fn into_context(self) -> Context {
+        match self {
+            Parent::Root => Context::new(),
+            Parent::Span(sc) => Context::new().with_remote_span_context(sc),
+            Parent::Context(cx) => cx,
+        }
+    }
+}
+
+/// Per-span limits of a record, as the SDK's (`OTEL_SPAN_EVENT_COUNT_LIMIT`,
+/// `OTEL_SPAN_LINK_COUNT_LIMIT`, 128 each by default).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    pub(crate) events: usize,
+    pub(crate) links: usize,
+}
+
+impl Limits {
+    /// The SDK's defaults, overridden by the variables the SDK reads.
+    pub(crate) fn from_env() -> Self {
+        let read = |var: &str| {
+            std::env::var(var)
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(128)
+        };
+        Limits {
+            events: read("OTEL_SPAN_EVENT_COUNT_LIMIT"),
+            links: read("OTEL_SPAN_LINK_COUNT_LIMIT"),
+        }
+    }
+}
+
+/// Everything a span records until it ends.
+#[derive(Debug)]
+pub(crate) struct SpanRecord {
+    name: Cow<'static, str>,
+    kind: Option<SpanKind>,
+    status: Status,
+    start: SystemTime,
+    end: Option<SystemTime>,
+    parent: Parent,
+    attributes: SpanAttributes,
+    events: Vec<Event>,
+    dropped_events: u32,
+    links: Vec<Link>,
+    dropped_links: u32,
+    /// The worker has built its SDK span.
+    built: bool,
+}
+
+impl SpanRecord {
+    /// A record started now, without attributes yet (see [`SpanRecord::read_fields`]).
+    #[inline]
+    pub(crate) fn start(name: &'static str, parent: Parent) -> Self {
+        SpanRecord {
+            name: Cow::Borrowed(name),
+            kind: None,
+            status: Status::Unset,
+            start: SystemTime::now(),
+            end: None,
+            parent,
+            attributes: SpanAttributes::new(),
+            events: Vec::new(),
+            dropped_events: 0,
+            links: Vec::new(),
+            dropped_links: 0,
+            built: false,
+        }
+    }
+
+    /// Adds a link, or counts it past the limit.
+    pub(crate) fn push_link(&mut self, cx: SpanContext, attributes: Vec<KeyValue>, limits: Limits) {
+        if self.links.len() < limits.links {
+            self.links.push(Link::new(cx, attributes, 0));
+        } else {
+            self.dropped_links = self.dropped_links.saturating_add(1);
+        }
+    }
+
+    /// Starts this (emptied, reused) record anew, in place.
+    #[inline]
+    fn restart(&mut self, name: &'static str, parent: Parent) {
+        self.name = Cow::Borrowed(name);
+        self.kind = None;
+        self.status = Status::Unset;
+        self.start = SystemTime::now();
+        self.end = None;
+        self.parent = parent;
+        self.attributes.clear();
+        self.events.clear();
+        self.dropped_events = 0;
+        self.links.clear();
+        self.dropped_links = 0;
+        self.built = false;
+    }
+
+    /// Reads the new span's fields straight into the record (user code runs here: the record
+    /// must not be shared yet, so that no lock is held).
+    #[inline]
+    pub(crate) fn read_fields(
+        &mut self,
+        attrs: &tracing_core::span::Attributes<'_>,
+        rules: &TextRules,
+    ) {
+        let reserved = SpanFields::read_new_span(attrs, &mut self.attributes, rules);
+        if reserved.is_set() {
+            self.apply(reserved);
+        }
+    }
+
+    #[cold]
+    fn apply(&mut self, mut reserved: Reserved) {
+        if let Some(name) = reserved.name.take() {
+            self.name = Cow::Owned(name);
+        }
+        if let Some(kind) = reserved.kind.take() {
+            self.kind = Some(kind);
+        }
+        if let Some(status) = reserved.status() {
+            self.set_status(status);
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        self.end.is_none()
+    }
+
+    /// Sets attributes: a key recorded again gets the new value.
+    fn set_attribute(&mut self, kv: KeyValue) {
+        match self.attributes.iter_mut().find(|a| a.key == kv.key) {
+            Some(slot) => slot.value = kv.value,
+            None => self.attributes.push(kv),
+        }
+    }
+
+    fn add_event(&mut self, event: Event, limits: Limits) {
+        if self.events.len() < limits.events {
+            self.events.push(event);
+        } else {
+            self.dropped_events = self.dropped_events.saturating_add(1);
+        }
+    }
+
+    /// Replaces the parent (`LensSpanExt::set_parent`, before the span is first entered).
+    pub(crate) fn set_parent(&mut self, parent: Parent) {
+        self.parent = parent;
+    }
+
+    fn set_status(&mut self, status: Status) {
+        // As the SDK: the statuses are ordered `Ok` > `Error` > `Unset`.
+        if status > self.status {
+            self.status = status;
+        }
+    }
+}
+
+/// A span's identity and record, shared by its registry extension, the open-span table
+/// (closer, panic hook) and, once it ends, the batch queue.
+#[derive(Debug)]
+pub(crate) struct SpanState {
+    cx: SpanContext,
+    /// `None` when the span is not sampled (nothing is recorded), or once the worker took it.
+    pub(crate) record: Mutex<Option<SpanRecord>>,
+}
+
+impl SpanState {
+    #[inline]
+    pub(crate) fn new(cx: SpanContext, record: Option<SpanRecord>) -> Self {
+        SpanState {
+            cx,
+            record: Mutex::new(record),
+        }
+    }
+
+    /// The state of a new span with record `name`/`parent`: `spare` (an emptied state, see
+    /// [`SpanQueue::spare`](crate::queue::span_processor::SpanQueue::spare)) restarted in place
+    /// when it is referenced nowhere else, else a new allocation. Returned unshared.
+    #[inline]
+    pub(crate) fn start(
+        spare: Option<Arc<SpanState>>,
+        cx: SpanContext,
+        name: &'static str,
+        parent: Parent,
+    ) -> Arc<SpanState> {
+        if let Some(mut spare) = spare
+            && let Some(state) = Arc::get_mut(&mut spare)
+            && let Some(record) = state.record.get_mut().as_mut()
+        {
+            state.cx = cx;
+            record.restart(name, parent);
+            return spare;
+        }
+        Arc::new(SpanState::new(cx, Some(SpanRecord::start(name, parent))))
+    }
+
+    /// Applies a `span.record` (values read beforehand, outside the lock).
+    pub(crate) fn record_fields(&self, attributes: SpanAttributes, reserved: Reserved) {
+        let mut guard = self.record.lock();
+        let Some(record) = guard.as_mut().filter(|r| r.is_open()) else {
+            return;
+        };
+        if reserved.is_set() {
+            record.apply(reserved);
+        }
+        for kv in attributes {
+            record.set_attribute(kv);
+        }
+    }
+
+    /// Sets an attribute (`LensSpanExt::set_attribute`); `false` when the span has ended or
+    /// is not recorded.
+    pub(crate) fn set_attribute(&self, kv: KeyValue) -> bool {
+        let mut guard = self.record.lock();
+        let Some(record) = guard.as_mut().filter(|r| r.is_open()) else {
+            return false;
+        };
+        record.set_attribute(kv);
+        true
+    }
+
+    /// Sets the status (`LensSpanExt::set_status`, ordered as the SDK's); `false` when the
+    /// span has ended or is not recorded.
+    pub(crate) fn set_status(&self, status: Status) -> bool {
+        let mut guard = self.record.lock();
+        let Some(record) = guard.as_mut().filter(|r| r.is_open()) else {
+            return false;
+        };
+        record.set_status(status);
+        true
+    }
+
+    /// Adds an event (read beforehand, outside the lock).
+    pub(crate) fn add_event(&self, values: EventValues, limits: Limits) {
+        let mut guard = self.record.lock();
+        let Some(record) = guard.as_mut().filter(|r| r.is_open()) else {
+            return;
+        };
+        if let Some(status) = values.status {
+            record.set_status(status);
+        }
+        record.add_event(values.event, limits);
+    }
+
+    /// Adds a link; `false` when the span has ended or is not recorded.
+    pub(crate) fn add_link(
+        &self,
+        cx: SpanContext,
+        attributes: Vec<KeyValue>,
+        limits: Limits,
+    ) -> bool {
+        let mut guard = self.record.lock();
+        let Some(record) = guard.as_mut().filter(|r| r.is_open()) else {
+            return false;
+        };
+        record.push_link(cx, attributes, limits);
+        true
+    }
+
+    /// Ends the span now; `false` when it had ended already (or is not recorded).
+    #[inline]
+    pub(crate) fn end(&self) -> bool {
+        let now = SystemTime::now();
+        match self.record.lock().as_mut() {
+            Some(record) if record.is_open() => {
+                record.end = Some(now);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Ends the span as truncated (`nemo.span.truncated`), unless it has ended; `false` when
+    /// it had, or when its lock could not be had within [`LOCK_PATIENCE`].
+    pub(crate) fn truncate(&self, reason: &'static str, limits: Limits) -> bool {
+        let now = SystemTime::now();
+        let Some(mut guard) = self.record.try_lock_for(LOCK_PATIENCE) else {
+            return false;
+        };
+        let Some(record) = guard.as_mut().filter(|r| r.is_open()) else {
+            return false;
+        };
+        record.set_attribute(KeyValue::new(semconv::NEMO_SPAN_TRUNCATED, true));
+        record.add_event(
+            Event::new(
+                semconv::NEMO_SPAN_TRUNCATED,
+                now,
+                vec![KeyValue::new(semconv::NEMO_SPAN_TRUNCATED_REASON, reason)],
+                0,
+            ),
+            limits,
+        );
+        record.end = Some(now);
+        true
+    }
+
+    /// Adds an `exception` event of type `kind` (`exception.escaped = "True"`: a panic unwinds
+    /// out of the span) and sets the status `ERROR` (the panic hook: never waits more than
+    /// [`LOCK_PATIENCE`] for the lock). `false` when the span is not open.
+    pub(crate) fn record_exception(
+        &self,
+        kind: &'static str,
+        message: &str,
+        stacktrace: Option<&str>,
+        limits: Limits,
+    ) -> bool {
+        let Some(mut guard) = self.record.try_lock_for(LOCK_PATIENCE) else {
+            return false;
+        };
+        let Some(record) = guard.as_mut().filter(|r| r.is_open()) else {
+            return false;
+        };
+        record.add_event(
+            Event::new(
+                semconv::EXCEPTION_EVENT,
+                SystemTime::now(),
+                exception_attributes(
+                    kind.to_string(),
+                    message.to_string(),
+                    stacktrace.map(str::to_string),
+                    true,
+                    0,
+                ),
+                0,
+            ),
+            limits,
+        );
+        record.set_status(Status::error(message.to_string()));
+        true
+    }
+}
+
+impl ApproxSize for SpanState {
+    /// The record's size from its name, attributes, events and links (the same estimate as for
+    /// an SDK span); a record the worker holds right now counts its fixed part only.
+    fn approx_size(&self) -> usize {
+        let base = std::mem::size_of::<SpanState>() + std::mem::size_of::<SpanRecord>();
+        let Some(guard) = self.record.try_lock() else {
+            return base;
+        };
+        let Some(record) = guard.as_ref() else {
+            return base;
+        };
+        base + record.name.len()
+            + record.attributes.iter().map(kv_size).sum::<usize>()
+            + record
+                .events
+                .iter()
+                .map(|e| {
+                    ENTRY_OVERHEAD + e.name.len() + e.attributes.iter().map(kv_size).sum::<usize>()
+                })
+                .sum::<usize>()
+            + record
+                .links
+                .iter()
+                .map(|l| 64 + l.attributes.iter().map(kv_size).sum::<usize>())
+                .sum::<usize>()
+    }
+}
+
+/// The lens state of one `tracing` span, in its registry extension.
+pub(crate) struct LensSpan {
+    state: Arc<SpanState>,
+    /// Its slot in the open-span table, while it is open and recorded.
+    pub(crate) open_key: Option<usize>,
+    /// The [fork generation](crate::ids) the span was started in.
+    pub(crate) generation: u64,
+    /// The span was entered, has children or handed out its context: its parent is fixed.
+    used: AtomicBool,
+    /// The pipeline's index in the [pipeline table](crate::layer::pipeline::PipelineIndex), to end
+    /// the span if the subscriber drops it without closing it.
+    pipeline: usize,
+}
+
+impl LensSpan {
+    pub(crate) fn new(
+        state: Arc<SpanState>,
+        open_key: Option<usize>,
+        generation: u64,
+        pipeline: usize,
+    ) -> Self {
+        LensSpan {
+            state,
+            open_key,
+            generation,
+            used: AtomicBool::new(false),
+            pipeline,
+        }
+    }
+
+    /// Fixes the span's parent (entered, a child, or its context handed out).
+    #[inline]
+    pub(crate) fn mark_used(&self) {
+        if !self.used.load(Ordering::Relaxed) {
+            self.used.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// See [`LensSpan::mark_used`].
+    pub(crate) fn is_used(&self) -> bool {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Puts a new state in place (`LensSpanExt::set_parent`; the caller moved the record and
+    /// the open-span entry).
+    pub(crate) fn replace_state(&mut self, state: Arc<SpanState>) {
+        self.state = state;
+    }
+
+    pub(crate) fn state(&self) -> &Arc<SpanState> {
+        &self.state
+    }
+
+    /// The shared state, taking it out of the extension without running its `Drop` (the
+    /// caller has handled the open-span entry).
+    #[inline]
+    pub(crate) fn into_state(self) -> Arc<SpanState> {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never dropped nor used again; the other fields need no drop.
+        unsafe { std::ptr::read(&this.state) }
+    }
+
+    /// The index of the span's pipeline in the pipeline table.
+    pub(crate) fn pipeline_index(&self) -> usize {
+        self.pipeline
+    }
+
+    pub(crate) fn span_context(&self) -> &SpanContext {
+        &self.state.cx
+    }
+
+    /// `true` when the span was started in this process (not inherited across `fork`).
+    #[inline]
+    pub(crate) fn is_live(&self) -> bool {
+        self.generation == ids::fork_generation()
+    }
+}
+
+/// The span context of the innermost span around `event` that the lens layer records.
+pub(crate) fn recorded_span_context<S>(
+    event: &TracingEvent<'_>,
+    ctx: &LayerContext<'_, S>,
+) -> Option<SpanContext>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    ctx.event_scope(event)?.find_map(|span| {
+        span.extensions()
+            .get::<LensSpan>()
+            .map(|d| d.span_context().clone())
+    })
+}

@@ -1,0 +1,549 @@
+//! The phases of [`TelemetryBuilder::build`](crate::TelemetryBuilder::build), in the order it
+//! runs them: resolve who this process is, decide what it exports, read the exporting rank's
+//! variables, plan the pipelines, build them, install the process-wide state, start the flight
+//! recorder, assemble the handle.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_sdk::logs::SdkLogRecord;
+use opentelemetry_sdk::trace::{SpanData, TracerProviderBuilder};
+
+use super::handle::{Inner, Telemetry};
+use super::once::ShutdownOnce;
+use super::pipelines::{
+    Built, LogExporterFactory, METRIC_INTERVAL_VAR, ProcessorFactory, ReaderFactory, TraceParts,
+};
+use super::processors::{BoxedProcessor, ExportSettings};
+use crate::SCOPE_NAME;
+use crate::config::env::Env;
+use crate::config::resource;
+use crate::config::{ExporterKind, LensConfig};
+use crate::error::{LensError, Result};
+use crate::export::otlp::{self, Signal};
+use crate::flight_recorder::{self, FlightRecorder};
+use crate::ids;
+use crate::layer::fields::{RedactKeys, TextRules};
+use crate::layer::filter::LensFilter;
+use crate::metrics::Instruments;
+use crate::propagation;
+use crate::queue::budget;
+use crate::queue::config::QueueConfig;
+use crate::queue::drops::DropCounters;
+use crate::rank::groups::{self, GroupGate};
+use crate::rank::sampler::RankAwareSampler;
+use crate::rank::strategy::{self, ExportStrategy};
+
+/// `1 +` the fork generation in which an enabled setup ran, or 0: a forked child (another
+/// generation) may set up its own telemetry.
+static INITIALIZED_IN: AtomicU64 = AtomicU64::new(0);
+
+/// How the builder reads the environment.
+pub(super) type Lookup = dyn Fn(&str) -> Option<String> + Send + Sync;
+
+/// Which parts of its identity a process said it does not know.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Unknown {
+    pub(super) rank: bool,
+    pub(super) world_size: bool,
+    pub(super) run_id: bool,
+}
+
+/// Who this process is, once resolved.
+pub(super) struct Identity {
+    pub(super) rank: u32,
+    pub(super) world_size: u32,
+    /// The fork generation of this setup.
+    pub(super) generation: u64,
+    pub(super) unknown: Unknown,
+}
+
+/// Checks the configuration and resolves who this process is: `OTEL_SDK_DISABLED`, the rank and
+/// world size (an unknown one defaults), the one-enabled-setup-per-process rule and the run id.
+/// Installs the fork handler and the HTTP client's crypto provider (on every rank).
+pub(super) fn resolve_identity(
+    config: &mut LensConfig,
+    rank: u32,
+    world_size: u32,
+    unknown: Unknown,
+    reinit_allowed: bool,
+    lookup: &Lookup,
+) -> Result<Identity> {
+    config.validate()?;
+    // `OTEL_SDK_DISABLED=true` (the OpenTelemetry SDK switch, as Python's SDK reads it:
+    // stripped, any case, only `true`) makes the process inert: a disabled setup.
+    if lookup("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+        config.enabled = false;
+    }
+    let rank = if unknown.rank { 0 } else { rank };
+    let world_size = if unknown.world_size {
+        world_size.max(rank.saturating_add(1))
+    } else {
+        world_size
+    };
+    // A disabled setup builds nothing and uses neither, so it takes any rank and world size
+    // (a launcher may hand out numbers nemo-lens would refuse when enabled).
+    if config.enabled && (world_size == 0 || rank >= world_size) {
+        return Err(LensError::InvalidArgument(format!(
+            "rank must be below world_size (rank {rank}, world_size {world_size})"
+        )));
+    }
+    ids::install_fork_handler();
+    otlp::transport::install_crypto_provider();
+    let generation = ids::fork_generation();
+    if config.enabled && !reinit_allowed && INITIALIZED_IN.load(Ordering::SeqCst) == generation + 1
+    {
+        return Err(LensError::AlreadyInitialized);
+    }
+    let no_job_id = lookup("SLURM_JOB_ID").is_none_or(|v| v.trim().is_empty());
+    if !(unknown.run_id && config.run_id.is_empty() && no_job_id) {
+        config.run_id = resource::resolve_run_id(&config.run_id, lookup);
+    }
+    Ok(Identity {
+        rank,
+        world_size,
+        generation,
+        unknown,
+    })
+}
+
+/// What the export strategy and the group settings decided for this rank.
+pub(super) struct ExportDecision {
+    /// The export strategy chose this rank (whether or not telemetry is enabled).
+    pub(super) chosen: bool,
+    /// The enabled span groups (empty when disabled).
+    pub(super) groups: BTreeSet<String>,
+    /// Names of `NEMO_LENS_SPAN_GROUPS` no registered group has.
+    pub(super) unknown_groups: Vec<String>,
+    /// The flight recorder to start, if `NEMO_LENS_FLIGHT_RECORDER` asks for one.
+    pub(super) recorder: Option<flight_recorder::Plan>,
+}
+
+/// Decides whether this rank exports: the export strategy (evaluated even when disabled, so an
+/// unknown strategy fails on every rank), the span groups and the flight recorder's plan.
+pub(super) fn decide_export(
+    config: &LensConfig,
+    identity: &Identity,
+    export_strategy: Option<ExportStrategy>,
+    lookup: &Lookup,
+) -> Result<ExportDecision> {
+    let strategy = match export_strategy {
+        Some(s) => s,
+        None => strategy::get_export_strategy(&config.export_strategy, &config.strategy_origin())?,
+    };
+    let chosen = strategy.decide_with(config, identity.rank, identity.world_size, lookup)?;
+    // Unknown names are another process's groups: warned about (by the exporting rank,
+    // the one they would matter on) and ignored.
+    let (groups, unknown_groups) = if config.enabled {
+        groups::resolve_known(&config.span_groups)
+    } else {
+        Default::default()
+    };
+    let recorder = flight_recorder::Plan::new(config)?;
+    Ok(ExportDecision {
+        chosen,
+        groups,
+        unknown_groups,
+        recorder,
+    })
+}
+
+/// The variables only the exporting rank reads.
+pub(super) struct ExportVariables {
+    /// The span queue (`OTEL_BSP_*`, `NEMO_LENS_QUEUE_MAX_BYTES`).
+    pub(super) spans: QueueConfig,
+    /// The log-record queue (`OTEL_BLRP_*`, `NEMO_LENS_QUEUE_MAX_BYTES`).
+    pub(super) logs: QueueConfig,
+    /// The longest string attribute value of spans and of log records.
+    pub(super) value_limit: Option<usize>,
+    pub(super) log_value_limit: Option<usize>,
+    /// `OTEL_METRIC_EXPORT_INTERVAL`, when lens builds the metric reader.
+    pub(super) metric_interval: Option<Duration>,
+}
+
+/// Reads the queue sizes, value length limits and metric interval on the exporting rank only
+/// (the one rank that uses them: a value a job-wide environment sets for Python ranks never
+/// stops the others), before anything global is touched. The queues' byte budget is read on
+/// every enabled rank, and their rings are kept within it.
+pub(super) fn read_export_variables(
+    config: &LensConfig,
+    chosen: bool,
+    own_metric_reader: bool,
+    lookup: &Lookup,
+) -> Result<ExportVariables> {
+    let exporting = config.enabled && chosen;
+    let (mut spans, mut logs, value_limit, log_value_limit) = if exporting {
+        (
+            QueueConfig::from_env("OTEL_BSP", lookup)?,
+            QueueConfig::from_env_over("OTEL_BLRP", QueueConfig::logs_default(), lookup)?,
+            crate::config::env::value_length_limit(Env::new(lookup))?,
+            crate::config::env::log_value_length_limit(Env::new(lookup))?,
+        )
+    } else {
+        (
+            QueueConfig::default(),
+            QueueConfig::logs_default(),
+            None,
+            None,
+        )
+    };
+    if config.enabled {
+        // Memory bounded in bytes: the queues' budget, and their rings kept within it.
+        let max_bytes = budget::queue_max_bytes(Env::new(lookup))?;
+        for (b, var, slot) in [
+            (&mut spans, "OTEL_BSP_MAX_QUEUE_SIZE", size_of::<SpanData>()),
+            (
+                &mut logs,
+                "OTEL_BLRP_MAX_QUEUE_SIZE",
+                size_of::<(SdkLogRecord, InstrumentationScope)>(),
+            ),
+        ] {
+            b.max_queue_bytes = max_bytes;
+            // A ring slot is the item and a stamp.
+            let slot = slot + size_of::<usize>();
+            b.max_queue_size = budget::clamp_queue_size(var, b.max_queue_size, slot, max_bytes);
+            b.max_export_batch_size = b.max_export_batch_size.min(b.max_queue_size);
+        }
+    }
+    // Likewise read on the exporting rank only.
+    let metric_interval = if exporting && config.metrics_enabled && !own_metric_reader {
+        Env::new(lookup).positive_millis(METRIC_INTERVAL_VAR)?
+    } else {
+        None
+    };
+    Ok(ExportVariables {
+        spans,
+        logs,
+        value_limit,
+        log_value_limit,
+        metric_interval,
+    })
+}
+
+/// What the pipelines of this rank will be, before anything is built.
+pub(super) struct PipelinePlan {
+    /// Telemetry is enabled and the export strategy chose this rank.
+    pub(super) exporting: bool,
+    /// Exporting, with traces on, and the rank sampler (if on) keeps this rank.
+    pub(super) recording: bool,
+    pub(super) sampler: RankAwareSampler,
+    /// The enabled span groups (none on a rank that does not export).
+    pub(super) gate: Arc<GroupGate>,
+    /// Groups whose spans each start a trace (`NEMO_LENS_TRACE_PER`), lower-case.
+    pub(super) trace_per: Vec<String>,
+    /// Spans and log records go through the exporter synchronously (no batch queue).
+    pub(super) synchronous: bool,
+    pub(super) span_queue: QueueConfig,
+    pub(super) log_queue: QueueConfig,
+    pub(super) dropped: DropCounters,
+    /// The longest export timeout: how long a flush waits.
+    pub(super) flush_timeout: Duration,
+    pub(super) value_limit: Option<usize>,
+    pub(super) log_value_limit: Option<usize>,
+    pub(super) metric_interval: Option<Duration>,
+}
+
+/// Plans the pipelines from the decision and the variables: whether the rank exports and
+/// records, the group gate, the queues' settings and drop counters, and the trace-per groups.
+/// Warns (on the exporting rank) about group names nothing registered.
+pub(super) fn plan_pipelines(
+    config: &LensConfig,
+    identity: &Identity,
+    decision: &ExportDecision,
+    variables: ExportVariables,
+    synchronous: bool,
+) -> PipelinePlan {
+    let flush_timeout = variables
+        .spans
+        .export_timeout
+        .max(variables.logs.export_timeout);
+    let dropped = DropCounters::default();
+    let exporting = config.enabled && decision.chosen;
+    let sampler = RankAwareSampler::new(
+        identity.rank,
+        identity.world_size,
+        config.export_sample_rate,
+    );
+    let recording =
+        exporting && config.traces_enabled && (!config.sampler_enabled || sampler.is_sampled());
+    let gate = Arc::new(GroupGate::new(if exporting {
+        decision.groups.clone()
+    } else {
+        Default::default()
+    }));
+    // Groups whose spans start a trace each: unknown names are warned about and ignored,
+    // as in the span-group spec (presets name their groups).
+    let trace_per: Vec<String> = if exporting && !config.trace_per.trim().is_empty() {
+        let (set, unknown) = groups::resolve_known(&config.trace_per);
+        if !unknown.is_empty() {
+            eprintln!(
+                "{}",
+                groups::unknown_warning(&config.trace_per_origin(), &unknown)
+            );
+        }
+        set.into_iter().collect()
+    } else {
+        Vec::new()
+    };
+    if exporting && !decision.unknown_groups.is_empty() {
+        eprintln!(
+            "{}",
+            groups::unknown_warning(&config.span_groups_origin(), &decision.unknown_groups)
+        );
+    }
+    PipelinePlan {
+        exporting,
+        recording,
+        sampler,
+        gate,
+        trace_per,
+        synchronous,
+        span_queue: variables.spans,
+        log_queue: variables.logs,
+        dropped,
+        flush_timeout,
+        value_limit: variables.value_limit,
+        log_value_limit: variables.log_value_limit,
+        metric_interval: variables.metric_interval,
+    }
+}
+
+/// What the application handed the builder for the pipelines.
+pub(super) struct Given {
+    pub(super) resource_attributes: Vec<KeyValue>,
+    pub(super) span_exporter: Option<ProcessorFactory>,
+    pub(super) span_processors: Vec<Box<dyn FnOnce() -> BoxedProcessor + Send>>,
+    pub(super) metric_reader: Option<ReaderFactory>,
+    pub(super) log_exporter: Option<LogExporterFactory>,
+    pub(super) provider_builder: Option<TracerProviderBuilder>,
+    pub(super) install_globals: bool,
+    pub(super) redact: RedactKeys,
+    /// How the environment is read
+    /// ([`TelemetryBuilder::env_lookup`](crate::TelemetryBuilder::env_lookup)).
+    pub(super) lookup: Box<Lookup>,
+}
+
+/// Builds the exporting rank's pipelines: checks every OTLP setting first, then the resource,
+/// the tracer, meter and logger providers (each installed globally unless told not to) and the
+/// global propagator. Builds nothing on any other rank.
+pub(super) fn build_pipelines(
+    config: &LensConfig,
+    identity: &Identity,
+    plan: &PipelinePlan,
+    given: &mut Given,
+) -> Result<Built> {
+    let lookup = &*given.lookup;
+    let mut built = Built::default();
+    if !plan.exporting {
+        return Ok(built);
+    }
+    if let Some((var, value)) = &config.sources.bad_exporter {
+        return Err(LensError::UnknownExporter {
+            var: var.clone(),
+            value: value.clone(),
+        });
+    }
+    // Every OTLP setting is checked before the first pipeline is installed globally.
+    if config.exporter == ExporterKind::Otlp {
+        let signals = [
+            (
+                config.traces_enabled && given.span_exporter.is_none(),
+                Signal::Traces,
+            ),
+            (
+                config.metrics_enabled && given.metric_reader.is_none(),
+                Signal::Metrics,
+            ),
+            (
+                config.logs_enabled && given.log_exporter.is_none(),
+                Signal::Logs,
+            ),
+        ];
+        let used: Vec<Signal> = signals
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|&(_, s)| s)
+            .collect();
+        otlp::preflight(&used, Env::new(lookup))?;
+    }
+    let env = Env::new(lookup);
+    let rank = identity.rank;
+    let resource = resource::build_resource_for(
+        config,
+        (!identity.unknown.rank).then_some(rank),
+        (!identity.unknown.world_size).then_some(identity.world_size),
+        &given.resource_attributes,
+        lookup,
+    );
+    if config.traces_enabled {
+        let parts = TraceParts {
+            resource: resource.clone(),
+            sampler: config.sampler_enabled.then(|| plan.sampler.clone()),
+            processors: std::mem::take(&mut given.span_processors),
+            exporter: given.span_exporter.take(),
+            settings: ExportSettings {
+                synchronous: plan.synchronous,
+                batch: plan.span_queue,
+                dropped: plan.dropped.spans.clone(),
+                span_queue: Default::default(),
+            },
+            recording: plan.recording,
+            text: TextRules {
+                limit: plan.value_limit,
+                redact: given.redact.clone(),
+            },
+            trace_per: plan.trace_per.clone(),
+            provider_builder: given.provider_builder.take(),
+            install_global: given.install_globals,
+        };
+        built.traces(config, rank, env, parts)?;
+    }
+    if config.metrics_enabled {
+        built.metrics(
+            config,
+            rank,
+            env,
+            resource.clone(),
+            given.metric_reader.take(),
+            plan.metric_interval,
+            &plan.dropped,
+            given.install_globals,
+        )?;
+    }
+    if config.logs_enabled {
+        built.logs(
+            config,
+            rank,
+            env,
+            resource.clone(),
+            given.log_exporter.take(),
+            &ExportSettings {
+                synchronous: plan.synchronous,
+                batch: plan.log_queue,
+                dropped: plan.dropped.logs.clone(),
+                span_queue: Default::default(),
+            },
+            TextRules {
+                limit: plan.log_value_limit,
+                redact: given.redact.clone(),
+            },
+        )?;
+    }
+    if given.install_globals {
+        propagation::install_global_propagator();
+    }
+    built.resource = Some(resource);
+    Ok(built)
+}
+
+/// Installs what belongs to the whole process on an enabled setup that installs globals: the
+/// group gate `is_span_group_enabled` reads, and the mark that refuses a second setup.
+pub(super) fn install_process_state(
+    config: &LensConfig,
+    install_globals: bool,
+    gate: &Arc<GroupGate>,
+    generation: u64,
+) {
+    if config.enabled && install_globals {
+        groups::install_process_gate(gate.clone());
+        INITIALIZED_IN.store(generation + 1, Ordering::SeqCst);
+    }
+}
+
+/// Starts the flight recorder on every enabled rank, exporting or not: its own slots and
+/// thread (no provider, exporter thread or socket); see [`crate::flight_recorder`].
+pub(super) fn start_flight_recorder(
+    config: &LensConfig,
+    identity: &Identity,
+    plan: &PipelinePlan,
+    recorder: Option<flight_recorder::Plan>,
+    built: &Built,
+    filter: &LensFilter,
+    given: Given,
+) -> Result<Option<FlightRecorder>> {
+    let Some(recorder) = recorder else {
+        return Ok(None);
+    };
+    let resource = built.resource.clone().unwrap_or_else(|| {
+        resource::build_resource(
+            config,
+            identity.rank,
+            identity.world_size,
+            &given.resource_attributes,
+            &*given.lookup,
+        )
+    });
+    recorder
+        .start(
+            config,
+            identity.rank,
+            plan.exporting,
+            &resource,
+            plan.gate.clone(),
+            filter.clone(),
+            given.redact,
+        )
+        .map(Some)
+}
+
+/// The instruments of the meter provider (no-op without one) and the layer's filter.
+pub(super) fn instruments_and_filter(
+    built: &Built,
+    gate: &Arc<GroupGate>,
+) -> (Instruments, LensFilter) {
+    let instruments = match &built.meter_provider {
+        Some(p) => {
+            Instruments::new(p.meter_with_scope(InstrumentationScope::builder(SCOPE_NAME).build()))
+        }
+        None => Instruments::noop(),
+    };
+    let filter = LensFilter::new(built.pipeline.is_none(), gate.clone());
+    (instruments, filter)
+}
+
+/// Everything the handle holds, in one place.
+pub(super) struct HandleParts {
+    pub(super) config: LensConfig,
+    pub(super) identity: Identity,
+    pub(super) plan: PipelinePlan,
+    pub(super) built: Built,
+    pub(super) instruments: Instruments,
+    pub(super) filter: LensFilter,
+    pub(super) flight_recorder: Option<FlightRecorder>,
+    pub(super) context_activation: bool,
+}
+
+/// Assembles the [`Telemetry`] handle.
+pub(super) fn assemble_handle(parts: HandleParts) -> Telemetry {
+    let HandleParts {
+        config,
+        identity,
+        plan,
+        built,
+        instruments,
+        filter,
+        flight_recorder,
+        context_activation,
+    } = parts;
+    Telemetry::from_inner(Inner {
+        instruments,
+        filter,
+        flight_recorder,
+        config,
+        rank: identity.rank,
+        world_size: identity.world_size,
+        exporting: plan.exporting,
+        groups: plan.gate,
+        built,
+        shutdown: ShutdownOnce::default(),
+        flush_timeout: plan.flush_timeout,
+        panic_hook: AtomicBool::new(false),
+        generation: identity.generation,
+        context_activation,
+        dropped: plan.dropped,
+    })
+}
