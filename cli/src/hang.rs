@@ -1,6 +1,6 @@
 //! `nemo-lens hang DUMPS...`: which rank is stuck, and where, from flight-recorder dumps.
 //!
-//! The input is the dumps the flight recorder (`nemo_lens::recorder`) writes on every enabled
+//! The input is the dumps the flight recorder (`nemo_lens::flight_recorder`) writes on every enabled
 //! rank (on `SIGUSR1`, from the watchdog, at truncation): console JSONL whose open spans carry
 //! `nemo.span.open = true` and `nemo.span.open_age_s`. For each rank the latest dump is used
 //! (the one taken last, by its latest end time); other JSONL lines without open spans are read

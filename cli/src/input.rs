@@ -3,7 +3,7 @@
 //! A console file is a stream of JSON records: finished spans (the layout of
 //! `nemo_lens::export::console`, shared with Python NeMo Lens), metric batches
 //! (`{"resource_metrics": [...]}`) and log records (the Python SDK's `LogRecord.to_json` layout,
-//! also written by `nemo_lens::export::console_logs`). Records are one per line (compact JSONL)
+//! also written by `nemo_lens::export::ConsoleLogExporter`). Records are one per line (compact JSONL)
 //! or pretty-printed over many lines (Python Lens 0.1.0 writes `to_json(indent=4)`), mixed freely;
 //! [`framing`] splits the stream. [`for_each_record`] parses each record into a [`Record`] and
 //! hands it to a callback, so memory does not grow with the input: at most
