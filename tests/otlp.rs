@@ -2,7 +2,7 @@
 //! environment variables only, as a user would.
 //!
 //! Each test starts a collector, then runs a rank as a child process (this test binary
-//! re-executed in the `child` role) with `NEMO_LENS_*` / `OTEL_*` variables and nothing else. The
+//! re-executed to run `child_role`) with `NEMO_LENS_*` / `OTEL_*` variables and nothing else. The
 //! child records a step with an event and a log line, training metrics, leaves spans open, and
 //! shuts down. The test then reads what the collector printed: spans (with the truncated ones),
 //! metrics and log records, each with the rank's resource.
@@ -11,9 +11,8 @@ mod common;
 
 use std::time::Duration;
 
+use common::child::{self, Child};
 use common::collector::{Collector, Item, items};
-
-const ROLE: &str = "NEMO_LENS_OTLP_TEST_ROLE";
 
 /// The child: a user's program, configured from the environment only.
 fn child() {
@@ -40,7 +39,9 @@ fn child() {
 }
 
 fn run_child(envs: &[(&str, String)]) {
-    common::child::run_role(ROLE, envs.iter().map(|(k, v)| (k, v)));
+    Child::sibling("child_role")
+        .envs(envs.iter().map(|(k, v)| (k, v)))
+        .run_passing();
 }
 
 /// The child process of the delivery tests, which start it with `--ignored`; on its own it
@@ -48,10 +49,9 @@ fn run_child(envs: &[(&str, String)]) {
 #[test]
 #[ignore = "child process of the OTLP delivery tests, started by them"]
 fn child_role() {
-    assert_eq!(
-        std::env::var(ROLE).as_deref(),
-        Ok("child"),
-        "run by the OTLP delivery tests, which set {ROLE} and the collector's endpoint"
+    assert!(
+        child::is_child(),
+        "run by the OTLP delivery tests, which set the collector's endpoint"
     );
     child();
 }

@@ -1,7 +1,7 @@
 //! OTLP over TLS to a real collector: rotel behind a TLS front (tokio-rustls, certificates from
 //! an rcgen CA made by the test), configured through environment variables only.
 //!
-//! Each test runs a rank as a child process (this binary re-executed in the `child` role) with
+//! Each test runs a rank as a child process (this binary re-executed to run `child_role`) with
 //! `NEMO_LENS_*` / `OTEL_*` variables and nothing else: over `grpc`, `http/protobuf` and
 //! `http/json`, spans, metrics and log records arrive when `OTEL_EXPORTER_OTLP_CERTIFICATE`
 //! names the CA, and with mutual TLS when the client certificate variables are set. A server
@@ -15,10 +15,9 @@ mod tls;
 use std::process::Output;
 use std::time::Duration;
 
+use common::child::{self, Child};
 use common::collector::{Collector, items};
 use tls::{TestCa, TlsFront};
-
-const ROLE: &str = "NEMO_LENS_TLS_TEST_ROLE";
 
 /// The child: a user's program, configured from the environment only. Prints what it dropped.
 fn child() {
@@ -45,10 +44,9 @@ fn child() {
 #[test]
 #[ignore = "child process of the TLS tests, started by them"]
 fn child_role() {
-    assert_eq!(
-        std::env::var(ROLE).as_deref(),
-        Ok("child"),
-        "run by the TLS tests, which set {ROLE} and the endpoint"
+    assert!(
+        child::is_child(),
+        "run by the TLS tests, which set the endpoint"
     );
     child();
 }
@@ -63,7 +61,9 @@ fn run_child(envs: &[(&str, String)]) -> Output {
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "5000"),
     ];
     let given = envs.iter().map(|(k, v)| (*k, v.as_str()));
-    common::child::run_role(ROLE, base.into_iter().chain(given))
+    Child::sibling("child_role")
+        .envs(base.into_iter().chain(given))
+        .run_passing()
 }
 
 /// `(spans, logs, metric_exports)` the child counted as dropped.
