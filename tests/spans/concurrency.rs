@@ -4,10 +4,9 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nemo_lens::testing::CollectingExporter;
 use nemo_lens::{LensConfig, Telemetry};
@@ -16,6 +15,8 @@ use opentelemetry::trace::SpanId;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use tracing_subscriber::prelude::*;
+
+use crate::common::child::{self, Child};
 
 const THREADS: usize = 8;
 const STEPS: usize = 200;
@@ -187,7 +188,7 @@ impl SpanExporter for ChattyExporter {
     }
 }
 
-const SCENARIO_VAR: &str = "LENSTEST_CONCURRENCY_SCENARIO";
+const MODE_VAR: &str = "LENSTEST_CONCURRENCY_MODE";
 
 /// The exporter logs through the *global* `tracing` subscriber, which holds the lens layer,
 /// while spans are open on several threads; synchronous and batched. Nothing deadlocks (the
@@ -195,34 +196,16 @@ const SCENARIO_VAR: &str = "LENSTEST_CONCURRENCY_SCENARIO";
 /// events are not recorded, and the application's spans all arrive.
 #[test]
 fn an_exporter_that_logs_through_tracing_neither_deadlocks_nor_feeds_back() {
-    let name = "an_exporter_that_logs_through_tracing_neither_deadlocks_nor_feeds_back";
-    let Ok(mode) = std::env::var(SCENARIO_VAR) else {
+    if !child::is_child() {
         for mode in ["synchronous", "batch"] {
-            let mut child = Command::new(std::env::current_exe().unwrap())
-                .args([name, "--exact", "--test-threads=1"])
-                .env(SCENARIO_VAR, mode)
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            let start = Instant::now();
-            while child.try_wait().unwrap().is_none() {
-                if start.elapsed() > Duration::from_secs(60) {
-                    let _ = child.kill();
-                    panic!("{mode}: deadlocked");
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let out = child.wait_with_output().unwrap();
-            assert!(
-                out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
-                "{mode}: {}\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            Child::this_test()
+                .env(MODE_VAR, mode)
+                .timeout(Duration::from_secs(60))
+                .run_passing();
         }
         return;
-    };
+    }
+    let mode = std::env::var(MODE_VAR).unwrap();
     let exporter = ChattyExporter::default();
     let telemetry = Telemetry::builder(enabled())
         .span_exporter(exporter.clone())

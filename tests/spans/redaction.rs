@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-mod common;
+use crate::common;
 
 use nemo_lens::{DEFAULT_REDACT_KEYS, LensConfig, TelemetryBuilder};
 use serde_json::Value;

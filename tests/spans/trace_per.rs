@@ -3,20 +3,18 @@
 //! instead of one trace per rank that trace stores refuse. Real trainer processes write console
 //! JSONL files; the test reads them as a backend would.
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
+
+use crate::common::{child::Child, console};
 
 /// Runs one exporting trainer rank (3 steps, per-step groups) with `env`; returns its output
 /// and its span lines by name.
 fn trainer(dir: &Path, env: &[(&str, &str)]) -> (Output, HashMap<String, Vec<Value>>) {
-    let mut cmd = Command::new(common::example("trainer"));
-    common::clear_telemetry_env(&mut cmd);
-    let out = cmd
+    let out = Child::example("trainer")
         .env("NEMO_LENS_ENABLED", "1")
         .env("NEMO_LENS_EXPORTER", "console")
         .env("NEMO_LENS_EXPORT_STRATEGY", "all_ranks")
@@ -25,15 +23,10 @@ fn trainer(dir: &Path, env: &[(&str, &str)]) -> (Output, HashMap<String, Vec<Val
         .env("NEMO_LENS_CONSOLE_PATH", dir.join("rank{rank}.jsonl"))
         .envs(env.iter().copied())
         .args(["--steps", "3", "--step-ms", "0", "--checkpoint-every", "0"])
-        .output()
-        .unwrap();
+        .run();
     assert!(out.status.success(), "{out:?}");
     let mut spans: HashMap<String, Vec<Value>> = HashMap::new();
-    for line in std::fs::read_to_string(dir.join("rank0.jsonl"))
-        .unwrap()
-        .lines()
-    {
-        let v: Value = serde_json::from_str(line).unwrap();
+    for v in console::read(&dir.join("rank0.jsonl")) {
         if let Some(name) = v["name"].as_str() {
             spans.entry(name.to_string()).or_default().push(v);
         }

@@ -2,20 +2,20 @@
 //! (spec §2.7): IDs never zero, never repeated across threads, independent of how the generator
 //! was created, and re-seeded in a forked child.
 //!
-//! Several tests re-run this binary as a subprocess (selected with `LENSTEST_IDS_SCENARIO`) to get
-//! a fresh process: one compares the IDs of two identical processes, one checks a process in
-//! which no `ChaChaIdGenerator::new()` ever ran, and one runs four identically seeded ranks
-//! through the whole export pipeline at once.
+//! Several tests run in child processes of their own (`common::child`) to get a fresh process:
+//! one compares the IDs of two identical processes, one checks a process in which no
+//! `ChaChaIdGenerator::new()` ever ran, and one runs four identically seeded ranks through the
+//! whole export pipeline at once.
 
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
-use std::process::Command;
 
 use nemo_lens::ChaChaIdGenerator;
 use opentelemetry::trace::{SpanId, TraceId};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 
-const SCENARIO_VAR: &str = "LENSTEST_IDS_SCENARIO";
+use crate::common::child::{self, Child};
+use crate::common::console;
 
 fn span_u64(id: SpanId) -> u64 {
     u64::from_be_bytes(id.to_bytes())
@@ -89,28 +89,9 @@ fn identically_created_generators_draw_different_ids() {
     assert!(set_1.is_disjoint(&set_2), "{set_1:?} vs {set_2:?}");
 }
 
-/// Runs the one test `name` of this binary in a fresh process with `SCENARIO_VAR=scenario`
-/// and returns its stdout; fails unless that test ran and passed.
-fn run_self(name: &str, scenario: &str) -> String {
-    let exe = std::env::current_exe().expect("current_exe");
-    let output = Command::new(exe)
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(SCENARIO_VAR, scenario)
-        .output()
-        .expect("cannot re-run the test binary");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success() && stdout.contains("1 passed"),
-        "subprocess {name} ({scenario}) failed: {}\nstdout:\n{stdout}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
-}
-
 #[test]
 fn identical_processes_draw_different_ids() {
-    if std::env::var_os(SCENARIO_VAR).as_deref() == Some("print".as_ref()) {
+    if child::is_child() {
         // Subprocess: print the first IDs of a fresh process.
         let g = ChaChaIdGenerator::new();
         for _ in 0..8 {
@@ -119,16 +100,17 @@ fn identical_processes_draw_different_ids() {
         println!("LENSTEST_ID {:032x}", trace_u128(g.new_trace_id()));
         return;
     }
-    let ids = |stdout: String| -> Vec<String> {
-        stdout
+    let ids = || -> Vec<String> {
+        let out = Child::this_test().run_passing();
+        String::from_utf8_lossy(&out.stdout)
             .lines()
             // The harness may print its "test ... " prefix on the same line.
             .filter_map(|l| l.split_once("LENSTEST_ID ").map(|(_, id)| id.trim()))
             .map(str::to_string)
             .collect()
     };
-    let first = ids(run_self("identical_processes_draw_different_ids", "print"));
-    let second = ids(run_self("identical_processes_draw_different_ids", "print"));
+    let first = ids();
+    let second = ids();
     assert_eq!(first.len(), 9, "{first:?}");
     assert_eq!(second.len(), 9, "{second:?}");
     let a: HashSet<_> = first.iter().collect();
@@ -333,16 +315,11 @@ fn upstream_canary_sdk_random_id_generator_repeats_ids_after_fork() {
 /// have already called `new()`.
 #[test]
 fn default_constructed_generator_reseeds_after_fork() {
-    if std::env::var_os(SCENARIO_VAR).as_deref() == Some("default_fork".as_ref()) {
+    child::run_alone(|| {
         let generator = ChaChaIdGenerator::default();
         let (parent, child) = fork_and_draw(&generator);
         assert_child_reseeded(&parent, &child);
-        return;
-    }
-    run_self(
-        "default_constructed_generator_reseeds_after_fork",
-        "default_fork",
-    );
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -358,7 +335,7 @@ const OUT_VAR: &str = "LENSTEST_IDS_OUT";
 /// across ranks or within one.
 #[test]
 fn identically_seeded_ranks_export_disjoint_ids() {
-    if std::env::var_os(SCENARIO_VAR).as_deref() == Some("rank".as_ref()) {
+    if child::is_child() {
         use rand_chacha::ChaCha8Rng;
         use rand_core::{Rng, SeedableRng};
         use tracing_subscriber::prelude::*;
@@ -390,38 +367,26 @@ fn identically_seeded_ranks_export_disjoint_ids() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..RANKS)
         .map(|rank| {
-            Command::new(&exe)
-                .args([
-                    "identically_seeded_ranks_export_disjoint_ids",
-                    "--exact",
-                    "--test-threads=1",
-                ])
-                .env(SCENARIO_VAR, "rank")
+            Child::this_test()
                 .env(RANK_VAR, rank.to_string())
                 .env(OUT_VAR, dir.path().join(format!("rank{rank}.jsonl")))
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
                 .spawn()
-                .unwrap()
         })
         .collect();
     let mut span_ids = HashSet::new();
     let mut trace_ids_by_rank = Vec::new();
     for (rank, child) in children.into_iter().enumerate() {
-        let out = child.wait_with_output().unwrap();
+        let out = child.wait();
         assert!(
             out.status.success(),
             "rank {rank}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let text = std::fs::read_to_string(dir.path().join(format!("rank{rank}.jsonl"))).unwrap();
         let mut traces = HashSet::new();
         let mut lines = 0;
-        for line in text.lines() {
-            let span: serde_json::Value = serde_json::from_str(line).unwrap();
+        for span in console::read(&dir.path().join(format!("rank{rank}.jsonl"))) {
             let sid = span["context"]["span_id"].as_str().unwrap().to_string();
             assert!(span_ids.insert(sid.clone()), "span id {sid} repeated");
             traces.insert(span["context"]["trace_id"].as_str().unwrap().to_string());

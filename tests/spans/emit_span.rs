@@ -1,8 +1,9 @@
 //! `nemo_lens::emit`: backdated spans through a real SDK pipeline.
 //!
-//! Only `group_gate_decides_before_any_work` installs a telemetry (the span-group gate is per
-//! process), and only `end_before_start_is_clamped_tagged_and_warned_once` emits inverted
-//! spans (the warning is once per process).
+//! `group_gate_decides_before_any_work` runs in a process of its own (the span-group gate is per
+//! process, and other tests of this binary install telemetries), and only
+//! `end_before_start_is_clamped_tagged_and_warned_once` emits inverted spans (the warning is
+//! once per process).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
@@ -13,6 +14,8 @@ use nemo_lens::{LensConfig, LensError, semconv};
 use opentelemetry::trace::{TraceContextExt, Tracer, TracerProvider as _};
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
+
+use crate::common::child;
 
 fn pipeline() -> (SdkTracerProvider, SdkTracer, CollectingExporter) {
     let exporter = CollectingExporter::default();
@@ -29,6 +32,10 @@ fn attr(span: &opentelemetry_sdk::trace::SpanData, key: &str) -> Option<Value> {
 
 #[test]
 fn group_gate_decides_before_any_work() {
+    child::run_alone(group_gate_decides_before_any_work_in_a_fresh_process);
+}
+
+fn group_gate_decides_before_any_work_in_a_fresh_process() {
     let (_p, tracer, exporter) = pipeline();
     // No telemetry set up yet: every group is disabled, and a disabled group returns before
     // the (non-finite) times are even looked at.

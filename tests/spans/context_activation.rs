@@ -4,22 +4,18 @@
 
 use std::collections::HashMap;
 
-use nemo_lens::{LensConfig, LensSpanExt, Telemetry};
+use nemo_lens::{LensSpanExt, Telemetry};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{TraceContextExt, Tracer as _};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::InMemorySpanExporter;
 use tracing_subscriber::prelude::*;
 
+use crate::common::memory;
+
 fn telemetry(activate: bool, exporter: InMemorySpanExporter) -> Telemetry {
-    let config = LensConfig::default()
-        .with_enabled(true)
-        .with_export_strategy("all_ranks")
-        .with_metrics_enabled(false);
-    Telemetry::builder(config)
-        .install_globals(false)
+    memory::builder(&exporter)
         .context_activation(activate)
-        .span_exporter(exporter)
         .build()
         .unwrap()
 }

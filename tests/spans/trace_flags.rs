@@ -3,7 +3,7 @@
 //! the span contexts children and propagation see, and in the `traceparent` it sends; a trace
 //! continued from a parent without the flag keeps that parent's flags.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -128,7 +128,7 @@ fn log_records_in_a_console_file_carry_flags_3_as_pythons() {
         .expect("a log record line");
     assert_eq!(log["trace_flags"], 3, "{log}");
     // The same field and value as the Python fixture's log records.
-    let python = include_str!("fixtures/python-lens-logs-rank5.jsonl")
+    let python = include_str!("../fixtures/python-lens-logs-rank5.jsonl")
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
         .find(|v| v.get("body").is_some())

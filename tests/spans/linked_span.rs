@@ -4,7 +4,7 @@
 //! one: `propagation::create_linked_span` on the OpenTelemetry tracer, and a `tracing` span with
 //! `LensSpanExt::add_link` before it is entered.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -66,6 +66,7 @@ fn run(f: impl FnOnce(&Telemetry)) -> (Vec<SpanData>, Vec<Start>) {
 
 #[test]
 fn create_linked_span_links_at_start_parents_to_the_current_span_and_redacts() {
+    let _slot = crate::pp_carrier_slot();
     let (spans, starts) = run(|telemetry| {
         set_pp_trace_carrier(Some(carrier()));
         tracing::info_span!("microbatch").in_scope(|| {

@@ -3,6 +3,7 @@
 //! (Signals, the watchdog and the control file run in real processes: `tests/hang.rs`.)
 
 use std::path::Path;
+use std::time::Duration;
 
 use nemo_lens::{LensConfig, LensError, Telemetry};
 use serde_json::Value;
@@ -10,6 +11,9 @@ use tracing::Dispatch;
 use tracing::field::Empty;
 use tracing_core::Metadata;
 use tracing_subscriber::prelude::*;
+
+use crate::common::child;
+use crate::common::wait::wait_until;
 
 /// The console exporter's keys, in its order.
 const CONSOLE_KEYS: [&str; 11] = [
@@ -415,8 +419,6 @@ proptest::proptest! {
     }
 }
 
-const CHILD: &str = "NEMO_LENS_RECORDER_TEST_CHILD";
-
 fn proc_threads() -> Vec<String> {
     std::fs::read_dir("/proc/self/task")
         .unwrap()
@@ -441,23 +443,14 @@ fn proc_descriptors() -> Vec<String> {
 /// exporter thread, no network socket. Runs in a fresh child process (counts are per process).
 #[test]
 fn a_non_exporting_rank_with_the_recorder_gains_one_thread_and_a_socket_pair_only() {
-    let name = "a_non_exporting_rank_with_the_recorder_gains_one_thread_and_a_socket_pair_only";
-    if std::env::var_os(CHILD).is_none() {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([name, "--exact", "--test-threads=1"])
-            .env(CHILD, "1")
-            // No `nvidia-smi` probe (its reader thread is not the recorder's).
-            .env("CUDA_VISIBLE_DEVICES", "")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
-            "{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return;
-    }
+    // No `nvidia-smi` probe (its reader thread is not the recorder's).
+    child::run_in_child(
+        [("CUDA_VISIBLE_DEVICES", "")],
+        gains_one_thread_and_a_socket_pair,
+    );
+}
+
+fn gains_one_thread_and_a_socket_pair() {
     let dir = tempfile::tempdir().unwrap();
     let (threads, fds) = (proc_threads(), proc_descriptors());
     let t = non_exporting(16, dir.path());
@@ -473,16 +466,11 @@ fn a_non_exporting_rank_with_the_recorder_gains_one_thread_and_a_socket_pair_onl
         }
         new
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let mut added = new_threads(proc_threads());
-    while added != ["nemo-lens-recor"] && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(10));
-        added = new_threads(proc_threads());
-    }
-    assert_eq!(
-        added,
-        ["nemo-lens-recor"],
-        "one thread (comm is cut to 15 bytes)"
+    // One thread (comm is cut to 15 bytes).
+    wait_until(
+        Duration::from_secs(30),
+        "one new thread named nemo-lens-recor",
+        || new_threads(proc_threads()) == ["nemo-lens-recor"],
     );
     let new_fds: Vec<&String> = fds_after.iter().filter(|f| !fds.contains(f)).collect();
     assert_eq!(new_fds.len(), 2, "{new_fds:?}");

@@ -11,6 +11,8 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use tracing_subscriber::prelude::*;
 
+use crate::common::child;
+
 fn exporting() -> LensConfig {
     LensConfig::default()
         .with_enabled(true)
@@ -37,8 +39,14 @@ fn record(telemetry: &Telemetry, prefix: &'static str) {
     });
 }
 
+/// Runs in a process of its own: it checks that the process-wide slots are untouched, which the
+/// other tests of this binary fill.
 #[test]
 fn two_telemetries_without_globals_live_side_by_side() {
+    child::run_alone(two_telemetries_side_by_side);
+}
+
+fn two_telemetries_side_by_side() {
     let (a, b) = (
         InMemorySpanExporter::default(),
         InMemorySpanExporter::default(),

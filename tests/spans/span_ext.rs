@@ -2,7 +2,7 @@
 //! `OpenTelemetrySpanExt` on spans of the real lens layer, exported through the lens pipeline
 //! into an in-memory exporter.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

@@ -173,6 +173,7 @@ fn a_pipeline_stage_links_to_the_remote_step_instead_of_becoming_its_child() {
 #[test]
 fn the_pp_carrier_slot_hands_the_step_to_deep_code_on_any_thread() {
     use nemo_lens::propagation::{get_pp_trace_carrier, set_pp_trace_carrier};
+    let _slot = crate::pp_carrier_slot();
     let capture = SpanCapture::new();
     let payload = encode_carrier(&HashMap::from([(
         "traceparent".to_string(),
