@@ -12,7 +12,7 @@ use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::metrics::InMemoryMetricExporter;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, Metric, MetricData, ResourceMetrics};
 
-mod common;
+use crate::common;
 use common::metrics::{exporting, metric};
 
 /// The last (cumulative) batch after a flush.

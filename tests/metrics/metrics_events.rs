@@ -11,8 +11,8 @@ use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use tracing::Level;
 use tracing_subscriber::prelude::*;
 
-mod common;
-use common::metrics::{collect, exporting, metric};
+use crate::common::child::{self, Child};
+use crate::common::metrics::{collect, exporting, metric};
 
 fn attrs<'a>(it: impl Iterator<Item = &'a KeyValue>) -> Vec<(String, Value)> {
     let mut v: Vec<(String, Value)> = it
@@ -162,14 +162,12 @@ fn the_layer_is_inert_where_no_metrics_are_exported() {
     assert!(metrics_off.meter_provider().is_none());
 }
 
-const CHILD_ENV: &str = "NEMO_LENS_TEST_EVENTS_CHILD";
-
 /// Misuse found inside the layer cannot go through `tracing` (it drops events emitted while an
 /// event is being dispatched), so it is written to stderr, once per field. The test re-runs
 /// itself as a child process and reads the child's real stderr.
 #[test]
 fn non_numeric_and_out_of_range_values_are_skipped_with_one_warning_each() {
-    if std::env::var_os(CHILD_ENV).is_some() {
+    if child::is_child() {
         let (t, exporter) = exporting();
         let subscriber = tracing_subscriber::registry().with(t.metrics_layer());
         tracing::subscriber::with_default(subscriber, || {
@@ -192,16 +190,7 @@ fn non_numeric_and_out_of_range_values_are_skipped_with_one_warning_each() {
         println!("EXPORTED {names:?}");
         std::process::exit(0);
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "non_numeric_and_out_of_range_values_are_skipped_with_one_warning_each",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, "1")
-        .output()
-        .unwrap();
+    let out = Child::this_test().run();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "child failed: {stdout}\n{stderr}");

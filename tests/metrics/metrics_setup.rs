@@ -3,10 +3,15 @@
 //! Tokio runtime, bounded shutdown, and nothing at all on ranks that do not export.
 //!
 //! Building an exporting handle replaces the process's global meter provider, so the tests of
-//! this file that build one take `SERIAL` first.
+//! this file that build one take `SERIAL` first; the two that read process-wide state (the
+//! global meter provider, the process's threads) run in a process of their own, away from the
+//! other modules of this binary.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use crate::common::child;
+use crate::common::wait::{wait_for, wait_until};
 
 use nemo_lens::{ExporterKind, LensConfig, LensError, Telemetry};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader};
@@ -118,6 +123,10 @@ fn a_malformed_interval_is_a_typed_error_on_the_exporting_rank() {
 
 #[test]
 fn the_meter_provider_is_global_and_exports_on_its_interval() {
+    child::run_alone(the_meter_provider_is_global);
+}
+
+fn the_meter_provider_is_global() {
     let _s = serial();
     let dir = tempfile::tempdir().unwrap();
     let template = dir.path().join("m-{rank}.jsonl");
@@ -134,18 +143,12 @@ fn the_meter_provider_is_global_and_exports_on_its_interval() {
 
     // No flush, no shutdown: the periodic reader writes on its own (bound: must not hang).
     let path = dir.path().join("m-0.jsonl");
-    let start = Instant::now();
-    let line = loop {
+    let line = wait_for(Duration::from_secs(60), "a periodic export", || {
         let text = std::fs::read_to_string(&path).unwrap_or_default();
-        if let Some(line) = text.lines().find(|l| l.contains("library.calls")) {
-            break line.to_owned();
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "no periodic export"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+        text.lines()
+            .find(|l| l.contains("library.calls"))
+            .map(str::to_owned)
+    });
     let v: serde_json::Value = serde_json::from_str(&line).unwrap();
     let scope = &v["resource_metrics"][0]["scope_metrics"][0];
     assert_eq!(scope["scope"]["name"], "some.library");
@@ -210,16 +213,17 @@ fn spawned_threads() -> usize {
 
 #[test]
 fn ranks_that_do_not_export_metrics_build_no_provider_and_start_no_thread() {
+    child::run_alone(no_provider_and_no_thread);
+}
+
+fn no_provider_and_no_thread() {
     let _s = serial();
     // Readers of earlier tests (all shut down under `SERIAL`) may still be exiting.
-    let start = Instant::now();
-    while spawned_threads() > 0 {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "a reader thread outlived its shutdown"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(
+        Duration::from_secs(30),
+        "the reader threads of shut-down providers to exit",
+        || spawned_threads() == 0,
+    );
     let non_exporting = console(None).with_export_strategy("single_rank");
     let metrics_off = console(None).with_metrics_enabled(false);
     let cases = [
