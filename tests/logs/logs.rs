@@ -3,19 +3,15 @@
 
 use std::time::Duration;
 
-use nemo_lens::{ExporterKind, LensConfig, Telemetry};
+use nemo_lens::{LensConfig, Telemetry};
 use serde_json::Value;
 use tracing_subscriber::prelude::*;
 
+use crate::common::console;
+
+/// The console file of `dir`, logs on, exported by the rank the strategy picks (single_rank).
 fn console_config(dir: &tempfile::TempDir) -> LensConfig {
-    LensConfig::default()
-        .with_enabled(true)
-        .with_logs_enabled(true)
-        .with_metrics_enabled(false)
-        .with_exporter(ExporterKind::Console)
-        .with_console_path(Some(
-            dir.path().join("rank{rank}.jsonl").display().to_string(),
-        ))
+    console::config(dir.path()).with_export_strategy("single_rank")
 }
 
 /// Runs `body` under a console-exporting telemetry on rank 2 of 4 (exporting with
@@ -41,21 +37,11 @@ fn run(config: LensConfig, dir: &tempfile::TempDir, body: impl FnOnce()) -> Vec<
         body();
     }
     telemetry.shutdown(Duration::from_secs(10)).unwrap();
-    let text = std::fs::read_to_string(dir.path().join("rank2.jsonl")).unwrap();
-    text.lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect()
+    console::lines(dir.path(), 2)
 }
 
 fn logs(lines: &[Value]) -> Vec<&Value> {
-    lines.iter().filter(|l| l.get("body").is_some()).collect()
-}
-
-fn spans(lines: &[Value]) -> Vec<&Value> {
-    lines
-        .iter()
-        .filter(|l| l.get("context").is_some())
-        .collect()
+    lines.iter().filter(|l| console::is_log_record(l)).collect()
 }
 
 #[test]
@@ -98,8 +84,8 @@ fn records_have_the_python_layout_and_the_span_ids() {
     assert_eq!(warn["severity_text"], "WARN");
     assert_eq!(warn["attributes"]["loss"], 7.5);
     assert_eq!(warn["attributes"]["retries"], 2);
-    // The module path, under Python's `code.function.name` (see tests/log_records.rs).
-    assert_eq!(warn["attributes"]["code.function.name"], "logs");
+    // The module path, under Python's `code.function.name` (see log_records.rs).
+    assert_eq!(warn["attributes"]["code.function.name"], "logs::logs");
     assert_eq!(warn["event_name"], "");
     assert_eq!(warn["trace_flags"], 3); // sampled + W3C random, as Python
     assert_eq!(warn["resource"]["attributes"]["dl.rank"], 2);
@@ -108,10 +94,7 @@ fn records_have_the_python_layout_and_the_span_ids() {
         ts.ends_with('Z') && ts.len() == "2026-11-29T23:59:01.123456Z".len(),
         "{ts}"
     );
-    let step = spans(&lines)
-        .into_iter()
-        .find(|s| s["name"] == "train_step")
-        .expect("step span");
+    let step = console::named(&lines, "train_step");
     assert_eq!(warn["trace_id"], step["context"]["trace_id"]);
     assert_eq!(warn["span_id"], step["context"]["span_id"]);
 

@@ -8,19 +8,18 @@
 //! a real process writing console JSONL to a file (build the examples first when running this
 //! file alone: `cargo build --examples --all-features`).
 
-use std::process::Command;
 use std::time::Duration;
 
-use common::console::{self, keys};
 use nemo_lens::Telemetry;
 use serde_json::Value;
 use tracing_subscriber::prelude::*;
 
-mod common;
+use crate::common::child::Child;
+use crate::common::console::{self, keys};
 
 /// The log records of the Python fixture, by body.
 fn python_record(body: &str) -> Value {
-    include_str!("fixtures/python-lens-logs-rank5.jsonl")
+    include_str!("../fixtures/python-lens-logs-rank5.jsonl")
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .find(|l| l["body"] == body)
@@ -31,16 +30,14 @@ fn python_record(body: &str) -> Value {
 fn records_in(dir: &std::path::Path) -> Vec<Value> {
     console::lines(dir, 0)
         .into_iter()
-        .filter(|l| l.get("body").is_some())
+        .filter(console::is_log_record)
         .collect()
 }
 
 /// The log records `failing_step` writes.
 fn failing_step_records() -> Vec<Value> {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(common::example("failing_step"));
-    common::clear_telemetry_env(&mut cmd);
-    let status = cmd
+    let status = Child::example("failing_step")
         .envs([
             ("NEMO_LENS_ENABLED", "1"),
             ("NEMO_LENS_EXPORTER", "console"),
@@ -51,8 +48,8 @@ fn failing_step_records() -> Vec<Value> {
             "NEMO_LENS_CONSOLE_PATH",
             dir.path().join("rank{rank}.jsonl"),
         )
-        .status()
-        .unwrap();
+        .run()
+        .status;
     assert!(status.success(), "{status}");
     records_in(dir.path())
 }
@@ -66,7 +63,7 @@ fn record<'a>(records: &'a [Value], body: &str) -> &'a Value {
 
 /// The line of `body`'s call in `examples/failing_step.rs`.
 fn line_of(body: &str) -> u64 {
-    let source = include_str!("../examples/failing_step.rs");
+    let source = include_str!("../../examples/failing_step.rs");
     let index = source
         .lines()
         .position(|l| l.contains(&format!("\"{body}\"")) && l.contains("tracing::"))
@@ -166,8 +163,11 @@ fn fields_named_like_the_old_code_attributes_are_the_users_own() {
     );
     assert_eq!(r["attributes"]["code.lineno"], 5);
     assert_eq!(r["attributes"]["code.filename"], "mine.py");
-    assert_eq!(r["attributes"]["code.function.name"], "log_records");
-    assert_eq!(r["attributes"]["code.file.path"], "tests/log_records.rs");
+    assert_eq!(r["attributes"]["code.function.name"], "logs::log_records");
+    assert_eq!(
+        r["attributes"]["code.file.path"],
+        "tests/logs/log_records.rs"
+    );
 }
 
 #[test]
@@ -180,8 +180,11 @@ fn log_crate_records_carry_their_own_location_and_no_event_name() {
     });
     let r = record(&records, "from the log crate");
     assert_eq!(r["event_name"], "");
-    assert_eq!(r["attributes"]["code.file.path"], "tests/log_records.rs");
-    assert_eq!(r["attributes"]["code.function.name"], "log_records");
+    assert_eq!(
+        r["attributes"]["code.file.path"],
+        "tests/logs/log_records.rs"
+    );
+    assert_eq!(r["attributes"]["code.function.name"], "logs::log_records");
     assert!(r["attributes"]["code.line.number"].is_u64(), "{r}");
     assert!(r["attributes"].get("code.lineno").is_none(), "{r}");
 }

@@ -9,18 +9,16 @@
 //! on `RUST_BACKTRACE`, which is read once per process. Build the examples first when running
 //! this file alone (`cargo build --examples --all-features`).
 
-use std::path::Path;
-use std::process::{Command, ExitStatus};
+use std::process::ExitStatus;
 
 use serde_json::Value;
 
-mod common;
-
-use common::console::keys;
+use crate::common::child::Child;
+use crate::common::console::{self, keys, named as span};
 
 /// The exception event of Python's `bad_step` span, and that span.
 fn python_exception() -> (Value, Value) {
-    let text = include_str!("fixtures/python-lens-rank3.jsonl");
+    let text = include_str!("../fixtures/python-lens-rank3.jsonl");
     let span: Value = text
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
@@ -42,14 +40,13 @@ enum Backtrace {
 /// Runs `failing_step` (with `args`) and returns its exit status and its spans by name.
 fn run(backtrace: Backtrace, args: &[&str]) -> (ExitStatus, Vec<Value>) {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(common::example("failing_step"));
-    common::clear_telemetry_env(&mut cmd);
-    cmd.env_remove("RUST_BACKTRACE")
+    let mut child = Child::example("failing_step")
+        .env_remove("RUST_BACKTRACE")
         .env_remove("RUST_LIB_BACKTRACE");
     if let Backtrace::Set(value) = backtrace {
-        cmd.env("RUST_BACKTRACE", value);
+        child = child.env("RUST_BACKTRACE", value);
     }
-    let out = cmd
+    let out = child
         .envs([
             ("NEMO_LENS_ENABLED", "1"),
             ("NEMO_LENS_EXPORTER", "console"),
@@ -60,24 +57,8 @@ fn run(backtrace: Backtrace, args: &[&str]) -> (ExitStatus, Vec<Value>) {
             dir.path().join("rank{rank}.jsonl"),
         )
         .args(args)
-        .output()
-        .unwrap();
-    (out.status, spans_in(&dir.path().join("rank0.jsonl")))
-}
-
-fn spans_in(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    text.lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .filter(|l| l.get("context").is_some())
-        .collect()
-}
-
-fn span<'a>(spans: &'a [Value], name: &str) -> &'a Value {
-    spans
-        .iter()
-        .find(|s| s["name"] == name)
-        .unwrap_or_else(|| panic!("no span {name} in {spans:#?}"))
+        .run();
+    (out.status, console::spans(console::lines(dir.path(), 0)))
 }
 
 /// The `exception` events of `span`.

@@ -2,8 +2,9 @@
 //! their failures through `tracing` (and `log`), and none of those records comes back into the
 //! log pipeline, while the application's own records do.
 //!
-//! One test in its own binary: it installs the process-wide `log` → `tracing` forwarder and sets
-//! the OTLP endpoint in the process environment, as a user's program would.
+//! The test runs in a process of its own (`common::child`): it installs the process-wide `log` →
+//! `tracing` forwarder and global subscriber, and sets the OTLP endpoint in the process
+//! environment, as a user's program would.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -13,6 +14,8 @@ use nemo_lens::{ExporterKind, LensConfig, Telemetry};
 use opentelemetry_sdk::logs::InMemoryLogExporter;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::prelude::*;
+
+use crate::common::child;
 
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
@@ -36,13 +39,18 @@ impl<'a> MakeWriter<'a> for Captured {
 
 #[test]
 fn collector_down_errors_go_to_fmt_never_into_the_log_pipeline() {
+    child::run_alone(collector_down);
+}
+
+fn collector_down() {
     // Nothing listens on this port.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    // SAFETY: the only test of this binary, before any thread of ours reads the environment.
+    // SAFETY: the only test of this child process, before any thread of ours reads the
+    // environment.
     unsafe {
         std::env::set_var(
             "OTEL_EXPORTER_OTLP_ENDPOINT",
