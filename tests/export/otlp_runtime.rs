@@ -2,16 +2,16 @@
 //! called from inside the application's runtime (current-thread and multi-thread) neither panic
 //! ("no reactor running", "cannot drop a runtime") nor deadlock, and the spans arrive.
 //!
-//! One test in its own binary: the OTLP endpoint is given through the process environment, as a
-//! user would.
-
-mod common;
+//! Runs in a process of its own (`common::child`): the OTLP endpoint is given through the
+//! process environment, as a user would.
 
 use std::time::Duration;
 
-use common::collector::{Collector, items};
 use nemo_lens::{LensConfig, Telemetry};
 use tracing_subscriber::prelude::*;
+
+use crate::common::child;
+use crate::common::collector::{self, Collector};
 
 fn traced_work(name: &'static str) {
     let telemetry = Telemetry::builder(LensConfig::from_env().unwrap())
@@ -29,8 +29,12 @@ fn traced_work(name: &'static str) {
 
 #[test]
 fn grpc_inside_the_applications_runtime() {
+    child::run_alone(inside_the_runtime);
+}
+
+fn inside_the_runtime() {
     let collector = Collector::start();
-    // SAFETY: the only test of this binary; set before any thread reads the environment.
+    // SAFETY: the only test of this child process; set before any thread reads the environment.
     unsafe {
         std::env::set_var("NEMO_LENS_ENABLED", "1");
         std::env::set_var("NEMO_LENS_EXPORTER", "otlp");
@@ -61,9 +65,9 @@ fn grpc_inside_the_applications_runtime() {
         .recv_timeout(Duration::from_secs(60))
         .expect("setup/shutdown inside a Tokio runtime deadlocked");
     let out = collector.wait_for("both spans", Duration::from_secs(30), |o| {
-        items(o, "Span #").len() >= 2
+        collector::spans(o).len() >= 2
     });
-    let runtimes: Vec<String> = items(&out, "Span #")
+    let runtimes: Vec<String> = collector::spans(&out)
         .iter()
         .filter_map(|s| s.attr("runtime"))
         .collect();

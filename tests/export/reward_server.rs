@@ -3,69 +3,46 @@
 //! to one real collector (rotel) over OTLP, and the server's `reward` spans are children of the
 //! trainer's `train_step` spans, in the trainer's trace.
 
-mod common;
-
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::collector::{Collector, items};
+use crate::common::child::Child;
+use crate::common::collector::{self, Collector, count_named};
 
-fn base(cmd: &mut Command, collector: &Collector, service: &str) {
-    common::clear_telemetry_env(cmd);
-    cmd.envs([
-        ("NEMO_LENS_ENABLED", "1"),
-        ("NEMO_LENS_EXPORTER", "otlp"),
-        ("NEMO_LENS_EXPORT_STRATEGY", "all_ranks"),
-        ("NEMO_LENS_SPAN_GROUPS", "per_step"),
-        ("NEMO_LENS_METRICS_ENABLED", "0"),
-        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
-        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-        ("OTEL_SERVICE_NAME", service),
-    ])
-    .env("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint("grpc"));
-}
-
-/// The server process, killed if the test fails before it stops it.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// An example exporting to `collector` over gRPC as `service`.
+fn base(example: &str, collector: &Collector, service: &str) -> Child {
+    Child::example(example)
+        .envs([
+            ("NEMO_LENS_ENABLED", "1"),
+            ("NEMO_LENS_EXPORTER", "otlp"),
+            ("NEMO_LENS_EXPORT_STRATEGY", "all_ranks"),
+            ("NEMO_LENS_SPAN_GROUPS", "per_step"),
+            ("NEMO_LENS_METRICS_ENABLED", "0"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+            ("OTEL_SERVICE_NAME", service),
+        ])
+        .envs(collector.otlp_env("grpc"))
 }
 
 #[test]
 fn the_reward_servers_span_is_a_child_of_the_trainers_step() {
     let collector = Collector::start();
-    let mut server = Command::new(common::example("reward_server"));
-    base(&mut server, &collector, "reward");
-    let mut server = KillOnDrop(
-        server
-            .args(["--listen", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    );
-    let mut first_line = String::new();
-    BufReader::new(server.0.stdout.take().unwrap())
-        .read_line(&mut first_line)
-        .unwrap();
+    // Killed if the test fails before it stops it.
+    let mut server = base("reward_server", &collector, "reward")
+        .args(["--listen", "127.0.0.1:0"])
+        .spawn();
+    server.wait_for_output("its address", |stdout, _| stdout.contains('\n'));
+    let stdout = server.stdout();
+    let first_line = stdout.lines().next().unwrap();
     let addr = first_line
         .trim()
         .strip_prefix("listening on ")
         .unwrap_or_else(|| panic!("unexpected first line {first_line:?}"))
         .to_string();
 
-    let mut trainer = Command::new(common::example("trainer"));
-    base(&mut trainer, &collector, "trainer");
-    let out = trainer
+    let out = base("trainer", &collector, "trainer")
         .args(["--steps", "3", "--step-ms", "1", "--checkpoint-every", "0"])
         .args(["--reward-url", &format!("http://{addr}/reward")])
-        .output()
-        .unwrap();
+        .run();
     assert!(
         out.status.success(),
         "trainer: {}",
@@ -73,12 +50,8 @@ fn the_reward_servers_span_is_a_child_of_the_trainers_step() {
     );
 
     // The server flushes on SIGTERM, then dies by the signal.
-    // SAFETY: `kill` on our own child's pid.
-    assert_eq!(
-        unsafe { libc::kill(server.0.id() as i32, libc::SIGTERM) },
-        0
-    );
-    let status = server.0.wait().unwrap();
+    server.signal(libc::SIGTERM);
+    let status = server.wait().status;
     assert_eq!(
         std::os::unix::process::ExitStatusExt::signal(&status),
         Some(libc::SIGTERM),
@@ -89,17 +62,11 @@ fn the_reward_servers_span_is_a_child_of_the_trainers_step() {
         "3 train_step and 3 reward spans",
         Duration::from_secs(30),
         |text| {
-            let spans = items(text, "Span #");
-            let count = |name: &str| {
-                spans
-                    .iter()
-                    .filter(|s| s.field("Name").as_deref() == Some(name))
-                    .count()
-            };
-            count("train_step") == 3 && count("reward") == 3
+            let spans = collector::spans(text);
+            count_named(&spans, "train_step") == 3 && count_named(&spans, "reward") == 3
         },
     );
-    let spans = items(&output, "Span #");
+    let spans = collector::spans(&output);
     let steps: Vec<_> = spans
         .iter()
         .filter(|s| s.field("Name").as_deref() == Some("train_step"))

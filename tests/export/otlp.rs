@@ -7,16 +7,14 @@
 //! shuts down. The test then reads what the collector printed: spans (with the truncated ones),
 //! metrics and log records, each with the rank's resource.
 
-mod common;
-
 use std::time::Duration;
 
-use common::child::{self, Child};
-use common::collector::{Collector, Item, items};
+use crate::common::child::{self, Child};
+use crate::common::collector::{self, Collector, items, named as span};
 
 /// The child: a user's program, configured from the environment only.
 fn child() {
-    let (telemetry, _guard) = common::child::telemetry_from_env();
+    let (telemetry, _guard) = child::telemetry_from_env();
     let train = tracing::info_span!("train", dl.model = "gpt-test");
     let _train = train.enter();
     tracing::info_span!("train_step", dl.step = 7_i64, loss = 0.5_f64).in_scope(|| {
@@ -66,13 +64,6 @@ fn base_env(service: &str) -> Vec<(&'static str, String)> {
     ]
 }
 
-fn span<'a>(spans: &'a [Item], name: &str) -> &'a Item {
-    spans
-        .iter()
-        .find(|s| s.field("Name").as_deref() == Some(name))
-        .unwrap_or_else(|| panic!("no span {name} among {spans:#?}"))
-}
-
 /// Checks what one child sent: spans with resource, attributes, parents and the truncated span;
 /// log records with severity, body, attributes and the step's trace/span ids.
 /// `histogram_points`: whether to check the histogram's data points. rotel 0.0.1a15 does not
@@ -83,12 +74,12 @@ fn check_delivery(collector: &Collector, service: &str, histogram_points: bool) 
         "3 spans, 2 log records and 2 metrics",
         Duration::from_secs(30),
         |o| {
-            items(o, "Span #").len() >= 3
+            collector::spans(o).len() >= 3
                 && items(o, "LogRecord #").len() >= 2
                 && items(o, "Metric #").len() >= 2
         },
     );
-    let spans = items(&out, "Span #");
+    let spans = collector::spans(&out);
     assert_eq!(spans.len(), 3, "{spans:#?}");
     let train = span(&spans, "train");
     let step = span(&spans, "train_step");
@@ -177,8 +168,7 @@ fn run_protocol(protocol: &str) {
     let collector = Collector::start();
     let service = format!("otlp-{}", protocol.replace('/', "-"));
     let mut env = base_env(&service);
-    env.push(("OTEL_EXPORTER_OTLP_PROTOCOL", protocol.into()));
-    env.push(("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint(protocol)));
+    env.extend(collector.otlp_env(protocol));
     run_child(&env);
     check_delivery(&collector, &service, protocol != "http/json");
 }

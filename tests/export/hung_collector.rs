@@ -2,23 +2,29 @@
 //! over HTTP with metrics on: `force_flush` returns within the export timeout, and every span
 //! that ends before, during or after a shutdown is counted (none can be delivered).
 //!
-//! One test in its own binary: the OTLP endpoint goes through the process environment, as a
-//! user's job script would set it.
-
-mod common;
+//! Runs in a process of its own (`common::child`): the OTLP endpoint goes through the process
+//! environment, as a user's job script would set it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::hung::HungCollector;
-use nemo_lens::{ExporterKind, LensConfig, Telemetry};
+use nemo_lens::Telemetry;
 use tracing_subscriber::prelude::*;
+
+use crate::common::child;
+use crate::common::collector::otlp_config;
+use crate::common::hung::HungCollector;
+use crate::common::wait::wait_until;
 
 #[test]
 fn flush_is_bounded_and_spans_ending_during_shutdown_are_counted() {
+    child::run_alone(bounded_flush_and_counted_spans);
+}
+
+fn bounded_flush_and_counted_spans() {
     let collector = HungCollector::start();
-    // SAFETY: the only test of this binary; set before anything reads the environment.
+    // SAFETY: the only test of this child process; set before anything reads the environment.
     unsafe {
         std::env::set_var("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf");
         std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint());
@@ -28,13 +34,7 @@ fn flush_is_bounded_and_spans_ending_during_shutdown_are_counted() {
         std::env::set_var("OTEL_BLRP_EXPORT_TIMEOUT", "1000");
         std::env::set_var("OTEL_BSP_SCHEDULE_DELAY", "100");
     }
-    let telemetry = Telemetry::builder(
-        LensConfig::default()
-            .with_enabled(true)
-            .with_exporter(ExporterKind::Otlp),
-    )
-    .build()
-    .unwrap();
+    let telemetry = Telemetry::builder(otlp_config()).build().unwrap();
     let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(telemetry.layer()));
     let produced = Arc::new(AtomicU64::new(0));
     let emit = |n: u64| {
@@ -69,12 +69,22 @@ fn flush_is_bounded_and_spans_ending_during_shutdown_are_counted() {
             })
         })
     };
-    std::thread::sleep(Duration::from_millis(200));
+    let before = produced.load(Ordering::SeqCst);
+    wait_until(
+        Duration::from_secs(30),
+        "the training thread's spans before the shutdown",
+        || produced.load(Ordering::SeqCst) > before + 100,
+    );
     let started = Instant::now();
     let _ = telemetry.shutdown(Duration::from_secs(2));
     let took = started.elapsed();
     assert!(took < Duration::from_secs(7), "shutdown took {took:?}");
-    std::thread::sleep(Duration::from_millis(200));
+    let after = produced.load(Ordering::SeqCst);
+    wait_until(
+        Duration::from_secs(30),
+        "the training thread's spans after the shutdown",
+        || produced.load(Ordering::SeqCst) > after + 100,
+    );
     stop.store(true, Ordering::SeqCst);
     producer.join().unwrap();
 

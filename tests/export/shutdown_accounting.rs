@@ -7,23 +7,19 @@
 //! * `OTEL_BSP_EXPORT_TIMEOUT` holds over HTTP: the blocking client does not hold the worker
 //!   for its own (here 30 s) timeout, so every batch gets its attempt.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-mod common;
-
-use common::hung::HungCollector;
+use crate::common::child::Child;
+use crate::common::hung::HungCollector;
+use crate::common::wait::wait_until;
 
 /// Generous bound for "did not hang".
 const NEVER_HANGS: Duration = Duration::from_secs(90);
 
-fn trainer(collector: &HungCollector, protocol: &str) -> Command {
-    let mut cmd = Command::new(common::example("trainer"));
-    common::clear_telemetry_env(&mut cmd);
-    cmd.env("NEMO_LENS_ENABLED", "1")
+fn trainer(collector: &HungCollector, protocol: &str) -> Child {
+    Child::example("trainer")
+        .env("NEMO_LENS_ENABLED", "1")
         .env("NEMO_LENS_EXPORTER", "otlp")
         .env("NEMO_LENS_METRICS_ENABLED", "0")
         .env("NEMO_LENS_SPAN_GROUPS", "per_step")
@@ -32,60 +28,15 @@ fn trainer(collector: &HungCollector, protocol: &str) -> Command {
         // The client's own timeout is long: only nemo-lens's export timeout can cut it.
         .env("OTEL_EXPORTER_OTLP_TIMEOUT", "30000")
         .env("RUST_LOG", "trainer=debug")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    cmd
+        .timeout(NEVER_HANGS)
 }
 
-/// Reads the child's stderr lines on a thread (so it never blocks on a full pipe).
-fn stderr_lines(child: &mut Child) -> (mpsc::Receiver<String>, std::thread::JoinHandle<()>) {
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            let _ = tx.send(line);
-        }
-    });
-    (rx, reader)
-}
-
-fn wait_for_steps(child: &mut Child, rx: &mpsc::Receiver<String>, steps: usize) -> Vec<String> {
-    let mut seen = 0;
-    let mut lines = Vec::new();
-    while seen < steps {
-        match rx.recv_timeout(NEVER_HANGS) {
-            Ok(line) => {
-                seen += usize::from(line.contains("step finished"));
-                lines.push(line);
-            }
-            Err(e) => {
-                let _ = child.kill();
-                panic!("the trainer logged {seen} steps, then {e:?}: {lines:?}");
-            }
-        }
-    }
-    lines
-}
-
-fn wait_exit(child: &mut Child) -> ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if start.elapsed() > NEVER_HANGS {
-            let _ = child.kill();
-            panic!("the trainer did not exit within {NEVER_HANGS:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn signal(child: &Child, signal: libc::c_int) {
-    // SAFETY: signals our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, signal) }, 0);
+/// The steps the trainer logged as finished.
+fn finished_steps(stderr: &str) -> usize {
+    stderr
+        .lines()
+        .filter(|l| l.contains("step finished"))
+        .count()
 }
 
 /// The spans the trainer reported as dropped on stderr (`nemo-lens: dropped N spans, …`).
@@ -108,16 +59,12 @@ fn run_sigterm_while_main_finishes(protocol: &str) {
             "--checkpoint-every",
             "0",
         ])
-        .spawn()
-        .unwrap();
-    let (rx, reader) = stderr_lines(&mut child);
-    let mut lines = wait_for_steps(&mut child, &rx, 3);
-    signal(&child, libc::SIGTERM);
-    let status = wait_exit(&mut child);
-    reader.join().unwrap();
-    lines.extend(rx.try_iter());
-    let stderr = lines.join("\n");
-    let steps = lines.iter().filter(|l| l.contains("step finished")).count();
+        .spawn();
+    child.wait_for_output("3 finished steps", |_, stderr| finished_steps(stderr) >= 3);
+    child.signal(libc::SIGTERM);
+    let out = child.wait();
+    let (status, stderr) = (out.status, String::from_utf8_lossy(&out.stderr));
+    let steps = finished_steps(&stderr);
     assert!(steps > 3, "training went on during the flush: {stderr}");
     // The signal decides the exit status, even though `main` returned meanwhile.
     assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}\n{stderr}");
@@ -139,14 +86,10 @@ fn sigterm_while_main_finishes_over_grpc_waits_for_the_flush_and_dies_by_the_sig
 #[test]
 fn a_panic_at_step_one_with_a_hung_http_collector_reports_its_loss() {
     let collector = HungCollector::start();
-    let mut child = trainer(&collector, "http/protobuf")
+    let out = trainer(&collector, "http/protobuf")
         .args(["--steps", "5", "--step-ms", "1", "--panic-at", "1"])
-        .spawn()
-        .unwrap();
-    let (rx, reader) = stderr_lines(&mut child);
-    let status = wait_exit(&mut child);
-    reader.join().unwrap();
-    let stderr = rx.try_iter().collect::<Vec<_>>().join("\n");
+        .run();
+    let (status, stderr) = (out.status, String::from_utf8_lossy(&out.stderr));
     assert_eq!(status.code(), Some(101), "{stderr}");
     assert!(stderr.contains("simulated failure in step 1"), "{stderr}");
     // forward_backward of step 1, and train_step and train truncated: three spans, all stuck
@@ -158,31 +101,23 @@ fn a_panic_at_step_one_with_a_hung_http_collector_reports_its_loss() {
 #[test]
 fn the_export_timeout_holds_over_http_so_each_batch_gets_its_attempt() {
     let collector = HungCollector::start();
-    let mut child = trainer(&collector, "http/protobuf")
+    let child = trainer(&collector, "http/protobuf")
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")
         .env("OTEL_BSP_EXPORT_TIMEOUT", "300")
         .args(["--steps", "0", "--step-ms", "10", "--checkpoint-every", "0"])
-        .spawn()
-        .unwrap();
-    let (rx, reader) = stderr_lines(&mut child);
+        .spawn();
     // With the worker held by the first export for the client's 30 s, the collector would see
     // one attempt in that time; with the 300 ms export timeout enforced, a batch is tried
-    // (and counted when it times out) every few hundred milliseconds.
-    let start = Instant::now();
-    while collector.connections() < 3 {
-        if start.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!(
-                "{} export attempts in 20 s: the worker is held by a hung export",
-                collector.connections()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    signal(&child, libc::SIGTERM);
-    let status = wait_exit(&mut child);
-    reader.join().unwrap();
-    let stderr = rx.try_iter().collect::<Vec<_>>().join("\n");
+    // (and counted when it times out) every few hundred milliseconds. (A failure drops, and
+    // so kills, the trainer.)
+    wait_until(
+        Duration::from_secs(20),
+        "3 export attempts (fewer: the worker is held by a hung export)",
+        || collector.connections() >= 3,
+    );
+    child.signal(libc::SIGTERM);
+    let out = child.wait();
+    let (status, stderr) = (out.status, String::from_utf8_lossy(&out.stderr));
     assert_eq!(status.signal(), Some(libc::SIGTERM), "{stderr}");
     let dropped = reported_dropped_spans(&stderr).unwrap_or_else(|| panic!("{stderr}"));
     assert!(dropped > 0, "{stderr}");

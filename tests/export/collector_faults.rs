@@ -3,18 +3,17 @@
 //! returns within its timeout (plus a margin) with the collector gone, and every span is either
 //! delivered or counted as dropped.
 //!
-//! One test in its own binary: the OTLP endpoint goes through the process environment, as a
-//! user's job script would set it.
-
-mod common;
-
-use common::rss_kib;
+//! Runs in a process of its own (`common::child`): the OTLP endpoint goes through the process
+//! environment, as a user's job script would set it, and resident memory is measured.
 
 use std::time::{Duration, Instant};
 
-use common::collector::{Collector, free_port, items};
-use nemo_lens::{ExporterKind, LensConfig, Telemetry};
+use nemo_lens::Telemetry;
 use tracing_subscriber::prelude::*;
+
+use crate::common::child;
+use crate::common::collector::{self, Collector, count_with, free_port};
+use crate::common::rss_kib;
 
 /// Emits `n` spans of `phase` and returns how long the loop took.
 fn emit(phase: &'static str, n: u64) -> Duration {
@@ -26,25 +25,23 @@ fn emit(phase: &'static str, n: u64) -> Duration {
 }
 
 fn delivered(collectors: &[&Collector]) -> u64 {
-    collectors
-        .iter()
-        .map(|c| items(&c.output(), "Span #").len() as u64)
-        .sum()
+    collectors.iter().map(|c| c.spans().len() as u64).sum()
 }
 
 fn delivered_phase(collector: &Collector, phase: &str) -> usize {
-    items(&collector.output(), "Span #")
-        .iter()
-        .filter(|s| s.attr("phase").as_deref() == Some(&format!("Str({phase})")))
-        .count()
+    count_with(&collector.spans(), "phase", phase)
 }
 
 #[test]
 fn absent_killed_restarted_and_gone_collector() {
+    child::run_alone(faults);
+}
+
+fn faults() {
     // Generous bound for "did not block / did not hang"; the costs themselves are benched.
     const NEVER_HANGS: Duration = Duration::from_secs(60);
     let (grpc, http) = (free_port(), free_port());
-    // SAFETY: the only test of this binary; set before anything reads the environment.
+    // SAFETY: the only test of this child process; set before anything reads the environment.
     unsafe {
         std::env::set_var("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf");
         std::env::set_var(
@@ -54,14 +51,9 @@ fn absent_killed_restarted_and_gone_collector() {
         std::env::set_var("OTEL_EXPORTER_OTLP_TIMEOUT", "1000");
         std::env::set_var("OTEL_BSP_SCHEDULE_DELAY", "100");
     }
-    let telemetry = Telemetry::builder(
-        LensConfig::default()
-            .with_enabled(true)
-            .with_exporter(ExporterKind::Otlp)
-            .with_metrics_enabled(false),
-    )
-    .build()
-    .unwrap();
+    let telemetry = Telemetry::builder(collector::otlp_config().with_metrics_enabled(false))
+        .build()
+        .unwrap();
     let _guard = tracing_subscriber::registry()
         .with(telemetry.layer())
         .set_default();

@@ -8,20 +8,16 @@
 //! the certificates do not accept (another CA, another host name) gives one stderr line per
 //! signal naming the endpoint (credentials redacted) and the cause, and the drops are counted.
 
-mod common;
-#[path = "common/tls.rs"]
-mod tls;
-
 use std::process::Output;
 use std::time::Duration;
 
-use common::child::{self, Child};
-use common::collector::{Collector, items};
-use tls::{TestCa, TlsFront};
+use crate::common::child::{self, Child};
+use crate::common::collector::{Collector, items};
+use crate::tls::{TestCa, TlsFront};
 
 /// The child: a user's program, configured from the environment only. Prints what it dropped.
 fn child() {
-    let (telemetry, _guard) = common::child::telemetry_from_env();
+    let (telemetry, _guard) = child::telemetry_from_env();
     for step in 0..3_i64 {
         tracing::info_span!("train_step", dl.step = step).in_scope(|| {
             tracing::warn!(step, "loss spiked");
@@ -350,8 +346,14 @@ fn a_certificate_for_another_host_is_refused_by_name() {
 /// A certificate variable naming a missing file, or a file without PEM certificates, fails
 /// setup on the exporting rank with an error naming the variable; a non-exporting rank and a
 /// plain-`http://` endpoint never read it.
+/// Runs in a process of its own: it checks that no global tracer provider was installed, which
+/// the other tests of this binary do install.
 #[test]
 fn a_missing_or_malformed_certificate_fails_setup_naming_the_variable() {
+    child::run_alone(a_bad_certificate_fails_setup);
+}
+
+fn a_bad_certificate_fails_setup() {
     use nemo_lens::{LensConfig, LensError, Telemetry};
     use opentelemetry::trace::{Span as _, Tracer as _, TracerProvider as _};
     let dir = tempfile::tempdir().unwrap();

@@ -2,23 +2,29 @@
 //! that never answers (served on loopback by the test) fill the byte budget
 //! (`NEMO_LENS_QUEUE_MAX_BYTES`), and the rest are dropped and counted; an absurd
 //! `OTEL_BSP_MAX_QUEUE_SIZE` is clamped with a warning instead of reserving gigabytes.
+//!
+//! Each test runs in a process of its own (`common::child`): the first sets the OTLP endpoint
+//! in the process environment and measures this process's resident memory, the second the
+//! peak of the process's only child.
 
-mod common;
-
-use common::rss_kib;
-
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::hung::HungCollector;
-use nemo_lens::{ExporterKind, LensConfig, Telemetry};
+use nemo_lens::Telemetry;
 use tracing_subscriber::prelude::*;
+
+use crate::common::child::{self, Child};
+use crate::common::collector::otlp_config;
+use crate::common::hung::HungCollector;
+use crate::common::rss_kib;
 
 #[test]
 fn spans_with_huge_attributes_stay_within_the_byte_budget_and_the_rest_are_counted() {
+    child::run_alone(within_the_byte_budget);
+}
+
+fn within_the_byte_budget() {
     let collector = HungCollector::start();
-    // SAFETY: set before anything reads the environment; the other test of this binary only
-    // starts a child process with an environment of its own.
+    // SAFETY: the only test of this child process; set before anything reads the environment.
     unsafe {
         std::env::set_var("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf");
         std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint());
@@ -26,14 +32,9 @@ fn spans_with_huge_attributes_stay_within_the_byte_budget_and_the_rest_are_count
         std::env::set_var("OTEL_BSP_EXPORT_TIMEOUT", "1000");
         std::env::set_var("NEMO_LENS_QUEUE_MAX_BYTES", "16777216");
     }
-    let telemetry = Telemetry::builder(
-        LensConfig::default()
-            .with_enabled(true)
-            .with_exporter(ExporterKind::Otlp)
-            .with_metrics_enabled(false),
-    )
-    .build()
-    .unwrap();
+    let telemetry = Telemetry::builder(otlp_config().with_metrics_enabled(false))
+        .build()
+        .unwrap();
     let blob = "x".repeat(1 << 20);
     let before = rss_kib();
     tracing::subscriber::with_default(
@@ -60,27 +61,26 @@ fn spans_with_huge_attributes_stay_within_the_byte_budget_and_the_rest_are_count
 
 #[test]
 fn an_absurd_queue_size_is_clamped_with_a_warning() {
+    child::run_alone(clamped_with_a_warning);
+}
+
+fn clamped_with_a_warning() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("spans.jsonl");
-    let mut cmd = Command::new(common::example("trainer"));
-    common::clear_telemetry_env(&mut cmd);
-    let output = cmd
+    let output = Child::example("trainer")
         .env("NEMO_LENS_ENABLED", "1")
         .env("NEMO_LENS_EXPORTER", "console")
         .env("NEMO_LENS_CONSOLE_PATH", &out)
         .env("OTEL_BSP_MAX_QUEUE_SIZE", "16777216")
         .args(["--steps", "1", "--step-ms", "1"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .output()
-        .unwrap();
+        .run();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(
         stderr.contains("OTEL_BSP_MAX_QUEUE_SIZE=16777216") && stderr.contains("clamped"),
         "{stderr}"
     );
-    // The peak resident set of the trainer (the only child of this process).
+    // The peak resident set of the trainer (the only child of this child process).
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage fills the struct we own.
     assert_eq!(

@@ -2,42 +2,38 @@
 //! batch: a real collector (rotel) on loopback receives the batch's other spans, and the huge
 //! one is dropped alone and counted.
 //!
-//! One test in its own binary: the OTLP endpoint goes through the process environment, as a
-//! user's job script would set it.
-
-mod common;
+//! Runs in a process of its own (`common::child`): the OTLP endpoint goes through the process
+//! environment, as a user's job script would set it.
 
 use std::time::Duration;
 
-use common::collector::{Collector, items};
-use nemo_lens::{ExporterKind, LensConfig, Telemetry};
+use nemo_lens::Telemetry;
 use tracing_subscriber::prelude::*;
 
+use crate::common::child;
+use crate::common::collector::{self, Collector, count_with};
+
 fn delivered(collector: &Collector, kind: &str) -> usize {
-    items(&collector.output(), "Span #")
-        .iter()
-        .filter(|s| s.attr("kind").as_deref() == Some(&format!("Str({kind})")))
-        .count()
+    count_with(&collector.spans(), "kind", kind)
 }
 
 #[test]
 fn a_span_above_the_grpc_message_limit_is_dropped_alone_and_counted() {
+    child::run_alone(huge_span);
+}
+
+fn huge_span() {
     let collector = Collector::start();
-    // SAFETY: the only test of this binary; set before anything reads the environment.
+    // SAFETY: the only test of this child process; set before anything reads the environment.
     unsafe {
         std::env::set_var("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc");
         std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint("grpc"));
         // Everything goes out in one batch, at shutdown.
         std::env::set_var("OTEL_BSP_SCHEDULE_DELAY", "600000");
     }
-    let telemetry = Telemetry::builder(
-        LensConfig::default()
-            .with_enabled(true)
-            .with_exporter(ExporterKind::Otlp)
-            .with_metrics_enabled(false),
-    )
-    .build()
-    .unwrap();
+    let telemetry = Telemetry::builder(collector::otlp_config().with_metrics_enabled(false))
+        .build()
+        .unwrap();
     let blob = "x".repeat(6 << 20);
     tracing::subscriber::with_default(
         tracing_subscriber::registry().with(telemetry.layer()),

@@ -3,7 +3,6 @@
 //! `OTEL_BSP_*` read with typed errors.
 
 use std::future::Future;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -19,7 +18,7 @@ use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter, SpanProcessor};
 use tracing_subscriber::prelude::*;
 
-const SCENARIO_VAR: &str = "LENSTEST_BATCH_SCENARIO";
+use crate::common::child::{self, Child};
 
 /// Spans of the burst.
 const BURST: u64 = 10_000_000;
@@ -88,23 +87,6 @@ fn status_kib(field: &str) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
-/// Runs the test `name` of this binary alone in a fresh process with the scenario variable set.
-fn run_self(name: &str) -> String {
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(SCENARIO_VAR, name)
-        .output()
-        .expect("cannot re-run the test binary");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success() && stdout.contains("1 passed"),
-        "subprocess {name} failed: {}\nstdout:\n{stdout}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
 /// A finished span as the SDK hands it to a processor (a training step with a few fields).
 fn finished_span(i: u64) -> SpanData {
     let now = std::time::SystemTime::now();
@@ -145,9 +127,8 @@ fn finished_span(i: u64) -> SpanData {
 /// test below drives the whole stack.)
 #[test]
 fn a_ten_million_span_burst_keeps_memory_bounded_and_counts_every_drop() {
-    let name = "a_ten_million_span_burst_keeps_memory_bounded_and_counts_every_drop";
-    if std::env::var(SCENARIO_VAR).as_deref() != Ok(name) {
-        run_self(name);
+    if !child::is_child() {
+        Child::this_test().run_passing();
         return;
     }
     let exporter = SlowExporter::new(Duration::from_millis(10));
@@ -185,9 +166,9 @@ fn a_ten_million_span_burst_keeps_memory_bounded_and_counts_every_drop() {
 #[test]
 fn drops_are_counted_on_the_handle_and_reported_once_at_shutdown() {
     const SPANS: u64 = 200_000;
-    let name = "drops_are_counted_on_the_handle_and_reported_once_at_shutdown";
-    if std::env::var(SCENARIO_VAR).as_deref() != Ok(name) {
-        let stderr = run_self(name);
+    if !child::is_child() {
+        let out = Child::this_test().run_passing();
+        let stderr = String::from_utf8_lossy(&out.stderr);
         let reports: Vec<&str> = stderr
             .lines()
             .filter(|l| l.starts_with("nemo-lens: dropped"))
@@ -373,6 +354,8 @@ fn batch_variables_are_validated() {
     let err = Telemetry::builder(enabled())
         .span_exporter(SlowExporter::new(Duration::ZERO))
         .env_lookup(|k| (k == "OTEL_BSP_SCHEDULE_DELAY").then(|| "soon".into()))
+        // Other tests of this binary set up telemetry: the double-init guard is not the point.
+        .allow_reinit_for_testing(true)
         .build()
         .unwrap_err();
     assert!(err.to_string().contains("OTEL_BSP_SCHEDULE_DELAY"), "{err}");
