@@ -2,7 +2,7 @@
 //! range, empty, blank, non-UTF-8, huge), yields its documented default or a typed error that
 //! names the variable: never a panic, never a half-initialised process.
 //!
-//! The `NEMO_LENS_*` parsers have their own property tests in `tests/config.rs`; here: the
+//! The `NEMO_LENS_*` parsers have their own property tests in `config.rs`; here: the
 //! batch and OTLP-protocol parsers, the whole setup over an arbitrary environment, a failed
 //! setup leaving nothing global behind, and the trainer started with each bad variable for real.
 
@@ -10,7 +10,6 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nemo_lens::export::{MAX_QUEUE_SIZE_LIMIT, QueueConfig};
@@ -19,7 +18,7 @@ use nemo_lens::{LensConfig, LensError, Telemetry};
 use opentelemetry::trace::{Span as _, Tracer as _, TracerProvider as _};
 use proptest::prelude::*;
 
-mod common;
+use crate::common::child::{self, Child};
 
 fn proptest_config(cases: u32) -> ProptestConfig {
     ProptestConfig {
@@ -199,8 +198,6 @@ proptest! {
     }
 }
 
-const SCENARIO_VAR: &str = "LENSTEST_BAD_INPUT_SCENARIO";
-
 /// Whether the global tracer provider records (it is the no-op one until a setup succeeds).
 fn global_tracer_records() -> bool {
     let mut span = opentelemetry::global::tracer_provider()
@@ -217,19 +214,8 @@ fn global_tracer_records() -> bool {
 /// later good setup then works. Runs in a fresh process (the state is process-wide).
 #[test]
 fn a_failed_setup_leaves_no_global_state_and_a_later_good_one_works() {
-    let name = "a_failed_setup_leaves_no_global_state_and_a_later_good_one_works";
-    if std::env::var(SCENARIO_VAR).as_deref() != Ok(name) {
-        let out = Command::new(std::env::current_exe().unwrap())
-            .args([name, "--exact", "--test-threads=1"])
-            .env(SCENARIO_VAR, name)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
-            "{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+    if !child::is_child() {
+        Child::this_test().run_passing();
         return;
     }
     // Traces only: the point is the global tracer provider and span groups (a default metric
@@ -336,15 +322,9 @@ fn the_trainer_survives_each_bad_variable_in_its_environment() {
             // Each pipeline on when the variable is one of its own, so it is read for real.
             let metrics = var.contains("METRIC");
             let logs = var.contains("LOGS") || var.starts_with("OTEL_BLRP");
-            let mut cmd = Command::new(common::example("trainer"));
-            for (k, _) in std::env::vars_os() {
-                let k = k.to_string_lossy();
-                if k.starts_with("NEMO_LENS_") || k.starts_with("OTEL_") || k.starts_with("SLURM_")
-                {
-                    cmd.env_remove(&*k);
-                }
-            }
-            cmd.env("NEMO_LENS_ENABLED", "1")
+            let out = Child::example("trainer")
+                .env_remove_prefix("SLURM_")
+                .env("NEMO_LENS_ENABLED", "1")
                 .env("NEMO_LENS_EXPORT_STRATEGY", "all_ranks")
                 .env("NEMO_LENS_METRICS_ENABLED", if metrics { "1" } else { "0" })
                 .env("NEMO_LENS_LOGS_ENABLED", if logs { "1" } else { "0" })
@@ -358,9 +338,7 @@ fn the_trainer_survives_each_bad_variable_in_its_environment() {
                 // A garbage NEMO_LENS_CONSOLE_PATH is a relative file name: keep it out of the
                 // source tree.
                 .current_dir(dir.path())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null());
-            let out = cmd.output().unwrap();
+                .run();
             runs += 1;
             let stderr = String::from_utf8_lossy(&out.stderr);
             let shown = value.to_string_lossy().chars().take(40).collect::<String>();

@@ -2,43 +2,21 @@
 //! with no reader as the console path, 100 KiB values in `NEMO_LENS_*` variables, non-UTF-8
 //! values in the bare variables of other tools (`OTEL_SERVICE_NAME`, `WANDB_*`).
 
-mod common;
-
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-fn trainer() -> Command {
-    let mut cmd = Command::new(common::example("trainer"));
-    common::clear_telemetry_env(&mut cmd);
-    cmd.env("NEMO_LENS_ENABLED", "1")
+use crate::common::child::Child;
+
+/// The trainer, killed (and the test failed) if it has not exited within a generous bound. Its
+/// output is read meanwhile, so a flood cannot block it on a full pipe.
+fn trainer() -> Child {
+    Child::example("trainer")
+        .env("NEMO_LENS_ENABLED", "1")
         .env("NEMO_LENS_EXPORTER", "console")
         .env("NEMO_LENS_METRICS_ENABLED", "0")
         .args(["--steps", "1", "--step-ms", "1"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-/// Runs `cmd`, killing it (and failing) if it has not exited within a generous bound. Its
-/// output is read meanwhile, so a flood cannot block it on a full pipe.
-fn run_bounded(cmd: &mut Command) -> Output {
-    let child = cmd.spawn().unwrap();
-    let pid = child.id() as libc::pid_t;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(output) => output.unwrap(),
-        Err(_) => {
-            // SAFETY: kills our own child, still unwaited (its waiter is blocked).
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("the trainer hung for 60 s");
-        }
-    }
+        .timeout(Duration::from_secs(60))
 }
 
 #[test]
@@ -48,7 +26,7 @@ fn a_fifo_without_reader_as_console_path_fails_setup_instead_of_hanging() {
     let path = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
     // SAFETY: mkfifo on a NUL-terminated path we own.
     assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
-    let output = run_bounded(trainer().env("NEMO_LENS_CONSOLE_PATH", &fifo));
+    let output = trainer().env("NEMO_LENS_CONSOLE_PATH", &fifo).run();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
@@ -78,7 +56,7 @@ fn a_huge_bad_value_is_reported_in_a_readable_length() {
         ("NEMO_LENS_CONSOLE_PATH", nowhere.as_str(), 2),
         ("NEMO_LENS_QUEUE_MAX_BYTES", huge.as_str(), 2),
     ] {
-        let output = run_bounded(trainer().env(var, value));
+        let output = trainer().env(var, value).run();
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(
             output.status.code(),
@@ -103,7 +81,7 @@ fn a_huge_bad_value_is_reported_in_a_readable_length() {
 #[test]
 fn non_utf8_bare_variables_mean_unset_with_a_warning_as_readme_says() {
     for var in ["OTEL_SERVICE_NAME", "WANDB_ENTITY", "WANDB_PROJECT"] {
-        let output = run_bounded(trainer().env(var, OsStr::from_bytes(b"run-\xff\xfe")));
+        let output = trainer().env(var, OsStr::from_bytes(b"run-\xff\xfe")).run();
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(0), "{var}: {stderr}");
         assert!(
@@ -117,7 +95,9 @@ fn non_utf8_bare_variables_mean_unset_with_a_warning_as_readme_says() {
         }
     }
     // A non-UTF-8 NEMO_LENS_* value stays an error naming it.
-    let output = run_bounded(trainer().env("NEMO_LENS_RUN_ID", OsStr::from_bytes(b"\xff")));
+    let output = trainer()
+        .env("NEMO_LENS_RUN_ID", OsStr::from_bytes(b"\xff"))
+        .run();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("NEMO_LENS_RUN_ID"), "{stderr}");

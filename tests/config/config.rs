@@ -1,11 +1,14 @@
 //! `LensConfig` parsing: the variable names, defaults and rules of the Python `NemoLensConfig`
 //! (spec §2.1), read through `LensConfig::from_lookup` with in-memory maps, plus one test of
-//! `from_env_with_fallback` against the process environment (non-UTF-8 values).
+//! `from_env_with_fallback` against the process environment (non-UTF-8 values), in a process of
+//! its own.
 
 use std::collections::HashMap;
 
 use nemo_lens::{ExporterKind, LensConfig, LensError, Telemetry};
 use proptest::prelude::*;
+
+use crate::common::child;
 
 const BOOL_KEYS: [&str; 5] = [
     "ENABLED",
@@ -670,15 +673,18 @@ fn parse_int_follows_python_int_for_decimal_text() {
     }
 }
 
-/// One test owns every process-environment mutation of this binary; its variables use the
-/// `LENSTEST_NONUTF8` prefix, which nothing else reads.
+/// Runs in a process of its own (`common::child`), the only one that sets these variables (the
+/// `LENSTEST_NONUTF8` prefix, which nothing else reads).
 #[test]
 fn from_env_with_fallback_reads_the_process_environment_and_rejects_non_utf8() {
+    child::run_alone(reads_the_process_environment);
+}
+
+fn reads_the_process_environment() {
     use std::ffi::OsStr;
     use std::os::unix::ffi::OsStrExt;
 
-    // SAFETY: only this test touches these variables; the other tests of this binary read no
-    // process environment of their own.
+    // SAFETY: the only test of this child process: no other thread reads the environment.
     unsafe {
         std::env::set_var("LENSTEST_NONUTF8_OK_ENABLED", " On ");
         std::env::set_var("LENSTEST_NONUTF8_FBOK_EXPORT_RANK", "4");

@@ -1,14 +1,16 @@
 //! `first_rank_per_node`: exports where `LOCAL_RANK` is 0 or unset (spec §2.3).
 //!
-//! This binary holds exactly one test because it mutates `LOCAL_RANK` in the process
-//! environment; no other thread of this process reads the environment meanwhile.
+//! The test runs in a process of its own (`common::child`) because it mutates `LOCAL_RANK` in
+//! the process environment; no other thread of that process reads the environment meanwhile.
 
 use nemo_lens::strategy::{ExportStrategy, get_export_strategy};
 use nemo_lens::{LensConfig, LensError};
 
+use crate::common::child;
+
 fn set_local_rank(value: Option<&str>) {
-    // SAFETY: this is the only test of the binary, so no other thread reads or writes the
-    // environment while it runs.
+    // SAFETY: this is the only test of its child process, so no other thread reads or writes
+    // the environment while it runs.
     unsafe {
         match value {
             Some(v) => std::env::set_var("LOCAL_RANK", v),
@@ -19,6 +21,10 @@ fn set_local_rank(value: Option<&str>) {
 
 #[test]
 fn first_rank_per_node_follows_local_rank() {
+    child::run_alone(follows_local_rank);
+}
+
+fn follows_local_rank() {
     let by_name = get_export_strategy("first_rank_per_node", "NEMO_LENS_EXPORT_STRATEGY").unwrap();
     assert!(matches!(by_name, ExportStrategy::FirstRankPerNode));
     let cfg = LensConfig::default();

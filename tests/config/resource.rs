@@ -561,10 +561,14 @@ mod nvidia_smi {
         get(&res, semconv::HOST_GPU_COUNT)
     }
 
-    // One test, run in sequence, so that no other test thread forks while a script is open
-    // for writing (which would make exec fail with ETXTBSY).
+    // One test, run in a process of its own, so that no other test thread forks while a
+    // script is open for writing (which would make exec fail with ETXTBSY).
     #[test]
     fn nvidia_smi_is_used_when_cuda_visible_devices_is_unset() {
+        crate::common::child::run_alone(fake_nvidia_smi);
+    }
+
+    fn fake_nvidia_smi() {
         // One line per GPU.
         let dir = tempfile::tempdir().unwrap();
         install(dir.path(), "#!/bin/sh\nprintf '4\\n4\\n\\n4\\n4\\n'\n");

@@ -10,13 +10,13 @@
 //! * `OTEL_SDK_DISABLED=true` makes every rank inert;
 //! * a blank `OTEL_*` value is unset: the generic variable or the default applies.
 
-mod common;
-
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
-use common::collector::{Collector, items};
+use crate::common::child::Child;
+use crate::common::collector::{self, Collector, count_named, items};
+use crate::common::console;
 
 const WORLD: u32 = 4;
 
@@ -25,9 +25,8 @@ const WORLD: u32 = 4;
 fn job(env: &[(&str, &str)], dir: &Path) -> Vec<Output> {
     let children: Vec<_> = (0..WORLD)
         .map(|rank| {
-            let mut cmd = Command::new(common::example("trainer"));
-            common::clear_telemetry_env(&mut cmd);
-            cmd.envs(env.iter().copied())
+            Child::example("trainer")
+                .envs(env.iter().copied())
                 .current_dir(dir)
                 .args([
                     "--rank",
@@ -36,38 +35,19 @@ fn job(env: &[(&str, &str)], dir: &Path) -> Vec<Output> {
                     &WORLD.to_string(),
                 ])
                 .args(["--steps", "2", "--step-ms", "0"])
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
                 .spawn()
-                .unwrap()
         })
         .collect();
-    children
-        .into_iter()
-        .map(|c| c.wait_with_output().unwrap())
-        .collect()
+    children.into_iter().map(|c| c.wait()).collect()
 }
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// The JSON lines of rank `rank`'s console file.
+/// The JSON lines of rank `rank`'s console file (none when the rank wrote none).
 fn console_lines(dir: &Path, rank: u32) -> Vec<serde_json::Value> {
-    match std::fs::read_to_string(dir.join(format!("lens-{rank}.jsonl"))) {
-        Ok(text) => text
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect(),
-        Err(_) => Vec::new(),
-    }
-}
-
-fn names(lines: &[serde_json::Value]) -> Vec<String> {
-    lines
-        .iter()
-        .filter_map(|l| l["name"].as_str().map(str::to_string))
-        .collect()
+    console::read_if_any(&dir.join(format!("lens-{rank}.jsonl")))
 }
 
 /// A job-wide `NEMO_LENS_SPAN_GROUPS` naming Python's Megatron groups: every rank runs, the
@@ -109,9 +89,10 @@ fn unknown_span_groups_warn_once_on_the_exporting_rank_and_are_ignored() {
             assert!(console_lines(dir.path(), rank as u32).is_empty());
         }
     }
-    let spans = names(&console_lines(dir.path(), WORLD - 1));
+    let lines = console_lines(dir.path(), WORLD - 1);
+    let spans = console::names(&lines);
     assert_eq!(
-        spans.iter().filter(|n| *n == "train_step").count(),
+        spans.iter().filter(|n| **n == "train_step").count(),
         2,
         "{spans:?}"
     );
@@ -186,9 +167,7 @@ fn exporting_rank_settings_fail_only_the_exporting_rank() {
 #[test]
 fn a_disabled_job_accepts_any_rank_and_world_size() {
     for (rank, world) in [("8", "8"), ("3", "0"), ("4294967295", "1")] {
-        let mut cmd = Command::new(common::example("trainer"));
-        common::clear_telemetry_env(&mut cmd);
-        let out = cmd
+        let out = Child::example("trainer")
             .env("NEMO_LENS_ENABLED", "0")
             .args([
                 "--rank",
@@ -200,8 +179,7 @@ fn a_disabled_job_accepts_any_rank_and_world_size() {
                 "--step-ms",
                 "0",
             ])
-            .output()
-            .unwrap();
+            .run();
         assert!(
             out.status.success(),
             "rank {rank} of {world}: {}",
@@ -209,13 +187,10 @@ fn a_disabled_job_accepts_any_rank_and_world_size() {
         );
     }
     // Enabled, the same numbers are an error naming them.
-    let mut cmd = Command::new(common::example("trainer"));
-    common::clear_telemetry_env(&mut cmd);
-    let out = cmd
+    let out = Child::example("trainer")
         .env("NEMO_LENS_ENABLED", "1")
         .args(["--rank", "8", "--world-size", "8", "--steps", "1"])
-        .output()
-        .unwrap();
+        .run();
     assert_eq!(out.status.code(), Some(2));
     assert!(
         stderr(&out).contains("rank 8, world_size 8"),
@@ -301,17 +276,13 @@ fn blank_otel_values_are_unset() {
         "the exporting rank's spans and metrics",
         Duration::from_secs(30),
         |o| {
-            items(o, "Span #")
-                .iter()
-                .filter(|s| s.field("Name").as_deref() == Some("train_step"))
-                .count()
-                == 2
+            count_named(&collector::spans(o), "train_step") == 2
                 && items(o, "Metric #")
                     .iter()
                     .any(|m| m.attr("Name").as_deref() == Some("dl.loss"))
         },
     );
-    let spans = items(&text, "Span #");
+    let spans = collector::spans(&text);
     assert!(
         spans
             .iter()

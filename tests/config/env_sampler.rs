@@ -1,7 +1,8 @@
 //! `OTEL_TRACES_SAMPLER`, which the SDK reads, keeps its meaning for lens spans: the sampled
 //! flag decided on the training thread (what children and propagation see) agrees with what the
 //! SDK span built on the batch worker is, and spans the sampler drops are not counted as
-//! dropped. One test in its own binary: it sets process variables before anything reads them.
+//! dropped. The test runs in a process of its own (`common::child`): it sets process variables
+//! before anything reads them.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -10,9 +11,16 @@ use nemo_lens::testing::CollectingExporter;
 use nemo_lens::{LensConfig, LensSpanExt, Telemetry};
 use tracing_subscriber::prelude::*;
 
+use crate::common::child;
+
 #[test]
 fn the_sdk_sampler_from_the_environment_decides_on_the_training_thread_too() {
-    // SAFETY: the only test of this binary; nothing else reads the environment concurrently.
+    child::run_alone(sampler_from_the_environment);
+}
+
+fn sampler_from_the_environment() {
+    // SAFETY: the only test of this child process; nothing else reads the environment
+    // concurrently.
     unsafe {
         std::env::set_var("OTEL_TRACES_SAMPLER", "traceidratio");
         std::env::set_var("OTEL_TRACES_SAMPLER_ARG", "0.5");
