@@ -80,6 +80,22 @@ pub fn run_alone(body: impl FnOnce()) {
     run_in_child::<&str, &str>([], body)
 }
 
+/// The wait status of `pid`, a child this process made with `fork`, once it has ended; `None`
+/// if it is still running after `timeout` (it is left running).
+pub fn try_wait_pid(pid: libc::pid_t, timeout: Duration) -> Option<libc::c_int> {
+    wait::try_wait_for(timeout, || {
+        let mut status = 0;
+        // SAFETY: a non-blocking waitpid on our own child.
+        let reaped = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        assert!(
+            reaped >= 0,
+            "waitpid({pid}): {}",
+            std::io::Error::last_os_error()
+        );
+        (reaped == pid).then_some(status)
+    })
+}
+
 /// In a child started by an OTLP test: the telemetry the environment configures (it must
 /// export), and a default subscriber with its layer.
 pub fn telemetry_from_env() -> (nemo_lens::Telemetry, tracing::subscriber::DefaultGuard) {

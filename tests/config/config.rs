@@ -599,7 +599,7 @@ fn setup_errors(vars: &[(&str, &str)]) -> (String, bool) {
 #[test]
 fn setup_errors_name_the_variable_strategy_and_span_groups_came_from() {
     // An unknown span group is another process's group: a warning, not an error (see
-    // tests/groups.rs); the strategy error names its variable.
+    // tests/spans/groups.rs); the strategy error names its variable.
     let (strategy, groups_ok) = setup_errors(&[
         ("MEGATRON_OTEL_EXPORT_STRATEGY", "no_such_strategy"),
         ("NEMO_LENS_SPAN_GROUPS", "no_such_group"),

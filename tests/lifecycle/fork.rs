@@ -2,41 +2,20 @@
 //! must be inert there (no export of the parent's spans, no wait for worker threads that did not
 //! survive the fork), and the child may set up telemetry of its own.
 //!
-//! Each scenario runs in a fresh, single-threaded copy of this test binary (selected with
-//! `LENSTEST_FORK_SCENARIO`), which then calls `libc::fork()` for real. The child reports through
-//! a file and leaves with `_exit`, so the test harness never runs twice.
+//! Each scenario runs in a fresh, single-threaded copy of this test binary (`common::child`),
+//! which then calls `libc::fork()` for real. The child reports through a file and leaves with
+//! `_exit`, so the test harness never runs twice.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nemo_lens::{ExporterKind, LensConfig, LensError, Telemetry};
-use serde_json::Value;
+use nemo_lens::{LensError, Telemetry};
 use tracing_subscriber::prelude::*;
 
-const SCENARIO_VAR: &str = "LENSTEST_FORK_SCENARIO";
+use crate::common::child::{self, Child};
+use crate::common::console::{config_to as console_to, names, read_if_any as spans_in};
+
 const DIR_VAR: &str = "LENSTEST_FORK_DIR";
-
-fn console_to(path: &Path) -> LensConfig {
-    LensConfig::default()
-        .with_enabled(true)
-        .with_export_strategy("all_ranks")
-        .with_exporter(ExporterKind::Console)
-        .with_console_path(Some(path.display().to_string()))
-        .with_metrics_enabled(false)
-}
-
-fn spans_in(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect()
-}
-
-fn names(spans: &[Value]) -> Vec<&str> {
-    spans.iter().map(|s| s["name"].as_str().unwrap()).collect()
-}
 
 /// Forks: `None` in the child, the child's pid in the parent.
 fn fork() -> Option<libc::pid_t> {
@@ -63,24 +42,20 @@ fn finish_child(report: &Path, child: impl FnOnce() -> Result<(), String>) -> ! 
     unsafe { libc::_exit(code) }
 }
 
+/// The wait status of the forked child `pid`, once it has ended (at most a minute: a hang kills
+/// it and fails the test, `what` naming what it should have done).
+fn wait_status(pid: libc::pid_t, what: &str) -> libc::c_int {
+    let ended = child::try_wait_pid(pid, Duration::from_secs(60));
+    ended.unwrap_or_else(|| {
+        // SAFETY: kills our own child.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        panic!("the forked child hung instead of {what}");
+    })
+}
+
 /// Waits for the child (at most a minute: a hang fails the test) and asserts it succeeded.
 fn wait_child(pid: libc::pid_t, report: &Path) {
-    let start = Instant::now();
-    let mut status = 0;
-    loop {
-        // SAFETY: plain waitpid on our own child.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        assert!(r >= 0, "waitpid failed");
-        if r == pid {
-            break;
-        }
-        if start.elapsed() > Duration::from_secs(60) {
-            // SAFETY: kills our own child.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("the forked child hung");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let status = wait_status(pid, "exiting");
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "the child failed (status {status:#x}): {}",
@@ -92,31 +67,14 @@ fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
     if ok { Ok(()) } else { Err(what()) }
 }
 
-/// Runs the test `name` of this binary alone in a fresh process with the scenario variable set.
-fn run_self(name: &str, dir: &Path) {
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(SCENARIO_VAR, name)
-        .env(DIR_VAR, dir)
-        .output()
-        .expect("cannot re-run the test binary");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("1 passed"),
-        "subprocess {name} failed: {}\nstdout:\n{stdout}\nstderr:\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
-/// `Some(dir)` in the subprocess that runs scenario `name`; `None` in the outer test, after the
-/// subprocess ran it and passed.
-fn scenario(name: &str) -> Option<PathBuf> {
-    if std::env::var(SCENARIO_VAR).as_deref() == Ok(name) {
+/// `Some(dir)` in the child process that runs the scenario; `None` in the outer test, after the
+/// child ran it and passed.
+fn scenario() -> Option<PathBuf> {
+    if child::is_child() {
         return Some(std::env::var_os(DIR_VAR).unwrap().into());
     }
     let dir = tempfile::tempdir().unwrap();
-    run_self(name, dir.path());
+    Child::this_test().env(DIR_VAR, dir.path()).run_passing();
     None
 }
 
@@ -178,14 +136,14 @@ fn inherited_telemetry_is_inert_in_the_child(synchronous: bool, dir: &Path) {
 
 #[test]
 fn inherited_synchronous_telemetry_exports_nothing_from_the_child() {
-    if let Some(dir) = scenario("inherited_synchronous_telemetry_exports_nothing_from_the_child") {
+    if let Some(dir) = scenario() {
         inherited_telemetry_is_inert_in_the_child(true, &dir);
     }
 }
 
 #[test]
 fn inherited_batch_telemetry_shuts_down_at_once_in_the_child() {
-    if let Some(dir) = scenario("inherited_batch_telemetry_shuts_down_at_once_in_the_child") {
+    if let Some(dir) = scenario() {
         inherited_telemetry_is_inert_in_the_child(false, &dir);
     }
 }
@@ -194,7 +152,7 @@ fn inherited_batch_telemetry_shuts_down_at_once_in_the_child() {
 /// there), and it records with fresh IDs into its own output.
 #[test]
 fn a_forked_child_sets_up_its_own_telemetry() {
-    let Some(dir) = scenario("a_forked_child_sets_up_its_own_telemetry") else {
+    let Some(dir) = scenario() else {
         return;
     };
     let parent_out = dir.join("parent.jsonl");
@@ -272,8 +230,7 @@ fn a_forked_child_sets_up_its_own_telemetry() {
 /// instead of the signal vanishing into a pipe nobody reads. The parent's handler still works.
 #[test]
 fn sigterm_still_kills_a_forked_child_of_a_process_with_the_handlers() {
-    let Some(dir) = scenario("sigterm_still_kills_a_forked_child_of_a_process_with_the_handlers")
-    else {
+    let Some(dir) = scenario() else {
         return;
     };
     let telemetry = Telemetry::builder(console_to(&dir.join("parent.jsonl")))
@@ -286,22 +243,7 @@ fn sigterm_still_kills_a_forked_child_of_a_process_with_the_handlers() {
         // Only reached if the signal was swallowed.
         unsafe { libc::_exit(3) }
     };
-    let start = Instant::now();
-    let mut status = 0;
-    loop {
-        // SAFETY: plain waitpid on our own child.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        assert!(r >= 0, "waitpid failed");
-        if r == pid {
-            break;
-        }
-        if start.elapsed() > Duration::from_secs(60) {
-            // SAFETY: kills our own child.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("the child survived SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let status = wait_status(pid, "dying by SIGTERM");
     assert!(
         libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGTERM,
         "status {status:#x}"

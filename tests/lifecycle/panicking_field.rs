@@ -1,18 +1,18 @@
 //! A field whose `Display` panics, recorded on an event or with `span.record` inside a lens
-//! span, is the application's own panic (issue 15): as with plain `fmt`, the process exits 101
+//! span, is the application's own panic: as with plain `fmt`, the process exits 101
 //! when the main thread panics (never hangs, never aborts with 134), with or without the
 //! nemo-lens panic hook, with or without a `fmt` layer formatting the same fields; a panic on a
 //! joined worker thread is survived and the spans are exported. Each case runs the real
 //! `panicking_field` example in its own process, killed (and failed) if it hangs.
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::ExitStatus;
+use std::time::Duration;
 
 use serde_json::Value;
 
-mod common;
+use crate::common::child::Child;
+use crate::common::console::{self, names};
 
 /// Far above the time a run takes (well under a second), far below "forever".
 const HANG_BOUND: Duration = Duration::from_secs(60);
@@ -27,48 +27,19 @@ struct Run {
 fn run(place: &str, thread: &str, hook: &str, layers: &str) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("spans.jsonl");
-    let mut cmd = Command::new(common::example("panicking_field"));
-    common::clear_telemetry_env(&mut cmd);
-    let mut child = cmd
+    // A hang kills the process and fails the test, naming the example's arguments.
+    let output = Child::example("panicking_field")
         .args([place, thread, hook, layers])
         .arg(&out)
         .current_dir(dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > HANG_BOUND {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{place}/{thread}/{hook}/{layers}: hung for {HANG_BOUND:?} (killed)");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let output = child.wait_with_output().unwrap();
+        .timeout(HANG_BOUND)
+        .run();
     Run {
-        status,
+        status: output.status,
         stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        spans: spans_in(&out),
+        spans: console::read_if_any(&out),
     }
-}
-
-fn spans_in(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect()
-}
-
-fn names(spans: &[Value]) -> Vec<&str> {
-    spans.iter().filter_map(|s| s["name"].as_str()).collect()
 }
 
 fn check_main_thread(place: &str, hook: &str, layers: &str) {

@@ -1,20 +1,19 @@
 //! The examples as a user runs them: real processes, configured by environment only.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
-mod common;
+use crate::common::child::Child;
+use crate::common::console;
 
 fn run(env: &[(&str, &str)], args: &[&str]) -> Output {
-    let mut cmd = Command::new(common::example("trainer"));
-    common::clear_telemetry_env(&mut cmd);
-    cmd.envs(env.iter().copied()).args(args).output().unwrap()
+    Child::example("trainer")
+        .envs(env.iter().copied())
+        .args(args)
+        .run()
 }
 
 fn lines(out: &[u8]) -> Vec<serde_json::Value> {
-    String::from_utf8_lossy(out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect()
+    console::parse(&String::from_utf8_lossy(out))
 }
 
 #[test]
@@ -150,9 +149,7 @@ fn per_rank_files_do_not_interleave() {
         assert!(out.stdout.is_empty(), "spans went to the file, not stdout");
     }
     for rank in 0..2_i64 {
-        let text =
-            std::fs::read_to_string(dir.path().join(format!("lens_rank{rank}.jsonl"))).unwrap();
-        let lines = lines(text.as_bytes());
+        let lines = console::read(&dir.path().join(format!("lens_rank{rank}.jsonl")));
         assert!(!lines.is_empty());
         // Span lines and metric lines (`resource_metrics`) share the rank's file.
         assert!(lines.iter().all(|l| {
@@ -187,8 +184,7 @@ fn a_bad_variable_is_reported_and_exits_non_zero() {
 
 #[test]
 fn custom_exporter_example_receives_every_span() {
-    let exe = common::example("trainer").with_file_name("custom_exporter");
-    let out = Command::new(exe).output().unwrap();
+    let out = Child::example("custom_exporter").run();
     assert!(
         out.status.success(),
         "{}",
@@ -216,32 +212,28 @@ fn launcher_traceparent_joins_every_rank_into_one_trace() {
     let world = 3;
     let children: Vec<_> = (0..world)
         .map(|rank| {
-            let mut cmd = Command::new(common::example("trainer"));
-            common::clear_telemetry_env(&mut cmd);
-            cmd.envs([
-                ("NEMO_LENS_ENABLED", "1"),
-                ("NEMO_LENS_EXPORTER", "console"),
-                ("NEMO_LENS_EXPORT_STRATEGY", "all_ranks"),
-                ("NEMO_LENS_SPAN_GROUPS", "per_step"),
-                ("NEMO_LENS_RUN_ID", "joined"),
-                ("TRACEPARENT", traceparent.as_str()),
-            ])
-            .args([
-                "--rank",
-                &rank.to_string(),
-                "--world-size",
-                &world.to_string(),
-            ])
-            .args(["--steps", "2", "--step-ms", "1"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap()
+            Child::example("trainer")
+                .envs([
+                    ("NEMO_LENS_ENABLED", "1"),
+                    ("NEMO_LENS_EXPORTER", "console"),
+                    ("NEMO_LENS_EXPORT_STRATEGY", "all_ranks"),
+                    ("NEMO_LENS_SPAN_GROUPS", "per_step"),
+                    ("NEMO_LENS_RUN_ID", "joined"),
+                    ("TRACEPARENT", traceparent.as_str()),
+                ])
+                .args([
+                    "--rank",
+                    &rank.to_string(),
+                    "--world-size",
+                    &world.to_string(),
+                ])
+                .args(["--steps", "2", "--step-ms", "1"])
+                .spawn()
         })
         .collect();
     let mut span_ids = std::collections::HashSet::new();
     for (rank, child) in children.into_iter().enumerate() {
-        let out = child.wait_with_output().unwrap();
+        let out = child.wait();
         assert!(
             out.status.success(),
             "{}",

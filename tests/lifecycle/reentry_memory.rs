@@ -2,14 +2,12 @@
 //! pattern, where a model builds its `forward` span once and enters it on every forward pass.
 //!
 //! The measurement runs in a child process (this test binary again, running only the ignored
-//! `child_reenters_one_span`), so that nothing else in the test run moves its resident set.
+//! `child_reenters_one_span`; see `common::child`), so that nothing else in the test run moves
+//! its resident set.
 //! The child reads `VmRSS` from `/proc/self/status` after a warm-up and again after three
 //! million re-entries (with a child span and an event every 100th pass), and prints both;
 //! the parent checks the growth against a generous bound. No timing is asserted.
 
-mod common;
-
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -19,6 +17,8 @@ use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use tracing::field::Empty;
 use tracing_subscriber::prelude::*;
+
+use crate::common::{self, child::Child};
 
 const WARM_UP: u64 = 300_000;
 const PASSES: u64 = 3_000_000;
@@ -85,23 +85,8 @@ fn child_reenters_one_span() {
 
 #[test]
 fn resident_memory_is_flat_over_millions_of_reentries() {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_reenters_one_span",
-            "--ignored",
-            "--nocapture",
-        ])
-        .args(["--test-threads", "1"])
-        .output()
-        .expect("run the child");
+    let out = Child::sibling("child_reenters_one_span").run_passing();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "child failed ({}):\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
     // `--nocapture` prints the line after the harness's `test ... ` prefix.
     let line = stdout
         .lines()

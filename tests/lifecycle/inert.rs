@@ -1,15 +1,13 @@
 //! Disabled, or enabled on a non-exporting rank: nothing is built, no thread starts, no file or
 //! socket opens, and every callsite is disabled for the layer.
 //!
-//! Each scenario runs in a fresh child process (this test binary re-executed), so the thread and
-//! descriptor counts see nothing but the scenario.
-
-use std::process::Command;
+//! Each scenario runs in a fresh child process (`common::child`), so the thread and descriptor
+//! counts see nothing but the scenario.
 
 use nemo_lens::{LensConfig, Telemetry};
 use tracing_subscriber::prelude::*;
 
-const CHILD: &str = "NEMO_LENS_INERT_TEST_CHILD";
+use crate::common::child;
 
 fn threads() -> usize {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
@@ -24,25 +22,6 @@ fn threads() -> usize {
 
 fn descriptors() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
-/// Runs test `name` of this binary in a child process and checks it passed there.
-fn in_child(name: &str) -> bool {
-    if std::env::var_os(CHILD).is_some() {
-        return true;
-    }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("1 passed"),
-        "child {name} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    false
 }
 
 /// Builds `config` on `rank` of `world_size`, returning (telemetry, new threads, new descriptors).
@@ -84,17 +63,17 @@ fn assert_inert(telemetry: &Telemetry) {
 
 #[test]
 fn disabled_builds_nothing() {
-    if in_child("disabled_builds_nothing") {
+    child::run_alone(|| {
         let (t, threads, fds) = build(LensConfig::default(), 0, 1);
         assert!(!t.is_exporting());
         assert_eq!((threads, fds), (0, 0), "new threads, new descriptors");
         assert_inert(&t);
-    }
+    });
 }
 
 #[test]
 fn non_exporting_rank_builds_nothing() {
-    if in_child("non_exporting_rank_builds_nothing") {
+    child::run_alone(|| {
         // single_rank: only rank 7 of 8 exports. OTLP/gRPC would start a runtime if built.
         // Every pipeline switched on (the OTLP exporter by default): still nothing on this rank.
         let config = LensConfig::default()
@@ -107,12 +86,12 @@ fn non_exporting_rank_builds_nothing() {
         assert_eq!((threads, fds), (0, 0), "new threads, new descriptors");
         assert_inert(&t);
         assert!(!nemo_lens::is_span_group_enabled("job"));
-    }
+    });
 }
 
 #[test]
 fn unsampled_rank_records_nothing() {
-    if in_child("unsampled_rank_records_nothing") {
+    child::run_alone(|| {
         // all_ranks + sampler at 0.1: rank 0 (md5 value 0.785) is not sampled. Metrics are
         // off, so nothing at all is built; traces are built but the layer is inert.
         let config = LensConfig::default()
@@ -129,13 +108,13 @@ fn unsampled_rank_records_nothing() {
                 .filter()
                 .is_inert()
         );
-    }
+    });
 }
 
 #[test]
 fn an_exporting_rank_does_start_its_pipeline() {
     // The counterpart that shows the counts above can fail.
-    if in_child("an_exporting_rank_does_start_its_pipeline") {
+    child::run_alone(|| {
         let config = LensConfig::default()
             .with_enabled(true)
             .with_exporter(nemo_lens::ExporterKind::Console);
@@ -147,5 +126,5 @@ fn an_exporting_rank_does_start_its_pipeline() {
                 .filter()
                 .is_inert()
         );
-    }
+    });
 }

@@ -2,55 +2,28 @@
 //! installs the panic hook and the signal handlers (`nemo_lens::exit`). The spans it finished
 //! are exported, and the spans open at that moment arrive truncated.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::ExitStatus;
 
-use serde_json::Value;
+use crate::common::child::{self, Child};
+use crate::common::console::{self, all_named as by_name, truncated, truncation_reason};
 
-mod common;
-
-fn command(out: &Path) -> Command {
-    let mut cmd = Command::new(common::example("trainer"));
-    common::clear_telemetry_env(&mut cmd);
-    cmd.env("NEMO_LENS_ENABLED", "1")
+fn command(out: &Path) -> Child {
+    Child::example("trainer")
+        .env("NEMO_LENS_ENABLED", "1")
         .env("NEMO_LENS_EXPORTER", "console")
         .env("NEMO_LENS_SPAN_GROUPS", "per_step")
         .env("NEMO_LENS_CONSOLE_PATH", out)
         .env("RUST_LOG", "trainer=debug")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    cmd
 }
 
-fn spans_in(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
+/// The steps the trainer logged as finished.
+fn finished_steps(stderr: &str) -> usize {
+    stderr
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect()
-}
-
-fn truncated(span: &Value) -> bool {
-    span["attributes"]["nemo.span.truncated"] == true
-}
-
-fn truncation_reason(span: &Value) -> &str {
-    span["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["name"] == "nemo.span.truncated")
-        .and_then(|e| e["attributes"]["nemo.span.truncated.reason"].as_str())
-        .unwrap_or("")
-}
-
-fn by_name<'a>(spans: &'a [Value], name: &str) -> Vec<&'a Value> {
-    spans.iter().filter(|s| s["name"] == name).collect()
+        .filter(|l| l.contains("step finished"))
+        .count()
 }
 
 #[test]
@@ -59,19 +32,18 @@ fn a_panic_truncates_open_spans_records_the_panic_and_flushes() {
     let out = dir.path().join("spans.jsonl");
     let output = command(&out)
         .args(["--steps", "10", "--step-ms", "1", "--panic-at", "3"])
-        .output()
-        .unwrap();
+        .run();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(101), "{stderr}");
     // The previous hook (the default one, printing the message) still ran.
     assert!(stderr.contains("simulated failure in step 3"), "{stderr}");
 
-    let spans = spans_in(&out);
+    let spans = console::read(&out);
     let steps = by_name(&spans, "train_step");
     assert_eq!(steps.len(), 3, "steps 1 and 2 finished, step 3 truncated");
     let crashed = steps.iter().find(|s| s["attributes"]["step"] == 3).unwrap();
     assert!(truncated(crashed));
-    assert_eq!(truncation_reason(crashed), "process panicked");
+    assert_eq!(truncation_reason(crashed), Some("process panicked"));
     assert_eq!(crashed["status"]["status_code"], "ERROR");
     let exception = crashed["events"]
         .as_array()
@@ -98,7 +70,7 @@ fn a_panic_truncates_open_spans_records_the_panic_and_flushes() {
     let train = by_name(&spans, "train");
     assert_eq!(train.len(), 1);
     assert!(truncated(train[0]));
-    assert_eq!(truncation_reason(train[0]), "process panicked");
+    assert_eq!(truncation_reason(train[0]), Some("process panicked"));
     assert!(
         train[0]["events"]
             .as_array()
@@ -115,47 +87,17 @@ fn a_panic_truncates_open_spans_records_the_panic_and_flushes() {
 fn signal_running_trainer(out: &Path, signal: libc::c_int, steps: usize) -> (ExitStatus, usize) {
     let mut child = command(out)
         .args(["--steps", "0", "--step-ms", "3", "--checkpoint-every", "0"])
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    // Drains stderr to the end, so the trainer never blocks on a full pipe.
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            let _ = tx.send(line);
-        }
+        .timeout(std::time::Duration::from_secs(120))
+        .spawn();
+    child.wait_for_output(&format!("{steps} finished steps"), |_, stderr| {
+        finished_steps(stderr) >= steps
     });
-    let start = Instant::now();
-    let mut seen = 0;
-    while seen < steps {
-        match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(line) if line.contains("step finished") => seen += 1,
-            Ok(_) => {}
-            Err(e) => {
-                let _ = child.kill();
-                panic!("the trainer logged {seen} steps, then {e:?}");
-            }
-        }
-    }
-    // SAFETY: signals our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, signal) }, 0);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            panic!("the trainer did not exit after the signal");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    reader.join().unwrap();
-    let logged = seen
-        + rx.try_iter()
-            .filter(|l| l.contains("step finished"))
-            .count();
-    (status, logged)
+    child.signal(signal);
+    let output = child.wait();
+    (
+        output.status,
+        finished_steps(&String::from_utf8_lossy(&output.stderr)),
+    )
 }
 
 fn check_signal_run(signal: libc::c_int, reason: &str) {
@@ -167,11 +109,11 @@ fn check_signal_run(signal: libc::c_int, reason: &str) {
     assert_eq!(status.signal(), Some(signal), "{status:?}");
     assert_eq!(status.code(), None);
 
-    let spans = spans_in(&out);
+    let spans = console::read(&out);
     let train = by_name(&spans, "train");
     assert_eq!(train.len(), 1, "the run span arrives");
     assert!(truncated(train[0]));
-    assert_eq!(truncation_reason(train[0]), reason);
+    assert_eq!(truncation_reason(train[0]), Some(reason));
     // The steps finished before the signal were all still queued (the default schedule delay
     // is 5 s) and all arrive, not truncated; the step in flight (if any) is truncated. The
     // trainer keeps stepping while it flushes: a step may end just before the end (exported,
@@ -188,7 +130,7 @@ fn check_signal_run(signal: libc::c_int, reason: &str) {
     );
     assert!(steps.len() - finished <= 1);
     for s in steps.iter().filter(|s| truncated(s)) {
-        assert_eq!(truncation_reason(s), reason);
+        assert_eq!(truncation_reason(s), Some(reason));
         assert_eq!(s["parent_id"], train[0]["context"]["span_id"]);
     }
 }
@@ -205,9 +147,14 @@ fn sigint_truncates_open_spans_flushes_and_dies_by_the_signal() {
 
 /// A panic on a thread other than `main` may not end the process (here it is joined and the
 /// run goes on): the hook records it on that thread's innermost span, which then ends normally
-/// while unwinding, and nothing else is truncated or shut down.
+/// while unwinding, and nothing else is truncated or shut down. In a process of its own: the
+/// panic hook is process-wide.
 #[test]
 fn a_panic_on_a_worker_thread_is_recorded_without_ending_the_run() {
+    child::run_alone(worker_thread_panic);
+}
+
+fn worker_thread_panic() {
     use nemo_lens::testing::SpanCapture;
     let capture =
         SpanCapture::with_config(nemo_lens::LensConfig::default().with_span_groups("default"))

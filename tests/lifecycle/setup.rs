@@ -11,6 +11,8 @@ use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 use tracing_subscriber::prelude::*;
 
+use crate::common::child;
+
 fn enabled() -> LensConfig {
     LensConfig::default()
         .with_enabled(true)
@@ -38,9 +40,14 @@ fn unknown_strategy_fails_even_when_disabled_and_names_the_variable() {
 
 /// A job-wide spec may name groups that only other processes register (Python's Megatron
 /// groups): the setup builds, the known groups are enabled, the unknown ones ignored (the
-/// warning is checked on real processes in tests/job_env.rs).
+/// warning is checked on real processes in tests/config/job_env.rs). In a process of its own:
+/// it reads the process-wide span groups, which other tests of this binary set.
 #[test]
 fn unknown_span_groups_are_ignored_and_the_known_ones_apply() {
+    child::run_alone(unknown_groups_ignored);
+}
+
+fn unknown_groups_ignored() {
     let config = LensConfig::from_lookup("MEGATRON_OTEL", Some("NEMO_LENS"), |k| match k {
         "MEGATRON_OTEL_ENABLED" => Some("1".into()),
         "MEGATRON_OTEL_EXPORTER" => Some("console".into()),

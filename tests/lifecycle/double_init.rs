@@ -1,10 +1,12 @@
 //! The double-init guard: a second enabled setup in one process is an error.
-//! (Its own test binary: the guard is process-wide.)
+//! (In a process of its own, `common::child`: the guard is process-wide.)
 
 use std::time::Duration;
 
 use nemo_lens::testing::CollectingExporter;
 use nemo_lens::{LensConfig, LensError, Telemetry};
+
+use crate::common::child;
 
 fn enabled() -> LensConfig {
     LensConfig::default()
@@ -14,6 +16,10 @@ fn enabled() -> LensConfig {
 
 #[test]
 fn a_second_enabled_setup_is_an_error_unless_allowed_for_tests() {
+    child::run_alone(second_enabled_setup);
+}
+
+fn second_enabled_setup() {
     // Disabled setups never arm the guard.
     Telemetry::builder(LensConfig::default()).build().unwrap();
     let first = Telemetry::builder(enabled())
