@@ -3,14 +3,12 @@
 //! (tracing-opentelemetry's layer), then shuts down, or is killed by SIGTERM with the signal
 //! handlers installed; the console JSONL file it wrote holds both spans, truncated.
 //!
-//! The child is this test binary, run again with `SDK_CLOSER_CHILD` set to the mode: each test
-//! plays the parent when the variable is unset and the child when it is set.
+//! The child is this test binary, run again for the same test (`common::child`) with
+//! `SDK_CLOSER_MODE` set to the mode: each test plays the parent, and the child in the child.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nemo_lens::{LensConfig, Telemetry};
 use opentelemetry::KeyValue;
@@ -18,13 +16,14 @@ use opentelemetry::trace::{Span as _, Tracer as _};
 use serde_json::Value;
 use tracing_subscriber::prelude::*;
 
-mod common;
+use crate::common::child::{self, Child};
+use crate::common::console::{self, truncation_reason};
 
-const CHILD: &str = "SDK_CLOSER_CHILD";
+const MODE: &str = "SDK_CLOSER_MODE";
 const READY: &str = "spans open";
 
 /// The child: SDK spans left open (and one finished), then `mode`'s way out.
-fn child(mode: &str) {
+fn in_child(mode: &str) {
     let telemetry = Telemetry::builder(LensConfig::from_env().unwrap())
         .build()
         .unwrap();
@@ -87,54 +86,32 @@ fn lens_child(telemetry: &Telemetry) {
     assert_eq!(telemetry.dropped(), nemo_lens::DropCounts::default());
 }
 
-fn command(mode: &str, test: &str, out: &Path) -> Command {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    common::clear_telemetry_env(&mut cmd);
-    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD, mode)
+/// The running test in a child process, in `mode`, writing its spans to `out`.
+fn child_in(mode: &str, out: &Path) -> Child {
+    Child::this_test()
+        .env(MODE, mode)
         .env("NEMO_LENS_ENABLED", "1")
         .env("NEMO_LENS_EXPORTER", "console")
         .env("NEMO_LENS_METRICS_ENABLED", "0")
         .env("NEMO_LENS_CONSOLE_PATH", out)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
 }
 
-/// Runs the child of `test` in `mode` to its end; panics with its output unless it passed.
-fn run_to_end(mode: &str, test: &str, out: &Path) -> std::process::Output {
-    let run = command(mode, test, out).output().unwrap();
-    assert!(
-        run.status.success() && String::from_utf8_lossy(&run.stdout).contains("1 passed"),
-        "child failed: {}\n{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
-    run
+/// Plays the child, when this process is the running test's child.
+fn as_child() -> bool {
+    if child::is_child() {
+        in_child(&std::env::var(MODE).unwrap());
+    }
+    child::is_child()
 }
 
 fn spans_in(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .filter(|v| v.get("context").is_some())
-        .collect()
+    console::spans(console::read(path))
 }
 
 fn one<'a>(spans: &'a [Value], name: &str) -> &'a Value {
     let found: Vec<_> = spans.iter().filter(|s| s["name"] == name).collect();
     assert_eq!(found.len(), 1, "{name} once in {spans:#?}");
     found[0]
-}
-
-fn truncation_reason(span: &Value) -> Option<&str> {
-    span["events"]
-        .as_array()?
-        .iter()
-        .find(|e| e["name"] == "nemo.span.truncated")?["attributes"]["nemo.span.truncated.reason"]
-        .as_str()
 }
 
 fn check(spans: &[Value], reason: &str) {
@@ -160,16 +137,12 @@ fn check(spans: &[Value], reason: &str) {
 
 #[test]
 fn sdk_spans_open_at_shutdown_are_exported_truncated_once() {
-    if let Ok(mode) = std::env::var(CHILD) {
-        return child(&mode);
+    if as_child() {
+        return;
     }
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("spans.jsonl");
-    let run = run_to_end(
-        "shutdown",
-        "sdk_spans_open_at_shutdown_are_exported_truncated_once",
-        &out,
-    );
+    let run = child_in("shutdown", &out).run_passing();
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(
         !stderr.contains("dropped"),
@@ -180,56 +153,31 @@ fn sdk_spans_open_at_shutdown_are_exported_truncated_once() {
 
 #[test]
 fn sdk_spans_open_at_sigterm_are_exported_truncated() {
-    if let Ok(mode) = std::env::var(CHILD) {
-        return child(&mode);
+    if as_child() {
+        return;
     }
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("spans.jsonl");
-    let mut child = command(
-        "signal",
-        "sdk_spans_open_at_sigterm_are_exported_truncated",
-        &out,
-    )
-    .spawn()
-    .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let ready = BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
-        .any(|l| l.contains(READY));
-    assert!(ready, "the child never opened its spans");
-    // SAFETY: signals our own child.
-    assert_eq!(
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) },
-        0
-    );
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("the child did not exit after SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let mut child = child_in("signal", &out)
+        .timeout(Duration::from_secs(60))
+        .spawn();
+    child.wait_for_output("the line saying its spans are open", |stdout, _| {
+        stdout.contains(READY)
+    });
+    child.signal(libc::SIGTERM);
+    let status = child.wait().status;
     assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
     check(&spans_in(&out), "process received SIGTERM");
 }
 
 #[test]
 fn lens_spans_are_truncated_once_beside_sdk_spans() {
-    if let Ok(mode) = std::env::var(CHILD) {
-        return child(&mode);
+    if as_child() {
+        return;
     }
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("spans.jsonl");
-    run_to_end(
-        "lens",
-        "lens_spans_are_truncated_once_beside_sdk_spans",
-        &out,
-    );
+    child_in("lens", &out).run_passing();
     let spans = spans_in(&out);
     assert_eq!(spans.len(), 3, "{spans:#?}");
     let reason = "still open at telemetry shutdown";

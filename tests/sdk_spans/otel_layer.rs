@@ -13,19 +13,13 @@ use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::prelude::*;
 
+use crate::common::memory;
+
 const TRACE: &str = "4bf92f3577b34e0ea36b9a0f8e1c6a2d";
 const PARENT: &str = "00f067aa0ba902b7";
 
 fn exporting(exporter: &InMemorySpanExporter) -> Telemetry {
-    let config = LensConfig::default()
-        .with_enabled(true)
-        .with_export_strategy("all_ranks")
-        .with_metrics_enabled(false);
-    Telemetry::builder(config)
-        .install_globals(false)
-        .span_exporter(exporter.clone())
-        .build()
-        .unwrap()
+    memory::builder(exporter).build().unwrap()
 }
 
 fn extracted() -> Context {
