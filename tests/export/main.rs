@@ -1,7 +1,8 @@
 //! Export: the batch processor and its byte budget, drop counting, OTLP to a real collector
 //! (rotel) over every protocol, TLS and a Tokio runtime of the application's, collector faults
 //! (absent, killed, hung, size limits), shutdown accounting on the real trainer, the console
-//! span exporter against Python's output, and a trace across two processes.
+//! span exporter against Python's output, a trace across two processes, and OTLP headers
+//! (secrets) kept out of every Debug, error and log.
 //!
 //! One test binary: its tests run as threads of one process. A test that sets the process
 //! environment, measures resident memory or reads the global providers runs its body in a child
@@ -24,4 +25,5 @@ mod otlp_tls;
 mod oversize;
 mod queue_bytes;
 mod reward_server;
+mod secrets;
 mod shutdown_accounting;

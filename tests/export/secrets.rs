@@ -2,21 +2,20 @@
 //! typically an API key) never appear in nemo-lens's Debug output, errors or logs.
 //!
 //! The headers are read by the OTLP exporter from the process environment, so the scenario runs
-//! in a fresh copy of this test binary with the variables set; the copy checks every string the
-//! crate produces, and the outer test checks everything the copy printed.
+//! in a fresh copy of this test binary with the variables set (`common::child`); the copy checks
+//! every string the crate produces, and the outer test checks everything the copy printed.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nemo_lens::{LensConfig, Telemetry};
 use tracing_subscriber::prelude::*;
 
-mod common;
+use crate::common::child::{self, Child};
 
-const SCENARIO_VAR: &str = "LENSTEST_SECRETS_SCENARIO";
+const SCENARIO_VAR: &str = "LENSTEST_SECRETS_PROTOCOL";
 const SECRET: &str = "sk-live-SECRET-0123456789";
 
 /// A `fmt` writer into a shared buffer (every log line of every crate, at TRACE).
@@ -138,15 +137,7 @@ fn in_scenario(protocol: &str) {
 }
 
 fn run(protocol: &str) {
-    let name = "otlp_headers_never_appear_in_debug_errors_or_logs";
-    if std::env::var(SCENARIO_VAR).as_deref() == Ok(protocol) {
-        in_scenario(protocol);
-        return;
-    }
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    common::clear_telemetry_env(&mut cmd);
-    let out = cmd
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+    let out = Child::this_test()
         .env(SCENARIO_VAR, protocol)
         .env("NEMO_LENS_ENABLED", "1")
         .env("NEMO_LENS_EXPORT_STRATEGY", "all_ranks")
@@ -161,8 +152,7 @@ fn run(protocol: &str) {
             "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
             format!("x-api-key={SECRET},x-team=ml"),
         )
-        .output()
-        .unwrap();
+        .run();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -178,11 +168,10 @@ fn run(protocol: &str) {
 
 #[test]
 fn otlp_headers_never_appear_in_debug_errors_or_logs() {
-    match std::env::var(SCENARIO_VAR).as_deref() {
-        Ok(protocol) => run(protocol),
-        Err(_) => {
-            run("http/protobuf");
-            run("grpc");
-        }
+    if child::is_child() {
+        in_scenario(&std::env::var(SCENARIO_VAR).unwrap());
+        return;
     }
+    run("http/protobuf");
+    run("grpc");
 }
