@@ -19,7 +19,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use super::wait;
+// `benches/otlp.rs` compiles this file on its own, so the wait helper is declared here and
+// re-exported as `common::wait`.
+#[path = "wait.rs"]
+pub mod wait;
 
 /// The rotel release the tests are written against (rotel 0.0.1a15 from PyPI).
 pub const ROTEL_VERSION: &str = "0.0.1a15";

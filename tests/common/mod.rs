@@ -19,7 +19,8 @@ pub mod console;
 pub mod hung;
 pub mod memory;
 pub mod metrics;
-pub mod wait;
+/// Declared in `collector.rs` (which `benches/otlp.rs` compiles on its own).
+pub use collector::wait;
 // `tls.rs` (the TLS front before the collector) is included only by the tests that use it
 // (`#[path = "common/tls.rs"] mod tls;`), so the other test binaries do not compile it.
 
