@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use super::wait;
 
 /// Set in a re-executed test binary to the name of the test it runs as the child.
-pub const CHILD_VAR: &str = "NEMO_LENS_TEST_CHILD";
+pub const CHILD_VAR: &str = "LENSTEST_CHILD_TEST";
 
 /// How long a child may run unless the test says otherwise: a bound against hangs, far above
 /// what any child takes.

@@ -15,7 +15,7 @@ use tracing_subscriber::prelude::*;
 
 use crate::common::child::{self, Child};
 
-const SCENARIO_VAR: &str = "LENSTEST_SECRETS_PROTOCOL";
+const PROTOCOL_VAR: &str = "LENSTEST_SECRETS_PROTOCOL";
 const SECRET: &str = "sk-live-SECRET-0123456789";
 
 /// A `fmt` writer into a shared buffer (every log line of every crate, at TRACE).
@@ -138,7 +138,7 @@ fn in_scenario(protocol: &str) {
 
 fn run(protocol: &str) {
     let out = Child::this_test()
-        .env(SCENARIO_VAR, protocol)
+        .env(PROTOCOL_VAR, protocol)
         .env("NEMO_LENS_ENABLED", "1")
         .env("NEMO_LENS_EXPORT_STRATEGY", "all_ranks")
         .env("NEMO_LENS_METRICS_ENABLED", "0")
@@ -169,7 +169,7 @@ fn run(protocol: &str) {
 #[test]
 fn otlp_headers_never_appear_in_debug_errors_or_logs() {
     if child::is_child() {
-        in_scenario(&std::env::var(SCENARIO_VAR).unwrap());
+        in_scenario(&std::env::var(PROTOCOL_VAR).unwrap());
         return;
     }
     run("http/protobuf");
