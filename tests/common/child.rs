@@ -19,7 +19,7 @@
 //! }
 //!
 //! let out = Child::example("trainer").env("NEMO_LENS_ENABLED", "1").args(["--steps", "1"]).run();
-//! let running = Child::this_test().env("MODE", "signal").spawn();
+//! let mut running = Child::this_test().env("MODE", "signal").spawn();
 //! running.wait_for_output("the ready line", |stdout, _| stdout.contains("ready"));
 //! running.signal(libc::SIGTERM);
 //! let out = running.wait();
@@ -420,6 +420,18 @@ impl Running {
             }
             self.exited = Some(self.child.wait().expect("reap the child"));
         }
+        // The pipes close with the child, unless a process it started still holds them.
+        let remaining = self.deadline.saturating_duration_since(Instant::now());
+        let closed = wait::try_wait_for(remaining.max(Duration::from_secs(5)), || {
+            (self.open.load(Ordering::SeqCst) == 0).then_some(())
+        });
+        assert!(
+            closed.is_some(),
+            "{} exited ({}), but a process it started still holds its stdout or stderr:\n{}",
+            self.what,
+            self.exited.unwrap(),
+            self.printed()
+        );
         for reader in self.readers.drain(..) {
             reader.join().unwrap();
         }
