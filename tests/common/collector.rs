@@ -17,7 +17,12 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// `benches/otlp.rs` compiles this file on its own, so the wait helper is declared here and
+// re-exported as `common::wait`.
+#[path = "wait.rs"]
+pub mod wait;
 
 /// The rotel release the tests are written against (rotel 0.0.1a15 from PyPI).
 pub const ROTEL_VERSION: &str = "0.0.1a15";
@@ -137,19 +142,18 @@ impl Collector {
             out,
             dir,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
         for port in [grpc_port, http_port] {
-            while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            let listening = wait::try_wait_for(Duration::from_secs(30), || {
                 if let Ok(Some(status)) = collector.child.try_wait() {
                     panic!("rotel exited with {status}:\n{}", collector.output());
                 }
-                assert!(
-                    Instant::now() < deadline,
-                    "rotel did not listen on {port} within 30 s:\n{}",
-                    collector.output()
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
+                TcpStream::connect(("127.0.0.1", port)).ok()
+            });
+            assert!(
+                listening.is_some(),
+                "rotel did not listen on {port} within 30 s:\n{}",
+                collector.output()
+            );
         }
         collector
     }
@@ -174,18 +178,26 @@ impl Collector {
 
     /// Waits until `done(output)` holds, or panics after `timeout` showing the output.
     pub fn wait_for(&self, what: &str, timeout: Duration, done: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let text = self.output();
-            if done(&text) {
-                return text;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "collector did not receive {what} within {timeout:?}; it printed:\n{text}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait::try_wait_for(timeout, || Some(self.output()).filter(|text| done(text)))
+            .unwrap_or_else(|| {
+                panic!(
+                    "collector did not receive {what} within {timeout:?}; it printed:\n{}",
+                    self.output()
+                )
+            })
+    }
+
+    /// `OTEL_EXPORTER_OTLP_PROTOCOL` and `OTEL_EXPORTER_OTLP_ENDPOINT` for this collector.
+    pub fn otlp_env(&self, protocol: &str) -> [(&'static str, String); 2] {
+        [
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol.to_string()),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", self.endpoint(protocol)),
+        ]
+    }
+
+    /// The spans received so far.
+    pub fn spans(&self) -> Vec<Item> {
+        spans(&self.output())
     }
 
     /// Kills the collector now (a collector that dies mid-run).
@@ -307,4 +319,43 @@ pub fn items(output: &str, header: &str) -> Vec<Item> {
     }
     result.extend(current);
     result
+}
+
+/// The spans of the debug output.
+pub fn spans(output: &str) -> Vec<Item> {
+    items(output, "Span #")
+}
+
+/// The first item whose `Name` is `name`; fails listing the items when there is none.
+#[track_caller]
+pub fn named<'a>(items: &'a [Item], name: &str) -> &'a Item {
+    items
+        .iter()
+        .find(|i| i.field("Name").as_deref() == Some(name))
+        .unwrap_or_else(|| panic!("no {name} among {items:#?}"))
+}
+
+/// How many items are named `name`.
+pub fn count_named(items: &[Item], name: &str) -> usize {
+    items
+        .iter()
+        .filter(|i| i.field("Name").as_deref() == Some(name))
+        .count()
+}
+
+/// How many items carry the string attribute `key` = `value`.
+pub fn count_with(items: &[Item], key: &str, value: &str) -> usize {
+    let printed = format!("Str({value})");
+    items
+        .iter()
+        .filter(|i| i.attr(key).as_deref() == Some(printed.as_str()))
+        .count()
+}
+
+/// Enabled telemetry exporting over OTLP, with the endpoint and protocol of the process
+/// environment (as a user's job script sets them).
+pub fn otlp_config() -> nemo_lens::LensConfig {
+    nemo_lens::LensConfig::default()
+        .with_enabled(true)
+        .with_exporter(nemo_lens::ExporterKind::Otlp)
 }

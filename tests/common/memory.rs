@@ -7,6 +7,22 @@ use nemo_lens::{LensConfig, Telemetry, TelemetryBuilder};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
 use tracing_subscriber::prelude::*;
 
+/// Every rank exports traces (no metrics).
+pub fn config() -> LensConfig {
+    LensConfig::default()
+        .with_enabled(true)
+        .with_export_strategy("all_ranks")
+        .with_metrics_enabled(false)
+}
+
+/// A builder of an exporting telemetry ([`config`]) that installs nothing process-wide and
+/// exports its spans to `exporter`.
+pub fn builder(exporter: &InMemorySpanExporter) -> TelemetryBuilder {
+    Telemetry::builder(config())
+        .install_globals(false)
+        .span_exporter(exporter.clone())
+}
+
 /// Builds an exporting telemetry (every rank exports, no metrics, nothing process-wide) whose
 /// spans go to an in-memory exporter, lets `extra` add to the builder, runs `f` under a
 /// registry with its lens layer, then flushes, shuts down and returns the exported spans.
@@ -15,14 +31,7 @@ pub fn run_exporting(
     f: impl FnOnce(&Telemetry),
 ) -> Vec<SpanData> {
     let exporter = InMemorySpanExporter::default();
-    let config = LensConfig::default()
-        .with_enabled(true)
-        .with_export_strategy("all_ranks")
-        .with_metrics_enabled(false);
-    let builder = Telemetry::builder(config)
-        .install_globals(false)
-        .span_exporter(exporter.clone());
-    let telemetry = extra(builder).build().unwrap();
+    let telemetry = extra(builder(&exporter)).build().unwrap();
     tracing::subscriber::with_default(
         tracing_subscriber::registry().with(telemetry.layer()),
         || f(&telemetry),

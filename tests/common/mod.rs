@@ -1,4 +1,15 @@
-//! Shared by the integration tests: a real collector, metric helpers, the example binaries.
+//! Shared by the integration tests. A test binary includes it with `mod common;` (a file in
+//! `tests/`) or `#[path = "../common/mod.rs"] mod common;` (a directory binary's `main.rs`).
+//!
+//! * [`child`]: child processes (this test binary re-run for one test, or an example), bounded
+//!   by a timeout;
+//! * [`wait`]: wait until a condition holds, never a fixed sleep;
+//! * [`console`]: console JSONL files: configurations that write them, their spans, log records
+//!   and metric batches;
+//! * [`memory`]: an exporting telemetry whose spans land in memory;
+//! * [`metrics`]: an exporting telemetry whose metrics land in memory;
+//! * [`collector`]: a real OTLP collector (rotel) and what it received;
+//! * [`hung`]: a collector that accepts connections and never answers.
 
 #![allow(dead_code)]
 
@@ -8,6 +19,8 @@ pub mod console;
 pub mod hung;
 pub mod memory;
 pub mod metrics;
+/// Declared in `collector.rs` (which `benches/otlp.rs` compiles on its own).
+pub use collector::wait;
 // `tls.rs` (the TLS front before the collector) is included only by the tests that use it
 // (`#[path = "common/tls.rs"] mod tls;`), so the other test binaries do not compile it.
 

@@ -1,0 +1,19 @@
+//! Configuration: the `NEMO_LENS_*` and `OTEL_*` variables (names, defaults, typed errors,
+//! garbage), export strategies and the rank sampler, the resource, and one environment for a
+//! whole job of real trainer processes, hostile values included.
+//!
+//! One test binary: its tests run as threads of one process. A test that sets the process
+//! environment, reads process-wide state, or must not see other threads fork runs its body in a
+//! child (`common::child`).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod bad_input;
+mod config;
+mod env_sampler;
+mod first_rank_per_node;
+mod hostile_env;
+mod job_env;
+mod resource;
+mod strategy;

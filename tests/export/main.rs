@@ -1,0 +1,29 @@
+//! Export: the batch processor and its byte budget, drop counting, OTLP to a real collector
+//! (rotel) over every protocol, TLS and a Tokio runtime of the application's, collector faults
+//! (absent, killed, hung, size limits), shutdown accounting on the real trainer, the console
+//! span exporter against Python's output, a trace across two processes, and OTLP headers
+//! (secrets) kept out of every Debug, error and log.
+//!
+//! One test binary: its tests run as threads of one process. A test that sets the process
+//! environment, measures resident memory or reads the global providers runs its body in a child
+//! (`common::child`).
+
+#[path = "../common/mod.rs"]
+mod common;
+// The TLS front before the collector (only this binary uses it).
+#[path = "../common/tls.rs"]
+mod tls;
+
+mod batch;
+mod collector_faults;
+mod console_jsonl;
+mod drops;
+mod hung_collector;
+mod otlp;
+mod otlp_runtime;
+mod otlp_tls;
+mod oversize;
+mod queue_bytes;
+mod reward_server;
+mod secrets;
+mod shutdown_accounting;

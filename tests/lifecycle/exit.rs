@@ -1,0 +1,217 @@
+//! How the process dies: a panic, SIGTERM and SIGINT on the real trainer example, which
+//! installs the panic hook and the signal handlers (`nemo_lens::exit`). The spans it finished
+//! are exported, and the spans open at that moment arrive truncated.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::ExitStatus;
+
+use crate::common::child::{self, Child};
+use crate::common::console::{self, all_named as by_name, truncated, truncation_reason};
+
+fn command(out: &Path) -> Child {
+    Child::example("trainer")
+        .env("NEMO_LENS_ENABLED", "1")
+        .env("NEMO_LENS_EXPORTER", "console")
+        .env("NEMO_LENS_SPAN_GROUPS", "per_step")
+        .env("NEMO_LENS_CONSOLE_PATH", out)
+        .env("RUST_LOG", "trainer=debug")
+}
+
+/// The steps the trainer logged as finished.
+fn finished_steps(stderr: &str) -> usize {
+    stderr
+        .lines()
+        .filter(|l| l.contains("step finished"))
+        .count()
+}
+
+#[test]
+fn a_panic_truncates_open_spans_records_the_panic_and_flushes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("spans.jsonl");
+    let output = command(&out)
+        .args(["--steps", "10", "--step-ms", "1", "--panic-at", "3"])
+        .run();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(101), "{stderr}");
+    // The previous hook (the default one, printing the message) still ran.
+    assert!(stderr.contains("simulated failure in step 3"), "{stderr}");
+
+    let spans = console::read(&out);
+    let steps = by_name(&spans, "train_step");
+    assert_eq!(steps.len(), 3, "steps 1 and 2 finished, step 3 truncated");
+    let crashed = steps.iter().find(|s| s["attributes"]["step"] == 3).unwrap();
+    assert!(truncated(crashed));
+    assert_eq!(truncation_reason(crashed), Some("process panicked"));
+    assert_eq!(crashed["status"]["status_code"], "ERROR");
+    let exception = crashed["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "exception")
+        .expect("exception event on the innermost span");
+    assert_eq!(exception["attributes"]["exception.type"], "panic");
+    let message = exception["attributes"]["exception.message"]
+        .as_str()
+        .unwrap();
+    assert!(
+        message.contains("simulated failure in step 3") && message.contains("trainer.rs"),
+        "{message}"
+    );
+    assert!(steps.iter().filter(|s| !truncated(s)).count() == 2);
+    // forward_backward of step 3 had ended before the panic: exported normally.
+    assert_eq!(by_name(&spans, "forward_backward").len(), 3);
+    assert!(
+        by_name(&spans, "forward_backward")
+            .iter()
+            .all(|s| !truncated(s))
+    );
+    let train = by_name(&spans, "train");
+    assert_eq!(train.len(), 1);
+    assert!(truncated(train[0]));
+    assert_eq!(truncation_reason(train[0]), Some("process panicked"));
+    assert!(
+        train[0]["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["name"] != "exception"),
+        "the exception is on the innermost span only"
+    );
+}
+
+/// Starts a trainer that runs until killed, waits until it has finished `steps` steps (it logs
+/// each one on stderr), sends `signal`, and returns its exit status and the number of steps it
+/// logged in all (it goes on stepping while it flushes).
+fn signal_running_trainer(out: &Path, signal: libc::c_int, steps: usize) -> (ExitStatus, usize) {
+    let mut child = command(out)
+        .args(["--steps", "0", "--step-ms", "3", "--checkpoint-every", "0"])
+        .timeout(std::time::Duration::from_secs(120))
+        .spawn();
+    child.wait_for_output(&format!("{steps} finished steps"), |_, stderr| {
+        finished_steps(stderr) >= steps
+    });
+    child.signal(signal);
+    let output = child.wait();
+    (
+        output.status,
+        finished_steps(&String::from_utf8_lossy(&output.stderr)),
+    )
+}
+
+fn check_signal_run(signal: libc::c_int, reason: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("spans.jsonl");
+    let before_signal = 3;
+    let (status, logged) = signal_running_trainer(&out, signal, before_signal);
+    // Died by the signal, as without the handler (a shell shows 128 + signo).
+    assert_eq!(status.signal(), Some(signal), "{status:?}");
+    assert_eq!(status.code(), None);
+
+    let spans = console::read(&out);
+    let train = by_name(&spans, "train");
+    assert_eq!(train.len(), 1, "the run span arrives");
+    assert!(truncated(train[0]));
+    assert_eq!(truncation_reason(train[0]), Some(reason));
+    // The steps finished before the signal were all still queued (the default schedule delay
+    // is 5 s) and all arrive, not truncated; the step in flight (if any) is truncated. The
+    // trainer keeps stepping while it flushes: a step may end just before the end (exported,
+    // its log line lost) or after the flush (logged, not exported: too late for the queue).
+    let steps = by_name(&spans, "train_step");
+    let finished = steps.iter().filter(|s| !truncated(s)).count();
+    assert!(
+        finished >= before_signal,
+        "{finished} finished steps exported"
+    );
+    assert!(
+        finished <= logged + 1,
+        "{finished} exported, {logged} logged"
+    );
+    assert!(steps.len() - finished <= 1);
+    for s in steps.iter().filter(|s| truncated(s)) {
+        assert_eq!(truncation_reason(s), Some(reason));
+        assert_eq!(s["parent_id"], train[0]["context"]["span_id"]);
+    }
+}
+
+#[test]
+fn sigterm_truncates_open_spans_flushes_and_dies_by_the_signal() {
+    check_signal_run(libc::SIGTERM, "process received SIGTERM");
+}
+
+#[test]
+fn sigint_truncates_open_spans_flushes_and_dies_by_the_signal() {
+    check_signal_run(libc::SIGINT, "process received SIGINT");
+}
+
+/// A panic on a thread other than `main` may not end the process (here it is joined and the
+/// run goes on): the hook records it on that thread's innermost span, which then ends normally
+/// while unwinding, and nothing else is truncated or shut down. In a process of its own: the
+/// panic hook is process-wide.
+#[test]
+fn a_panic_on_a_worker_thread_is_recorded_without_ending_the_run() {
+    child::run_alone(worker_thread_panic);
+}
+
+fn worker_thread_panic() {
+    use nemo_lens::testing::SpanCapture;
+    let capture =
+        SpanCapture::with_config(nemo_lens::LensConfig::default().with_span_groups("default"))
+            .unwrap();
+    capture.telemetry().install_panic_hook();
+    let subscriber = capture.subscriber();
+    let dispatch = tracing::Dispatch::new(subscriber);
+    let run = tracing::dispatcher::with_default(&dispatch, || tracing::info_span!("run"));
+    let worker = {
+        let dispatch = dispatch.clone();
+        let run = run.clone();
+        std::thread::Builder::new()
+            .name("loader".into())
+            .spawn(move || {
+                tracing::dispatcher::with_default(&dispatch, || {
+                    let _run = run.enter();
+                    let _load = tracing::info_span!("load_batch").entered();
+                    tracing::info_span!(
+                        "unrecorded_by_lens",
+                        nemo.group.optimizer = tracing::field::Empty
+                    )
+                    .in_scope(|| panic!("corrupt shard 7"));
+                })
+            })
+            .unwrap()
+    };
+    assert!(worker.join().is_err());
+    assert_eq!(
+        capture.telemetry().open_spans(),
+        1,
+        "the run span is still open"
+    );
+    tracing::dispatcher::with_default(&dispatch, || {
+        run.in_scope(|| tracing::info_span!("after").in_scope(|| {}));
+    });
+    drop(run);
+    let load = capture.span("load_batch").expect("exported when unwound");
+    let exception = load
+        .events
+        .iter()
+        .find(|e| e.name == "exception")
+        .expect("exception event");
+    let message = exception
+        .attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == "exception.message")
+        .unwrap()
+        .value
+        .to_string();
+    assert!(message.contains("corrupt shard 7"), "{message}");
+    assert!(SpanCapture::attribute(&load, "nemo.span.truncated").is_none());
+    assert!(matches!(
+        load.status,
+        opentelemetry::trace::Status::Error { .. }
+    ));
+    let run = capture.span("run").unwrap();
+    assert!(run.events.iter().all(|e| e.name != "exception"));
+    assert!(SpanCapture::attribute(&run, "nemo.span.truncated").is_none());
+    assert!(capture.span("after").is_some(), "still recording");
+}

@@ -1,0 +1,238 @@
+//! `exception` span events as Python's `record_exception` writes them: `exception.type`,
+//! `exception.message`, `exception.stacktrace` (only where a backtrace is captured) and
+//! `exception.escaped`, in that order, all strings, compared with the exception event of the
+//! Python fixture (`tests/fixtures/python-lens-rank3.jsonl`).
+//!
+//! Every scenario is a real process, `examples/failing_step` (an `ERROR` event, an
+//! `#[instrument(err)]` and an `#[instrument(err(Debug))]` function returning `Err`, and with
+//! `--panic` a panic), writing console JSONL to a file: whether a backtrace is captured depends
+//! on `RUST_BACKTRACE`, which is read once per process. Build the examples first when running
+//! this file alone (`cargo build --examples --all-features`).
+
+use std::process::ExitStatus;
+
+use serde_json::Value;
+
+use crate::common::child::Child;
+use crate::common::console::{self, keys, named as span};
+
+/// The exception event of Python's `bad_step` span, and that span.
+fn python_exception() -> (Value, Value) {
+    let text = include_str!("../fixtures/python-lens-rank3.jsonl");
+    let span: Value = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|l| l["name"] == "bad_step")
+        .expect("bad_step in the fixture");
+    let event = span["events"][0].clone();
+    assert_eq!(event["name"], "exception");
+    (event, span)
+}
+
+/// How the child process captures backtraces.
+enum Backtrace {
+    /// Neither `RUST_BACKTRACE` nor `RUST_LIB_BACKTRACE` set.
+    Unset,
+    /// `RUST_BACKTRACE=<value>`.
+    Set(&'static str),
+}
+
+/// Runs `failing_step` (with `args`) and returns its exit status and its spans by name.
+fn run(backtrace: Backtrace, args: &[&str]) -> (ExitStatus, Vec<Value>) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Child::example("failing_step")
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE");
+    if let Backtrace::Set(value) = backtrace {
+        child = child.env("RUST_BACKTRACE", value);
+    }
+    let out = child
+        .envs([
+            ("NEMO_LENS_ENABLED", "1"),
+            ("NEMO_LENS_EXPORTER", "console"),
+            ("NEMO_LENS_METRICS_ENABLED", "0"),
+        ])
+        .env(
+            "NEMO_LENS_CONSOLE_PATH",
+            dir.path().join("rank{rank}.jsonl"),
+        )
+        .args(args)
+        .run();
+    (out.status, console::spans(console::lines(dir.path(), 0)))
+}
+
+/// The `exception` events of `span`.
+fn exceptions(span: &Value) -> Vec<&Value> {
+    span["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["name"] == "exception")
+        .collect()
+}
+
+/// The only `exception` event of `span`, its attributes.
+fn exception<'a>(spans: &'a [Value], name: &str) -> &'a Value {
+    let found = exceptions(span(spans, name));
+    assert_eq!(found.len(), 1, "{name}: {found:#?}");
+    &found[0]["attributes"]
+}
+
+#[test]
+fn an_error_event_writes_pythons_exception_attributes_in_pythons_order() {
+    let (py, py_span) = python_exception();
+    let (status, spans) = run(Backtrace::Unset, &[]);
+    assert!(status.success(), "{status}");
+    let step = span(&spans, "train_step");
+    let event = exceptions(step)[0];
+    assert_eq!(keys(event), keys(&py), "the event's own keys");
+    let attributes = &event["attributes"];
+    // No backtrace captured: no stacktrace (never a fake one), the other keys as Python's.
+    let expected: Vec<&str> = keys(&py["attributes"])
+        .into_iter()
+        .filter(|k| *k != "exception.stacktrace")
+        .collect();
+    assert_eq!(
+        keys(attributes),
+        expected,
+        "explicit exception.type is not repeated as an attribute, the message is not an attribute"
+    );
+    for key in &expected {
+        assert!(
+            attributes[key].is_string() && py["attributes"][key].is_string(),
+            "{key}: a string in both"
+        );
+    }
+    assert_eq!(attributes["exception.type"], "ValueError");
+    assert_eq!(
+        attributes["exception.message"],
+        py["attributes"]["exception.message"]
+    );
+    assert_eq!(
+        attributes["exception.escaped"],
+        py["attributes"]["exception.escaped"]
+    );
+    assert_eq!(attributes["exception.escaped"], "False");
+    assert_eq!(step["status"], py_span["status"], "ERROR with the message");
+}
+
+#[test]
+fn instrument_err_records_the_display_text_with_type_error() {
+    let (status, spans) = run(Backtrace::Unset, &[]);
+    assert!(status.success(), "{status}");
+    let attributes = exception(&spans, "load_shard");
+    assert_eq!(
+        keys(attributes),
+        ["exception.type", "exception.message", "exception.escaped"],
+        "the error is the exception: no separate `error` attribute"
+    );
+    assert_eq!(attributes["exception.type"], "Error");
+    assert_eq!(attributes["exception.message"], "shard 7 is corrupt");
+    assert_eq!(attributes["exception.escaped"], "False");
+    let load = span(&spans, "load_shard");
+    assert_eq!(load["status"]["status_code"], "ERROR");
+    assert_eq!(load["status"]["description"], "shard 7 is corrupt");
+}
+
+#[test]
+fn instrument_err_debug_names_the_type_from_the_debug_text() {
+    let (status, spans) = run(Backtrace::Unset, &[]);
+    assert!(status.success(), "{status}");
+    let attributes = exception(&spans, "read_checkpoint");
+    assert_eq!(
+        keys(attributes),
+        ["exception.type", "exception.message", "exception.escaped"]
+    );
+    // `std::io::Error` from the OS: `Os { code: 2, kind: NotFound, message: ".." }`.
+    assert_eq!(attributes["exception.type"], "Os");
+    let message = attributes["exception.message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Os {") && message.contains("NotFound"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_panic_is_an_escaped_exception_of_type_panic() {
+    let (status, spans) = run(Backtrace::Unset, &["--panic"]);
+    assert_eq!(status.code(), Some(101), "the panic still ends the process");
+    let step = span(&spans, "train_step");
+    let found = exceptions(step);
+    assert_eq!(found.len(), 2, "the ERROR event's, then the panic's");
+    let panic = &found[1]["attributes"];
+    assert_eq!(
+        keys(panic),
+        ["exception.type", "exception.message", "exception.escaped"]
+    );
+    assert_eq!(panic["exception.type"], "panic");
+    assert!(
+        panic["exception.message"]
+            .as_str()
+            .unwrap()
+            .starts_with("simulated failure (at examples/failing_step.rs:"),
+        "{panic}"
+    );
+    assert_eq!(
+        panic["exception.escaped"], "True",
+        "it unwinds out of the span"
+    );
+    assert_eq!(found[0]["attributes"]["exception.escaped"], "False");
+}
+
+#[test]
+fn with_rust_backtrace_the_stacktrace_starts_at_the_users_frame() {
+    let (py, _) = python_exception();
+    let (status, spans) = run(Backtrace::Set("1"), &["--panic"]);
+    assert_eq!(status.code(), Some(101));
+    let step = span(&spans, "train_step");
+    let found = exceptions(step);
+    assert_eq!(found.len(), 2);
+    let error = &found[0]["attributes"];
+    assert_eq!(
+        keys(error),
+        keys(&py["attributes"]),
+        "exactly Python's keys, in Python's order"
+    );
+    for (what, attributes) in [("error event", error), ("panic", &found[1]["attributes"])] {
+        let trace = attributes["exception.stacktrace"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{what}: no stacktrace in {attributes}"));
+        let first_frame: String = trace.lines().take(2).collect::<Vec<_>>().join("\n");
+        assert!(
+            first_frame.contains("examples/failing_step.rs:"),
+            "{what}: the first frame is the user's code, not nemo-lens's: {first_frame}"
+        );
+        assert!(
+            !trace.contains("nemo_lens::"),
+            "{what}: no frame of nemo-lens's own: {trace}"
+        );
+        assert!(trace.contains("main"), "{what}: down to main: {trace}");
+    }
+    // The functions of `#[instrument(err)]`: their own frame first.
+    let load = exception(&spans, "load_shard");
+    let trace = load["exception.stacktrace"].as_str().unwrap();
+    assert!(
+        trace.lines().next().unwrap().contains("load_shard"),
+        "{trace}"
+    );
+}
+
+#[test]
+fn without_a_captured_backtrace_there_is_no_stacktrace() {
+    for backtrace in [Backtrace::Unset, Backtrace::Set("0")] {
+        let (status, spans) = run(backtrace, &["--panic"]);
+        assert_eq!(status.code(), Some(101));
+        let all: Vec<&Value> = spans.iter().flat_map(exceptions).collect();
+        assert_eq!(
+            all.len(),
+            4,
+            "ERROR event, err, err(Debug), panic: {spans:#?}"
+        );
+        for event in all {
+            assert!(
+                event["attributes"].get("exception.stacktrace").is_none(),
+                "{event}"
+            );
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! Spans: how `tracing` spans and events become OpenTelemetry spans (fields, parents, events,
+//! errors, links, groups, redaction, limits), the IDs they get, propagation across threads and
+//! processes, the open-span closer and the flight recorder.
+//!
+//! One test binary: its tests run as threads of one process. A test that needs a process of its
+//! own (process-wide slots, `fork`) runs its body in a child (`common::child`).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod attributes;
+mod callsite_interest;
+mod closer;
+mod concurrency;
+mod context_activation;
+mod emit_span;
+mod groups;
+mod ids;
+mod layer;
+mod linked_span;
+mod own_providers;
+mod propagation;
+mod recorder;
+mod recording;
+mod redaction;
+mod span_ext;
+mod trace_flags;
+mod trace_per;
+
+use std::sync::{Mutex, MutexGuard};
+
+/// The pipeline-parallel carrier slot (`propagation::set_pp_trace_carrier`) is one per process:
+/// the tests that fill it take this lock first.
+fn pp_carrier_slot() -> MutexGuard<'static, ()> {
+    static SLOT: Mutex<()> = Mutex::new(());
+    SLOT.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,214 @@
+//! W3C propagation: inject/extract over map carriers, baggage, payload bytes shared with the
+//! Python library, remote parents and linked spans.
+
+use std::collections::HashMap;
+
+use nemo_lens::LensSpanExt;
+use nemo_lens::propagation::{
+    decode_carrier, encode_carrier, extract_bytes, extract_context, inject_context,
+    remote_span_context, serialize_context,
+};
+use nemo_lens::testing::SpanCapture;
+use opentelemetry::baggage::BaggageExt;
+use opentelemetry::trace::TraceContextExt;
+use opentelemetry::{Context, KeyValue};
+
+const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+#[test]
+fn inject_then_extract_round_trips_the_current_span_and_baggage() {
+    let capture = SpanCapture::new();
+    let mut carrier = HashMap::new();
+    capture.in_scope(|| {
+        let _baggage = Context::current()
+            .with_baggage([KeyValue::new("job", "pretrain")])
+            .attach();
+        let _step = tracing::info_span!("step").entered();
+        inject_context(&mut carrier);
+    });
+    let step = capture.span("step").unwrap();
+    assert_eq!(
+        carrier["traceparent"],
+        // Sampled + W3C random, as the Python SDK sends it.
+        format!(
+            "00-{}-{}-03",
+            step.span_context.trace_id(),
+            step.span_context.span_id()
+        )
+    );
+    assert_eq!(carrier["baggage"], "job=pretrain");
+    assert!(!carrier.contains_key("tracestate"), "only when present");
+
+    let cx = extract_context(&carrier);
+    assert_eq!(
+        cx.span().span_context().span_id(),
+        step.span_context.span_id()
+    );
+    assert!(cx.span().span_context().is_remote());
+    assert_eq!(
+        cx.baggage().get("job").map(|v| v.to_string()),
+        Some("pretrain".into())
+    );
+}
+
+#[test]
+fn an_extracted_context_attached_while_creating_a_span_is_its_remote_parent() {
+    let capture = SpanCapture::new();
+    let carrier = HashMap::from([("traceparent".to_string(), TRACEPARENT.to_string())]);
+    capture.in_scope(|| {
+        let _remote = extract_context(&carrier).attach();
+        tracing::info_span!("worker_step")
+            .in_scope(|| tracing::info_span!("inner").in_scope(|| {}));
+    });
+    let step = capture.span("worker_step").unwrap();
+    assert_eq!(
+        step.span_context.trace_id().to_string(),
+        "0af7651916cd43dd8448eb211c80319c"
+    );
+    assert_eq!(step.parent_span_id.to_string(), "b7ad6b7169203331");
+    assert!(step.parent_span_is_remote);
+    let inner = capture.span("inner").unwrap();
+    assert_eq!(inner.parent_span_id, step.span_context.span_id());
+}
+
+#[test]
+fn invalid_or_missing_traceparent_gives_an_empty_context() {
+    for bad in [
+        "",
+        "00-zz-yy-01",
+        "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+    ] {
+        let carrier = HashMap::from([("traceparent".to_string(), bad.to_string())]);
+        assert!(
+            !extract_context(&carrier).span().span_context().is_valid(),
+            "{bad:?}"
+        );
+        assert!(remote_span_context(&carrier).is_none());
+    }
+    assert!(!extract_context(&HashMap::new()).has_active_span());
+}
+
+#[test]
+fn payload_bytes_round_trip_and_read_python_payloads() {
+    let carrier = HashMap::from([
+        ("traceparent".to_string(), TRACEPARENT.to_string()),
+        ("tracestate".to_string(), "vendor=abc".to_string()),
+    ]);
+    assert_eq!(
+        decode_carrier(&encode_carrier(&carrier)),
+        Some(carrier.clone())
+    );
+    // What Python's `json.dumps(carrier).encode()` sends (spaces after separators).
+    let python = format!(r#"{{"traceparent": "{TRACEPARENT}", "tracestate": "vendor=abc"}}"#);
+    assert_eq!(decode_carrier(python.as_bytes()), Some(carrier));
+    let cx = extract_bytes(python.as_bytes());
+    assert_eq!(
+        cx.span().span_context().span_id().to_string(),
+        "b7ad6b7169203331"
+    );
+    assert_eq!(
+        cx.span().span_context().trace_state().get("vendor"),
+        Some("abc")
+    );
+    for garbage in [
+        &b"\xff\xfe"[..],
+        b"not json",
+        b"[1]",
+        br#"{"traceparent": 7}"#,
+    ] {
+        assert!(decode_carrier(garbage).is_none(), "{garbage:?}");
+        // Undecodable: the current context (empty here), never a panic.
+        assert!(!extract_bytes(garbage).has_active_span());
+    }
+}
+
+#[test]
+fn serialize_context_inside_a_span_carries_it() {
+    let capture = SpanCapture::new();
+    let payload = capture.in_scope(|| {
+        let _step = tracing::info_span!("step").entered();
+        serialize_context()
+    });
+    let step = capture.span("step").unwrap();
+    let carrier = decode_carrier(&payload).unwrap();
+    assert_eq!(
+        remote_span_context(&carrier).unwrap().span_id(),
+        step.span_context.span_id()
+    );
+}
+
+#[test]
+fn a_pipeline_stage_links_to_the_remote_step_instead_of_becoming_its_child() {
+    let capture = SpanCapture::new();
+    let carrier = HashMap::from([("traceparent".to_string(), TRACEPARENT.to_string())]);
+    let remote = remote_span_context(&carrier).unwrap();
+    let linked = capture.in_scope(|| {
+        let stage = tracing::info_span!("pp.recv_forward.linked");
+        let linked =
+            stage.add_link_with_attributes(remote.clone(), vec![KeyValue::new("pp.stage", 1_i64)]);
+        drop(stage);
+        linked
+    });
+    assert!(linked);
+    let stage = capture.span("pp.recv_forward.linked").unwrap();
+    assert_ne!(
+        stage.span_context.trace_id(),
+        remote.trace_id(),
+        "a link, not a parent"
+    );
+    assert_eq!(stage.links.links.len(), 1);
+    let link = &stage.links.links[0];
+    assert_eq!(link.span_context.span_id(), remote.span_id());
+    assert_eq!(link.attributes, vec![KeyValue::new("pp.stage", 1_i64)]);
+    // An invalid remote context links nothing.
+    let none = capture.in_scope(|| {
+        tracing::info_span!("x").add_link(opentelemetry::trace::SpanContext::empty_context())
+    });
+    assert!(!none);
+}
+
+/// The pipeline-parallel carrier slot (Python's `set_pp_trace_carrier` / `get_pp_trace_carrier`):
+/// the training loop stores the broadcast payload's carrier, a pipeline stage on another thread
+/// reads it and links to the step; `None` clears it.
+#[test]
+fn the_pp_carrier_slot_hands_the_step_to_deep_code_on_any_thread() {
+    use nemo_lens::propagation::{get_pp_trace_carrier, set_pp_trace_carrier};
+    let _slot = crate::pp_carrier_slot();
+    let capture = SpanCapture::new();
+    let payload = encode_carrier(&HashMap::from([(
+        "traceparent".to_string(),
+        TRACEPARENT.to_string(),
+    )]));
+    set_pp_trace_carrier(decode_carrier(&payload));
+    let linked = std::thread::scope(|s| {
+        s.spawn(|| {
+            let carrier = get_pp_trace_carrier().expect("stored by the training loop");
+            let remote = remote_span_context(&carrier).expect("valid traceparent");
+            capture.in_scope(|| {
+                let stage = tracing::info_span!("pp.recv_forward.linked");
+                stage.add_link(remote)
+            })
+        })
+        .join()
+        .unwrap()
+    });
+    assert!(linked);
+    let stage = capture.span("pp.recv_forward.linked").unwrap();
+    assert_eq!(
+        stage.links.links[0].span_context.span_id().to_string(),
+        "b7ad6b7169203331"
+    );
+    // Replaced by the next iteration's carrier, then cleared.
+    let next = "00-1af7651916cd43dd8448eb211c80319c-c7ad6b7169203331-01";
+    set_pp_trace_carrier(Some(HashMap::from([(
+        "traceparent".to_string(),
+        next.to_string(),
+    )])));
+    assert_eq!(
+        get_pp_trace_carrier().unwrap()["traceparent"],
+        next,
+        "the newest carrier wins"
+    );
+    set_pp_trace_carrier(None);
+    assert!(get_pp_trace_carrier().is_none());
+}
