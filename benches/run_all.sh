@@ -8,7 +8,7 @@
 #      benches/report.py;
 #   4. the OTLP/HTTP run against a loopback rotel collector (benches/otlp.rs);
 #   5. the side-by-side comparison with the Python NeMo Lens (benches/compare_python.sh);
-#   6. resident memory over millions of re-entries of one span (tests/reentry_memory.rs).
+#   6. resident memory over millions of re-entries of one span (tests/lifecycle/reentry_memory.rs).
 # The page is replaced only when every step succeeded; the explanations on it are the text of
 # this script (edit them here, not in the page).
 #

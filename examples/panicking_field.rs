@@ -1,5 +1,5 @@
 //! A program whose field formatting panics inside a lens span, to check that such a panic
-//! stays the application's own (`tests/panicking_field.rs` runs it).
+//! stays the application's own (`tests/lifecycle/panicking_field.rs` runs it).
 //!
 //! ```sh
 //! cargo run --example panicking_field -- event main hook lens /tmp/spans.jsonl
