@@ -14,9 +14,10 @@
 //!
 //! It is also the recommended production set-up: after setup it installs the panic hook and the
 //! SIGTERM/SIGINT handlers ([`nemo_lens::Telemetry::install_signal_handlers`]), so a preempted
-//! job (`kill -TERM`, or Ctrl-C on `--steps 0`, which runs until interrupted) or a crash
-//! (`--panic-at STEP`) still exports its finished spans, and its open ones as truncated
-//! (`nemo.span.truncated = true`).
+//! job (`kill -TERM`, or Ctrl-C on `--steps 0`, which runs until interrupted) still exports its
+//! finished spans, and its open ones as truncated (`nemo.span.truncated = true`), and a crash
+//! (`--panic-at STEP`) exports everything, the panic on the step's span. With `--catch-panics`
+//! the step's panic is caught and training goes on, telemetry with it.
 //!
 //! With `--barrier-dir DIR`, every step ends its forward/backward pass with an `all_reduce` span
 //! (group `collective`) that waits for the other ranks through a file barrier (one file per rank
@@ -71,6 +72,9 @@ struct Args {
     /// Panic in this step (simulates a crash).
     #[arg(long)]
     panic_at: Option<u64>,
+    /// Catch a step's panic and go on with the next step, as a job runner that retries does.
+    #[arg(long)]
+    catch_panics: bool,
     /// Directory of the file barrier of the `all_reduce` span (no `all_reduce` without it).
     #[arg(long)]
     barrier_dir: Option<PathBuf>,
@@ -135,7 +139,21 @@ fn train(args: &Args, telemetry: &Telemetry) {
     let mut step = 1;
     while args.steps == 0 || step <= args.steps {
         let started = Instant::now();
-        let loss = train_step(step, args, &mut rng);
+        let loss = if args.catch_panics {
+            let step_result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                train_step(step, args, &mut rng)
+            }));
+            match step_result {
+                Ok(loss) => loss,
+                Err(_) => {
+                    tracing::warn!(step, "step panicked; going on");
+                    step += 1;
+                    continue;
+                }
+            }
+        } else {
+            train_step(step, args, &mut rng)
+        };
         // Metrics: a no-op on ranks that export nothing.
         TrainingMetrics {
             step_duration_s: Some(started.elapsed().as_secs_f64()),
