@@ -15,5 +15,6 @@ mod env_sampler;
 mod first_rank_per_node;
 mod hostile_env;
 mod job_env;
+mod named_files;
 mod resource;
 mod strategy;

@@ -16,7 +16,8 @@
 //! configuration built here.
 //!
 //! The files are read and parsed at setup, on the exporting rank only, and only for an
-//! `https://` endpoint: a file that cannot be read, holds no PEM certificate (or key), or a
+//! `https://` endpoint: a file that cannot be read (or is not a regular file of at most 1 MiB:
+//! a FIFO or a device is refused without blocking), holds no PEM certificate (or key), or a
 //! certificate without its key is a [`LensError::Certificate`] naming the variable. A server the
 //! certificates do not accept fails at export time instead: one line on stderr names the
 //! endpoint and the cause, and what the failed exports carried is counted as dropped.
@@ -79,14 +80,18 @@ fn cert_error(var: &str, path: &str, reason: impl Into<String>) -> LensError {
     }
 }
 
-/// Reads `path` (named by `var`) and checks that it holds PEM items `check` accepts.
+/// The most of a certificate or key file read: a system CA bundle (about 200 KiB) fits.
+const MAX_PEM_BYTES: u64 = 1 << 20;
+
+/// Reads `path` (named by `var`) and checks that it holds PEM items `check` accepts. Only a
+/// regular file of at most [`MAX_PEM_BYTES`] is read: a FIFO or a device never blocks setup.
 fn read_pem(
     var: String,
     path: &str,
     check: impl FnOnce(&[u8]) -> Result<(), String>,
 ) -> Result<PemFile> {
-    let pem =
-        std::fs::read(path).map_err(|e| cert_error(&var, path, format!("cannot read it: {e}")))?;
+    let pem = crate::config::named_file::read(std::path::Path::new(path), MAX_PEM_BYTES)
+        .map_err(|e| cert_error(&var, path, format!("cannot read it: {e}")))?;
     check(&pem).map_err(|reason| cert_error(&var, path, reason))?;
     Ok(PemFile {
         var,
