@@ -52,7 +52,8 @@
 //! started). Every dumped span carries its group as `nemo.group`. A dump is written:
 //!
 //! * on **`SIGUSR1`**: the handler only writes a byte to a pipe; the recorder's thread writes
-//!   the dump while the training thread goes on;
+//!   the dump while the training thread goes on (signals coalesce: one dump in flight plus one
+//!   queued, however many arrive);
 //! * by the **watchdog**, once, when no span of the recorder's groups has closed for
 //!   `NEMO_LENS_HANG_TIMEOUT` seconds (default 600; `0` turns it off), with a warning on stderr
 //!   naming the innermost open span and the file;
@@ -87,7 +88,9 @@
 //! fills it (the callsite's static metadata, ids, times and up to six field values, strings cut
 //! to 24 bytes) and, on close, copies it into the ring: no allocation, no lock, no waiting; a
 //! slot held by another writer drops the record and counts it ([`FlightRecorder::dropped`]).
-//! Memory is fixed at setup: `(N + 1024) × 256` bytes. `benches/recorder.rs` measures the costs.
+//! Memory is fixed at setup: `(N + 1024) × 256` bytes; a dump streams to its file and adds at
+//! most the open spans it copies (1024 records of about 200 bytes) and a 64 KiB buffer, whatever
+//! N. `benches/recorder.rs` measures the costs.
 //!
 //! # Threads and signals
 //!
