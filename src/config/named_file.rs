@@ -73,7 +73,10 @@ mod tests {
         std::fs::write(&path, b"0123456789").unwrap();
         assert_eq!(read(&path, 10).unwrap(), b"0123456789");
         let e = read(&path, 9).unwrap_err();
-        assert!(e.to_string().contains("larger than the 9-byte limit"), "{e}");
+        assert!(
+            e.to_string().contains("larger than the 9-byte limit"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -17,7 +17,10 @@ fn trainer(tmp: &Path, capacity: usize) -> Child {
             ("NEMO_LENS_EXPORTER", "console"),
             ("NEMO_LENS_METRICS_ENABLED", "0"),
             ("NEMO_LENS_SPAN_GROUPS", "default"),
-            ("NEMO_LENS_FLIGHT_RECORDER_GROUPS", "step,forward_backward,optimizer"),
+            (
+                "NEMO_LENS_FLIGHT_RECORDER_GROUPS",
+                "step,forward_backward,optimizer",
+            ),
             ("NEMO_LENS_HANG_TIMEOUT", "0"),
             ("RUST_LOG", "trainer=debug"),
         ])
@@ -106,7 +109,11 @@ fn a_sigusr1_storm_writes_one_dump_in_flight_plus_one_queued() {
     trainer.signal(libc::SIGKILL);
     let out = trainer.wait();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(written >= 1, "{}", &stderr[stderr.len().saturating_sub(2000)..]);
+    assert!(
+        written >= 1,
+        "{}",
+        &stderr[stderr.len().saturating_sub(2000)..]
+    );
     assert!(
         written <= finished_during_storm + 2,
         "{written} dumps for 10,000 signals, {finished_during_storm} of them written during \
@@ -148,7 +155,9 @@ fn a_dump_of_100000_spans_adds_less_than_4_mib() {
 fn a_failed_dump_removes_its_temporary_file() {
     let tmp = tempfile::tempdir().unwrap();
     let dumps = tmp.path().join("dumps");
-    let mut trainer = trainer(tmp.path(), 4_096).limit_file_size(64 * 1024).spawn();
+    let mut trainer = trainer(tmp.path(), 4_096)
+        .limit_file_size(64 * 1024)
+        .spawn();
     // More than 64 KiB of dump: a few thousand spans.
     wait_for_steps(&mut trainer, 1_500);
     for attempt in 1..=2 {
@@ -165,5 +174,9 @@ fn a_failed_dump_removes_its_temporary_file() {
     trainer.signal(libc::SIGKILL);
     let out = trainer.wait();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("File too large"), "{}", &stderr[..stderr.len().min(3000)]);
+    assert!(
+        stderr.contains("File too large"),
+        "{}",
+        &stderr[..stderr.len().min(3000)]
+    );
 }

@@ -134,7 +134,14 @@ fn a_caught_main_thread_panic_leaves_telemetry_running() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("spans.jsonl");
     let output = command(&out)
-        .args(["--steps", "103", "--step-ms", "0", "--checkpoint-every", "0"])
+        .args([
+            "--steps",
+            "103",
+            "--step-ms",
+            "0",
+            "--checkpoint-every",
+            "0",
+        ])
         .args(["--panic-at", "3", "--catch-panics"])
         .run();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -144,7 +151,11 @@ fn a_caught_main_thread_panic_leaves_telemetry_running() {
 
     let spans = console::read(&out);
     let steps = by_name(&spans, "train_step");
-    assert_eq!(steps.len(), 103, "every step, the hundred after the panic included");
+    assert_eq!(
+        steps.len(),
+        103,
+        "every step, the hundred after the panic included"
+    );
     assert!(spans.iter().all(|s| !truncated(s)), "nothing truncated");
     let crashed = steps.iter().find(|s| s["attributes"]["step"] == 3).unwrap();
     assert_eq!(crashed["status"]["status_code"], "ERROR");
