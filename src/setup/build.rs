@@ -93,7 +93,6 @@ pub(super) fn resolve_identity(
         )));
     }
     ids::install_fork_handler();
-    otlp::transport::install_crypto_provider();
     let generation = ids::fork_generation();
     if config.enabled && !reinit_allowed && INITIALIZED_IN.load(Ordering::SeqCst) == generation + 1
     {

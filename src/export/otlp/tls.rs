@@ -12,8 +12,9 @@
 //!
 //! Without a CA file the server is checked against the system's roots (`SSL_CERT_FILE` /
 //! `SSL_CERT_DIR`, else the platform's store, read by `rustls-native-certs`). Both transports use
-//! rustls with the *ring* provider: gRPC through tonic, HTTP through reqwest with a client
-//! configuration built here.
+//! rustls with a client configuration built here with the *ring* provider, given explicitly (the
+//! process's default provider is the application's, and is neither read nor installed): gRPC
+//! through a channel of nemo-lens's own ([`grpc_tls`](super::grpc_tls)), HTTP through reqwest.
 //!
 //! The files are read and parsed at setup, on the exporting rank only, and only for an
 //! `https://` endpoint: a file that cannot be read (or is not a regular file of at most 1 MiB:
@@ -160,9 +161,8 @@ impl TlsFiles {
         Ok(TlsFiles { ca, client })
     }
 
-    /// The rustls client configuration of the HTTP transport: the CA file's certificates, else
-    /// the system's roots; the client certificate and key when given.
-    #[cfg(feature = "otlp-http")]
+    /// The rustls client configuration of both transports: the CA file's certificates, else
+    /// the system's roots; the client certificate and key when given; the *ring* provider.
     pub(crate) fn rustls_config(&self) -> Result<rustls::ClientConfig> {
         let mut roots = rustls::RootCertStore::empty();
         match &self.ca {
@@ -218,23 +218,6 @@ impl TlsFiles {
         .expect("ring supports the default protocol versions")
         .with_root_certificates(rustls::RootCertStore::empty())
         .with_no_client_auth()
-    }
-
-    /// The tonic TLS configuration of the gRPC transport.
-    #[cfg(feature = "otlp-grpc")]
-    pub(crate) fn tonic_config(
-        &self,
-    ) -> opentelemetry_otlp::tonic_types::transport::ClientTlsConfig {
-        use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig, Identity};
-        let mut tls = ClientTlsConfig::new();
-        tls = match &self.ca {
-            Some(ca) => tls.ca_certificate(Certificate::from_pem(&ca.pem)),
-            None => tls.with_native_roots(),
-        };
-        if let Some((cert, key)) = &self.client {
-            tls = tls.identity(Identity::from_pem(&cert.pem, &key.pem));
-        }
-        tls
     }
 }
 
