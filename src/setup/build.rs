@@ -64,7 +64,7 @@ pub(super) struct Identity {
 
 /// Checks the configuration and resolves who this process is: `OTEL_SDK_DISABLED`, the rank and
 /// world size (an unknown one defaults), the one-enabled-setup-per-process rule and the run id.
-/// Installs the fork handler and the HTTP client's crypto provider (on every rank).
+/// Installs the fork handler (on every rank).
 pub(super) fn resolve_identity(
     config: &mut LensConfig,
     rank: u32,
