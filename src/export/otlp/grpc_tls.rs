@@ -98,3 +98,37 @@ impl tower_service::Service<Uri> for TlsConnect {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> rustls::ClientConfig {
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth()
+    }
+
+    #[test]
+    fn host_names_ip_addresses_and_the_default_port() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _inside = runtime.enter();
+        let timeout = Duration::from_secs(1);
+        for endpoint in [
+            "https://collector.example:4317",
+            "https://collector.example",
+            "https://127.0.0.1:4317",
+            "https://[::1]:4317",
+        ] {
+            assert!(channel(endpoint, timeout, config()).is_ok(), "{endpoint}");
+        }
+        assert!(channel("https://", timeout, config()).is_err());
+    }
+}
