@@ -40,7 +40,8 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use nemo_lens::{LensConfig, Telemetry, TrainingMetrics};
+use nemo_lens::metrics::TrainingMetrics;
+use nemo_lens::{LensConfig, Telemetry};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use tracing::instrument;

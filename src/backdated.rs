@@ -220,7 +220,7 @@ fn redact(kv: KeyValue) -> KeyValue {
 /// already-ended span, with the rules of Python NeMo Lens's nightly
 /// `nemo.lens.span_utilities.emit_span`:
 ///
-/// * **Group gate first.** With a `group` that is disabled ([`crate::is_span_group_enabled`]),
+/// * **Group gate first.** With a `group` that is disabled ([`crate::groups::is_span_group_enabled`]),
 ///   nothing is done at all (no validation, no tracer call) and `Ok(None)` is returned.
 /// * **Times are Unix-epoch seconds** ([`EpochSeconds`]): an `f64`, a [`SystemTime`], or a
 ///   decimal string parsed exactly to the nanosecond (`"1700000000.123456789"`; an `f64` near
@@ -341,7 +341,7 @@ impl<'a> EmitSpan<'a> {
         self
     }
 
-    /// Emit only when this span group is enabled ([`crate::is_span_group_enabled`]), checked
+    /// Emit only when this span group is enabled ([`crate::groups::is_span_group_enabled`]), checked
     /// first thing in [`EmitSpan::emit`].
     ///
     /// ```

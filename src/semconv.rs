@@ -254,6 +254,13 @@ pub const NEMO_USER_ID: &str = "nemo.user.id";
 pub const NEMO_SPAN_TRUNCATED: &str = "nemo.span.truncated";
 /// `nemo.span.truncated.reason`: why a span was truncated (on the `nemo.span.truncated` event).
 pub const NEMO_SPAN_TRUNCATED_REASON: &str = "nemo.span.truncated.reason";
+/// `nemo.span.open` (Rust only): `true` on a flight-recorder dump's span that was still open at
+/// the dump.
+pub const NEMO_SPAN_OPEN: &str = "nemo.span.open";
+/// `nemo.span.open_age_s` (Rust only): how long a dumped open span had been open, in seconds.
+pub const NEMO_SPAN_OPEN_AGE_S: &str = "nemo.span.open_age_s";
+/// `nemo.group` (Rust only): the span group of a flight-recorder dump's span.
+pub const NEMO_GROUP: &str = "nemo.group";
 /// `nemo.lens.dropped` (Rust only): lens's own observable counter of dropped telemetry.
 pub const NEMO_LENS_DROPPED: &str = "nemo.lens.dropped";
 /// `signal`: which pipeline a `nemo.lens.dropped` series counts (`spans`, `logs`,

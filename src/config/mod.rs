@@ -388,8 +388,7 @@ impl LensConfig {
         if let Some((_, v)) = get("CONSOLE_PATH") {
             cfg.console_path = Some(v);
         }
-        cfg.flight_recorder =
-            crate::flight_recorder::config::RecorderConfig::read(&mut get, primary)?;
+        cfg.flight_recorder = crate::flight_recorder::config::RecorderConfig::read(&mut get, primary)?;
         if let Some(v) = lookup("OTEL_SERVICE_NAME").map(|v| v.trim().to_string())
             && !v.is_empty()
         {

@@ -271,7 +271,7 @@ impl TelemetryBuilder {
 
     /// Whether setup installs anything process-wide (default `true`): the global tracer and
     /// meter providers, the global W3C propagator, the process-wide span-group state read by
-    /// [`crate::is_span_group_enabled`], and the one-enabled-setup-per-process guard.
+    /// [`crate::groups::is_span_group_enabled`], and the one-enabled-setup-per-process guard.
     ///
     /// With `false`, the [`Telemetry`] is self-contained: its layer, [`Telemetry::tracer`],
     /// [`Telemetry::meter`] and [`Telemetry::is_span_group_enabled`] work as usual, and nothing
@@ -299,7 +299,7 @@ impl TelemetryBuilder {
     /// `true`), so OpenTelemetry-API code inside lens spans (a global propagator injecting
     /// `traceparent` into HTTP headers, tonic interceptors, spans of an OpenTelemetry tracer)
     /// sees it as the current span. It costs an allocation per span enter on the training
-    /// thread (figures in README's Performance section); turn it off when no such code runs
+    /// thread (`docs/performance.md` has the figures); turn it off when no such code runs
     /// inside lens spans.
     ///
     /// ```

@@ -54,6 +54,22 @@ pub(crate) struct Inner {
 /// Cloning is cheap (shared). Call [`Telemetry::shutdown`] before the process exits (a
 /// `finally`-style path): spans still open are ended as truncated and everything queued is
 /// exported. Dropping the last clone shuts down with a 5-second timeout.
+///
+/// # Fork
+///
+/// A process forked without exec (a data-loader worker) inherits the telemetry of its parent,
+/// but not its threads: the batch processor's worker, the gRPC runtime and the HTTP client are
+/// gone. In the child, the inherited handle and its layer are therefore inert:
+///
+/// * the layer records nothing (one relaxed atomic load per span compares the `pthread_atfork`
+///   generation recorded at setup with the current one; no syscall);
+/// * spans the parent had open are neither ended nor truncated nor exported by the child (the
+///   parent exports them once), and the closer's slab is never touched;
+/// * [`Telemetry::force_flush`], [`Telemetry::shutdown`] and dropping the handle return at once
+///   (the inherited providers are leaked, never shut down: that would wait for dead threads);
+/// * the child may set up its own telemetry (the double-init guard counts per fork generation),
+///   which draws IDs from a freshly seeded stream ([`ChaChaIdGenerator`](crate::ChaChaIdGenerator)).
+///
 #[derive(Clone)]
 pub struct Telemetry {
     pub(super) inner: Arc<Inner>,
@@ -290,12 +306,12 @@ impl Telemetry {
     }
 
     /// The cached instruments of [`Telemetry::meter`], used by
-    /// [`InferenceMetrics`](crate::InferenceMetrics) and friends, [`crate::record_metrics`] and
+    /// [`InferenceMetrics`](crate::metrics::InferenceMetrics) and friends, [`crate::metrics::record_metrics`] and
     /// [`Telemetry::metrics_layer`]. The handle itself is `AsRef<Instruments>`, so those accept
     /// `&telemetry` directly.
     ///
     /// ```
-    /// use nemo_lens::TrainingMetrics;
+    /// use nemo_lens::metrics::TrainingMetrics;
     /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
     /// TrainingMetrics { loss: Some(0.9), ..Default::default() }.record(telemetry.instruments());
     /// TrainingMetrics { loss: Some(0.8), ..Default::default() }.record(&telemetry); // same thing
@@ -305,7 +321,7 @@ impl Telemetry {
     }
 
     /// A layer that records `histogram.*`, `gauge.*`, `counter.*` and `monotonic_counter.*`
-    /// event fields as metrics (see [`crate::metrics::events`]). Inert (`Interest::never` for
+    /// event fields as metrics (see [`EventMetricsLayer`](crate::metrics::EventMetricsLayer)). Inert (`Interest::never` for
     /// every callsite) on a rank that exports no metrics.
     ///
     /// ```
