@@ -145,7 +145,7 @@ pub struct LensConfig {
     /// that would have been their parent (`<P>_TRACE_PER`, comma-separated, case-insensitive;
     /// default empty: off, as in Python). `step` gives one small trace per step per rank
     /// instead of one job-long trace that trace stores refuse past their size limits (see
-    /// README "At scale").
+    /// `docs/at-scale.md`).
     pub trace_per: String,
     /// Exporter (`<P>_EXPORTER`, default `otlp`).
     pub exporter: ExporterKind,
@@ -388,7 +388,8 @@ impl LensConfig {
         if let Some((_, v)) = get("CONSOLE_PATH") {
             cfg.console_path = Some(v);
         }
-        cfg.flight_recorder = crate::flight_recorder::config::RecorderConfig::read(&mut get, primary)?;
+        cfg.flight_recorder =
+            crate::flight_recorder::config::RecorderConfig::read(&mut get, primary)?;
         if let Some(v) = lookup("OTEL_SERVICE_NAME").map(|v| v.trim().to_string())
             && !v.is_empty()
         {

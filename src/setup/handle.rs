@@ -124,7 +124,7 @@ impl Telemetry {
     /// span groups), so that crates built on `tracing_opentelemetry::OpenTelemetrySpanExt`
     /// (HTTP and gRPC middleware calling `set_parent` / `context`) work unchanged. Use it
     /// *instead of* [`Telemetry::layer`] for spans (both would record every span twice); the
-    /// lens layer is cheaper (see README "Which layer to pick"). Its spans skip the lens
+    /// lens layer is cheaper (see `docs/interop.md`, "Which layer to pick"). Its spans skip the lens
     /// layer's record path; those the SDK has started (tracing-opentelemetry starts one at its
     /// first enter, with context activation on) and that are still open at shutdown are
     /// exported as truncated from their start data (see [`Telemetry::shutdown`]). On a rank that records
