@@ -185,6 +185,7 @@ mod setup;
 
 // Errors, ids, attribute names, propagation, backdated spans and test capture.
 mod backdated;
+pub mod carrier;
 mod error;
 mod ids;
 pub mod propagation;
