@@ -187,6 +187,7 @@ mod setup;
 mod backdated;
 pub mod carrier;
 mod error;
+pub mod identity;
 mod ids;
 pub mod propagation;
 pub mod semconv;

@@ -59,7 +59,11 @@ pub(crate) struct Segment<'a> {
 impl Segment<'_> {
     /// The text after the first `=`, stripped (not decoded).
     pub(crate) fn raw_value(&self) -> &[u8] {
-        let eq = self.raw.iter().position(|&b| b == b'=').unwrap_or(self.raw.len());
+        let eq = self
+            .raw
+            .iter()
+            .position(|&b| b == b'=')
+            .unwrap_or(self.raw.len());
         py_strip_bytes(self.raw.get(eq + 1..).unwrap_or_default())
     }
 }
