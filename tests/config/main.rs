@@ -14,6 +14,7 @@ mod config;
 mod env_sampler;
 mod first_rank_per_node;
 mod hostile_env;
+mod identity;
 mod job_env;
 mod resource;
 mod strategy;
