@@ -10,6 +10,7 @@
 mod common;
 
 mod bad_input;
+mod carrier;
 mod config;
 mod env_sampler;
 mod first_rank_per_node;
