@@ -12,7 +12,7 @@
 //! |---|---|
 //! | [`parse`] | `parse_otel_resource_attributes` |
 //! | [`format`] | `format_otel_resource_attributes` |
-//! | [`extend`] | `extend_otel_resource_attributes(value, additions, overwrite=)` |
+//! | [`extend`], [`extend_bytes`] | `extend_otel_resource_attributes(value, additions, overwrite=)` |
 //! | [`set`] | `set_otel_resource_attributes(additions, overwrite=)` |
 //! | [`publish`] | `publish_otel_resource_attributes(additions, overwrite=)` |
 //! | [`check`] | `check_resource_attributes(attrs, required=, forbidden=, env_value=)` |
@@ -180,8 +180,17 @@ pub fn extend(inherited: &str, additions: &[KeyValue], overwrite: bool) -> Strin
     String::from_utf8(bytes).unwrap_or_default()
 }
 
-/// [`extend`] on the raw bytes of the variable, so that bytes that are not UTF-8 pass through.
-pub(crate) fn extend_bytes(inherited: &[u8], additions: &[KeyValue], overwrite: bool) -> Vec<u8> {
+/// [`extend`] on the raw bytes of the variable (as [`std::os::unix::ffi::OsStrExt::as_bytes`]
+/// gives them), so that inherited bytes that are not UTF-8 pass through unchanged.
+///
+/// ```
+/// use nemo_lens::carrier;
+/// use opentelemetry::KeyValue;
+///
+/// let value = carrier::extend_bytes(b"odd=\xff", &[KeyValue::new("nv.dl.rank", 1_i64)], false);
+/// assert_eq!(value, b"odd=\xff,nv.dl.rank=1");
+/// ```
+pub fn extend_bytes(inherited: &[u8], additions: &[KeyValue], overwrite: bool) -> Vec<u8> {
     let present: Vec<KeyValue> = additions
         .iter()
         .filter(|kv| !matches!(&kv.value, Value::String(s) if s.as_str().is_empty()))
