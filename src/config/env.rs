@@ -41,9 +41,8 @@ pub(crate) fn process_var(name: &str) -> Option<String> {
     }
     match std::env::var(name) {
         Ok(value) => Some(value),
-        Err(std::env::VarError::NotUnicode(value))
-            if name == crate::carrier::OTEL_RESOURCE_ATTRIBUTES =>
-        {
+        // The carrier's variable, by name: the carrier module itself reads this one.
+        Err(std::env::VarError::NotUnicode(value)) if name == "OTEL_RESOURCE_ATTRIBUTES" => {
             Some(value.to_string_lossy().into_owned())
         }
         Err(_) => None,

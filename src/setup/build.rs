@@ -78,7 +78,8 @@ pub(super) struct Identity {
 }
 
 /// Checks the configuration and resolves who this process is: `OTEL_SDK_DISABLED`, the rank and
-/// world size (see [`resolve_rank`]), the one-enabled-setup-per-process rule and the run id.
+/// world size (the application's, else the launcher's), the one-enabled-setup-per-process rule
+/// and the run id.
 /// Installs the fork handler and the HTTP client's crypto provider (on every rank).
 pub(super) fn resolve_identity(
     config: &mut LensConfig,
@@ -92,7 +93,11 @@ pub(super) fn resolve_identity(
     if lookup("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
         config.enabled = false;
     }
-    let (rank, world_size) = resolve_rank(place, lookup);
+    let (rank, world_size) = resource::participant::resolve(
+        (place.rank, place.unknown.rank),
+        (place.world_size, place.unknown.world_size),
+        lookup,
+    );
     let rank_number = rank.value.unwrap_or(0);
     let world_number = world_size
         .value
@@ -132,58 +137,6 @@ pub(super) fn resolve_identity(
             run_id_configured,
         },
     })
-}
-
-/// A rank or world size, and whether the launcher gave it.
-struct Resolved {
-    value: Option<u32>,
-    from_launcher: bool,
-    key: &'static str,
-}
-
-/// The rank and the world size, each: the application's ([`TelemetryBuilder::rank`] /
-/// [`TelemetryBuilder::world_size`]); else the launcher's `nv.dl.rank` / `nv.dl.world_size` in
-/// `OTEL_RESOURCE_ATTRIBUTES` (a value that is not a non-negative integer makes it unknown);
-/// else unknown when the application said so (`unknown_rank`, `unknown_world_size`) or, for the
-/// world size, when the rank came from the launcher; else rank 0 of 1.
-///
-/// [`TelemetryBuilder::rank`]: crate::TelemetryBuilder::rank
-/// [`TelemetryBuilder::world_size`]: crate::TelemetryBuilder::world_size
-fn resolve_rank(place: Place, lookup: &Lookup) -> (Resolved, Resolved) {
-    let one = |explicit: Option<u32>, unknown: bool, key: &'static str, default: Option<u32>| {
-        if let Some(value) = explicit.filter(|_| !unknown) {
-            return Resolved {
-                value: Some(value),
-                from_launcher: false,
-                key,
-            };
-        }
-        let (value, from_launcher) = match resource::participant::carried(lookup, key) {
-            resource::Carried::Valid(n) => (Some(n), true),
-            resource::Carried::Invalid(_) => (None, false),
-            resource::Carried::Absent => (if unknown { None } else { default }, false),
-        };
-        Resolved {
-            value,
-            from_launcher,
-            key,
-        }
-    };
-    let rank = one(
-        place.rank,
-        place.unknown.rank,
-        crate::semconv::NV_DL_RANK,
-        Some(0),
-    );
-    // A launcher's rank without its world size: the world size is not the default 1.
-    let world_default = (!rank.from_launcher).then_some(1);
-    let world_size = one(
-        place.world_size,
-        place.unknown.world_size,
-        crate::semconv::NV_DL_WORLD_SIZE,
-        world_default,
-    );
-    (rank, world_size)
 }
 
 /// What the export strategy and the group settings decided for this rank.

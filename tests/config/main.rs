@@ -16,6 +16,7 @@ mod env_sampler;
 mod first_rank_per_node;
 mod hostile_env;
 mod identity;
+mod identity_vectors;
 mod job_env;
 mod resource;
 mod strategy;

@@ -21,7 +21,7 @@ use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::resource::TelemetryResourceDetector;
 
-pub(crate) use self::participant::{Carried, Participant};
+pub(crate) use self::participant::Participant;
 use crate::carrier::{self, OTEL_RESOURCE_ATTRIBUTES};
 use crate::config::LensConfig;
 use crate::semconv;

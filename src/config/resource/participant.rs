@@ -51,6 +51,52 @@ pub(crate) fn carried(lookup: &dyn Fn(&str) -> Option<String>, key: &str) -> Car
     }
 }
 
+/// A rank or world size once resolved, and whether the launcher gave it.
+pub(crate) struct Resolved {
+    /// The value, when known.
+    pub(crate) value: Option<u32>,
+    /// It came from the launcher's `OTEL_RESOURCE_ATTRIBUTES`.
+    pub(crate) from_launcher: bool,
+    /// Its key there (`nv.dl.rank`, `nv.dl.world_size`).
+    pub(crate) key: &'static str,
+}
+
+/// The rank and the world size, each given as (the application's value, whether the
+/// application said it does not know): the application's value; else the launcher's
+/// `nv.dl.rank` / `nv.dl.world_size` in `OTEL_RESOURCE_ATTRIBUTES` (a value that is not a
+/// non-negative integer makes it unknown); else unknown when the application said so or, for
+/// the world size, when the rank came from the launcher; else rank 0 of 1.
+pub(crate) fn resolve(
+    rank: (Option<u32>, bool),
+    world_size: (Option<u32>, bool),
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> (Resolved, Resolved) {
+    let one = |(explicit, unknown): (Option<u32>, bool), key: &'static str, default| {
+        if let Some(value) = explicit.filter(|_| !unknown) {
+            return Resolved {
+                value: Some(value),
+                from_launcher: false,
+                key,
+            };
+        }
+        let (value, from_launcher) = match carried(lookup, key) {
+            Carried::Valid(n) => (Some(n), true),
+            Carried::Invalid(_) => (None, false),
+            Carried::Absent => (if unknown { None } else { default }, false),
+        };
+        Resolved {
+            value,
+            from_launcher,
+            key,
+        }
+    };
+    let rank = one(rank, NV_DL_RANK, Some(0));
+    // A launcher's rank without its world size: the world size is not the default 1.
+    let world_default = (!rank.from_launcher).then_some(1);
+    let world_size = one(world_size, NV_DL_WORLD_SIZE, world_default);
+    (rank, world_size)
+}
+
 /// The integer-typed identity keys (Python's `normalize_resource_attributes`): a launcher's
 /// value that is a base-10 integer becomes an integer; any other stays the string it was,
 /// with a warning.
