@@ -11,7 +11,7 @@
 //! | function | Python (`nemo.lens.resources.attributes`) |
 //! |---|---|
 //! | [`parse`] | `parse_otel_resource_attributes` |
-//! | [`format`] | `format_otel_resource_attributes` |
+//! | [`format()`] | `format_otel_resource_attributes` |
 //! | [`extend`], [`extend_bytes`] | `extend_otel_resource_attributes(value, additions, overwrite=)` |
 //! | [`set`] | `set_otel_resource_attributes(additions, overwrite=)` |
 //! | [`publish`] | `publish_otel_resource_attributes(additions, overwrite=)` |
@@ -156,7 +156,7 @@ pub fn format(attributes: &[KeyValue]) -> String {
 /// * `overwrite = true`: every inherited segment with a key being added is removed (duplicates
 ///   included) and the additions are appended.
 ///
-/// The additions are formatted as [`format`] does (and its warnings apply).
+/// The additions are formatted as [`format()`] does (and its warnings apply).
 ///
 /// ```
 /// use nemo_lens::carrier;
