@@ -53,12 +53,17 @@ pub const DEFAULT_REDACT_KEYS: [&str; 8] = [
 pub const REDACTED: &str = "[REDACTED]";
 
 /// The keys whose string values are redacted: Python's default set, or the user's own
-/// ([`TelemetryBuilder::redact_keys`](crate::TelemetryBuilder::redact_keys)).
+/// ([`TelemetryBuilder::redact_keys`](crate::TelemetryBuilder::redact_keys)); exact,
+/// case-sensitive matches, as Python's `key in redact_keys`.
 ///
 /// The default set is `None`: cloning it (one per log record) and checking a key cost what a
-/// constant array costs; a user set is shared (`Arc`), never copied per span or record.
+/// constant array of eight costs. A user set is a hashed set, so a check costs one hash of the
+/// key whatever the set's size, shared (`Arc`), never copied per span or record.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct RedactKeys(Option<Arc<[Box<str>]>>);
+pub(crate) struct RedactKeys(Option<Arc<KeySet>>);
+
+/// A user's redact keys.
+type KeySet = std::collections::HashSet<Box<str>, foldhash::fast::RandomState>;
 
 impl RedactKeys {
     /// The user's own set, replacing the default.
@@ -67,11 +72,11 @@ impl RedactKeys {
         I: IntoIterator<Item = K>,
         K: Into<String>,
     {
-        RedactKeys(Some(
+        RedactKeys(Some(Arc::new(
             keys.into_iter()
                 .map(|k| k.into().into_boxed_str())
                 .collect(),
-        ))
+        )))
     }
 
     /// Whether string values under `key` are redacted.
@@ -79,7 +84,7 @@ impl RedactKeys {
     pub(crate) fn contains(&self, key: &str) -> bool {
         match &self.0 {
             None => DEFAULT_REDACT_KEYS.contains(&key),
-            Some(keys) => keys.iter().any(|k| &**k == key),
+            Some(keys) => keys.contains(key),
         }
     }
 }
@@ -539,5 +544,19 @@ mod tests {
         };
         assert_eq!(custom.apply("api_key", "x".into()), Value::from(REDACTED));
         assert_eq!(custom.apply("token", "x".into()), Value::from("x"));
+    }
+
+    #[test]
+    fn custom_keys_match_exactly_whatever_the_set_size() {
+        let many = RedactKeys::custom((0..10_000).map(|i| format!("key_{i}")));
+        assert!(many.contains("key_0") && many.contains("key_9999"));
+        // Exact and case-sensitive, as Python's `key in redact_keys`.
+        for other in ["key_10000", "KEY_0", "key_0 ", "key", ""] {
+            assert!(!many.contains(other), "{other:?}");
+        }
+        assert!(!RedactKeys::custom(Vec::<String>::new()).contains("token"));
+        let default = RedactKeys::default();
+        assert!(DEFAULT_REDACT_KEYS.iter().all(|k| default.contains(k)));
+        assert!(!default.contains("Token") && !default.contains("api_key"));
     }
 }
