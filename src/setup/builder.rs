@@ -376,8 +376,10 @@ impl TelemetryBuilder {
     /// [`Telemetry::install_panic_hook`]) carries one when `RUST_BACKTRACE` /
     /// `RUST_LIB_BACKTRACE` enable backtraces, as `std`'s panic message does. On, the stack is
     /// captured on the thread of the event (its frames' addresses: microseconds) and resolved
-    /// into text on the export worker when the span is exported, never on the training thread;
-    /// the first resolution maps and parses the binary's debug information, which raises the
+    /// into text on the export worker when the span is exported, never on the training thread.
+    /// Resolving costs the worker up to hundreds of microseconds per backtrace (a steady stream
+    /// of errors can make it fall behind, and the queue then drops and counts spans), and the
+    /// first resolution maps and parses the binary's debug information, which raises the
     /// process's resident memory once (tens of megabytes for a binary with line tables). The
     /// text starts at the event's own frame (a panic's: the panicking frame) and is cut to the
     /// attribute value length limit. With
