@@ -327,9 +327,11 @@ pub const EXCEPTION_MESSAGE: &str = "exception.message";
 /// field) the type name its `Debug` text starts with (`NotFound`, `Os`, `ConfigError`); else
 /// `"Error"`. A panic is `"panic"`.
 pub const EXCEPTION_TYPE: &str = "exception.type";
-/// `exception.stacktrace`: the backtrace, written only when one is captured
-/// (`RUST_BACKTRACE` / `RUST_LIB_BACKTRACE` set, as `std::backtrace::Backtrace::capture`),
-/// cut to the value length limit.
+/// `exception.stacktrace`: the backtrace from the user's frame down, cut to the value length
+/// limit; written for a panic when `RUST_BACKTRACE` / `RUST_LIB_BACKTRACE` enable backtraces
+/// (as `std::backtrace::Backtrace::capture`), and for every `ERROR` event and panic with
+/// [`TelemetryBuilder::error_backtraces`](crate::TelemetryBuilder::error_backtraces). Resolved
+/// into text on the export worker, never on the thread that records the exception.
 pub const EXCEPTION_STACKTRACE: &str = "exception.stacktrace";
 /// `exception.escaped`: the string `"False"` for an `ERROR` event (the error is recorded and
 /// the span goes on, as Python's `managed_span`), `"True"` for a panic (it unwinds out of the

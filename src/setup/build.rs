@@ -350,6 +350,8 @@ pub(super) struct Given {
     pub(super) provider_builder: Option<TracerProviderBuilder>,
     pub(super) install_globals: bool,
     pub(super) redact: RedactKeys,
+    /// [`TelemetryBuilder::error_backtraces`](crate::TelemetryBuilder::error_backtraces).
+    pub(super) error_backtraces: bool,
     /// How the environment is read
     /// ([`TelemetryBuilder::env_lookup`](crate::TelemetryBuilder::env_lookup)).
     pub(super) lookup: Box<Lookup>,
@@ -424,6 +426,7 @@ pub(super) fn build_pipelines(
                 redact: given.redact.clone(),
             },
             trace_per: plan.trace_per.clone(),
+            error_backtraces: given.error_backtraces,
             provider_builder: given.provider_builder.take(),
             install_global: given.install_globals,
         };

@@ -66,6 +66,8 @@ pub struct TelemetryBuilder {
     legacy_rank_keys: bool,
     /// [`TelemetryBuilder::redact_keys`] (default: [`crate::DEFAULT_REDACT_KEYS`]).
     redact: RedactKeys,
+    /// [`TelemetryBuilder::error_backtraces`].
+    error_backtraces: bool,
 }
 
 impl fmt::Debug for TelemetryBuilder {
@@ -115,6 +117,7 @@ impl TelemetryBuilder {
             unknown: build::Unknown::default(),
             legacy_rank_keys: true,
             redact: RedactKeys::default(),
+            error_backtraces: false,
         }
     }
 
@@ -430,6 +433,52 @@ impl TelemetryBuilder {
         self
     }
 
+    /// Gives every `ERROR` event and `#[instrument(err)]` an `exception.stacktrace`, and every
+    /// recorded panic too, whatever `RUST_BACKTRACE` says (default: off).
+    ///
+    /// Off, an `ERROR` event carries no backtrace, and a panic (with
+    /// [`Telemetry::install_panic_hook`]) carries one when `RUST_BACKTRACE` /
+    /// `RUST_LIB_BACKTRACE` enable backtraces, as `std`'s panic message does. On, the stack is
+    /// captured on the thread of the event (its frames' addresses: microseconds) and resolved
+    /// into text on the export worker when the span is exported, never on the training thread.
+    /// Resolving costs the worker up to hundreds of microseconds per backtrace (a steady stream
+    /// of errors can make it fall behind, and the queue then drops and counts spans), and the
+    /// first resolution maps and parses the binary's debug information, which raises the
+    /// process's resident memory once (tens of megabytes for a binary with line tables). The
+    /// text starts at the event's own frame (a panic's: the panicking frame) and is cut to the
+    /// attribute value length limit. With
+    /// [`synchronous_export`](TelemetryBuilder::synchronous_export) the thread that ends the span
+    /// resolves it.
+    ///
+    /// ```
+    /// use nemo_lens::{LensConfig, Telemetry};
+    /// use opentelemetry_sdk::trace::InMemorySpanExporter;
+    /// use tracing_subscriber::prelude::*;
+    ///
+    /// let spans = InMemorySpanExporter::default();
+    /// let config = LensConfig::default().with_enabled(true).with_export_strategy("all_ranks");
+    /// let telemetry = Telemetry::builder(config)
+    ///     .install_globals(false)
+    ///     .span_exporter(spans.clone())
+    ///     .error_backtraces(true)
+    ///     .build()?;
+    /// tracing::subscriber::with_default(tracing_subscriber::registry().with(telemetry.layer()), || {
+    ///     tracing::info_span!("step").in_scope(|| tracing::error!("nan loss"));
+    /// });
+    /// telemetry.force_flush()?;
+    /// let event = &spans.get_finished_spans().unwrap()[0].events.events[0];
+    /// let keys: Vec<&str> = event.attributes.iter().map(|kv| kv.key.as_str()).collect();
+    /// assert_eq!(
+    ///     keys,
+    ///     ["exception.type", "exception.message", "exception.stacktrace", "exception.escaped"]
+    /// );
+    /// # Ok::<(), nemo_lens::LensError>(())
+    /// ```
+    pub fn error_backtraces(mut self, on: bool) -> Self {
+        self.error_backtraces = on;
+        self
+    }
+
     /// Builds the tracer provider from the application's own `builder` (its processors,
     /// exporters, sampler and resource) instead of an empty one. Lens adds its ID generator
     /// (replacing the builder's), the rank sampler when enabled, the processors of
@@ -500,6 +549,7 @@ impl TelemetryBuilder {
             unknown,
             legacy_rank_keys,
             redact,
+            error_backtraces,
         } = self;
         let mut given = build::Given {
             resource_attributes,
@@ -510,6 +560,7 @@ impl TelemetryBuilder {
             provider_builder,
             install_globals,
             redact,
+            error_backtraces,
             lookup,
         };
         // Only a setup that installs globals counts as the process's one enabled setup.
