@@ -16,7 +16,8 @@
 //! * **Outliers**: ranks at another span or step than the largest group (ties: the group waiting
 //!   in a `collective` span is taken as the majority, since waiting is what the healthy ranks of
 //!   a hung collective do), ranks whose dump holds no open span, and ranks with no dump at all
-//!   (the world size comes from the dumps' `dl.world_size`, or `--world-size`).
+//!   (the world size comes from the dumps' `dl.world_size` or `nv.dl.world_size`, or
+//!   `--world-size`).
 //! * **Suspects**: the outlier ranks. When there is one, the exit code is 3.
 //!
 //! `--json` prints the same as one JSON object (`world_size`, `ranks`, `groups`, `outliers`,
@@ -30,7 +31,7 @@
 //! and counted (on stderr), never the rest of its file. What is kept does not grow with what
 //! the dumps claim: per dump at most [`MAX_OPEN_SPANS`] open spans, their names cut to
 //! [`MAX_NAME_BYTES`]; the ranks without a dump are ranges between the ranks with one, however
-//! large the world size (`dl.world_size` or `--world-size`), and only the first
+//! large the world size (`dl.world_size`, `nv.dl.world_size` or `--world-size`), and only the first
 //! [`MAX_LISTED_NO_DUMP`] of them are listed one by one among the outliers and suspects.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -96,7 +97,8 @@ pub struct Outlier {
 /// The whole report.
 #[derive(Debug, Serialize)]
 pub struct Report {
-    /// From the dumps' `dl.world_size` (or `--world-size`); `null` when unknown.
+    /// From the dumps' `dl.world_size` or `nv.dl.world_size` (or `--world-size`); `null` when
+    /// unknown.
     pub world_size: Option<i64>,
     /// Ranks with a dump.
     pub ranks: usize,

@@ -146,7 +146,7 @@ pub struct LensConfig {
     /// that would have been their parent (`<P>_TRACE_PER`, comma-separated, case-insensitive;
     /// default empty: off, as in Python). `step` gives one small trace per step per rank
     /// instead of one job-long trace that trace stores refuse past their size limits (see
-    /// README "At scale").
+    /// `docs/at-scale.md`).
     pub trace_per: String,
     /// Exporter (`<P>_EXPORTER`, default `otlp`).
     pub exporter: ExporterKind,

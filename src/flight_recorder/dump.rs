@@ -18,9 +18,10 @@ use opentelemetry::KeyValue;
 #[cfg(doc)]
 use super::ring::OPEN_SLOTS;
 use super::ring::{Kind, Record};
-use super::{GROUP_ATTR, OPEN_AGE_ATTR, OPEN_ATTR, Shared, meta_of, unix_ns};
+use super::{Shared, meta_of, unix_ns};
 use crate::export::console::{write_attributes, write_json_str, write_time};
 use crate::rank::groups::declared_group;
+use crate::semconv::{NEMO_GROUP, NEMO_SPAN_OPEN, NEMO_SPAN_OPEN_AGE_S};
 
 /// The file buffer of a dump.
 pub(crate) const BUFFER_BYTES: usize = 64 * 1024;
@@ -108,14 +109,14 @@ fn line(shared: &Shared, r: &Record, open_at: Option<u64>, out: &mut Vec<u8>) {
         attrs.push(kv);
     }
     if let Some(group) = declared_group(meta) {
-        attrs.push(KeyValue::new(GROUP_ATTR, group));
+        attrs.push(KeyValue::new(NEMO_GROUP, group));
     }
     let end_ns = match open_at {
         Some(now) => {
             let age = now.saturating_sub(r.start_ns) as f64 / 1e9;
-            attrs.push(KeyValue::new(OPEN_ATTR, true));
+            attrs.push(KeyValue::new(NEMO_SPAN_OPEN, true));
             attrs.push(KeyValue::new(
-                OPEN_AGE_ATTR,
+                NEMO_SPAN_OPEN_AGE_S,
                 (age * 1000.0).round() / 1000.0,
             ));
             now.max(r.start_ns)

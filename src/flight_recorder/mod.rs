@@ -35,7 +35,7 @@
 //!
 //! # Configuration
 //!
-//! See [`config`]: `NEMO_LENS_FLIGHT_RECORDER` (ring size, 0 = off, the default),
+//! See [`RecorderConfig`]: `NEMO_LENS_FLIGHT_RECORDER` (ring size, 0 = off, the default),
 //! `NEMO_LENS_FLIGHT_RECORDER_GROUPS` (default `job,step,checkpoint,collective`; `collective` is
 //! the group libraries put around communication), `NEMO_LENS_DUMP_DIR`,
 //! `NEMO_LENS_HANG_TIMEOUT`, `NEMO_LENS_CONTROL_FILE`. They are read with the rest of
@@ -83,7 +83,7 @@
 //! # Cost and memory
 //!
 //! Only spans of the recorder's groups are recorded; [`RecorderLayer`]'s per-layer filter
-//! decides once per callsite (see [`layer`] for the exact rules), so every other
+//! decides once per callsite (see [`RecorderLayer`] for the exact rules), so every other
 //! callsite keeps its cost. Recording a span takes a slot of the open table (a compare-and-swap),
 //! fills it (the callsite's static metadata, ids, times and up to six field values, strings cut
 //! to 24 bytes) and, on close, copies it into the ring: no allocation, no lock, no waiting; a
@@ -101,10 +101,10 @@
 //! `SIGUSR2` only when a control file is set (otherwise they keep their default action). In a
 //! process forked without exec, the thread is gone and the signals are ignored.
 
-pub mod config;
+pub(crate) mod config;
 mod control;
 mod dump;
-pub mod layer;
+mod layer;
 mod ring;
 mod thread;
 
@@ -118,9 +118,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use md5::{Digest, Md5};
 
-pub use self::config::RecorderConfig;
-pub use self::layer::{RecorderFilter, RecorderLayer};
-pub use self::ring::{ATTRS, INLINE, OPEN_SLOTS, SLOT_BYTES};
+pub use self::config::{MAX_CAPACITY, RecorderConfig};
+pub use self::layer::RecorderLayer;
 
 use self::ring::{OpenTable, Record, Ring};
 use crate::config::LensConfig;
@@ -129,14 +128,8 @@ use crate::layer::fields::RedactKeys;
 use crate::layer::filter::LensFilter;
 use crate::rank::groups::{self, GroupGate};
 
-/// `nemo.span.open`: `true` on a dumped span that was still open at the dump.
-pub const OPEN_ATTR: &str = "nemo.span.open";
-/// `nemo.span.open_age_s`: how long a dumped open span had been open, in seconds.
-pub const OPEN_AGE_ATTR: &str = "nemo.span.open_age_s";
-/// `nemo.group`: the span group of a dumped span.
-pub const GROUP_ATTR: &str = "nemo.group";
 /// File names of dumps start with this.
-pub const DUMP_PREFIX: &str = "nemo-lens-dump-";
+const DUMP_PREFIX: &str = "nemo-lens-dump-";
 
 pub(crate) fn unix_ns() -> u64 {
     SystemTime::now()

@@ -20,12 +20,12 @@
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 /// Attribute values kept per span.
-pub const ATTRS: usize = 6;
+pub(super) const ATTRS: usize = 6;
 /// Bytes kept of a string attribute value (cut on a character boundary).
-pub const INLINE: usize = 24;
+pub(super) const INLINE: usize = 24;
 /// Open-table slots (open spans of the recorder's groups at one time; more are counted as
 /// dropped).
-pub const OPEN_SLOTS: usize = 1024;
+pub(super) const OPEN_SLOTS: usize = 1024;
 /// Slots looked at to find an open span.
 pub(super) const PROBES: usize = 4;
 
@@ -33,8 +33,10 @@ const HEADER: usize = 6;
 const ATTR_WORDS: usize = 1 + INLINE / 8;
 pub(crate) const WORDS: usize = HEADER + ATTRS * ATTR_WORDS;
 
-/// Bytes of one slot (sequence + record words).
-pub const SLOT_BYTES: usize = 8 * (WORDS + 1);
+/// Bytes of one slot (sequence + record words): the documented memory bound,
+/// `(N + OPEN_SLOTS) × 256` bytes, holds while a slot fits in 256.
+const SLOT_BYTES: usize = 8 * (WORDS + 1);
+const _: () = assert!(SLOT_BYTES <= 256);
 
 /// The kind of an attribute value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

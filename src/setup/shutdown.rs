@@ -64,7 +64,8 @@ impl Telemetry {
     /// * the innermost span the lens layer records on that thread gets an `exception` event
     ///   (`exception.type = "panic"`, `exception.message` = the panic message and location,
     ///   `exception.stacktrace` from the panicking frame down when a backtrace is captured
-    ///   (`RUST_BACKTRACE`), `exception.escaped = "True"`) and the status `ERROR`;
+    ///   (`RUST_BACKTRACE`, or [`error_backtraces`](crate::TelemetryBuilder::error_backtraces);
+    ///   resolved on the export worker), `exception.escaped = "True"`) and the status `ERROR`;
     /// * the spans the panic unwinds through end as it leaves them (as Python's context managers
     ///   end theirs while an exception propagates);
     /// * a panic on the thread named `main` may end the process, so the [flight

@@ -267,7 +267,7 @@ fn a_failed_setup_leaves_no_global_state_and_a_later_good_one_works() {
             "a tracer provider was installed by: {err}"
         );
         assert!(
-            !nemo_lens::is_span_group_enabled("step"),
+            !nemo_lens::groups::is_span_group_enabled("step"),
             "span groups installed by: {err}"
         );
     }
@@ -279,7 +279,7 @@ fn a_failed_setup_leaves_no_global_state_and_a_later_good_one_works() {
         .build()
         .expect("a good setup after failed ones");
     assert!(global_tracer_records());
-    assert!(nemo_lens::is_span_group_enabled("step"));
+    assert!(nemo_lens::groups::is_span_group_enabled("step"));
     telemetry.shutdown(Duration::from_secs(10)).unwrap();
 }
 

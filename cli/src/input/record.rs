@@ -66,12 +66,23 @@ pub struct ResourceAttributes {
     /// `dl.world_size`.
     #[serde(rename = "dl.world_size", default)]
     pub dl_world_size: Option<Value>,
+    /// `nv.dl.world_size` (nightly Python).
+    #[serde(rename = "nv.dl.world_size", default)]
+    pub nv_dl_world_size: Option<Value>,
 }
 
 impl ResourceAttributes {
     /// The rank, from `dl.rank`, else `nv.dl.rank` (numbers or numeric strings).
     pub fn rank(&self) -> Option<i64> {
         [&self.dl_rank, &self.nv_dl_rank]
+            .into_iter()
+            .flatten()
+            .find_map(as_int)
+    }
+
+    /// The world size, from `dl.world_size`, else `nv.dl.world_size`.
+    pub fn world_size(&self) -> Option<i64> {
+        [&self.dl_world_size, &self.nv_dl_world_size]
             .into_iter()
             .flatten()
             .find_map(as_int)
@@ -220,7 +231,7 @@ pub struct Span {
     pub rank: Option<i64>,
     /// The resource's `host.name`.
     pub host: Option<String>,
-    /// The resource's `dl.world_size`.
+    /// The resource's `dl.world_size` (or `nv.dl.world_size`).
     pub world_size: Option<i64>,
 }
 
@@ -376,7 +387,7 @@ pub fn parse_record(bytes: &[u8], file_rank: Option<i64>) -> Result<Record, Stri
             events: raw.events,
             links: raw.links,
             rank,
-            world_size: resource.dl_world_size.as_ref().and_then(as_int),
+            world_size: resource.world_size(),
             host: resource.host_name,
         })));
     }
