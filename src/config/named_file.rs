@@ -20,44 +20,63 @@ pub(crate) fn read(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)?;
-    let kind = file.metadata()?.file_type();
-    if !kind.is_file() {
-        let what = if kind.is_dir() {
-            "a directory"
-        } else if kind.is_fifo() {
-            "a FIFO"
-        } else if kind.is_char_device() {
-            "a character device"
-        } else if kind.is_block_device() {
-            "a block device"
-        } else if kind.is_socket() {
-            "a socket"
-        } else {
-            "not a file"
-        };
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{what}, not a regular file"),
-        ));
-    }
+    regular(&file.metadata()?)?;
     bounded(file, limit)
+}
+
+/// Checks, without opening it, that `path` is a regular file of at most `limit` bytes: for a
+/// file another crate reads whole and without a bound (`SSL_CERT_FILE`, read by
+/// rustls-native-certs).
+pub(crate) fn check(path: &Path, limit: u64) -> io::Result<()> {
+    let metadata = std::fs::metadata(path)?;
+    regular(&metadata)?;
+    if metadata.len() > limit {
+        return Err(too_large(limit));
+    }
+    Ok(())
+}
+
+/// An error unless `metadata` is a regular file's, saying what the file is instead.
+fn regular(metadata: &std::fs::Metadata) -> io::Result<()> {
+    let kind = metadata.file_type();
+    if kind.is_file() {
+        return Ok(());
+    }
+    let what = if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a file"
+    };
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("{what}, not a regular file"),
+    ))
+}
+
+fn too_large(limit: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("larger than the {limit}-byte limit"),
+    )
 }
 
 /// The bytes of `file`, refused beyond `limit` (read as they come: `/proc` files say 0 bytes).
 fn bounded(file: File, limit: u64) -> io::Result<Vec<u8>> {
-    let too_large = || {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("larger than the {limit}-byte limit"),
-        )
-    };
     if file.metadata()?.len() > limit {
-        return Err(too_large());
+        return Err(too_large(limit));
     }
     let mut bytes = Vec::new();
     file.take(limit + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > limit {
-        return Err(too_large());
+        return Err(too_large(limit));
     }
     Ok(bytes)
 }

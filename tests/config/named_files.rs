@@ -6,7 +6,9 @@
 //! * `NEMO_LENS_CONTROL_FILE`, read by the flight recorder's thread on `SIGUSR2`: after the
 //!   refusal, `SIGUSR1` still writes a dump and the hang watchdog still fires.
 //! * `OTEL_EXPORTER_OTLP_CERTIFICATE` / `_CLIENT_CERTIFICATE` / `_CLIENT_KEY` and a per-signal
-//!   form, read by `build()` on the exporting rank: setup fails at once naming the variable.
+//!   form, read by `build()` on the exporting rank: setup fails at once naming the variable;
+//!   likewise `SSL_CERT_FILE`, the system roots' bundle rustls-native-certs reads when no CA
+//!   file is given.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -157,6 +159,7 @@ fn certificate_is_refused(kind: &str, vars: &[&str]) {
 
 /// Every certificate variable, each hostile file.
 fn every_certificate_variable_refuses(kind: &str) {
+    certificate_is_refused(kind, &["SSL_CERT_FILE"]);
     certificate_is_refused(kind, &["OTEL_EXPORTER_OTLP_CERTIFICATE"]);
     certificate_is_refused(kind, &["OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE"]);
     certificate_is_refused(
@@ -185,6 +188,7 @@ fn dev_urandom_as_certificate_fails_setup_without_reading_it() {
 
 #[test]
 fn a_2_gib_sparse_certificate_fails_setup_without_reading_it() {
+    // `SSL_CERT_FILE` is let through up to 16 MiB, the others up to 1 MiB.
     every_certificate_variable_refuses("2GiB");
 }
 

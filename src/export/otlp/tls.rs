@@ -178,6 +178,7 @@ impl TlsFiles {
                 }
             }
             None => {
+                check_system_bundle()?;
                 roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
             }
         }
@@ -218,6 +219,28 @@ impl TlsFiles {
         .expect("ring supports the default protocol versions")
         .with_root_certificates(rustls::RootCertStore::empty())
         .with_no_client_auth()
+    }
+}
+
+/// The most of `SSL_CERT_FILE` let through: a system bundle is well under it.
+const MAX_BUNDLE_BYTES: u64 = 16 << 20;
+
+/// rustls-native-certs reads `SSL_CERT_FILE` (the system roots' bundle, when set) whole and
+/// without a bound, and opening a FIFO blocks: unless it is a regular file of at most
+/// [`MAX_BUNDLE_BYTES`] (checked without opening it), setup fails naming the variable. A file
+/// that does not exist is left to rustls-native-certs (it reads nothing).
+fn check_system_bundle() -> Result<()> {
+    const VAR: &str = "SSL_CERT_FILE";
+    let Some(path) = std::env::var_os(VAR).filter(|p| !p.is_empty()) else {
+        return Ok(());
+    };
+    match crate::config::named_file::check(std::path::Path::new(&path), MAX_BUNDLE_BYTES) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(cert_error(
+            VAR,
+            &path.to_string_lossy(),
+            format!("cannot read it: {e}"),
+        )),
+        _ => Ok(()),
     }
 }
 
