@@ -154,9 +154,10 @@ mod queue;
 // the exporters, which put spans (and metrics and logs) on the wire.
 pub mod export;
 
-// Beside the span path: metrics, the flight recorder, and the setup that builds it all and
-// shuts it down.
+// Beside the span path: metrics, the flight recorder, the GPU's identity and NVTX ranges, and
+// the setup that builds it all and shuts it down.
 pub mod flight_recorder;
+mod gpu;
 pub mod metrics;
 mod setup;
 
@@ -173,6 +174,7 @@ pub mod testing;
 pub use backdated::{EmitSpan, EpochSeconds, emit_span};
 pub use config::{ExporterKind, LensConfig};
 pub use error::{LensError, Result};
+pub use gpu::nvtx::NvtxLayer;
 pub use ids::ChaChaIdGenerator;
 pub use layer::filter::{INTERNAL_TARGETS, LensFilter};
 pub use layer::hooks::SetParentError;

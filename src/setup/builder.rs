@@ -64,6 +64,8 @@ pub struct TelemetryBuilder {
     unknown: build::Unknown,
     /// [`TelemetryBuilder::redact_keys`] (default: [`crate::DEFAULT_REDACT_KEYS`]).
     redact: RedactKeys,
+    /// [`TelemetryBuilder::local_rank`].
+    local_rank: Option<u32>,
 }
 
 impl fmt::Debug for TelemetryBuilder {
@@ -112,6 +114,7 @@ impl TelemetryBuilder {
             lookup: Box::new(crate::config::env::process_var),
             unknown: build::Unknown::default(),
             redact: RedactKeys::default(),
+            local_rank: None,
         }
     }
 
@@ -124,6 +127,24 @@ impl TelemetryBuilder {
     /// The number of ranks (default 1).
     pub fn world_size(mut self, world_size: u32) -> Self {
         self.world_size = world_size;
+        self
+    }
+
+    /// This process's rank among the ranks of its node, which picks its GPU for the `nv.gpu.*`
+    /// resource attributes ([`LensConfig::detect_gpu`]). Default: `LOCAL_RANK`, else
+    /// `SLURM_LOCALID`, else 0.
+    ///
+    /// ```
+    /// // A launcher that names the local rank in a variable of its own (Open MPI):
+    /// let local_rank = std::env::var("OMPI_COMM_WORLD_LOCAL_RANK").ok().and_then(|v| v.parse().ok());
+    /// let mut builder = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default());
+    /// if let Some(local_rank) = local_rank {
+    ///     builder = builder.local_rank(local_rank);
+    /// }
+    /// # let _ = builder;
+    /// ```
+    pub fn local_rank(mut self, local_rank: u32) -> Self {
+        self.local_rank = Some(local_rank);
         self
     }
 
@@ -435,6 +456,7 @@ impl TelemetryBuilder {
             lookup,
             unknown,
             redact,
+            local_rank,
         } = self;
         let mut given = build::Given {
             resource_attributes,
@@ -446,6 +468,7 @@ impl TelemetryBuilder {
             install_globals,
             redact,
             lookup,
+            local_rank,
         };
         // Only a setup that installs globals counts as the process's one enabled setup.
         let reinit_allowed = allow_reinit || !install_globals;
@@ -465,6 +488,7 @@ impl TelemetryBuilder {
             &*given.lookup,
         )?;
         let plan = build::plan_pipelines(&config, &identity, &decision, variables, synchronous);
+        let nvtx = crate::gpu::nvtx::start(&config, decision.groups.iter().cloned());
         let built = build::build_pipelines(&config, &identity, &plan, &mut given)?;
         build::install_process_state(&config, install_globals, &plan.gate, identity.generation);
         let (instruments, filter) = build::instruments_and_filter(&built, &plan.gate);
@@ -486,6 +510,7 @@ impl TelemetryBuilder {
             filter,
             flight_recorder,
             context_activation,
+            nvtx,
         }))
     }
 }
