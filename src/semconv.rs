@@ -32,9 +32,9 @@
 //!   uses `service.*`, `dl.rank`, `dl.world_size`, `nemo.*`, `wandb.*`, `deployment.environment`,
 //!   `host.*`, `process.pid`, the seven 0.1.0 `slurm.*` names and `k8s.*`.
 //! * The *nightly* names (`nv.dl.*`, `nv.gpu.*`, `inverted.*` and the extended `slurm.*` set) are
-//!   provided so that code can already tag data with them; this crate does not derive them
-//!   itself. [`SLURM_CLUSTER`], [`SLURM_NODELIST`] and [`SLURM_TORCHELASTIC_RESTART_COUNT`] are
-//!   retired in nightly (kept, never emitted there).
+//!   provided so that code can already tag data with them; of these, this crate derives only
+//!   `nv.gpu.*` (`NEMO_LENS_DETECT_GPU`, feature `nvml`). [`SLURM_CLUSTER`], [`SLURM_NODELIST`]
+//!   and [`SLURM_TORCHELASTIC_RESTART_COUNT`] are retired in nightly (kept, never emitted there).
 //!
 //! # Where an attribute belongs
 //!

@@ -51,7 +51,7 @@ pub(crate) fn physical_gpu_index(
         Some(rank) => i64::from(rank),
         None => ["LOCAL_RANK", "SLURM_LOCALID"]
             .into_iter()
-            .filter_map(|var| lookup(var))
+            .filter_map(lookup)
             .find(|value| !value.is_empty())
             .map_or(0, |value| match python_int(&value) {
                 PyInt::Value(rank) => rank,

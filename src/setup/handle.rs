@@ -245,12 +245,17 @@ impl Telemetry {
     /// As in the Python SDK's `Resource.create`, an empty `service.name` at the end becomes
     /// `unknown_service`.
     ///
+    /// With [`LensConfig::detect_gpu`](crate::LensConfig::detect_gpu) (`NEMO_LENS_DETECT_GPU`,
+    /// feature `nvml`), the `nv.gpu.*` attributes of the rank's GPU, read through NVML, fill the
+    /// keys that none of the above set (a launcher's value in `OTEL_RESOURCE_ATTRIBUTES` wins);
+    /// `docs/gpu.md` has the rules.
+    ///
     /// Environment variables are read only through the `lookup` function passed in (production
-    /// passes the process environment), so the composition is deterministic and testable. Two inputs are not
-    /// behind `lookup`: the existence of `/var/run/secrets/kubernetes.io` (one way to detect
-    /// Kubernetes) and, when `CUDA_VISIBLE_DEVICES` is unset, the output of `nvidia-smi`, which is
+    /// passes the process environment), so the composition is deterministic and testable. Three inputs are
+    /// not behind `lookup`: the existence of `/var/run/secrets/kubernetes.io` (one way to detect
+    /// Kubernetes), when `CUDA_VISIBLE_DEVICES` is unset the output of `nvidia-smi`, which is
     /// found through the `PATH` given by `lookup` if any, else the process's own `PATH`, and is
-    /// abandoned after 5 seconds.
+    /// abandoned after 5 seconds, and NVML's answers with GPU detection on.
     ///
     /// ```
     /// use nemo_lens::{semconv, LensConfig, Telemetry};

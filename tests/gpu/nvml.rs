@@ -63,6 +63,9 @@ fn device(index: usize) -> BTreeMap<String, Value> {
     ])
 }
 
+/// Variables of one run.
+type Vars<'a> = &'a [(&'a str, &'a str)];
+
 /// One trainer run with detection on.
 struct Run {
     /// The `nv.gpu.*` attributes of the exported resource.
@@ -186,7 +189,7 @@ fn the_resource_names_the_ranks_gpu_with_what_nvml_reports() {
 #[test]
 fn the_local_rank_picks_the_gpu_through_cuda_visible_devices() {
     let lib = standin("");
-    let cases: &[(&[(&str, &str)], &[&str], usize)] = &[
+    let cases: &[(Vars, &[&str], usize)] = &[
         (&[], &[], 0),
         (&[("LOCAL_RANK", "2")], &[], 2),
         (&[("SLURM_LOCALID", "1")], &[], 1),
@@ -219,7 +222,7 @@ fn the_local_rank_picks_the_gpu_through_cuda_visible_devices() {
 #[test]
 fn a_local_rank_with_no_gpu_index_gives_no_attributes() {
     let lib = standin("");
-    let cases: &[(&[(&str, &str)], &str)] = &[
+    let cases: &[(Vars, &str)] = &[
         (
             &[(
                 "CUDA_VISIBLE_DEVICES",

@@ -1,37 +1,5 @@
-//! [`NvtxLayer`]: spans as NVTX ranges, for Nsight Systems (`nsys profile`).
-//!
-//! With the `nvtx` feature and `NEMO_LENS_NVTX=1` on an enabled rank, every span the span
-//! groups let through (a span of an enabled group, or a span without a group) is also an NVTX
-//! range, and every `tracing` event inside such a span an NVTX mark:
-//!
-//! * **one domain**, `NeMo Lens`: Nsight shows the ranges in a row of their own, apart from
-//!   those of PyTorch, NCCL or CUDA libraries;
-//! * **a range per enter**: pushed when the span is entered, popped when it exits, on the
-//!   thread that entered it, so Nsight nests them per thread next to that thread's CUDA API
-//!   calls. A span entered several times (an `async` span polled on many threads) shows one
-//!   range per enter; a span never entered shows none. A span that exits while a span entered
-//!   after it is still entered keeps its range until that one ends (NVTX ranges nest);
-//! * **named after the span** (its callsite name, registered once; `otel.name` is not used);
-//! * **the span group as the NVTX category**, named after the group, and a colour per group,
-//!   the same in every process and run; spans without a group have neither;
-//! * **marks** carry the event's message (else its callsite name), cut to 1 KiB, with the
-//!   category and colour of the span they are in.
-//!
-//! The span groups decide, the export decision does not: a profiler records one process, and
-//! the rank under `nsys` is usually not the exporting one, so every enabled rank with
-//! `NEMO_LENS_NVTX` set pushes ranges. On a non-exporting rank this makes the spans of enabled
-//! groups callsites that a layer records (they would cost a disabled callsite otherwise).
-//! Groups follow `NEMO_LENS_SPAN_GROUPS` and [`Telemetry::set_span_groups`].
-//!
-//! With no NVTX tool attached, each NVTX call returns at once (NVTX's own "no tool" path); the
-//! cost per span is in `docs/performance.md`. A tool is loaded by NVTX itself, at the first
-//! NVTX call (setup), from the library `NVTX_INJECTION64_PATH` names: that is how `nsys`
-//! attaches, and it runs whatever code that variable points at, as for every NVTX program.
-//!
-//! Off (feature `nvtx` not built, `NEMO_LENS_NVTX` unset, or telemetry disabled) the layer is
-//! inert: it registers no interest, its level hint is `OFF`, and no NVTX call is ever made.
-//!
-//! [`Telemetry::set_span_groups`]: crate::Telemetry::set_span_groups
+//! [`NvtxLayer`]: spans as NVTX ranges, for Nsight Systems (`nsys profile`). Its docs say what
+//! becomes what; `ranges` makes the NVTX calls, `stack` keeps what a thread has pushed.
 
 #[cfg(feature = "nvtx")]
 mod ranges;
@@ -80,10 +48,41 @@ pub(crate) fn start(
     }
 }
 
-/// Spans of enabled span groups as NVTX ranges, events in them as NVTX marks: get it from
-/// [`Telemetry::nvtx_layer`](crate::Telemetry::nvtx_layer) and add it next to
-/// [`Telemetry::layer`](crate::Telemetry::layer). See the
-/// [`Telemetry::nvtx_layer`](crate::Telemetry::nvtx_layer) docs for what becomes what.
+/// Spans as NVTX ranges for Nsight Systems (`nsys profile`), events in them as NVTX marks: get
+/// it from [`Telemetry::nvtx_layer`](crate::Telemetry::nvtx_layer) and add it next to
+/// [`Telemetry::layer`](crate::Telemetry::layer).
+///
+/// With the `nvtx` feature and `NEMO_LENS_NVTX=1` on an enabled rank, every span the span groups
+/// let through (a span of an enabled group, or a span without a group) is also an NVTX range:
+///
+/// * in **one domain**, `NeMo Lens`, which Nsight shows apart from the ranges of PyTorch, NCCL
+///   or CUDA libraries;
+/// * **a range per enter**: pushed when the span is entered, popped when it exits, on the thread
+///   that entered it, so Nsight nests the ranges per thread next to that thread's CUDA calls. A
+///   span entered several times (an `async` span polled on many threads) shows one range per
+///   enter; a span never entered shows none. A span that exits while a span entered after it
+///   is still entered keeps its range until that one ends (NVTX ranges nest). At most 1024
+///   ranges are open on one thread;
+/// * **named after the span** (its callsite name, registered with NVTX once; `otel.name` is not
+///   used);
+/// * with **the span group as the NVTX category**, named after the group, and a colour per group,
+///   the same in every process and run; spans without a group have neither;
+/// * `tracing` **events** in such a span are **marks**: the event's message (else its callsite
+///   name), cut to 1 KiB, with the category and colour of the span.
+///
+/// The span groups decide (`NEMO_LENS_SPAN_GROUPS`,
+/// [`Telemetry::set_span_groups`](crate::Telemetry::set_span_groups)), the export decision does
+/// not: a profiler records one process, and the rank under `nsys` is usually not the exporting
+/// one, so every enabled rank with `NEMO_LENS_NVTX` set pushes ranges. There, the spans of
+/// enabled groups become callsites a layer records (otherwise they would cost a disabled
+/// callsite).
+///
+/// With no NVTX tool attached, each NVTX call returns at once. NVTX loads a tool at the first
+/// NVTX call (setup) from the library that `NVTX_INJECTION64_PATH` names: that is how `nsys`
+/// attaches, and it runs whatever that variable points at, as in every NVTX program.
+///
+/// Off (feature `nvtx` not built, `NEMO_LENS_NVTX` unset, or telemetry disabled) the layer is
+/// inert: it registers no interest, its level hint is `OFF`, and no NVTX call is ever made.
 ///
 /// ```
 /// use tracing_subscriber::prelude::*;

@@ -44,7 +44,7 @@ fn callsite_attributes(meta: &'static Metadata<'static>) -> &'static EventAttrib
     if let Some(attributes) = table.read().get(&meta.callsite()) {
         return attributes;
     }
-    *table.write().entry(meta.callsite()).or_insert_with(|| {
+    table.write().entry(meta.callsite()).or_insert_with(|| {
         let domain = domain();
         let group = declared_group(meta);
         Box::leak(Box::new(EventAttributes {
