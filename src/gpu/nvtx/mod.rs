@@ -1,6 +1,9 @@
 //! [`NvtxLayer`]: spans as NVTX ranges, for Nsight Systems (`nsys profile`). Its docs say what
-//! becomes what; `ranges` makes the NVTX calls, `stack` keeps what a thread has pushed.
+//! becomes what; `callsites` decides which callsites push ranges, `ranges` makes the NVTX
+//! calls, `stack` keeps what a thread has pushed.
 
+#[cfg(feature = "nvtx")]
+mod callsites;
 #[cfg(feature = "nvtx")]
 mod ranges;
 #[cfg(feature = "nvtx")]
@@ -12,13 +15,14 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use tracing_core::span::{Attributes, Id};
+use tracing_core::span::Id;
 use tracing_core::{Dispatch, Event, Interest, LevelFilter, Metadata, Subscriber};
 use tracing_subscriber::filter::Filtered;
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::config::LensConfig;
+#[cfg(not(feature = "nvtx"))]
 use crate::layer::filter::LensFilter;
 use crate::rank::groups::GroupGate;
 
@@ -93,23 +97,27 @@ pub(crate) fn start(
 /// ```
 pub struct NvtxLayer<S> {
     active: bool,
-    part: Filtered<Part<S>, LensFilter, S>,
+    part: Filtered<Part<S>, PartFilter, S>,
 }
 
 impl<S> fmt::Debug for NvtxLayer<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NvtxLayer")
-            .field("filter", self.part.filter())
+            .field("active", &self.active)
             .finish()
     }
 }
 
 #[cfg(feature = "nvtx")]
 type Part<S> = ranges::Ranges<S>;
+#[cfg(feature = "nvtx")]
+type PartFilter = callsites::NvtxFilter;
 
-/// Without the feature there is nothing behind the filter.
+/// Without the feature there is nothing behind the filter, which is inert.
 #[cfg(not(feature = "nvtx"))]
 struct Part<S>(PhantomData<fn(S)>);
+#[cfg(not(feature = "nvtx"))]
+type PartFilter = LensFilter;
 
 #[cfg(not(feature = "nvtx"))]
 impl<S: Subscriber> Layer<S> for Part<S> {}
@@ -121,15 +129,14 @@ where
     /// A layer for the groups `start` returned (`None`: inert).
     pub(crate) fn new(groups: Option<Arc<GroupGate>>) -> Self {
         let active = groups.is_some();
-        let filter = LensFilter::new(!active, groups.unwrap_or_default());
         #[cfg(feature = "nvtx")]
-        let part = ranges::Ranges::new();
+        let part = {
+            let filter = callsites::NvtxFilter::new(groups);
+            ranges::Ranges::new(filter.clone()).with_filter(filter)
+        };
         #[cfg(not(feature = "nvtx"))]
-        let part = Part(PhantomData);
-        NvtxLayer {
-            active,
-            part: part.with_filter(filter),
-        }
+        let part = Part(PhantomData).with_filter(LensFilter::new(true, groups.unwrap_or_default()));
+        NvtxLayer { active, part }
     }
 
     /// `true` when the layer makes no NVTX call at all (feature `nvtx` not built,
@@ -142,8 +149,9 @@ where
 // As the flight recorder's layer: an inert layer takes part in the layer set-up only (its
 // filter id exists) and registers no interest, so it changes no callsite's interest. Enter and
 // exit go straight to the NVTX part, past the `Filtered` wrapper (which would look the span up
-// only to check its filter bit): the part acts only on spans carrying its range attributes, and
-// an exit only pops a range this thread pushed for that span.
+// only to check its filter bit): the part pushes only for callsites its filter enabled, and an
+// exit only pops a range this thread pushed for that span. Nothing is done at a span's creation
+// or close.
 impl<S> Layer<S> for NvtxLayer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
@@ -166,11 +174,6 @@ where
     }
     fn max_level_hint(&self) -> Option<LevelFilter> {
         self.part.max_level_hint()
-    }
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        if self.active {
-            self.part.on_new_span(attrs, id, ctx);
-        }
     }
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
         if self.active {

@@ -1,8 +1,6 @@
-//! The NVTX calls: one domain, the attributes of each callsite, pushes and pops on enter and
-//! exit, marks for events.
+//! The NVTX calls: one domain, pushes and pops on enter and exit, marks for events.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::ffi::CString;
 use std::fmt::{self, Write as _};
 use std::marker::PhantomData;
@@ -10,16 +8,14 @@ use std::sync::OnceLock;
 
 use nvtx::Domain;
 use nvtx::domain::{EventAttributes, LocalRange, Message};
-use parking_lot::RwLock;
-use tracing_core::callsite::Identifier;
 use tracing_core::field::{Field, Visit};
-use tracing_core::span::{Attributes, Id};
-use tracing_core::{Event, Metadata, Subscriber};
+use tracing_core::span::Id;
+use tracing_core::{Event, Subscriber};
 use tracing_subscriber::layer::{Context, Layer};
-use tracing_subscriber::registry::{LookupSpan, SpanRef};
+use tracing_subscriber::registry::LookupSpan;
 
+use super::callsites::NvtxFilter;
 use super::stack::Stack;
-use crate::rank::groups::declared_group;
 
 /// The NVTX domain every range and mark of nemo-lens belongs to.
 pub(super) const DOMAIN_NAME: &std::ffi::CStr = c"NeMo Lens";
@@ -33,31 +29,6 @@ pub(super) const MARK_TEXT_BYTES: usize = 1024;
 pub(super) fn domain() -> &'static Domain {
     static DOMAIN: OnceLock<Domain> = OnceLock::new();
     DOMAIN.get_or_init(|| Domain::new(DOMAIN_NAME))
-}
-
-/// The attributes of each callsite's ranges: its registered name, its group as the category and
-/// the group's colour. Built once per callsite (callsites are static, so the table is bounded).
-fn callsite_attributes(meta: &'static Metadata<'static>) -> &'static EventAttributes<'static> {
-    static CALLSITES: OnceLock<RwLock<HashMap<Identifier, &'static EventAttributes<'static>>>> =
-        OnceLock::new();
-    let table = CALLSITES.get_or_init(Default::default);
-    if let Some(attributes) = table.read().get(&meta.callsite()) {
-        return attributes;
-    }
-    table.write().entry(meta.callsite()).or_insert_with(|| {
-        let domain = domain();
-        let group = declared_group(meta);
-        Box::leak(Box::new(EventAttributes {
-            category: group.map(|g| domain.register_category(nvtx::Str::from_str_lossy(g))),
-            color: group.map(|g| group_color(g).into()),
-            message: Some(
-                domain
-                    .register_string(nvtx::Str::from_str_lossy(meta.name()))
-                    .into(),
-            ),
-            payload: None,
-        }))
-    })
 }
 
 /// The colour of a group: a hue from the FNV-1a hash of its name (saturation 0.65, value 0.9),
@@ -87,51 +58,37 @@ thread_local! {
     static PUSHED: RefCell<Stack<LocalRange<'static>>> = const { RefCell::new(Stack::new()) };
 }
 
-/// The range attributes of a span, in its extensions (only spans the filter enabled have them).
-struct SpanRange(&'static EventAttributes<'static>);
-
-/// The range attributes of a span this layer records (the extensions' lock is released before
-/// any NVTX call).
-fn range_of<S>(span: &SpanRef<'_, S>) -> Option<&'static EventAttributes<'static>>
-where
-    S: for<'a> LookupSpan<'a>,
-{
-    span.extensions().get::<SpanRange>().map(|r| r.0)
-}
-
-/// The layer behind the filter: the NVTX calls.
+/// The layer behind [`NvtxFilter`]: pushes and pops on enter and exit, marks for events.
 pub(super) struct Ranges<S> {
+    /// The decision and range attributes of each callsite.
+    callsites: NvtxFilter,
     _subscriber: PhantomData<fn(S)>,
 }
 
 impl<S> Ranges<S> {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(callsites: NvtxFilter) -> Self {
         Ranges {
+            callsites,
             _subscriber: PhantomData,
         }
     }
 }
 
+// No `on_new_span`: a span carries nothing of its own; its callsite says everything.
 impl<S> Layer<S> for Ranges<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        let attributes = callsite_attributes(attrs.metadata());
-        if let Some(span) = ctx.span(id) {
-            span.extensions_mut().insert(SpanRange(attributes));
-        }
-    }
-
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
-        let Some(attributes) = ctx.span(id).and_then(|s| range_of(&s)) else {
+        let Some(meta) = ctx.metadata(id) else { return };
+        let Some(attributes) = self.callsites.with_attributes(meta, Clone::clone) else {
             return;
         };
         // `try_*`: an enter during the thread's TLS teardown, or from inside a push, does not
         // panic; it pushes nothing.
         let _ = PUSHED.try_with(|pushed| {
             if let Ok(mut pushed) = pushed.try_borrow_mut() {
-                pushed.enter(id.into_u64(), || domain().local_range(attributes.clone()));
+                pushed.enter(id.into_u64(), || domain().local_range(attributes));
             }
         });
     }
@@ -145,10 +102,17 @@ where
     }
 
     fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
-        // The nearest span this layer records: the mark takes its group's category and colour.
-        let Some(attributes) = ctx.event_span(event).and_then(|s| range_of(&s)) else {
+        // The nearest span that pushes ranges: the mark takes its group's category and colour.
+        let Some(span) = ctx.event_span(event) else {
             return;
         };
+        let Some((category, color)) = self
+            .callsites
+            .with_attributes(span.metadata(), |a| (a.category, a.color))
+        else {
+            return;
+        };
+        drop(span);
         // The message field, formatted with no lock held (user `Debug` code may run, or panic).
         let mut text = MarkText::default();
         event.record(&mut text);
@@ -161,8 +125,8 @@ where
         // which keeps every registered string for the life of the process (and so does the
         // tool); a message carrying values is a new string every time.
         domain().mark(EventAttributes {
-            category: attributes.category,
-            color: attributes.color,
+            category,
+            color,
             message: Some(mark_message(text)),
             payload: None,
         });
