@@ -165,13 +165,11 @@ pub struct LensConfig {
     /// `<P>_FLIGHT_RECORDER_GROUPS`, `<P>_DUMP_DIR`, `<P>_HANG_TIMEOUT`, `<P>_CONTROL_FILE`); see
     /// [`crate::flight_recorder`].
     pub flight_recorder: crate::flight_recorder::config::RecorderConfig,
-    /// Rust only: on the exporting rank, read the identity of this rank's GPU through NVML into
-    /// the resource (`nv.gpu.*`; `<P>_DETECT_GPU`, default `false`; feature `nvml`). See
-    /// [`Telemetry::resource`](crate::Telemetry::resource).
+    /// Rust only: the exporting rank's resource names its GPU, read through NVML (`nv.gpu.*`;
+    /// `<P>_DETECT_GPU`, default `false`; feature `nvml`).
     pub detect_gpu: bool,
-    /// Rust only: spans of enabled span groups are also NVTX ranges, on every enabled rank
-    /// (`<P>_NVTX`, default `false`; feature `nvtx`). See
-    /// [`Telemetry::nvtx_layer`](crate::Telemetry::nvtx_layer).
+    /// Rust only: spans are also NVTX ranges, on every enabled rank (`<P>_NVTX`, default
+    /// `false`; feature `nvtx`; [`Telemetry::nvtx_layer`](crate::Telemetry::nvtx_layer)).
     pub nvtx: bool,
     /// Which variables the fields validated at setup were read from (for error messages);
     /// empty for a config built in code.
@@ -560,12 +558,11 @@ impl LensConfig {
         self
     }
 
-    /// Sets GPU identity detection (`<P>_DETECT_GPU`): on the exporting rank, the resource gets
-    /// the `nv.gpu.*` attributes of this rank's GPU, read through NVML (feature `nvml`).
+    /// Sets GPU identity detection (`<P>_DETECT_GPU`; feature `nvml`).
     ///
     /// ```
-    /// let config = nemo_lens::LensConfig::default().with_enabled(true).with_detect_gpu(true);
-    /// assert!(config.detect_gpu);
+    /// let config = nemo_lens::LensConfig::default().with_detect_gpu(true).with_nvtx(true);
+    /// assert!(config.detect_gpu && config.nvtx);
     /// ```
     #[must_use]
     pub fn with_detect_gpu(mut self, detect_gpu: bool) -> Self {
@@ -573,14 +570,7 @@ impl LensConfig {
         self
     }
 
-    /// Sets NVTX ranges (`<P>_NVTX`): spans of enabled span groups also become NVTX ranges for
-    /// Nsight Systems, through [`Telemetry::nvtx_layer`](crate::Telemetry::nvtx_layer) (feature
-    /// `nvtx`).
-    ///
-    /// ```
-    /// let config = nemo_lens::LensConfig::default().with_enabled(true).with_nvtx(true);
-    /// assert!(config.nvtx);
-    /// ```
+    /// Sets NVTX ranges (`<P>_NVTX`; feature `nvtx`).
     #[must_use]
     pub fn with_nvtx(mut self, nvtx: bool) -> Self {
         self.nvtx = nvtx;
