@@ -187,6 +187,25 @@ fn every_rank_shows_its_spans_as_ranges_with_their_groups() {
     }
     assert_eq!(without_colour(&pushes), want);
     assert_eq!(without_colour(&marks), want_marks);
+    // Span names are registered once each; the texts of marks never are (NVTX and the tool keep
+    // every registered string for the life of the process).
+    let registered: Vec<&str> = records
+        .iter()
+        .filter(|r| r["op"] == "register_string")
+        .map(|r| r["text"].as_str().unwrap())
+        .collect();
+    let names = [
+        "train",
+        "train_step",
+        "forward_backward",
+        "optimizer_step",
+        "save_checkpoint",
+    ];
+    assert_eq!(registered.len(), names.len(), "{registered:?}");
+    assert!(
+        registered.iter().all(|r| names.contains(r)),
+        "{registered:?}"
+    );
     let mut all = pushes.clone();
     all.extend(marks);
     let colours = colours(&all);

@@ -24,8 +24,9 @@ use crate::rank::groups::{GroupGate, declared_group};
 struct Callsite {
     /// Its spans push ranges (and events in them make marks).
     enabled: bool,
-    /// Its registered name, its group as the category and the group's colour; built the first
-    /// time the callsite is enabled and kept (callsites are static, so the table is bounded).
+    /// A span's registered name, its group as the category and the group's colour; built the
+    /// first time the callsite is enabled and kept (callsites are static, so the table is
+    /// bounded).
     attributes: Option<EventAttributes<'static>>,
 }
 
@@ -136,7 +137,8 @@ impl<S> Filter<S> for NvtxFilter {
             attributes: None,
         });
         callsite.enabled = enabled;
-        if enabled && callsite.attributes.is_none() {
+        // Events make marks with the attributes of their span: only spans need their own.
+        if enabled && meta.is_span() && callsite.attributes.is_none() {
             callsite.attributes = Some(attributes(meta));
         }
         interest(enabled)
