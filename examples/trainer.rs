@@ -22,8 +22,9 @@
 //! (`nv.gpu.*`); with `NEMO_LENS_NVTX=1` (feature `nvtx`) every rank's spans are NVTX ranges:
 //!
 //! ```sh
+//! cargo build --release --features nvtx --example trainer
 //! NEMO_LENS_ENABLED=1 NEMO_LENS_NVTX=1 NEMO_LENS_SPAN_GROUPS=per_step \
-//!     nsys profile -o trainer cargo run --release --features nvtx --example trainer
+//!     nsys profile --trace=cuda,nvtx -o trainer target/release/examples/trainer
 //! ```
 //!
 //! With `--barrier-dir DIR`, every step ends its forward/backward pass with an `all_reduce` span
