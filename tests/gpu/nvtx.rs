@@ -352,3 +352,71 @@ fn guards_dropped_out_of_order_threads_and_hostile_events() {
         "d is pushed on the thread that entered it"
     );
 }
+
+/// The interest `tracing` caches for a callsite under registry + lens layer + NVTX layer.
+fn interest(
+    rank: u32,
+    nvtx: bool,
+    meta: &'static tracing_core::Metadata<'static>,
+) -> tracing_core::Interest {
+    use tracing_subscriber::prelude::*;
+    let config = nemo_lens::LensConfig::default()
+        .with_enabled(true)
+        .with_metrics_enabled(false)
+        .with_span_groups("per_step")
+        .with_nvtx(nvtx);
+    let t = nemo_lens::Telemetry::builder(config)
+        .rank(rank)
+        .world_size(2) // `single_rank`: rank 1 exports, rank 0 does not
+        .install_globals(false)
+        .span_exporter(opentelemetry_sdk::trace::InMemorySpanExporter::default())
+        .build()
+        .unwrap();
+    let dispatch = tracing::Dispatch::new(
+        tracing_subscriber::registry()
+            .with(t.layer())
+            .with(t.nvtx_layer()),
+    );
+    dispatch.register_callsite(meta)
+}
+
+/// The static metadata of a span of group `step` (enabled), of `collective` (disabled) and of
+/// an exporter's own target.
+fn callsites() -> [&'static tracing_core::Metadata<'static>; 3] {
+    use tracing::field::Empty;
+    let meta = |span: tracing::Span| span.metadata().expect("a recorded span");
+    let all = tracing::Dispatch::new(tracing_subscriber::registry());
+    tracing::dispatcher::with_default(&all, || {
+        [
+            meta(tracing::info_span!("step", nemo.group.step = Empty)),
+            meta(tracing::info_span!(
+                "all_reduce",
+                nemo.group.collective = Empty
+            )),
+            meta(tracing::info_span!(target: "tonic::transport", "send")),
+        ]
+    })
+}
+
+#[test]
+fn off_the_layer_changes_no_callsite_interest_on_it_decides_per_callsite() {
+    let [step, collective, exporter] = callsites();
+    // Off: what the lens layer alone decides (exported: `always`; not exported: `never`).
+    assert!(interest(1, false, step).is_always());
+    assert!(interest(1, false, collective).is_never());
+    assert!(interest(0, false, step).is_never());
+    // On, exporting: both layers agree.
+    assert!(interest(1, true, step).is_always());
+    assert!(interest(1, true, collective).is_never());
+    assert!(interest(1, true, exporter).is_never());
+    // On, not exporting: a disabled group and the exporters' targets stay `never`; a span of an
+    // enabled group is recorded for the NVTX layer alone (`sometimes`: the lens layer says
+    // `never` for it, so `tracing` asks both filters per span).
+    assert!(interest(0, true, collective).is_never());
+    assert!(interest(0, true, exporter).is_never());
+    if cfg!(feature = "nvtx") {
+        assert!(interest(0, true, step).is_sometimes());
+    } else {
+        assert!(interest(0, true, step).is_never());
+    }
+}
