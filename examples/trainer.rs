@@ -60,14 +60,15 @@ use tracing_subscriber::prelude::*;
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
-    /// This process's rank.
-    #[arg(long, default_value_t = 0)]
-    rank: u32,
-    /// Number of ranks in the job.
-    #[arg(long, default_value_t = 1)]
-    world_size: u32,
+    /// This process's rank [default: the launcher's `nv.dl.rank` in OTEL_RESOURCE_ATTRIBUTES,
+    /// else 0].
+    #[arg(long)]
+    rank: Option<u32>,
+    /// Number of ranks in the job [default: the launcher's `nv.dl.world_size`, else 1].
+    #[arg(long)]
+    world_size: Option<u32>,
     /// This process's rank on its node, which picks its GPU for `NEMO_LENS_DETECT_GPU=1`
-    /// (default: `LOCAL_RANK`, else `SLURM_LOCALID`, else 0).
+    /// [default: `LOCAL_RANK`, else `SLURM_LOCALID`, else 0].
     #[arg(long)]
     local_rank: Option<u32>,
     /// Training steps to run (0 = run until interrupted).
@@ -106,9 +107,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut builder = Telemetry::builder(config)
-        .rank(args.rank)
-        .world_size(args.world_size);
+    let mut builder = Telemetry::builder(config);
+    if let Some(rank) = args.rank {
+        builder = builder.rank(rank);
+    }
+    if let Some(world_size) = args.world_size {
+        builder = builder.world_size(world_size);
+    }
     if let Some(local_rank) = args.local_rank {
         builder = builder.local_rank(local_rank);
     }
@@ -175,7 +180,12 @@ fn train_step(step: u64, args: &Args, rng: &mut ChaCha8Rng) -> f64 {
         panic!("simulated failure in step {step}");
     }
     if let Some(dir) = &args.barrier_dir {
-        all_reduce(step, args.rank, args.world_size, dir);
+        all_reduce(
+            step,
+            args.rank.unwrap_or(0),
+            args.world_size.unwrap_or(1),
+            dir,
+        );
     }
     if let Some(url) = &args.reward_url {
         ask_reward(url, step);

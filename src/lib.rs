@@ -169,7 +169,9 @@ mod setup;
 
 // Errors, ids, attribute names, propagation, backdated spans and test capture.
 mod backdated;
+pub mod carrier;
 mod error;
+pub mod identity;
 mod ids;
 pub mod propagation;
 pub mod semconv;

@@ -10,6 +10,7 @@ pub(crate) mod logs;
 pub(crate) mod pipeline;
 pub(crate) mod span_ext;
 mod spans;
+pub(crate) mod stacktrace;
 
 use std::any::TypeId;
 use std::fmt;
@@ -56,7 +57,7 @@ use self::spans::SpanLayer;
 /// | `i64`/`u64`/`bool`/`f64`/`&str` field | attribute of that type (`u64` above `i64::MAX` becomes a string) |
 /// | `?debug` / `%display` field | string attribute |
 /// | event inside a span | span event named by its message |
-/// | `ERROR` event, `#[instrument(err)]` | status `ERROR` with the message, plus an `exception` event with Python's `exception.type`, `exception.message`, `exception.stacktrace` (when a backtrace is captured), `exception.escaped = "False"` (see [`semconv::EXCEPTION_TYPE`](crate::semconv::EXCEPTION_TYPE)) |
+/// | `ERROR` event, `#[instrument(err)]` | status `ERROR` with the message, plus an `exception` event with Python's `exception.type`, `exception.message`, `exception.stacktrace` (with [`TelemetryBuilder::error_backtraces`](crate::TelemetryBuilder::error_backtraces)), `exception.escaped = "False"` (see [`semconv::EXCEPTION_TYPE`](crate::semconv::EXCEPTION_TYPE)) |
 /// | `follows_from` | link |
 /// | field `otel.name` / `otel.kind` / `otel.status_code` / `otel.status_description` | span name / kind / status |
 /// | field named `nemo.group.<g>` | the span's [group](crate::groups); not exported |

@@ -222,25 +222,40 @@ impl Telemetry {
     ///
     /// # What the resource holds
     ///
-    /// Setup composes the OpenTelemetry [`Resource`] of one rank exactly as NeMo Lens
-    /// 0.1.0 / main does in Python. The layers are applied in this order and **a later layer wins**
-    /// on a key collision:
+    /// Setup composes the OpenTelemetry [`Resource`] of one rank as NeMo Lens does in Python
+    /// (0.1.0's layers, with the nightly identity). The layers are applied in this order and
+    /// **a later layer wins** on a key collision:
     ///
     /// 1. `service.name` = [`LensConfig::service_name`](crate::LensConfig::service_name),
-    ///    `service.version` = this crate's version, `dl.rank` and `dl.world_size` (integers);
-    /// 2. if the run id is non-empty: `nemo.run.id` = run id and
+    ///    `service.version` = this crate's version; the rank and world size when known, as
+    ///    `nv.dl.rank` / `nv.dl.world_size` and (unless
+    ///    [`legacy_rank_attributes(false)`](crate::TelemetryBuilder::legacy_rank_attributes))
+    ///    `dl.rank` / `dl.world_size`, integers. The rank is the application's
+    ///    ([`TelemetryBuilder::rank`](crate::TelemetryBuilder::rank)), else the launcher's
+    ///    `nv.dl.rank` in `OTEL_RESOURCE_ATTRIBUTES`, else 0 (the world size likewise);
+    /// 2. if the run id is non-empty: `nemo.run.id` = run id, and when the rank is known and
+    ///    neither the application nor `OTEL_RESOURCE_ATTRIBUTES` gives a `service.instance.id`:
     ///    `service.instance.id` = `"{run_id}-rank{rank}"`;
     /// 3. `nemo.user.id`, `wandb.entity`, `wandb.project`, each only if non-empty;
     /// 4. `deployment.environment` = `DEPLOYMENT_ENV` if that variable exists (even when empty),
     ///    otherwise `ENVIRONMENT`; set only if the chosen value is non-empty;
     /// 5. the caller's attributes (the `caller` argument);
-    /// 6. detected attributes: local (`host.name`, `process.pid`, `host.gpu.count`), then SLURM,
-    ///    then Kubernetes. Note that **detected values override the caller's** on a collision, as in
-    ///    Python;
-    /// 7. everything above is laid over the attributes parsed from `OTEL_RESOURCE_ATTRIBUTES`, which
-    ///    in turn lie over the SDK defaults `telemetry.sdk.name` = `opentelemetry`,
-    ///    `telemetry.sdk.language` = `rust` and `telemetry.sdk.version` = the `opentelemetry_sdk`
-    ///    version. So `OTEL_RESOURCE_ATTRIBUTES` can add keys but never replace a key Lens sets.
+    /// 6. detected attributes: local (`host.name`, `process.pid`, `host.gpu.count`), then the
+    ///    job's identity: the Slurm attributes of [`identity::slurm_attributes`](crate::identity::slurm_attributes)
+    ///    (typed integers, `nv.dl.job.uuid`), where the allowlisted `slurm.*` keys and the two
+    ///    UUIDs found in `OTEL_RESOURCE_ATTRIBUTES` win over the derived ones (the launcher is
+    ///    authoritative), and `nv.dl.run.uuid` unless the launcher or the application gave it
+    ///    ([`identity::run_uuid`](crate::identity::run_uuid): under Slurm from the job and its
+    ///    restart counts; outside, from the configured run id, else `TORCHELASTIC_RUN_ID`, else
+    ///    this process's run id — every rank must share it for one run UUID); then Kubernetes.
+    ///    Note that **detected values override the caller's** on a collision, as in Python;
+    /// 7. everything above is laid over the attributes parsed from `OTEL_RESOURCE_ATTRIBUTES`
+    ///    ([`carrier::parse`](crate::carrier::parse); the integer `nv.dl.*` / `nv.gpu.*` keys
+    ///    restored to integers, an invalid one kept as its string with a warning), which in
+    ///    turn lie over the SDK defaults `telemetry.sdk.name` = `opentelemetry`,
+    ///    `telemetry.sdk.language` = `rust` and `telemetry.sdk.version` = the
+    ///    `opentelemetry_sdk` version. So `OTEL_RESOURCE_ATTRIBUTES` can add keys but not
+    ///    replace a key Lens sets.
     ///
     /// As in the Python SDK's `Resource.create`, an empty `service.name` at the end becomes
     /// `unknown_service`.
@@ -263,8 +278,9 @@ impl Telemetry {
     ///
     /// let env = [
     ///     ("SLURM_JOB_ID", "4242"),
+    ///     ("SLURM_NNODES", "2"),
     ///     ("CUDA_VISIBLE_DEVICES", "0,1"),
-    ///     ("OTEL_RESOURCE_ATTRIBUTES", "team=ml%20infra,dl.rank=99"),
+    ///     ("OTEL_RESOURCE_ATTRIBUTES", "team=ml%20infra,nv.dl.rank=99"),
     /// ];
     /// let config = LensConfig::default()
     ///     .with_enabled(true)
@@ -280,9 +296,12 @@ impl Telemetry {
     /// let res = telemetry.resource().expect("an exporting rank");
     ///
     /// let get = |k: &'static str| res.get(&Key::from_static_str(k));
-    /// assert_eq!(get(semconv::DL_RANK), Some(Value::I64(3))); // Lens beats the environment
+    /// assert_eq!(get(semconv::NV_DL_RANK), Some(Value::I64(3))); // the application's rank wins
+    /// assert_eq!(get(semconv::DL_RANK), Some(Value::I64(3)));
     /// assert_eq!(get(semconv::SERVICE_INSTANCE_ID), Some("4242-rank3".into()));
     /// assert_eq!(get(semconv::SLURM_JOB_ID), Some("4242".into()));
+    /// assert_eq!(get(semconv::SLURM_NNODES), Some(Value::I64(2)));
+    /// assert!(get(semconv::NV_DL_JOB_UUID).is_some() && get(semconv::NV_DL_RUN_UUID).is_some());
     /// assert_eq!(get(semconv::HOST_GPU_COUNT), Some(Value::I64(2)));
     /// assert_eq!(get("team"), Some("ml infra".into())); // percent-decoded
     /// assert_eq!(get(semconv::TELEMETRY_SDK_LANGUAGE), Some("rust".into()));

@@ -63,7 +63,8 @@ impl Telemetry {
     /// * the innermost span the lens layer records on that thread gets an `exception` event
     ///   (`exception.type = "panic"`, `exception.message` = the panic message and location,
     ///   `exception.stacktrace` from the panicking frame down when a backtrace is captured
-    ///   (`RUST_BACKTRACE`), `exception.escaped = "True"`) and the status `ERROR`;
+    ///   (`RUST_BACKTRACE`, or [`error_backtraces`](crate::TelemetryBuilder::error_backtraces);
+    ///   resolved on the export worker), `exception.escaped = "True"`) and the status `ERROR`;
     /// * when the panic ends the process (a panic on the thread named `main`, or any panic under
     ///   `panic = "abort"`), every open span is then ended as truncated (reason `"process
     ///   panicked"`) and the telemetry is shut down, flushing everything queued, within
