@@ -16,7 +16,7 @@ use parking_lot::RwLock;
 use tracing_core::{Interest, LevelFilter, Metadata};
 use tracing_subscriber::layer::{Context, Filter};
 
-use super::ranges::{domain, group_color};
+use super::domain::{domain, group_color};
 use crate::layer::filter::{interest, is_internal_target};
 use crate::rank::groups::{GroupGate, declared_group};
 

@@ -1,9 +1,12 @@
 //! [`NvtxLayer`]: spans as NVTX ranges, for Nsight Systems (`nsys profile`). Its docs say what
-//! becomes what; `callsites` decides which callsites push ranges, `ranges` makes the NVTX
-//! calls, `stack` keeps what a thread has pushed.
+//! becomes what; `domain` is the NVTX domain and the group colours, `callsites` decides which
+//! callsites push ranges, `ranges` makes the NVTX calls, `stack` keeps what a thread has
+//! pushed.
 
 #[cfg(feature = "nvtx")]
 mod callsites;
+#[cfg(feature = "nvtx")]
+mod domain;
 #[cfg(feature = "nvtx")]
 mod ranges;
 #[cfg(feature = "nvtx")]
@@ -38,7 +41,7 @@ pub(crate) fn start(
     }
     #[cfg(feature = "nvtx")]
     {
-        ranges::domain();
+        domain::domain();
         Some(Arc::new(GroupGate::new(groups)))
     }
     #[cfg(not(feature = "nvtx"))]
