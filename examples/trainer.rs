@@ -19,6 +19,15 @@
 //! (`--panic-at STEP`) exports everything, the panic on the step's span. With `--catch-panics`
 //! the step's panic is caught and training goes on, telemetry with it.
 //!
+//! With `NEMO_LENS_DETECT_GPU=1` (feature `nvml`) the exporting rank's resource names its GPU
+//! (`nv.gpu.*`); with `NEMO_LENS_NVTX=1` (feature `nvtx`) every rank's spans are NVTX ranges:
+//!
+//! ```sh
+//! cargo build --release --features nvtx --example trainer
+//! NEMO_LENS_ENABLED=1 NEMO_LENS_NVTX=1 NEMO_LENS_SPAN_GROUPS=per_step \
+//!     nsys profile --trace=cuda,nvtx -o trainer target/release/examples/trainer
+//! ```
+//!
 //! With `--barrier-dir DIR`, every step ends its forward/backward pass with an `all_reduce` span
 //! (group `collective`) that waits for the other ranks through a file barrier (one file per rank
 //! and step in `DIR`), as a real gradient all-reduce does; `--hang-at STEP` makes this rank stop
@@ -59,6 +68,10 @@ struct Args {
     /// Number of ranks in the job [default: the launcher's `nv.dl.world_size`, else 1].
     #[arg(long)]
     world_size: Option<u32>,
+    /// This process's rank on its node, which picks its GPU for `NEMO_LENS_DETECT_GPU=1`
+    /// [default: `LOCAL_RANK`, else `SLURM_LOCALID`, else 0].
+    #[arg(long)]
+    local_rank: Option<u32>,
     /// Training steps to run (0 = run until interrupted).
     #[arg(long, default_value_t = 5)]
     steps: u64,
@@ -110,6 +123,9 @@ fn main() -> ExitCode {
     if let Some(world_size) = args.world_size {
         builder = builder.world_size(world_size);
     }
+    if let Some(local_rank) = args.local_rank {
+        builder = builder.local_rank(local_rank);
+    }
     let telemetry = match builder.build() {
         Ok(t) => t,
         Err(e) => {
@@ -121,6 +137,7 @@ fn main() -> ExitCode {
         .with(telemetry.layer()) // spans (and, with NEMO_LENS_LOGS_ENABLED=1, log records)
         .with(telemetry.metrics_layer()) // `histogram.*` / `gauge.*` / `counter.*` event fields
         .with(telemetry.recorder_layer()) // the flight recorder (NEMO_LENS_FLIGHT_RECORDER=N)
+        .with(telemetry.nvtx_layer()) // NVTX ranges for Nsight Systems (NEMO_LENS_NVTX=1)
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)

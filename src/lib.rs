@@ -101,6 +101,10 @@
 //! * **Flight recorder** ([`flight_recorder`]): every enabled rank, exporting or not, keeps its
 //!   last spans of a few groups in fixed memory and dumps them on `SIGUSR1` or when it hangs.
 //! * **Testing** ([`testing`], feature `testing`): capture finished spans in your own tests.
+//! * **On the GPU** (features `nvml`, `nvtx`): `NEMO_LENS_DETECT_GPU=1` names the exporting
+//!   rank's GPU in its resource (`nv.gpu.uuid`, …, read through NVML, the key to DCGM's GPU
+//!   metrics); `NEMO_LENS_NVTX=1` makes spans NVTX ranges in Nsight Systems
+//!   ([`Telemetry::nvtx_layer`]). `docs/gpu.md` shows both.
 //!
 //! ## Where a span goes
 //!
@@ -127,6 +131,8 @@
 //! | `otlp-http` | yes | OTLP over HTTP/protobuf and HTTP/JSON (reqwest's blocking client) |
 //! | `tracing-opentelemetry` | no | [`Telemetry::opentelemetry_layer`]: tracing-opentelemetry's layer on the lens tracer |
 //! | `testing` | no | [`testing`]: capture finished spans in your tests |
+//! | `nvml` | no | `nv.gpu.*` resource attributes from NVML (`libnvidia-ml.so.1`, loaded at run time) |
+//! | `nvtx` | no | [`Telemetry::nvtx_layer`]: spans as NVTX ranges (needs libclang to build) |
 //!
 //! With `default-features = false` the crate exports to the console only (JSONL), with the
 //! fewest dependencies; `NEMO_LENS_EXPORTER=otlp` is then a setup error on the exporting rank
@@ -154,9 +160,10 @@ mod queue;
 // the exporters, which put spans (and metrics and logs) on the wire.
 pub mod export;
 
-// Beside the span path: metrics, the flight recorder, and the setup that builds it all and
-// shuts it down.
+// Beside the span path: metrics, the flight recorder, the GPU's identity and NVTX ranges, and
+// the setup that builds it all and shuts it down.
 pub mod flight_recorder;
+mod gpu;
 pub mod metrics;
 mod setup;
 
@@ -175,6 +182,7 @@ pub mod testing;
 pub use backdated::{EmitSpan, EpochSeconds, emit_span};
 pub use config::{ExporterKind, LensConfig};
 pub use error::{LensError, Result};
+pub use gpu::nvtx::NvtxLayer;
 pub use ids::ChaChaIdGenerator;
 pub use layer::filter::{INTERNAL_TARGETS, LensFilter};
 pub use layer::hooks::SetParentError;
@@ -214,6 +222,9 @@ mod exporting_md {}
 #[cfg(doctest)]
 #[doc = include_str!("../docs/features.md")]
 mod features_md {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/gpu.md")]
+mod gpu_md {}
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guarantees.md")]
 mod guarantees_md {}

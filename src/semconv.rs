@@ -32,7 +32,8 @@
 //! NeMo Lens names `nv.dl.rank` / `nv.dl.world_size` and, unless
 //! [`crate::TelemetryBuilder::legacy_rank_attributes`] turns them off, the 0.1.0 names
 //! `dl.rank` / `dl.world_size`. Its Slurm attributes, `nv.dl.job.uuid` and `nv.dl.run.uuid`
-//! are today's ([`crate::identity`]). [`SLURM_CLUSTER`], [`SLURM_NODELIST`] and
+//! are today's ([`crate::identity`]); its `nv.gpu.*` attributes come from NVML with
+//! `NEMO_LENS_DETECT_GPU` (feature `nvml`). [`SLURM_CLUSTER`], [`SLURM_NODELIST`] and
 //! [`SLURM_TORCHELASTIC_RESTART_COUNT`] are retired (kept, never emitted).
 //!
 //! Each `nv.dl.*`, `nv.gpu.*`, `slurm.*` and `inverted.*` constant says its type in the

@@ -166,6 +166,12 @@ pub struct LensConfig {
     /// `<P>_FLIGHT_RECORDER_GROUPS`, `<P>_DUMP_DIR`, `<P>_HANG_TIMEOUT`, `<P>_CONTROL_FILE`); see
     /// [`crate::flight_recorder`].
     pub flight_recorder: crate::flight_recorder::config::RecorderConfig,
+    /// Rust only: the exporting rank's resource names its GPU, read through NVML (`nv.gpu.*`;
+    /// `<P>_DETECT_GPU`, default `false`; feature `nvml`).
+    pub detect_gpu: bool,
+    /// Rust only: spans are also NVTX ranges, on every enabled rank (`<P>_NVTX`, default
+    /// `false`; feature `nvtx`; [`Telemetry::nvtx_layer`](crate::Telemetry::nvtx_layer)).
+    pub nvtx: bool,
     /// Which variables the fields validated at setup were read from (for error messages);
     /// empty for a config built in code.
     pub(crate) sources: ConfigSources,
@@ -209,6 +215,8 @@ impl PartialEq for LensConfig {
             wandb_project,
             console_path,
             flight_recorder,
+            detect_gpu,
+            nvtx,
             sources: _,
         } = self;
         *enabled == other.enabled
@@ -230,6 +238,8 @@ impl PartialEq for LensConfig {
             && *wandb_project == other.wandb_project
             && *console_path == other.console_path
             && *flight_recorder == other.flight_recorder
+            && *detect_gpu == other.detect_gpu
+            && *nvtx == other.nvtx
     }
 }
 
@@ -255,6 +265,8 @@ impl Default for LensConfig {
             wandb_project: String::new(),
             console_path: None,
             flight_recorder: Default::default(),
+            detect_gpu: false,
+            nvtx: false,
             sources: ConfigSources::default(),
         }
     }
@@ -351,6 +363,8 @@ impl LensConfig {
         boolean("TRACES_ENABLED", &mut cfg.traces_enabled)?;
         boolean("METRICS_ENABLED", &mut cfg.metrics_enabled)?;
         boolean("LOGS_ENABLED", &mut cfg.logs_enabled)?;
+        boolean("DETECT_GPU", &mut cfg.detect_gpu)?;
+        boolean("NVTX", &mut cfg.nvtx)?;
         if let Some((var, v)) = get("EXPORT_STRATEGY") {
             cfg.export_strategy = v;
             cfg.sources.export_strategy = Some(var);
@@ -542,6 +556,25 @@ impl LensConfig {
         flight_recorder: crate::flight_recorder::config::RecorderConfig,
     ) -> Self {
         self.flight_recorder = flight_recorder;
+        self
+    }
+
+    /// Sets GPU identity detection (`<P>_DETECT_GPU`; feature `nvml`).
+    ///
+    /// ```
+    /// let config = nemo_lens::LensConfig::default().with_detect_gpu(true).with_nvtx(true);
+    /// assert!(config.detect_gpu && config.nvtx);
+    /// ```
+    #[must_use]
+    pub fn with_detect_gpu(mut self, detect_gpu: bool) -> Self {
+        self.detect_gpu = detect_gpu;
+        self
+    }
+
+    /// Sets NVTX ranges (`<P>_NVTX`; feature `nvtx`).
+    #[must_use]
+    pub fn with_nvtx(mut self, nvtx: bool) -> Self {
+        self.nvtx = nvtx;
         self
     }
 

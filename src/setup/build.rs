@@ -26,6 +26,7 @@ use crate::config::{ExporterKind, LensConfig};
 use crate::error::{LensError, Result};
 use crate::export::otlp::{self, Signal};
 use crate::flight_recorder::{self, FlightRecorder};
+use crate::gpu;
 use crate::ids;
 use crate::layer::fields::{RedactKeys, TextRules};
 use crate::layer::filter::LensFilter;
@@ -354,6 +355,8 @@ pub(super) struct Given {
     /// How the environment is read
     /// ([`TelemetryBuilder::env_lookup`](crate::TelemetryBuilder::env_lookup)).
     pub(super) lookup: Box<Lookup>,
+    /// [`TelemetryBuilder::local_rank`](crate::TelemetryBuilder::local_rank).
+    pub(super) local_rank: Option<u32>,
 }
 
 /// Builds the exporting rank's pipelines: checks every OTLP setting first, then the resource,
@@ -405,6 +408,14 @@ pub(super) fn build_pipelines(
         config,
         &identity.participant,
         &given.resource_attributes,
+        lookup,
+    );
+    // The GPU of this rank, read once, here (a process without a rank, a launcher or a
+    // job-level tool, has no GPU of its own).
+    let resource = gpu::with_gpu_identity(
+        resource,
+        config.detect_gpu && identity.participant.rank.is_some(),
+        given.local_rank,
         lookup,
     );
     if config.traces_enabled {
@@ -543,6 +554,8 @@ pub(super) struct HandleParts {
     pub(super) filter: LensFilter,
     pub(super) flight_recorder: Option<FlightRecorder>,
     pub(super) context_activation: bool,
+    /// The groups of NVTX ranges, when this rank pushes them.
+    pub(super) nvtx: Option<Arc<GroupGate>>,
 }
 
 /// Assembles the [`Telemetry`] handle.
@@ -556,6 +569,7 @@ pub(super) fn assemble_handle(parts: HandleParts) -> Telemetry {
         filter,
         flight_recorder,
         context_activation,
+        nvtx,
     } = parts;
     Telemetry::from_inner(Inner {
         instruments,
@@ -573,5 +587,6 @@ pub(super) fn assemble_handle(parts: HandleParts) -> Telemetry {
         generation: identity.generation,
         context_activation,
         dropped: plan.dropped,
+        nvtx,
     })
 }

@@ -68,6 +68,8 @@ pub struct TelemetryBuilder {
     redact: RedactKeys,
     /// [`TelemetryBuilder::error_backtraces`].
     error_backtraces: bool,
+    /// [`TelemetryBuilder::local_rank`].
+    local_rank: Option<u32>,
 }
 
 impl fmt::Debug for TelemetryBuilder {
@@ -118,6 +120,7 @@ impl TelemetryBuilder {
             legacy_rank_keys: true,
             redact: RedactKeys::default(),
             error_backtraces: false,
+            local_rank: None,
         }
     }
 
@@ -189,6 +192,24 @@ impl TelemetryBuilder {
     /// ```
     pub fn legacy_rank_attributes(mut self, on: bool) -> Self {
         self.legacy_rank_keys = on;
+        self
+    }
+
+    /// This process's rank among the ranks of its node, which picks its GPU for the `nv.gpu.*`
+    /// resource attributes ([`LensConfig::detect_gpu`]). Default: `LOCAL_RANK`, else
+    /// `SLURM_LOCALID`, else 0.
+    ///
+    /// ```
+    /// // A launcher that names the local rank in a variable of its own (Open MPI):
+    /// let local_rank = std::env::var("OMPI_COMM_WORLD_LOCAL_RANK").ok().and_then(|v| v.parse().ok());
+    /// let mut builder = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default());
+    /// if let Some(local_rank) = local_rank {
+    ///     builder = builder.local_rank(local_rank);
+    /// }
+    /// # let _ = builder;
+    /// ```
+    pub fn local_rank(mut self, local_rank: u32) -> Self {
+        self.local_rank = Some(local_rank);
         self
     }
 
@@ -550,6 +571,7 @@ impl TelemetryBuilder {
             legacy_rank_keys,
             redact,
             error_backtraces,
+            local_rank,
         } = self;
         let mut given = build::Given {
             resource_attributes,
@@ -562,6 +584,7 @@ impl TelemetryBuilder {
             redact,
             error_backtraces,
             lookup,
+            local_rank,
         };
         // Only a setup that installs globals counts as the process's one enabled setup.
         let reinit_allowed = allow_reinit || !install_globals;
@@ -580,6 +603,7 @@ impl TelemetryBuilder {
             &*given.lookup,
         )?;
         let plan = build::plan_pipelines(&config, &identity, &decision, variables, synchronous);
+        let nvtx = crate::gpu::nvtx::start(&config, decision.groups.iter().cloned());
         let built = build::build_pipelines(&config, &identity, &plan, &mut given)?;
         build::install_process_state(&config, install_globals, &plan.gate, identity.generation);
         let (instruments, filter) = build::instruments_and_filter(&built, &plan.gate);
@@ -601,6 +625,7 @@ impl TelemetryBuilder {
             filter,
             flight_recorder,
             context_activation,
+            nvtx,
         }))
     }
 }

@@ -19,6 +19,7 @@ use crate::SCOPE_NAME;
 use crate::config::LensConfig;
 use crate::error::{LensError, Result};
 use crate::flight_recorder::{FlightRecorder, RecorderLayer};
+use crate::gpu::nvtx::NvtxLayer;
 use crate::ids;
 use crate::layer::LensLayer;
 use crate::layer::filter::LensFilter;
@@ -47,6 +48,8 @@ pub(crate) struct Inner {
     pub(super) generation: u64,
     /// [`TelemetryBuilder::context_activation`](crate::TelemetryBuilder::context_activation).
     pub(super) context_activation: bool,
+    /// The groups of NVTX ranges, when this rank pushes them (`NEMO_LENS_NVTX`).
+    pub(super) nvtx: Option<Arc<GroupGate>>,
 }
 
 /// The handle of one process's telemetry: the layer, the tracer, flush and shutdown.
@@ -170,6 +173,25 @@ impl Telemetry {
         FlightRecorder::layer(self.inner.flight_recorder.as_ref())
     }
 
+    /// Spans as NVTX ranges for Nsight Systems (feature `nvtx`, `NEMO_LENS_NVTX=1`): add it next
+    /// to [`Telemetry::layer`]. On every enabled rank, exporting or not, spans the span groups
+    /// let through become ranges in the NVTX domain `NeMo Lens`, with their group as the
+    /// category, and events in them marks ([`NvtxLayer`] has the details). Inert (no interest
+    /// registered, level hint `OFF`, no NVTX call) when the feature or the variable is off, or
+    /// telemetry is disabled.
+    ///
+    /// ```
+    /// use tracing_subscriber::prelude::*;
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// let _s = tracing_subscriber::registry().with(t.layer()).with(t.nvtx_layer());
+    /// ```
+    pub fn nvtx_layer<S>(&self) -> NvtxLayer<S>
+    where
+        S: tracing_core::Subscriber + for<'a> LookupSpan<'a>,
+    {
+        NvtxLayer::new(self.inner.nvtx.clone())
+    }
+
     /// The [flight recorder](crate::flight_recorder), when `NEMO_LENS_FLIGHT_RECORDER` (or a
     /// control file) turned it on for this enabled rank.
     ///
@@ -238,12 +260,17 @@ impl Telemetry {
     /// As in the Python SDK's `Resource.create`, an empty `service.name` at the end becomes
     /// `unknown_service`.
     ///
+    /// With [`LensConfig::detect_gpu`](crate::LensConfig::detect_gpu) (`NEMO_LENS_DETECT_GPU`,
+    /// feature `nvml`), the `nv.gpu.*` attributes of the rank's GPU, read through NVML, fill the
+    /// keys that none of the above set (a launcher's value in `OTEL_RESOURCE_ATTRIBUTES` wins);
+    /// `docs/gpu.md` has the rules.
+    ///
     /// Environment variables are read only through the `lookup` function passed in (production
-    /// passes the process environment), so the composition is deterministic and testable. Two inputs are not
-    /// behind `lookup`: the existence of `/var/run/secrets/kubernetes.io` (one way to detect
-    /// Kubernetes) and, when `CUDA_VISIBLE_DEVICES` is unset, the output of `nvidia-smi`, which is
+    /// passes the process environment), so the composition is deterministic and testable. Three inputs are
+    /// not behind `lookup`: the existence of `/var/run/secrets/kubernetes.io` (one way to detect
+    /// Kubernetes), when `CUDA_VISIBLE_DEVICES` is unset the output of `nvidia-smi`, which is
     /// found through the `PATH` given by `lookup` if any, else the process's own `PATH`, and is
-    /// abandoned after 5 seconds.
+    /// abandoned after 5 seconds, and NVML's answers with GPU detection on.
     ///
     /// ```
     /// use nemo_lens::{semconv, LensConfig, Telemetry};
@@ -367,9 +394,10 @@ impl Telemetry {
         self.inner.groups.is_enabled(group)
     }
 
-    /// Replaces the enabled span groups of this telemetry (a spec like `NEMO_LENS_SPAN_GROUPS`)
-    /// and re-evaluates every callsite. An unknown name is an error and changes nothing; on a
-    /// non-exporting rank nothing is recorded whatever the groups.
+    /// Replaces the enabled span groups of this telemetry (a spec like `NEMO_LENS_SPAN_GROUPS`),
+    /// for export and for [NVTX ranges](Telemetry::nvtx_layer), and re-evaluates every callsite.
+    /// An unknown name is an error and changes nothing; on a non-exporting rank nothing is
+    /// exported whatever the groups.
     ///
     /// ```
     /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
@@ -378,6 +406,9 @@ impl Telemetry {
     /// ```
     pub fn set_span_groups(&self, spec: &str) -> Result<()> {
         let set = groups::resolve(spec, "set_span_groups")?;
+        if let Some(nvtx) = &self.inner.nvtx {
+            nvtx.set(set.clone());
+        }
         self.inner.groups.set(set);
         Ok(())
     }

@@ -66,7 +66,7 @@ const BATCH_KEYS: [&str; 4] = [
 ];
 
 /// Every variable the setup path reads through its lookup (`NEMO_LENS_*` via the config).
-const SETUP_VARS: [&str; 37] = [
+const SETUP_VARS: [&str; 39] = [
     "NEMO_LENS_ENABLED",
     "NEMO_LENS_EXPORT_STRATEGY",
     "NEMO_LENS_EXPORT_RANK",
@@ -75,6 +75,8 @@ const SETUP_VARS: [&str; 37] = [
     "NEMO_LENS_TRACES_ENABLED",
     "NEMO_LENS_METRICS_ENABLED",
     "NEMO_LENS_LOGS_ENABLED",
+    "NEMO_LENS_DETECT_GPU",
+    "NEMO_LENS_NVTX",
     "NEMO_LENS_LOGS_LEVEL",
     "NEMO_LENS_SPAN_GROUPS",
     "NEMO_LENS_RUN_ID",
