@@ -14,9 +14,10 @@
 //!
 //! It is also the recommended production set-up: after setup it installs the panic hook and the
 //! SIGTERM/SIGINT handlers ([`nemo_lens::Telemetry::install_signal_handlers`]), so a preempted
-//! job (`kill -TERM`, or Ctrl-C on `--steps 0`, which runs until interrupted) or a crash
-//! (`--panic-at STEP`) still exports its finished spans, and its open ones as truncated
-//! (`nemo.span.truncated = true`).
+//! job (`kill -TERM`, or Ctrl-C on `--steps 0`, which runs until interrupted) still exports its
+//! finished spans, and its open ones as truncated (`nemo.span.truncated = true`), and a crash
+//! (`--panic-at STEP`) exports everything, the panic on the step's span. With `--catch-panics`
+//! the step's panic is caught and training goes on, telemetry with it.
 //!
 //! With `NEMO_LENS_DETECT_GPU=1` (feature `nvml`) the exporting rank's resource names its GPU
 //! (`nv.gpu.*`); with `NEMO_LENS_NVTX=1` (feature `nvtx`) every rank's spans are NVTX ranges:
@@ -86,6 +87,9 @@ struct Args {
     /// Panic in this step (simulates a crash).
     #[arg(long)]
     panic_at: Option<u64>,
+    /// Catch a step's panic and go on with the next step, as a job runner that retries does.
+    #[arg(long)]
+    catch_panics: bool,
     /// Directory of the file barrier of the `all_reduce` span (no `all_reduce` without it).
     #[arg(long)]
     barrier_dir: Option<PathBuf>,
@@ -100,6 +104,11 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // The process's default rustls crypto provider is the program's to choose (nemo-lens's own
+    // TLS clients bring theirs). This program's reqwest client (`--reward-url`) has no TLS
+    // backend feature of its own, so Cargo gives it the rustls that nemo-lens's `otlp-http`
+    // enables, which needs one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let config = match LensConfig::from_env() {
         Ok(c) => c,
         Err(e) => {
@@ -157,7 +166,21 @@ fn train(args: &Args, telemetry: &Telemetry) {
     let mut step = 1;
     while args.steps == 0 || step <= args.steps {
         let started = Instant::now();
-        let loss = train_step(step, args, &mut rng);
+        let loss = if args.catch_panics {
+            let step_result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                train_step(step, args, &mut rng)
+            }));
+            match step_result {
+                Ok(loss) => loss,
+                Err(_) => {
+                    tracing::warn!(step, "step panicked; going on");
+                    step += 1;
+                    continue;
+                }
+            }
+        } else {
+            train_step(step, args, &mut rng)
+        };
         // Metrics: a no-op on ranks that export nothing.
         TrainingMetrics {
             step_duration_s: Some(started.elapsed().as_secs_f64()),

@@ -131,6 +131,8 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        read: input::ReadOptions,
     },
 }
 
@@ -206,7 +208,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
             files,
             world_size,
             json,
-        } => match hang::run(&files, world_size, json).map_err(Failure::setup)? {
+            read,
+        } => match hang::run(&files, world_size, json, &read).map_err(Failure::setup)? {
             false => Ok(()),
             true => Err(Failure {
                 code: 3,

@@ -3,6 +3,7 @@
 //! ([`resource`]).
 
 pub(crate) mod env;
+pub(crate) mod named_file;
 pub(crate) mod resource;
 
 use std::fmt;

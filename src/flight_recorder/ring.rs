@@ -256,18 +256,37 @@ impl Ring {
         self.slots[(i % self.slots.len() as u64) as usize].write_words(w)
     }
 
-    /// The kept records, oldest first.
-    pub(crate) fn snapshot(&self) -> Vec<Record> {
+    /// Calls `f` with each kept record, oldest first, one slot read at a time (a dump of a
+    /// ring of any size holds one record, not a copy of the ring). `f` may stop the walk by
+    /// returning an error, which is returned.
+    pub(crate) fn try_for_each<E>(
+        &self,
+        mut f: impl FnMut(&Record) -> Result<(), E>,
+    ) -> Result<(), E> {
         let n = self.slots.len() as u64;
         if n == 0 {
-            return Vec::new();
+            return Ok(());
         }
         let head = self.head.load(Ordering::Acquire);
-        let from = head.saturating_sub(n);
-        (from..head)
-            .filter_map(|i| self.slots[(i % n) as usize].read())
-            .filter(|r| r.end_ns != 0)
-            .collect()
+        for i in head.saturating_sub(n)..head {
+            if let Some(r) = self.slots[(i % n) as usize].read()
+                && r.end_ns != 0
+            {
+                f(&r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The kept records, oldest first.
+    #[cfg(test)]
+    pub(crate) fn snapshot(&self) -> Vec<Record> {
+        let mut all = Vec::new();
+        let _ = self.try_for_each(|r| {
+            all.push(*r);
+            Ok::<(), ()>(())
+        });
+        all
     }
 }
 

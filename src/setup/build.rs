@@ -81,7 +81,7 @@ pub(super) struct Identity {
 /// Checks the configuration and resolves who this process is: `OTEL_SDK_DISABLED`, the rank and
 /// world size (the application's, else the launcher's), the one-enabled-setup-per-process rule
 /// and the run id.
-/// Installs the fork handler and the HTTP client's crypto provider (on every rank).
+/// Installs the fork handler (on every rank).
 pub(super) fn resolve_identity(
     config: &mut LensConfig,
     place: Place,
@@ -116,7 +116,6 @@ pub(super) fn resolve_identity(
         )));
     }
     ids::install_fork_handler();
-    otlp::transport::install_crypto_provider();
     let generation = ids::fork_generation();
     if config.enabled && !reinit_allowed && INITIALIZED_IN.load(Ordering::SeqCst) == generation + 1
     {

@@ -18,5 +18,6 @@ mod hostile_env;
 mod identity;
 mod identity_vectors;
 mod job_env;
+mod named_files;
 mod resource;
 mod strategy;
