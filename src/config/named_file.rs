@@ -27,6 +27,7 @@ pub(crate) fn read(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
 /// Checks, without opening it, that `path` is a regular file of at most `limit` bytes: for a
 /// file another crate reads whole and without a bound (`SSL_CERT_FILE`, read by
 /// rustls-native-certs).
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 pub(crate) fn check(path: &Path, limit: u64) -> io::Result<()> {
     let metadata = std::fs::metadata(path)?;
     regular(&metadata)?;
