@@ -63,20 +63,33 @@ pub struct ResourceAttributes {
     /// `host.name`.
     #[serde(rename = "host.name", default)]
     pub host_name: Option<String>,
+    /// `dl.world_size`.
+    #[serde(rename = "dl.world_size", default)]
+    pub dl_world_size: Option<Value>,
+    /// `nv.dl.world_size` (nightly Python).
+    #[serde(rename = "nv.dl.world_size", default)]
+    pub nv_dl_world_size: Option<Value>,
 }
 
 impl ResourceAttributes {
     /// The rank, from `dl.rank`, else `nv.dl.rank` (numbers or numeric strings).
     pub fn rank(&self) -> Option<i64> {
-        [&self.dl_rank, &self.nv_dl_rank]
-            .into_iter()
-            .flatten()
-            .find_map(|v| match v {
-                Value::Number(n) => n.as_i64(),
-                Value::String(s) => s.trim().parse().ok(),
-                _ => None,
-            })
+        first_int([&self.dl_rank, &self.nv_dl_rank])
     }
+
+    /// The number of ranks, from `dl.world_size`, else `nv.dl.world_size`.
+    pub fn world_size(&self) -> Option<i64> {
+        first_int([&self.dl_world_size, &self.nv_dl_world_size])
+    }
+}
+
+/// The first value that is an integer or a numeric string.
+fn first_int(values: [&Option<Value>; 2]) -> Option<i64> {
+    values.into_iter().flatten().find_map(|v| match v {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    })
 }
 
 /// `{"attributes": {...}, "schema_url": ""}`.
@@ -212,6 +225,8 @@ pub struct Span {
     pub rank: Option<i64>,
     /// The resource's `host.name`.
     pub host: Option<String>,
+    /// The resource's `dl.world_size`.
+    pub world_size: Option<i64>,
 }
 
 impl Span {
@@ -366,6 +381,7 @@ pub fn parse_record(bytes: &[u8], file_rank: Option<i64>) -> Result<Record, Stri
             events: raw.events,
             links: raw.links,
             rank,
+            world_size: resource.world_size(),
             host: resource.host_name,
         })));
     }
