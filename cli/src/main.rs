@@ -26,8 +26,9 @@ Exit codes:
   0  success (skipped input records are reported on stderr, not an error)
   1  invalid input: emit-spans got a bad --span (\"nothing emitted: invalid span input\")
   2  usage error, an input or output file that cannot be opened or written (any write error,
-     stdout included; an output that is one of the inputs is refused), or (emit-spans) a bad
-     rank, world size or run id, an exporter that cannot be set up or fails to export
+     stdout included; an output that is one of the inputs is refused), (straggler) no rank
+     with a complete step, or (emit-spans) a bad rank, world size or run id, an exporter that
+     cannot be set up or fails to export
   3  hang: a suspect rank was named (an outlier or a rank without a dump);
      straggler: a rank the others wait for was named";
 
@@ -59,8 +60,8 @@ enum Command {
         read: input::ReadOptions,
     },
     /// Per span name and rank: count, total, p50/p90/p99/max duration; then the ranks whose
-    /// median is slower than the cross-rank median (stragglers). The step span (named `step` or
-    /// `train_step`) is listed first.
+    /// median is slower than the cross-rank median (stragglers), and the verdict of `straggler`.
+    /// The step span (named `step` or `train_step`) is listed first.
     #[command(after_help = EXIT_CODES)]
     Summary {
         /// Console JSONL files (plain or .gz).
