@@ -184,10 +184,19 @@ impl<R: Read> Read for Counting<R> {
     }
 }
 
+/// Read buffer of a file (and of its decompressed stream).
+const BUFFER_BYTES: usize = 256 * 1024;
+
 fn open(path: &Path, progress: &ProgressBar) -> Result<Box<dyn BufRead>> {
     let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    // A small file gets a small buffer: thousands of small dumps would spend more time
+    // zeroing 256 KiB buffers than parsing.
+    let len = file.metadata().map_or(u64::MAX, |m| m.len());
+    let capacity = usize::try_from(len.saturating_add(1))
+        .unwrap_or(BUFFER_BYTES)
+        .clamp(4096, BUFFER_BYTES);
     let mut raw = BufReader::with_capacity(
-        256 * 1024,
+        capacity,
         Counting {
             inner: file,
             progress: progress.clone(),
@@ -198,7 +207,7 @@ fn open(path: &Path, progress: &ProgressBar) -> Result<Box<dyn BufRead>> {
         .with_context(|| format!("cannot read {}", path.display()))?;
     if head.starts_with(&[0x1f, 0x8b]) {
         Ok(Box::new(BufReader::with_capacity(
-            256 * 1024,
+            BUFFER_BYTES,
             MultiGzDecoder::new(raw),
         )))
     } else {
