@@ -111,7 +111,7 @@ enum Command {
         threshold: f64,
         /// Number of ranks, when the input does not carry `dl.world_size` (ranks without data
         /// are listed).
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(i64).range(1..=1 << 24))]
         world_size: Option<i64>,
         /// One more name of the step span (besides `step` and `train_step`, and the group
         /// `step` of a dump). Repeat for each.

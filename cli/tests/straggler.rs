@@ -219,7 +219,8 @@ fn dumps_of_eight_ranks_name_the_slow_one_and_what_it_costs() {
         text(&out)
     );
     let (_, v) = verdict(&without_5);
-    assert_eq!(v["missing_ranks"], serde_json::json!([5]));
+    assert_eq!(v["missing_ranks"], serde_json::json!([[5, 5]]));
+    assert_eq!(v["missing_count"], 1);
     assert_eq!(v["suspects"][0]["rank"], 3);
 
     // `--detail`: every rank, the suspect marked.

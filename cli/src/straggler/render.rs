@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::ranges::ranges;
+use super::ranges::{format_ranges, ranges};
 use super::verdict::{Cause, MIN_STEPS, Suspect, Verdict};
 
 /// Suspects described one per line; the others are listed as ranges.
@@ -173,11 +173,12 @@ pub fn verdict(v: &Verdict) -> String {
             let _ = writeln!(out, "{what}: {}", ranges(ranks, MAX_RANGES));
         }
     };
-    if let Some(w) = v.world_size {
-        list(
-            &mut out,
-            &format!("no data from {} of {w} ranks", v.missing_ranks.len()),
-            &v.missing_ranks,
+    if let (Some(w), false) = (v.world_size, v.missing_ranks.is_empty()) {
+        let _ = writeln!(
+            out,
+            "no data from {} of {w} ranks: {}",
+            v.missing_count,
+            format_ranges(&v.missing_ranks, MAX_RANGES)
         );
     }
     list(

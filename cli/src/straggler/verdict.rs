@@ -153,8 +153,10 @@ pub struct Verdict {
     pub ranks_read: usize,
     /// Ranks with at least [`MIN_STEPS`] complete steps.
     pub ranks_compared: usize,
-    /// Ranks below the world size without any data.
-    pub missing_ranks: Vec<i64>,
+    /// Ranks below the world size without any data, as inclusive ranges `[first, last]`.
+    pub missing_ranks: Vec<[i64; 2]>,
+    /// How many ranks that is.
+    pub missing_count: i64,
     /// Ranks with data but fewer than [`MIN_STEPS`] complete steps.
     pub few_steps_ranks: Vec<i64>,
     /// Compared ranks without collective spans while others have them.
@@ -358,9 +360,21 @@ pub fn judge(table: &Table, counts: Counts, settings: Settings, detail: bool) ->
     suspects.sort_by(|a, b| b.cost_ms.total_cmp(&a.cost_ms).then(a.rank.cmp(&b.rank)));
 
     let world_size = settings.world_size.or(table.world_size);
-    let missing_ranks = world_size.map_or_else(Vec::new, |w| {
-        (0..w).filter(|r| !states.contains_key(r)).collect()
-    });
+    // The gaps between the ranks read, below the world size (never a list as long as a
+    // made-up world size).
+    let mut missing_ranks = Vec::new();
+    if let Some(w) = world_size {
+        let mut next = 0;
+        for &r in states.keys().filter(|r| (0..w).contains(*r)) {
+            if r > next {
+                missing_ranks.push([next, r - 1]);
+            }
+            next = r + 1;
+        }
+        if next < w {
+            missing_ranks.push([next, w - 1]);
+        }
+    }
     let numbered = base.iter().all(|m| states[&m.rank].numbered);
     let keys =
         |f: fn(&RankState) -> Option<i64>| base.iter().filter_map(move |m| f(&states[&m.rank]));
@@ -379,6 +393,7 @@ pub fn judge(table: &Table, counts: Counts, settings: Settings, detail: bool) ->
         world_size,
         ranks_read: states.len(),
         ranks_compared: compared.len(),
+        missing_count: missing_ranks.iter().map(|[a, b]| b - a + 1).sum(),
         missing_ranks,
         few_steps_ranks: all
             .iter()
