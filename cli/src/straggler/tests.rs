@@ -292,3 +292,31 @@ fn the_verdict_fits_a_screen_with_many_suspects_and_missing_ranks() {
         "{text}"
     );
 }
+
+#[test]
+fn a_quarter_of_the_ranks_slow_are_all_named_and_the_verdict_stays_short() {
+    // One node kind in four is slower: 512 of 2,048 ranks compute 20 ms longer. Their number
+    // does not widen the limit (the spread is measured on the healthy side).
+    let mut job_ranks = ranks(2048);
+    for r in job_ranks.iter_mut().filter(|r| r.rank % 4 == 1) {
+        r.compute_us += 20_000;
+    }
+    let v = analyse(&job(&job_ranks, 8), 10.0);
+    assert_eq!(v.suspects.len(), 512, "{}", render::verdict(&v));
+    assert!(v.suspects.iter().all(|s| s.rank % 4 == 1));
+    assert!(v.suspects.iter().all(|s| s.slow_steps == 8));
+    assert!(render::verdict(&v).lines().count() <= 10);
+}
+
+#[test]
+fn the_median_of_the_other_ranks_leaves_one_out() {
+    use super::verdict::median_without;
+    assert_eq!(median_without(&[1.0, 2.0, 10.0], 10.0), Some(1.5));
+    assert_eq!(median_without(&[1.0, 2.0, 10.0], 1.0), Some(6.0));
+    assert_eq!(
+        median_without(&[1.0, 2.0, 10.0], 5.0),
+        Some(2.0),
+        "not there"
+    );
+    assert_eq!(median_without(&[3.0], 3.0), None);
+}

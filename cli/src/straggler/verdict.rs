@@ -7,7 +7,8 @@
 //! ranks, the medians of those medians (the *median rank*). With `limit` the larger of
 //! `--threshold` percent of the median step and four robust standard deviations of the ranks'
 //! figures (1.4826 × their median absolute deviation, so a large job's natural spread is not a
-//! straggler):
+//! straggler, while up to half of the ranks being slow does not widen it). Stragglers are a
+//! minority: when half the ranks or more are slow, the median rank is one of them:
 //!
 //! * **with collective spans**: a rank whose wait is below the median rank's by more than the
 //!   limit is a suspect; its cost to the job is that difference, per step (the time every other
@@ -22,7 +23,7 @@
 //! less (or computes more) than that step's median rank by more than the limit; steps are
 //! matched across ranks by their number, else by their order from the latest.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use serde::Serialize;
 
@@ -87,7 +88,7 @@ pub enum Cause {
 }
 
 /// What the slow steps of a suspect are measured by.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Measure {
     Wait,
     Compute,
@@ -196,7 +197,8 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     })
 }
 
-/// `NOISE_SIGMAS` robust standard deviations of `v` around `center`.
+/// `NOISE_SIGMAS` robust standard deviations of `v` around `center` (the median absolute
+/// deviation: slow ranks, up to half of them, do not widen it).
 fn noise(v: &[f64], center: f64) -> f64 {
     let mad = median(v.iter().map(|x| (x - center).abs()).collect()).unwrap_or(0.0);
     NOISE_SIGMAS * MAD_TO_SIGMA * mad
@@ -278,6 +280,8 @@ pub fn judge(table: &Table, counts: Counts, settings: Settings, detail: bool) ->
         })
         .collect();
 
+    let numbered = compared.iter().all(|m| states[&m.rank].numbered);
+    let mut steps = StepFigures::new(states, base, numbered);
     let mut suspects = Vec::new();
     let mut figures = Vec::new();
     for m in &compared {
@@ -338,7 +342,7 @@ pub fn judge(table: &Table, counts: Counts, settings: Settings, detail: bool) ->
             (Cause::Span, Some(s)) => (Measure::Span(s.0), s.3),
             _ => (Measure::Compute, limit_compute),
         };
-        let (slow, compared_steps, slow_keys) = slow_steps(states, base, m.rank, measure, limit);
+        let (slow, compared_steps, slow_keys) = steps.slow_steps(m.rank, measure, limit);
         suspects.push(Suspect {
             rank: m.rank,
             host: state.host.as_deref().map(str::to_owned),
@@ -375,7 +379,6 @@ pub fn judge(table: &Table, counts: Counts, settings: Settings, detail: bool) ->
             missing_ranks.push([next, w - 1]);
         }
     }
-    let numbered = base.iter().all(|m| states[&m.rank].numbered);
     let keys =
         |f: fn(&RankState) -> Option<i64>| base.iter().filter_map(move |m| f(&states[&m.rank]));
     let compute_names: BTreeSet<u16> = compared
@@ -438,58 +441,107 @@ fn figure(measure: Measure, state: &RankState, e: &Entry) -> Option<f64> {
     })
 }
 
-/// The steps where `rank` waited less, or computed (in a span) more, than that step's median
-/// rank by more than `limit`: (slow, compared, the slow steps' numbers when steps are
-/// numbered).
-fn slow_steps(
-    states: &BTreeMap<i64, RankState>,
-    base: &[&Medians],
-    rank: i64,
-    measure: Measure,
-    limit: f64,
-) -> (usize, usize, Option<Vec<i64>>) {
-    let numbered = states[&rank].numbered && base.iter().all(|m| states[&m.rank].numbered);
-    // Step numbers, or positions from the latest step (clocks of ranks are not compared).
-    let key_of = |w: &VecDeque<Entry>, i: usize| {
-        if numbered {
+/// Each step's figures over the compared ranks, sorted, per measure: built once per measure
+/// (not per suspect: thousands of suspects among thousands of ranks stay linear).
+struct StepFigures<'a> {
+    states: &'a BTreeMap<i64, RankState>,
+    base: &'a [&'a Medians],
+    /// Steps are matched by number (else by position from the latest step: clocks of ranks
+    /// are never compared).
+    numbered: bool,
+    by_measure: HashMap<Measure, HashMap<i64, Vec<f64>>>,
+}
+
+impl<'a> StepFigures<'a> {
+    fn new(states: &'a BTreeMap<i64, RankState>, base: &'a [&'a Medians], numbered: bool) -> Self {
+        StepFigures {
+            states,
+            base,
+            numbered,
+            by_measure: HashMap::new(),
+        }
+    }
+
+    fn key(&self, w: &VecDeque<Entry>, i: usize) -> i64 {
+        if self.numbered {
             w[i].key
         } else {
             (w.len() - 1 - i) as i64
         }
-    };
-    let me = &states[&rank];
-    let mine = me.window();
-    let wanted: BTreeSet<i64> = (0..mine.len()).map(|i| key_of(mine, i)).collect();
-    let mut per_step: BTreeMap<i64, Vec<f64>> = BTreeMap::new();
-    for m in base.iter().filter(|m| m.rank != rank) {
-        let state = &states[&m.rank];
-        let w = state.window();
-        for i in 0..w.len() {
-            let k = key_of(w, i);
-            if let (true, Some(v)) = (wanted.contains(&k), figure(measure, state, &w[i])) {
-                per_step.entry(k).or_default().push(v);
+    }
+
+    fn of(&mut self, measure: Measure) -> &HashMap<i64, Vec<f64>> {
+        if !self.by_measure.contains_key(&measure) {
+            let mut per_step: HashMap<i64, Vec<f64>> = HashMap::new();
+            for m in self.base {
+                let state = &self.states[&m.rank];
+                let w = state.window();
+                for i in 0..w.len() {
+                    if let Some(v) = figure(measure, state, &w[i]) {
+                        per_step.entry(self.key(w, i)).or_default().push(v);
+                    }
+                }
+            }
+            for v in per_step.values_mut() {
+                v.sort_by(f64::total_cmp);
+            }
+            self.by_measure.insert(measure, per_step);
+        }
+        &self.by_measure[&measure]
+    }
+
+    /// The steps where `rank` waited less, or computed (in a span) more, than the step's other
+    /// ranks (their median) by more than `limit`: (slow, compared, the slow steps' numbers when
+    /// steps are numbered).
+    fn slow_steps(
+        &mut self,
+        rank: i64,
+        measure: Measure,
+        limit: f64,
+    ) -> (usize, usize, Option<Vec<i64>>) {
+        let me = &self.states[&rank];
+        let mine = me.window();
+        let keys: Vec<i64> = (0..mine.len()).map(|i| self.key(mine, i)).collect();
+        let numbered = self.numbered;
+        let per_step = self.of(measure);
+        let (mut slow, mut compared, mut slow_keys) = (0, 0, Vec::new());
+        for (i, k) in keys.into_iter().enumerate() {
+            let Some(here) = figure(measure, me, &mine[i]) else {
+                continue;
+            };
+            let Some(typical) = per_step.get(&k).and_then(|v| median_without(v, here)) else {
+                continue;
+            };
+            compared += 1;
+            let gap = match measure {
+                Measure::Wait => typical - here,
+                _ => here - typical,
+            };
+            if gap > limit {
+                slow += 1;
+                slow_keys.push(k);
             }
         }
+        slow_keys.sort_unstable();
+        (slow, compared, numbered.then_some(slow_keys))
     }
-    let (mut slow, mut compared, mut keys) = (0, 0, Vec::new());
-    for i in 0..mine.len() {
-        let k = key_of(mine, i);
-        let Some(typical) = per_step.remove(&k).and_then(median) else {
-            continue;
-        };
-        let Some(here) = figure(measure, me, &mine[i]) else {
-            continue;
-        };
-        compared += 1;
-        let gap = match measure {
-            Measure::Wait => typical - here,
-            _ => here - typical,
-        };
-        if gap > limit {
-            slow += 1;
-            keys.push(k);
-        }
+}
+
+/// The median of `sorted` without one occurrence of `x` (the rank's own figure, when it is
+/// there); `None` when nothing else is left.
+pub(super) fn median_without(sorted: &[f64], x: f64) -> Option<f64> {
+    let p = sorted.partition_point(|v| *v < x);
+    let (skip, n) = match sorted.get(p) {
+        Some(v) if *v == x => (p, sorted.len() - 1),
+        _ => (sorted.len(), sorted.len()),
+    };
+    if n == 0 {
+        return None;
     }
-    keys.sort_unstable();
-    (slow, compared, numbered.then_some(keys))
+    let at = |k: usize| if k < skip { sorted[k] } else { sorted[k + 1] };
+    Some(if n % 2 == 1 {
+        at(n / 2)
+    } else {
+        (at(n / 2 - 1) + at(n / 2)) / 2.0
+    })
 }
