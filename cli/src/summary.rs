@@ -252,20 +252,23 @@ impl Tables {
             duration_us,
         });
         let key = (span.name, rank);
-        if !self.groups.contains_key(&key) {
-            let cost = key.0.len() + ENTRY_BYTES;
-            let charged = table_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
-                (b + cost <= NAME_TABLE_BYTES).then_some(b + cost)
-            });
-            if charged.is_err() {
-                self.spans_over_budget += 1;
-                return;
+        let group = match self.groups.entry(key) {
+            Entry::Occupied(group) => group.into_mut(),
+            Entry::Vacant(slot) => {
+                let cost = slot.key().0.len() + ENTRY_BYTES;
+                let charged = table_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                    (b + cost <= NAME_TABLE_BYTES).then_some(b + cost)
+                });
+                if charged.is_err() {
+                    self.spans_over_budget += 1;
+                    return;
+                }
+                slot.insert(Group::default())
             }
-        }
+        };
         if let Some(step) = step {
             self.steps.entry(rank).or_default().push(step);
         }
-        let group = self.groups.entry(key).or_default();
         if truncated {
             group.truncated += 1;
         } else {

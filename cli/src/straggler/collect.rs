@@ -144,7 +144,11 @@ impl Counts {
 pub struct FileCollector<'t> {
     table: &'t Mutex<Table>,
     names: &'t SpanNames,
-    ranks: HashMap<i64, Pending>,
+    /// The file's ranks (mostly one) and their spans waiting for a step.
+    ranks: Vec<(i64, Pending)>,
+    index: HashMap<i64, usize>,
+    /// The last rank seen and its place in `ranks`: a file is mostly one rank.
+    last: Option<(i64, usize)>,
     cached: HashMap<Box<str>, Option<u16>>,
     collective_names: HashSet<Box<str>>,
     /// What the file's spans were.
@@ -157,7 +161,9 @@ impl<'t> FileCollector<'t> {
         FileCollector {
             table,
             names,
-            ranks: HashMap::new(),
+            ranks: Vec::new(),
+            index: HashMap::new(),
+            last: None,
             cached: HashMap::new(),
             collective_names: HashSet::new(),
             counts: Counts::default(),
@@ -185,16 +191,9 @@ impl<'t> FileCollector<'t> {
             self.counts.without_rank += 1;
             return;
         };
-        if !self.ranks.contains_key(&rank) {
-            let known = self
-                .lock()
-                .rank(rank, span.host.as_deref(), span.world_size)
-                .is_some();
-            if !known {
-                return;
-            }
-            self.ranks.insert(rank, Pending::default());
-        }
+        let Some(at) = self.place(rank, span) else {
+            return;
+        };
         let attributes = &span.attributes;
         let group = attributes.get(GROUP_ATTR).and_then(Value::as_str);
         let kind = self.names.kind(&span.name, group);
@@ -206,7 +205,7 @@ impl<'t> FileCollector<'t> {
         }
         let (start, end) = (span.start_us, span.end_us.max(span.start_us));
         match kind {
-            Kind::Step => self.step(rank, span, group.is_some()),
+            Kind::Step => self.step(at, span, group.is_some()),
             Kind::Collective => {
                 if !self.collective_names.contains(span.name.as_str())
                     && self.collective_names.len() < MAX_CACHED_NAMES
@@ -214,14 +213,14 @@ impl<'t> FileCollector<'t> {
                     self.collective_names.insert(span.name.as_str().into());
                     self.lock().collective_name(&span.name);
                 }
-                let p = self.pending(rank);
+                let p = &mut self.ranks[at].1;
                 p.collectives.push((start, end));
                 let over = trim(&mut p.collectives);
                 self.counts.pending_over_budget += over;
             }
             Kind::Other => {
                 if let Some(id) = self.name_id(&span.name) {
-                    let p = self.pending(rank);
+                    let p = &mut self.ranks[at].1;
                     p.compute.push((id, start, end));
                     let over = trim(&mut p.compute);
                     self.counts.pending_over_budget += over;
@@ -229,19 +228,37 @@ impl<'t> FileCollector<'t> {
             }
         }
         if group.is_some() {
-            let p = self.pending(rank);
+            let p = &mut self.ranks[at].1;
             p.oldest_close_us = Some(p.oldest_close_us.map_or(end, |t| t.min(end)));
         }
     }
 
-    fn pending(&mut self, rank: i64) -> &mut Pending {
-        self.ranks.entry(rank).or_default()
+    /// The place of `rank` in `ranks`; `None` when the table has no room for a new rank.
+    fn place(&mut self, rank: i64, span: &Span) -> Option<usize> {
+        if let Some((r, at)) = self.last
+            && r == rank
+        {
+            return Some(at);
+        }
+        let at = match self.index.get(&rank) {
+            Some(&at) => at,
+            None => {
+                self.lock()
+                    .rank(rank, span.host.as_deref(), span.world_size)?;
+                self.ranks.push((rank, Pending::default()));
+                self.index.insert(rank, self.ranks.len() - 1);
+                self.ranks.len() - 1
+            }
+        };
+        self.last = Some((rank, at));
+        Some(at)
     }
 
     /// A step span ended: its wait and compute from the spans inside it.
-    fn step(&mut self, rank: i64, span: &Span, from_dump: bool) {
+    fn step(&mut self, at: usize, span: &Span, from_dump: bool) {
         let (start, end) = (span.start_us, span.end_us.max(span.start_us));
-        let p = self.ranks.entry(rank).or_default();
+        let (rank, p) = &mut self.ranks[at];
+        let rank = *rank;
         let inside = |s: i64, e: i64| s >= start && e <= end;
         let mut waits: Vec<(i64, i64)> = p
             .collectives
@@ -291,7 +308,7 @@ impl<'t> FileCollector<'t> {
     /// Collective spans still waiting at the end of the file ended after every step: they are
     /// outside the steps too.
     pub fn finish(mut self) -> Counts {
-        for p in self.ranks.values() {
+        for (_, p) in &self.ranks {
             self.counts.collectives_outside_steps += p.collectives.len() as u64;
         }
         self.counts
