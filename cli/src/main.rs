@@ -4,7 +4,9 @@
 //! * `summary` prints per-rank span statistics and a straggler report ([`summary`]);
 //! * `emit-spans` exports completed spans from epoch-second intervals ([`emit`]);
 //! * `hang` names the stuck rank from flight-recorder dumps ([`hang`]);
-//! * `straggler` names the rank the others wait for, and what it costs per step ([`straggler`]).
+//! * `straggler` names the rank the others wait for, and what it costs per step ([`straggler`]);
+//! * `set-slurm-resource-attrs` prints the shell line that hands a Slurm job's identity down
+//!   through `OTEL_RESOURCE_ATTRIBUTES` ([`slurm_attrs`]).
 //!
 //! Input files are read by [`input`] (plain or gzip, compact or pretty-printed records, streamed,
 //! bad or oversized records skipped and counted).
@@ -13,6 +15,7 @@ mod emit;
 mod hang;
 mod input;
 mod perfetto;
+mod slurm_attrs;
 mod straggler;
 mod summary;
 
@@ -28,7 +31,8 @@ Exit codes:
   2  usage error, an input or output file that cannot be opened or written (any write error,
      stdout included; an output that is one of the inputs is refused), (straggler) no rank
      with a complete step, or (emit-spans) a bad rank, world size or run id, an exporter that
-     cannot be set up or fails to export
+     cannot be set up or fails to export; set-slurm-resource-attrs: --container-image without
+     --stage task
   3  hang: a suspect rank was named (an outlier or a rank without a dump);
      straggler: a rank the others wait for was named";
 
@@ -111,7 +115,7 @@ enum Command {
         threshold: f64,
         /// Number of ranks, when the input does not carry `dl.world_size` (ranks without data
         /// are listed).
-        #[arg(long, value_parser = clap::value_parser!(i64).range(1..=1 << 24))]
+        #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
         world_size: Option<i64>,
         /// One more name of the step span (besides `step` and `train_step`, and the group
         /// `step` of a dump). Repeat for each.
@@ -146,6 +150,19 @@ enum Command {
         #[command(flatten)]
         identity: emit::IdentityArgs,
     },
+    /// Print `export OTEL_RESOURCE_ATTRIBUTES=...` with the Slurm job's identity added (typed
+    /// slurm.* attributes, nv.dl.job.uuid), for `eval` in a batch script or task. Keys already
+    /// in OTEL_RESOURCE_ATTRIBUTES win.
+    #[command(name = "set-slurm-resource-attrs", after_help = EXIT_CODES)]
+    SetSlurmResourceAttrs {
+        /// Where the command runs: `sbatch` (the batch script: adds slurm.head_node.name outside
+        /// a step, leaves out the task-local topology) or `task` (each task: adds host.name).
+        #[arg(long, value_enum)]
+        stage: slurm_attrs::Stage,
+        /// Container image to record as nv.dl.launch.container.image (`--stage task` only).
+        #[arg(long, value_name = "IMAGE")]
+        container_image: Option<String>,
+    },
     /// Which rank is stuck, and where: merge flight-recorder dumps (NEMO_LENS_FLIGHT_RECORDER)
     /// of any number of ranks, group ranks by innermost open span and step, name the outliers
     /// and the ranks without a dump. Exit code 3 when it names a suspect.
@@ -160,6 +177,8 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        read: input::ReadOptions,
     },
 }
 
@@ -265,11 +284,16 @@ fn run(cli: Cli) -> Result<(), Failure> {
             spans,
             identity,
         } => emit::run(&service, &spans, &identity),
+        Command::SetSlurmResourceAttrs {
+            stage,
+            container_image,
+        } => slurm_attrs::run(stage, container_image.as_deref()),
         Command::Hang {
             files,
             world_size,
             json,
-        } => match hang::run(&files, world_size, json).map_err(Failure::setup)? {
+            read,
+        } => match hang::run(&files, world_size, json, &read).map_err(Failure::setup)? {
             false => Ok(()),
             true => Err(Failure {
                 code: 3,

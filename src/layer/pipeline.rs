@@ -13,6 +13,7 @@ use tracing_core::span::Id;
 
 use crate::ids;
 use crate::layer::fields::TextRules;
+use crate::layer::stacktrace::{Stacktrace, UserFrames};
 use crate::queue::span_processor::SpanQueue;
 use crate::rank::groups::declared_group;
 use crate::record::open_spans::{OpenSpans, REASON_DROPPED};
@@ -55,6 +56,9 @@ pub(crate) struct Pipeline {
     /// Groups whose spans each start a trace of their own (`NEMO_LENS_TRACE_PER`), lower-case;
     /// empty (the default) costs one branch per span.
     trace_per: Box<[String]>,
+    /// `ERROR` events (and every panic) carry a backtrace
+    /// ([`TelemetryBuilder::error_backtraces`](crate::TelemetryBuilder::error_backtraces)).
+    pub(crate) error_backtraces: bool,
     index: PipelineIndex,
 }
 
@@ -87,6 +91,7 @@ impl Pipeline {
             parent_based: !rank_sampler,
             env_sampler: if rank_sampler { None } else { env_sampler() },
             trace_per: Box::default(),
+            error_backtraces: false,
             index: PipelineIndex::default(),
         }
     }
@@ -95,6 +100,12 @@ impl Pipeline {
     /// have been their parent.
     pub(crate) fn with_trace_per(mut self, groups: Vec<String>) -> Self {
         self.trace_per = groups.into_boxed_slice();
+        self
+    }
+
+    /// `ERROR` events (and every panic) carry a backtrace.
+    pub(crate) fn with_error_backtraces(mut self, on: bool) -> Self {
+        self.error_backtraces = on;
         self
     }
 
@@ -150,13 +161,12 @@ impl Pipeline {
     pub(crate) fn record_panic(&self, scope: &[Id], message: &str) {
         let limit = self.text.limit;
         let message = crate::layer::fields::truncate_chars(message.to_string(), limit);
-        let stacktrace = crate::layer::fields::captured_backtrace(
-            limit,
-            crate::layer::fields::UserFrames::AfterPanic,
-        );
+        // Captured here, resolved by the worker (or not at all if no span records it).
+        let mut stacktrace =
+            Stacktrace::capture(self.error_backtraces, UserFrames::AfterPanic, limit);
         for id in scope {
             if let Some(state) = self.open.find(id)
-                && state.record_exception("panic", &message, stacktrace.as_deref(), self.limits)
+                && state.record_exception("panic", &message, &mut stacktrace, self.limits)
             {
                 return;
             }

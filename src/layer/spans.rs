@@ -216,7 +216,10 @@ where
         };
         if std::thread::panicking() {
             if let Some(state) = self.state_while_panicking(&span_ref.id()) {
-                state.add_event(EventValues::of(event, &pipeline.text), pipeline.limits);
+                state.add_event(
+                    EventValues::of(event, &pipeline.text, pipeline.error_backtraces),
+                    pipeline.limits,
+                );
             }
             return;
         }
@@ -229,7 +232,7 @@ where
             }
         };
         // User code (`Display`/`Debug` of the fields) runs here, with no lock held.
-        let values = EventValues::of(event, &pipeline.text);
+        let values = EventValues::of(event, &pipeline.text, pipeline.error_backtraces);
         state.add_event(values, pipeline.limits);
     }
 

@@ -60,10 +60,11 @@ impl SpanState {
             end,
             parent,
             attributes,
-            events,
+            mut events,
             dropped_events,
             links,
             dropped_links,
+            stacktraces,
         ) = {
             let mut guard = self.record.lock();
             let Some(r) = guard.as_mut().filter(|r| !r.built && !r.is_open()) else {
@@ -82,8 +83,11 @@ impl SpanState {
                 r.dropped_events,
                 std::mem::take(&mut r.links),
                 r.dropped_links,
+                std::mem::take(&mut r.stacktraces),
             )
         };
+        // Outside the lock: resolving symbols is the slow part of a backtrace.
+        stacktraces.resolve_into(&mut events, crate::layer::fields::truncate_chars);
         let mut builder = SpanBuilder::from_name(name);
         builder.span_kind = kind;
         builder.start_time = Some(start);

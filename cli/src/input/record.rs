@@ -74,22 +74,28 @@ pub struct ResourceAttributes {
 impl ResourceAttributes {
     /// The rank, from `dl.rank`, else `nv.dl.rank` (numbers or numeric strings).
     pub fn rank(&self) -> Option<i64> {
-        first_int([&self.dl_rank, &self.nv_dl_rank])
+        [&self.dl_rank, &self.nv_dl_rank]
+            .into_iter()
+            .flatten()
+            .find_map(as_int)
     }
 
-    /// The number of ranks, from `dl.world_size`, else `nv.dl.world_size`.
+    /// The world size, from `dl.world_size`, else `nv.dl.world_size`.
     pub fn world_size(&self) -> Option<i64> {
-        first_int([&self.dl_world_size, &self.nv_dl_world_size])
+        [&self.dl_world_size, &self.nv_dl_world_size]
+            .into_iter()
+            .flatten()
+            .find_map(as_int)
     }
 }
 
-/// The first value that is an integer or a numeric string.
-fn first_int(values: [&Option<Value>; 2]) -> Option<i64> {
-    values.into_iter().flatten().find_map(|v| match v {
+/// An integer attribute: a number or a numeric string.
+fn as_int(v: &Value) -> Option<i64> {
+    match v {
         Value::Number(n) => n.as_i64(),
         Value::String(s) => s.trim().parse().ok(),
         _ => None,
-    })
+    }
 }
 
 /// `{"attributes": {...}, "schema_url": ""}`.
@@ -246,7 +252,7 @@ pub struct Span {
     pub rank: Option<i64>,
     /// The resource's `host.name`.
     pub host: Option<String>,
-    /// The resource's `dl.world_size`.
+    /// The resource's `dl.world_size` (or `nv.dl.world_size`).
     pub world_size: Option<i64>,
 }
 

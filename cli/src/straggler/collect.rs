@@ -16,8 +16,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
-use nemo_lens::flight_recorder::{GROUP_ATTR, OPEN_ATTR};
-use nemo_lens::semconv;
+use nemo_lens::semconv::{self, NEMO_GROUP, NEMO_SPAN_OPEN};
 use serde_json::Value;
 
 use super::table::{MAX_NAME_BYTES, StepRecord, Table};
@@ -195,9 +194,10 @@ impl<'t> FileCollector<'t> {
             return;
         };
         let attributes = &span.attributes;
-        let group = attributes.get(GROUP_ATTR).and_then(Value::as_str);
+        let group = attributes.get(NEMO_GROUP).and_then(Value::as_str);
         let kind = self.names.kind(&span.name, group);
-        if matches!(attributes.get(OPEN_ATTR), Some(Value::Bool(true))) || span.is_truncated() {
+        if matches!(attributes.get(NEMO_SPAN_OPEN), Some(Value::Bool(true))) || span.is_truncated()
+        {
             if kind == Kind::Step {
                 self.lock().partial(rank);
             }

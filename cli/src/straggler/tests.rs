@@ -320,3 +320,37 @@ fn the_median_of_the_other_ranks_leaves_one_out() {
     );
     assert_eq!(median_without(&[3.0], 3.0), None);
 }
+
+#[test]
+fn a_made_up_world_size_is_a_range_not_a_list() {
+    let analysis = Analysis::new(SpanNames::default());
+    for file in job(&ranks(4), 5) {
+        let mut f = analysis.file();
+        for line in &file {
+            let Ok(Record::Span(span)) = parse_record(line.as_bytes(), None) else {
+                panic!("not a span")
+            };
+            f.span(&span);
+        }
+        analysis.done(f);
+    }
+    let v = analysis.verdict(
+        Settings {
+            threshold_percent: 10.0,
+            world_size: Some(i64::MAX),
+        },
+        false,
+    );
+    assert_eq!(v.missing_ranks, [[4, i64::MAX - 1]]);
+    assert_eq!(v.missing_count, i64::MAX - 4);
+    assert!(
+        render::verdict(&v).contains(&format!(
+            "no data from {} of {} ranks: 4-{}",
+            i64::MAX - 4,
+            i64::MAX,
+            i64::MAX - 1
+        )),
+        "{}",
+        render::verdict(&v)
+    );
+}
