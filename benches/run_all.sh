@@ -10,7 +10,9 @@
 #   5. the side-by-side comparison with the Python NeMo Lens (benches/compare_python.sh);
 #   6. resident memory over millions of re-entries of one span (tests/lifecycle/reentry_memory.rs);
 #   7. NVTX ranges with no tool attached (benches/nvtx.rs, feature `nvtx`), timed and under
-#      callgrind.
+#      callgrind;
+#   8. the command-line tool: its throughput (cli/benches/throughput.rs) and 4,096 rank dumps
+#      (cli/benches/ranks.rs).
 # The page is replaced only when every step succeeded; the explanations on it are the text of
 # this script (edit them here, not in the page).
 #
@@ -75,6 +77,9 @@ nvtx_instructions() { # case n: the instructions of the whole run
     echo "| \`$c\` | $(((b - a) / 20000)) |"
   done
 } >"$OUT/nvtx_instructions.txt"
+echo "run_all: nemo-lens throughput, ranks" >&2
+cargo bench --quiet -p nemo-lens-cli --bench throughput -- "$@" >"$OUT/cli.txt"
+cargo bench --quiet -p nemo-lens-cli --bench ranks >"$OUT/ranks.txt"
 
 END_DATE=$(date -u '+%H:%M')
 END_LOAD=$(load)
@@ -236,6 +241,28 @@ EOF
 tables "$OUT/nvtx.txt"
 echo
 cat "$OUT/nvtx_instructions.txt"
+cat <<'EOF'
+
+## Command-line tool
+
+`cargo bench -p nemo-lens-cli --bench throughput`: the release `nemo-lens` (process start
+included), criterion medians, throughput in uncompressed input bytes. Group `cli`: 8 ranks ×
+12,000 span lines, one thread (`--jobs 1`: the figure per core); group `cli_64_files`: the
+flight-recorder dumps of 64 ranks × 2,000 steps, one thread against two.
+
+EOF
+echo '| bench | time | throughput |'
+echo '|---|---|---|'
+# Criterion prints the name, then `time: [low median high]` and `thrpt: [...]` lines.
+awk '/^cli/ { name = $1 } /time:/ { t = $(NF-3) " " $(NF-2) } /thrpt:/ { print "| `" name "` | " t " | " $(NF-3) " " $(NF-2) " |" }' "$OUT/cli.txt"
+cat <<'EOF'
+
+`cargo bench -p nemo-lens-cli --bench ranks`: `straggler` and `summary` on the dumps of 4,096
+ranks (64 steps each), with every core and with one, median wall time of 5 runs and the largest
+peak resident memory (from `wait4`).
+
+EOF
+lines "$OUT/ranks.txt" '(4096|straggler|summary) '
 } >"$OUT/page.md"
 
 mv "$OUT/page.md" "$PAGE"

@@ -31,7 +31,9 @@
 //! With `--barrier-dir DIR`, every step ends its forward/backward pass with an `all_reduce` span
 //! (group `collective`) that waits for the other ranks through a file barrier (one file per rank
 //! and step in `DIR`), as a real gradient all-reduce does; `--hang-at STEP` makes this rank stop
-//! inside its `forward_backward` span at that step, so the others wait in `all_reduce` forever.
+//! inside its `forward_backward` span at that step, so the others wait in `all_reduce` forever;
+//! `--slow-rank R --slow-factor F` makes rank R's `forward_backward` take F times longer, so the
+//! others wait for it in every `all_reduce` (a straggler).
 //! With `NEMO_LENS_FLIGHT_RECORDER=N` every rank keeps a flight recorder ([`nemo_lens::flight_recorder`]):
 //!
 //! ```sh
@@ -43,6 +45,10 @@
 //! done
 //! sleep 10; nemo-lens hang dumps/*.jsonl   # names rank 2 in forward_backward at step 3
 //! ```
+//!
+//! The same with `--slow-rank 2` for every rank instead of `--hang-at 3`, then
+//! `pkill -USR1 -f examples/trainer` (every rank dumps and trains on) and
+//! `nemo-lens straggler dumps/*-signal.jsonl` names rank 2 and what it costs the job per step.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -96,10 +102,24 @@ struct Args {
     /// Hang forever inside `forward_backward` in this step (simulates a stuck rank).
     #[arg(long)]
     hang_at: Option<u64>,
+    /// Make this rank a straggler: its `forward_backward` takes `--slow-factor` times longer
+    /// (with `--barrier-dir`, every other rank waits for it in `all_reduce`).
+    #[arg(long, value_name = "RANK")]
+    slow_rank: Option<u32>,
+    /// How many times longer the `--slow-rank`'s compute takes (a finite number >= 1).
+    #[arg(long, default_value_t = 3.0, value_parser = parse_slow_factor)]
+    slow_factor: f64,
     /// Ask this reward server (`examples/reward_server.rs`) for a reward once per step, with
     /// the step's trace context in the request headers.
     #[arg(long)]
     reward_url: Option<String>,
+}
+
+fn parse_slow_factor(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(f) if f.is_finite() && (1.0..=1000.0).contains(&f) => Ok(f),
+        _ => Err(format!("expected a number from 1 to 1000, got {s:?}")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -198,7 +218,11 @@ fn train(args: &Args, telemetry: &Telemetry) {
 
 #[instrument(skip(args, rng), fields(nemo.group.step, dl.loss = tracing::field::Empty))]
 fn train_step(step: u64, args: &Args, rng: &mut ChaCha8Rng) -> f64 {
-    forward_backward(args.step_ms * 2 / 3, args.hang_at == Some(step));
+    let mut compute_ms = args.step_ms * 2 / 3;
+    if args.slow_rank == Some(args.rank.unwrap_or(0)) {
+        compute_ms = (compute_ms as f64 * args.slow_factor).round() as u64;
+    }
+    forward_backward(compute_ms, args.hang_at == Some(step));
     if args.panic_at == Some(step) {
         panic!("simulated failure in step {step}");
     }

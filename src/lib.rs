@@ -249,3 +249,6 @@ mod propagation_md {}
 #[cfg(doctest)]
 #[doc = include_str!("../docs/python-compatibility.md")]
 mod python_compatibility_md {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/stragglers.md")]
+mod stragglers_md {}

@@ -3,16 +3,22 @@
 //! Run: `cargo bench -p nemo-lens-cli --bench throughput` (figures: `docs/performance.md`).
 //!
 //! Each iteration runs the real release binary (`CARGO_BIN_EXE_nemo-lens`, process start
-//! included) on a generated job of 8 ranks × 12,000 span lines:
+//! included). Group `cli`, on a generated job of 8 ranks × 12,000 span lines, one thread
+//! (`--jobs 1`, for the figures per core):
 //!
 //! * `perfetto_plain`, `perfetto_gzip`: `perfetto` on the plain files, then on the same lines
 //!   gzip-compressed;
 //! * `summary_plain`: `summary --json` on the plain files;
+//! * `straggler_plain`: `straggler --json` on the plain files;
 //! * `summary_pretty`: `summary --json` on the same records pretty-printed as Python Lens 0.1.0
 //!   writes them (`indent=4`).
 //!
+//! Group `cli_64_files`, on the flight-recorder dumps of 64 ranks × 2,000 steps (a step and a
+//! collective span each): `summary_jobs1` / `summary_jobs2` and `straggler_jobs1` /
+//! `straggler_jobs2`, one thread against two (`--jobs`).
+//!
 //! Throughput is counted in uncompressed JSONL bytes (for `summary_pretty`, in the
-//! pretty-printed bytes).
+//! pretty-printed bytes). `benches/ranks.rs` times 4,096 rank dumps and reports peak memory.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -104,6 +110,7 @@ fn generate(dir: &Path) -> (Vec<PathBuf>, Vec<PathBuf>, u64) {
     (plain, gz, bytes)
 }
 
+/// Runs the tool; `straggler` exits 3 when it names a suspect.
 fn run(args: &[&str], files: &[PathBuf]) {
     let status = Command::new(env!("CARGO_BIN_EXE_nemo-lens"))
         .args(args)
@@ -112,7 +119,7 @@ fn run(args: &[&str], files: &[PathBuf]) {
         .stderr(std::process::Stdio::null())
         .status()
         .unwrap();
-    assert!(status.success());
+    assert!(matches!(status.code(), Some(0 | 3)), "{args:?}: {status}");
 }
 
 fn bench(c: &mut Criterion) {
@@ -133,14 +140,55 @@ fn bench(c: &mut Criterion) {
         b.iter(|| run(&["perfetto", "--no-progress", "-o", out], &gz))
     });
     group.bench_function("summary_plain", |b| {
-        b.iter(|| run(&["summary", "--no-progress", "--json"], &plain))
+        b.iter(|| {
+            run(
+                &["summary", "--no-progress", "--json", "--jobs", "1"],
+                &plain,
+            )
+        })
+    });
+    group.bench_function("straggler_plain", |b| {
+        b.iter(|| {
+            run(
+                &["straggler", "--no-progress", "--json", "--jobs", "1"],
+                &plain,
+            )
+        })
     });
     // The same records pretty-printed (more bytes; throughput counted in these bytes).
     let (pretty_files, pretty_bytes) = pretty(dir.path(), &plain);
     group.throughput(Throughput::Bytes(pretty_bytes));
     group.bench_function("summary_pretty", |b| {
-        b.iter(|| run(&["summary", "--no-progress", "--json"], &pretty_files))
+        b.iter(|| {
+            run(
+                &["summary", "--no-progress", "--json", "--jobs", "1"],
+                &pretty_files,
+            )
+        })
     });
+    group.finish();
+
+    // 64 files: one thread against two.
+    let dumps_dir = dir.path().join("dumps");
+    fs::create_dir(&dumps_dir).unwrap();
+    let dumps = support::write_rank_dumps(&dumps_dir, 64, 2_000, &[17], &[]);
+    let bytes: u64 = dumps.iter().map(|p| fs::metadata(p).unwrap().len()).sum();
+    let mut group = c.benchmark_group("cli_64_files");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(20));
+    group.throughput(Throughput::Bytes(bytes));
+    for command in ["summary", "straggler"] {
+        for jobs in ["1", "2"] {
+            group.bench_function(format!("{command}_jobs{jobs}"), |b| {
+                b.iter(|| {
+                    run(
+                        &[command, "--no-progress", "--json", "--jobs", jobs],
+                        &dumps,
+                    )
+                })
+            });
+        }
+    }
     group.finish();
 }
 

@@ -24,9 +24,11 @@
 //! members (what `cat a.gz b.gz` gives) are read as one stream.
 
 mod framing;
+mod parallel;
 mod record;
 mod timestamp;
 
+pub use parallel::{Jobs, for_each_file};
 pub use record::{LogRecord, Record, ResourceMetrics, Span, parse_record};
 pub use timestamp::parse_time_us;
 
@@ -72,15 +74,32 @@ pub struct Stats {
     pub too_long_bytes: u64,
     /// Files cut short by a read or decompression error.
     pub truncated_files: u64,
-    /// `file:line: reason` of the first skipped records and cut files.
-    pub examples: Vec<String>,
+    /// `file:line: reason` of the first skipped records and cut files, with the position of
+    /// their file on the command line (files read in parallel still report the first ones).
+    examples: Vec<(usize, String)>,
 }
 
 impl Stats {
-    fn note(&mut self, what: String) {
+    fn note(&mut self, file: usize, what: String) {
         if self.examples.len() < MAX_EXAMPLES {
-            self.examples.push(what);
+            self.examples.push((file, what));
         }
+    }
+
+    /// Adds the counts of `other` (another file's); keeps the examples of the first files.
+    pub fn merge(&mut self, other: Stats) {
+        self.records += other.records;
+        self.spans += other.spans;
+        self.metric_batches += other.metric_batches;
+        self.log_records += other.log_records;
+        self.skipped += other.skipped;
+        self.too_long += other.too_long;
+        self.too_long_bytes += other.too_long_bytes;
+        self.truncated_files += other.truncated_files;
+        self.examples.extend(other.examples);
+        // Stable: the examples of one file keep their order.
+        self.examples.sort_by_key(|(file, _)| *file);
+        self.examples.truncate(MAX_EXAMPLES);
     }
 
     /// Prints the skipped-record report to stderr (nothing when nothing was skipped).
@@ -93,7 +112,7 @@ impl Stats {
              ({} bytes) of {} read; {} file(s) ended early",
             self.skipped, self.too_long, self.too_long_bytes, self.records, self.truncated_files
         );
-        for e in &self.examples {
+        for (_, e) in &self.examples {
             eprintln!("  {e}");
         }
     }
@@ -165,10 +184,19 @@ impl<R: Read> Read for Counting<R> {
     }
 }
 
+/// Read buffer of a file (and of its decompressed stream).
+const BUFFER_BYTES: usize = 256 * 1024;
+
 fn open(path: &Path, progress: &ProgressBar) -> Result<Box<dyn BufRead>> {
     let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    // A small file gets a small buffer: thousands of small dumps would spend more time
+    // zeroing 256 KiB buffers than parsing.
+    let len = file.metadata().map_or(u64::MAX, |m| m.len());
+    let capacity = usize::try_from(len.saturating_add(1))
+        .unwrap_or(BUFFER_BYTES)
+        .clamp(4096, BUFFER_BYTES);
     let mut raw = BufReader::with_capacity(
-        256 * 1024,
+        capacity,
         Counting {
             inner: file,
             progress: progress.clone(),
@@ -179,7 +207,7 @@ fn open(path: &Path, progress: &ProgressBar) -> Result<Box<dyn BufRead>> {
         .with_context(|| format!("cannot read {}", path.display()))?;
     if head.starts_with(&[0x1f, 0x8b]) {
         Ok(Box::new(BufReader::with_capacity(
-            256 * 1024,
+            BUFFER_BYTES,
             MultiGzDecoder::new(raw),
         )))
     } else {
@@ -206,6 +234,106 @@ pub fn progress_bar(paths: &[PathBuf], enabled: bool) -> ProgressBar {
     bar
 }
 
+/// The records of one file, read one at a time (see [`Records::next_record`]).
+pub struct Records<'p> {
+    path: &'p Path,
+    source: Source,
+    framer: framing::Framer<Box<dyn BufRead>>,
+    max_record_bytes: usize,
+    stats: Stats,
+    done: bool,
+}
+
+impl<'p> Records<'p> {
+    /// Opens the file at position `index` of the command line.
+    pub fn open(
+        index: usize,
+        path: &'p Path,
+        options: &ReadOptions,
+        progress: &ProgressBar,
+    ) -> Result<Self> {
+        Ok(Records {
+            path,
+            source: Source {
+                index,
+                file_rank: rank_from_file_name(path),
+            },
+            framer: framing::Framer::new(open(path, progress)?, options.max_record_bytes),
+            max_record_bytes: options.max_record_bytes,
+            stats: Stats::default(),
+            done: false,
+        })
+    }
+
+    /// The file being read.
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// The next record that parses; `None` at the end of the file (or where a read error cut
+    /// it). What is skipped on the way is counted in the file's [`Stats`].
+    pub fn next_record(&mut self) -> Option<Record> {
+        let index = self.source.index;
+        while !self.done {
+            let frame = match self.framer.next_frame() {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
+                Err(e) => {
+                    self.stats.truncated_files += 1;
+                    let what = format!(
+                        "{}: stopped at line {}: {e}",
+                        self.path.display(),
+                        self.framer.line()
+                    );
+                    self.stats.note(index, what);
+                    break;
+                }
+            };
+            self.stats.records += 1;
+            let line = self.framer.start_line();
+            let at = || format!("{}:{line}", self.path.display());
+            let reason = match frame {
+                framing::Frame::Record => {
+                    match parse_record(self.framer.record(), self.source.file_rank) {
+                        Ok(record) => {
+                            match &record {
+                                Record::Span(_) => self.stats.spans += 1,
+                                Record::Metrics { .. } => self.stats.metric_batches += 1,
+                                Record::Log(_) => self.stats.log_records += 1,
+                            }
+                            return Some(record);
+                        }
+                        Err(reason) => reason,
+                    }
+                }
+                framing::Frame::TooLong { bytes } => {
+                    self.stats.too_long += 1;
+                    self.stats.too_long_bytes += bytes;
+                    let what = format!(
+                        "{}: record of {bytes} bytes skipped (over --max-record-bytes {})",
+                        at(),
+                        self.max_record_bytes
+                    );
+                    self.stats.note(index, what);
+                    continue;
+                }
+                framing::Frame::Cut => "record cut short".to_owned(),
+                framing::Frame::NotJson => "not a JSON object".to_owned(),
+            };
+            self.stats.skipped += 1;
+            let what = format!("{}: {reason}", at());
+            self.stats.note(index, what);
+        }
+        self.done = true;
+        None
+    }
+
+    /// What was read and skipped in this file.
+    pub fn into_stats(self) -> Stats {
+        self.stats
+    }
+}
+
 /// Reads every file in order and calls `f` for each record.
 ///
 /// Returns what was read and skipped. An error from `f`, or a file that cannot be opened, stops
@@ -218,56 +346,11 @@ pub fn for_each_record(
 ) -> Result<Stats> {
     let mut stats = Stats::default();
     for (index, path) in paths.iter().enumerate() {
-        let source = Source {
-            index,
-            file_rank: rank_from_file_name(path),
-        };
-        let mut framer = framing::Framer::new(open(path, progress)?, options.max_record_bytes);
-        loop {
-            let frame = match framer.next_frame() {
-                Ok(Some(frame)) => frame,
-                Ok(None) => break,
-                Err(e) => {
-                    stats.truncated_files += 1;
-                    stats.note(format!(
-                        "{}: stopped at line {}: {e}",
-                        path.display(),
-                        framer.line()
-                    ));
-                    break;
-                }
-            };
-            stats.records += 1;
-            let at = || format!("{}:{}", path.display(), framer.start_line());
-            let reason = match frame {
-                framing::Frame::Record => match parse_record(framer.record(), source.file_rank) {
-                    Ok(record) => {
-                        match &record {
-                            Record::Span(_) => stats.spans += 1,
-                            Record::Metrics { .. } => stats.metric_batches += 1,
-                            Record::Log(_) => stats.log_records += 1,
-                        }
-                        f(&source, record)?;
-                        continue;
-                    }
-                    Err(reason) => reason,
-                },
-                framing::Frame::TooLong { bytes } => {
-                    stats.too_long += 1;
-                    stats.too_long_bytes += bytes;
-                    stats.note(format!(
-                        "{}: record of {bytes} bytes skipped (over --max-record-bytes {})",
-                        at(),
-                        options.max_record_bytes
-                    ));
-                    continue;
-                }
-                framing::Frame::Cut => "record cut short".to_owned(),
-                framing::Frame::NotJson => "not a JSON object".to_owned(),
-            };
-            stats.skipped += 1;
-            stats.note(format!("{}: {reason}", at()));
+        let mut records = Records::open(index, path, options, progress)?;
+        while let Some(record) = records.next_record() {
+            f(records.source(), record)?;
         }
+        stats.merge(records.into_stats());
     }
     progress.finish_and_clear();
     Ok(stats)

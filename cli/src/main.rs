@@ -4,6 +4,7 @@
 //! * `summary` prints per-rank span statistics and a straggler report ([`summary`]);
 //! * `emit-spans` exports completed spans from epoch-second intervals ([`emit`]);
 //! * `hang` names the stuck rank from flight-recorder dumps ([`hang`]);
+//! * `straggler` names the rank the others wait for, and what it costs per step ([`straggler`]);
 //! * `set-slurm-resource-attrs` prints the shell line that hands a Slurm job's identity down
 //!   through `OTEL_RESOURCE_ATTRIBUTES` ([`slurm_attrs`]).
 //!
@@ -15,6 +16,7 @@ mod hang;
 mod input;
 mod perfetto;
 mod slurm_attrs;
+mod straggler;
 mod summary;
 
 use std::path::PathBuf;
@@ -27,10 +29,12 @@ Exit codes:
   0  success (skipped input records are reported on stderr, not an error)
   1  invalid input: emit-spans got a bad --span (\"nothing emitted: invalid span input\")
   2  usage error, an input or output file that cannot be opened or written (any write error,
-     stdout included; an output that is one of the inputs is refused), or (emit-spans) a bad
-     rank, world size or run id, an exporter that cannot be set up or fails to export;
-     set-slurm-resource-attrs: --container-image without --stage task
-  3  hang: a suspect rank was named (an outlier or a rank without a dump)";
+     stdout included; an output that is one of the inputs is refused), (straggler) no rank
+     with a complete step, or (emit-spans) a bad rank, world size or run id, an exporter that
+     cannot be set up or fails to export; set-slurm-resource-attrs: --container-image without
+     --stage task
+  3  hang: a suspect rank was named (an outlier or a rank without a dump);
+     straggler: a rank the others wait for was named";
 
 /// Tools for NeMo Lens span files: merge ranks into a Perfetto timeline, find stragglers, emit
 /// backdated spans.
@@ -60,8 +64,8 @@ enum Command {
         read: input::ReadOptions,
     },
     /// Per span name and rank: count, total, p50/p90/p99/max duration; then the ranks whose
-    /// median is slower than the cross-rank median (stragglers). The step span (named `step` or
-    /// `train_step`) is listed first.
+    /// median is slower than the cross-rank median (stragglers), and the verdict of `straggler`.
+    /// The step span (named `step` or `train_step`) is listed first.
     #[command(after_help = EXIT_CODES)]
     Summary {
         /// Console JSONL files (plain or .gz).
@@ -87,6 +91,48 @@ enum Command {
         no_progress: bool,
         #[command(flatten)]
         read: input::ReadOptions,
+        #[command(flatten)]
+        jobs: input::Jobs,
+    },
+    /// Which rank the others wait for, among thousands: per rank and step, the time waiting in
+    /// collective spans and the rest (compute), from flight-recorder dumps or console JSONL.
+    /// The verdict comes first, in a few lines; exit code 3 when it names a suspect.
+    #[command(after_help = EXIT_CODES)]
+    Straggler {
+        /// Flight-recorder dumps (default groups are enough) or console JSONL with the step
+        /// and collective spans, plain or .gz, any mix of ranks.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// After the verdict, every rank's medians.
+        #[arg(long)]
+        detail: bool,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// A suspect waits less (or computes more) than the median rank by more than this
+        /// percentage of the median step (or by the ranks' spread, if larger).
+        #[arg(long, default_value_t = 10.0, value_parser = summary::parse_threshold)]
+        threshold: f64,
+        /// Number of ranks, when the input does not carry `dl.world_size` (ranks without data
+        /// are listed).
+        #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
+        world_size: Option<i64>,
+        /// One more name of the step span (besides `step` and `train_step`, and the group
+        /// `step` of a dump). Repeat for each.
+        #[arg(long = "step-span", value_name = "NAME")]
+        step_spans: Vec<String>,
+        /// One more name of a collective span (besides `all_reduce`, `all_gather`,
+        /// `reduce_scatter`, `broadcast`, `barrier`, ..., and the group `collective` of a dump).
+        /// Repeat for each.
+        #[arg(long = "collective-span", value_name = "NAME")]
+        collective_spans: Vec<String>,
+        /// Do not draw the progress bar.
+        #[arg(long)]
+        no_progress: bool,
+        #[command(flatten)]
+        read: input::ReadOptions,
+        #[command(flatten)]
+        jobs: input::Jobs,
     },
     /// Emit completed spans from epoch-second intervals through the normal exporter
     /// configuration (NEMO_LENS_EXPORTER, NEMO_LENS_CONSOLE_PATH, OTEL_EXPORTER_OTLP_*,
@@ -185,6 +231,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             plot,
             no_progress,
             read,
+            jobs,
         } => summary::run(&summary::Options {
             files,
             group_by,
@@ -193,8 +240,45 @@ fn run(cli: Cli) -> Result<(), Failure> {
             plot,
             progress: !no_progress,
             read,
+            jobs,
         })
         .map_err(Failure::setup),
+        Command::Straggler {
+            files,
+            detail,
+            json,
+            threshold,
+            world_size,
+            step_spans,
+            collective_spans,
+            no_progress,
+            read,
+            jobs,
+        } => {
+            let opts = straggler::Options {
+                files,
+                detail,
+                json,
+                settings: straggler::Settings {
+                    threshold_percent: threshold,
+                    world_size,
+                },
+                names: straggler::SpanNames {
+                    step: step_spans,
+                    collective: collective_spans,
+                },
+                read,
+                jobs,
+                progress: !no_progress,
+            };
+            match straggler::run(&opts).map_err(Failure::setup)? {
+                false => Ok(()),
+                true => Err(Failure {
+                    code: 3,
+                    error: anyhow::anyhow!("a straggler was named"),
+                }),
+            }
+        }
         Command::EmitSpans {
             service,
             spans,

@@ -16,11 +16,18 @@
 //! `train_step` as in `examples/trainer.rs`) is reported first, then the other names in
 //! alphabetical order.
 //!
+//! # Straggler verdict
+//!
+//! After the tables, the verdict of `nemo-lens straggler` on the same records (one read feeds
+//! both, through [`straggler::Analysis`]): the rank the others wait for in collective spans,
+//! and what it costs the job per step. Its threshold is `--threshold` percent of the median
+//! step.
+//!
 //! # Heatmap
 //!
-//! `--plot FILE.svg` draws step-span durations with ranks as rows and steps as columns. The step
-//! of a span is its `dl.step` attribute, else `step`, else its position among that rank's step
-//! spans ordered by start time.
+//! `--plot FILE.svg` draws step-span durations with ranks as rows and steps as columns
+//! ([`heatmap`]). The step of a span is its `dl.step` attribute, else `step`, else its position
+//! among that rank's step spans ordered by start time.
 //!
 //! # Log records
 //!
@@ -29,26 +36,32 @@
 //!
 //! # Memory
 //!
-//! Records are streamed (see [`input`]). The table of (span name, rank) groups is bounded in
-//! bytes by [`NAME_TABLE_BYTES`]: once it is full, spans of a name and rank not seen before are
-//! skipped and counted (`spans_over_budget`, reported on stderr and in `--json`). Within the
+//! Records are streamed (see [`input`]), `--jobs` files at a time, each file into its own
+//! tables merged into the total when the file ends. The table of (span name, rank) groups is
+//! bounded in bytes by [`NAME_TABLE_BYTES`], shared by the files being read: once it is full,
+//! spans of a name and rank not seen before are skipped and counted (`spans_over_budget`,
+//! reported on stderr and in `--json`; which ones depends on which file was read first). Within the
 //! table, the durations of complete spans are kept (8 bytes each, plus 24 per step span with
 //! `--plot`) to compute exact percentiles. Totals are summed in 128 bits, so spans from year 0
 //! to 9999 cannot overflow them.
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context as _, Result};
-use nemo_lens::semconv;
-use plotters::prelude::*;
 use serde::Serialize;
 use serde_json::Value;
 
+mod heatmap;
+
 use crate::GroupBy;
-use crate::input::{self, ReadOptions, Record};
+use crate::input::{self, Jobs, ReadOptions, Record};
+use crate::straggler::{self, STEP_SPAN_NAMES, step_number};
 
 /// Bytes of the (span name, rank) table: each group is charged its name plus [`ENTRY_BYTES`].
 pub const NAME_TABLE_BYTES: usize = 16 << 20;
@@ -58,13 +71,6 @@ const ENTRY_BYTES: usize = 96;
 const MAX_SEVERITIES: usize = 32;
 /// Longest severity label kept (the rest is cut).
 const MAX_SEVERITY_CHARS: usize = 32;
-
-/// Span names treated as the training step (first in the straggler report, rows of the heatmap).
-pub const STEP_SPAN_NAMES: [&str; 2] = ["step", "train_step"];
-
-/// Span attributes holding the step index, in order of preference. `step` is the field name of
-/// the trainer example's `#[instrument]`ed `train_step(step: u64, ...)`.
-const STEP_ATTRIBUTES: [&str; 2] = [semconv::DL_STEP, "step"];
 
 /// Rank of spans whose rank is unknown (no `dl.rank`, no `rankN` in the file name).
 const UNKNOWN_RANK: i64 = -1;
@@ -84,6 +90,8 @@ pub struct Options {
     pub plot: Option<PathBuf>,
     /// How input is read.
     pub read: ReadOptions,
+    /// Files read at once.
+    pub jobs: Jobs,
     /// Progress bar on a terminal.
     pub progress: bool,
 }
@@ -159,6 +167,8 @@ pub struct Report {
     input: Value,
     /// Spans skipped because the table of span names was full.
     spans_over_budget: u64,
+    /// The verdict of `nemo-lens straggler` on the same input.
+    straggler: straggler::Verdict,
 }
 
 /// µs → ms, rounded to the µs.
@@ -202,14 +212,94 @@ fn rank_label(rank: i64) -> String {
     rank_opt(rank).map_or_else(|| "?".to_owned(), |r| r.to_string())
 }
 
-fn step_attribute(attributes: &serde_json::Map<String, Value>) -> Option<i64> {
-    STEP_ATTRIBUTES
-        .iter()
-        .find_map(|k| match attributes.get(*k) {
-            Some(Value::Number(n)) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
-            Some(Value::String(s)) => s.parse().ok(),
-            _ => None,
-        })
+/// What the spans and log records of some files add up to.
+#[derive(Default)]
+struct Tables {
+    groups: BTreeMap<(String, i64), Group>,
+    steps: BTreeMap<i64, Vec<StepSpan>>,
+    logs: BTreeMap<String, u64>,
+    spans_over_budget: u64,
+}
+
+/// The severity label counted: cut to [`MAX_SEVERITY_CHARS`], `OTHER` beyond
+/// [`MAX_SEVERITIES`] labels.
+fn severity_key(logs: &BTreeMap<String, u64>, mut severity: String) -> String {
+    if let Some((cut, _)) = severity.char_indices().nth(MAX_SEVERITY_CHARS) {
+        severity.truncate(cut);
+    }
+    if logs.len() < MAX_SEVERITIES || logs.contains_key(&severity) {
+        severity
+    } else {
+        "OTHER".to_owned()
+    }
+}
+
+impl Tables {
+    /// Adds one record. `table_bytes` is the (span name, rank) budget shared by every file
+    /// being read: a group is charged when a file first sees it.
+    fn record(&mut self, record: Record, plot: bool, table_bytes: &AtomicUsize) {
+        if let Record::Log(log) = &record {
+            let key = severity_key(&self.logs, log.severity());
+            *self.logs.entry(key).or_default() += 1;
+        }
+        let Record::Span(span) = record else { return };
+        let rank = span.rank.unwrap_or(UNKNOWN_RANK);
+        let truncated = span.is_truncated();
+        let duration_us = span.duration_us();
+        let step = (plot && is_step(&span.name) && !truncated).then(|| StepSpan {
+            step: step_number(&span.attributes),
+            start_us: span.start_us,
+            duration_us,
+        });
+        let key = (span.name, rank);
+        let group = match self.groups.entry(key) {
+            Entry::Occupied(group) => group.into_mut(),
+            Entry::Vacant(slot) => {
+                let cost = slot.key().0.len() + ENTRY_BYTES;
+                let charged = table_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                    (b + cost <= NAME_TABLE_BYTES).then_some(b + cost)
+                });
+                if charged.is_err() {
+                    self.spans_over_budget += 1;
+                    return;
+                }
+                slot.insert(Group::default())
+            }
+        };
+        if let Some(step) = step {
+            self.steps.entry(rank).or_default().push(step);
+        }
+        if truncated {
+            group.truncated += 1;
+        } else {
+            group.durations_us.push(duration_us);
+        }
+    }
+
+    /// Adds another file's tables; a group both have is refunded to the budget.
+    fn merge(&mut self, other: Tables, table_bytes: &AtomicUsize) {
+        for (key, group) in other.groups {
+            match self.groups.entry(key) {
+                Entry::Occupied(mut mine) => {
+                    table_bytes.fetch_sub(mine.key().0.len() + ENTRY_BYTES, Ordering::Relaxed);
+                    let mine = mine.get_mut();
+                    mine.durations_us.extend(group.durations_us);
+                    mine.truncated += group.truncated;
+                }
+                Entry::Vacant(slot) => {
+                    slot.insert(group);
+                }
+            }
+        }
+        for (rank, steps) in other.steps {
+            self.steps.entry(rank).or_default().extend(steps);
+        }
+        for (severity, n) in other.logs {
+            let key = severity_key(&self.logs, severity);
+            *self.logs.entry(key).or_default() += n;
+        }
+        self.spans_over_budget += other.spans_over_budget;
+    }
 }
 
 struct Collected {
@@ -218,65 +308,46 @@ struct Collected {
     logs: BTreeMap<String, u64>,
     stats: input::Stats,
     spans_over_budget: u64,
+    straggler: straggler::Analysis,
 }
 
+/// Reads the files (in parallel, one file per thread at a time) into per-file tables merged at
+/// the end of each file, and into the straggler analysis.
 fn collect(opts: &Options) -> Result<Collected> {
-    let mut groups: BTreeMap<(String, i64), Group> = BTreeMap::new();
-    let mut steps: BTreeMap<i64, Vec<StepSpan>> = BTreeMap::new();
-    let mut logs: BTreeMap<String, u64> = BTreeMap::new();
-    let mut table_bytes = 0usize;
-    let mut spans_over_budget = 0u64;
+    let merged = Mutex::new(Tables::default());
+    let table_bytes = AtomicUsize::new(0);
+    let analysis = straggler::Analysis::new(straggler::SpanNames::default());
     let bar = input::progress_bar(&opts.files, opts.progress);
-    let stats = input::for_each_record(&opts.files, &opts.read, &bar, |_, record| {
-        if let Record::Log(log) = &record {
-            let mut severity = log.severity();
-            if let Some((cut, _)) = severity.char_indices().nth(MAX_SEVERITY_CHARS) {
-                severity.truncate(cut);
-            }
-            let key = if logs.len() < MAX_SEVERITIES || logs.contains_key(&severity) {
-                severity
-            } else {
-                "OTHER".to_owned()
-            };
-            *logs.entry(key).or_default() += 1;
-        }
-        if let Record::Span(span) = record {
-            let rank = span.rank.unwrap_or(UNKNOWN_RANK);
-            let truncated = span.is_truncated();
-            let duration_us = span.duration_us();
-            let step =
-                (opts.plot.is_some() && is_step(&span.name) && !truncated).then(|| StepSpan {
-                    step: step_attribute(&span.attributes),
-                    start_us: span.start_us,
-                    duration_us,
-                });
-            let key = (span.name, rank);
-            if !groups.contains_key(&key) {
-                let cost = key.0.len() + ENTRY_BYTES;
-                if table_bytes + cost > NAME_TABLE_BYTES {
-                    spans_over_budget += 1;
-                    return Ok(());
+    let stats = input::for_each_file(
+        &opts.files,
+        &opts.read,
+        opts.jobs.threads(),
+        &bar,
+        |records| {
+            let mut tables = Tables::default();
+            let mut file = analysis.file();
+            while let Some(record) = records.next_record() {
+                if let Record::Span(span) = &record {
+                    file.span(span);
                 }
-                table_bytes += cost;
+                tables.record(record, opts.plot.is_some(), &table_bytes);
             }
-            if let Some(step) = step {
-                steps.entry(rank).or_default().push(step);
-            }
-            let group = groups.entry(key).or_default();
-            if truncated {
-                group.truncated += 1;
-            } else {
-                group.durations_us.push(duration_us);
-            }
-        }
-        Ok(())
-    })?;
+            analysis.done(file);
+            merged
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .merge(tables, &table_bytes);
+            Ok(())
+        },
+    )?;
+    let tables = merged.into_inner().unwrap_or_else(|e| e.into_inner());
     Ok(Collected {
-        groups,
-        steps,
-        logs,
+        groups: tables.groups,
+        steps: tables.steps,
+        logs: tables.logs,
         stats,
-        spans_over_budget,
+        spans_over_budget: tables.spans_over_budget,
+        straggler: analysis,
     })
 }
 
@@ -358,6 +429,13 @@ fn build_report(collected: &mut Collected, opts: &Options) -> Report {
         logs: collected.logs.clone(),
         input: collected.stats.to_json(),
         spans_over_budget: collected.spans_over_budget,
+        straggler: collected.straggler.verdict(
+            straggler::Settings {
+                threshold_percent: opts.threshold_percent,
+                world_size: None,
+            },
+            false,
+        ),
     }
 }
 
@@ -455,6 +533,15 @@ fn render_text(report: &Report) -> String {
             );
         }
     }
+    let _ = writeln!(
+        out,
+        "\nStraggler verdict (time waiting in collective spans and computing, per rank and step)"
+    );
+    if report.straggler.ranks_compared == 0 {
+        let _ = writeln!(out, "  (no rank has a complete step span)");
+    } else {
+        out.push_str(&straggler::render_verdict(&report.straggler));
+    }
     if !report.logs.is_empty() {
         let total: u64 = report.logs.values().sum();
         let parts: Vec<String> = report
@@ -465,82 +552,6 @@ fn render_text(report: &Report) -> String {
         let _ = writeln!(out, "\nLog records: {total} ({})", parts.join(", "));
     }
     out
-}
-
-/// Draws the step heatmap; returns (ranks, steps) drawn.
-fn plot(steps: &mut BTreeMap<i64, Vec<StepSpan>>, path: &Path) -> Result<(usize, usize)> {
-    // (row, step, duration µs)
-    let mut cells = Vec::new();
-    let ranks: Vec<i64> = steps.keys().copied().collect();
-    for (row, spans) in steps.values_mut().enumerate() {
-        spans.sort_by_key(|s| s.start_us);
-        for (i, s) in spans.iter().enumerate() {
-            cells.push((row, s.step.unwrap_or(i as i64), s.duration_us));
-        }
-    }
-    anyhow::ensure!(
-        !cells.is_empty(),
-        "no complete step span (named {STEP_SPAN_NAMES:?}) to plot"
-    );
-    let min_step = cells.iter().map(|c| c.1).min().unwrap_or(0);
-    let max_step = cells.iter().map(|c| c.1).max().unwrap_or(0);
-    let lo = cells.iter().map(|c| c.2).min().unwrap_or(0) as f64 / 1000.0;
-    let hi = cells.iter().map(|c| c.2).max().unwrap_or(0) as f64 / 1000.0;
-    // Step numbers come from the input: compute the span in 128 bits.
-    let n_steps =
-        usize::try_from(i128::from(max_step) - i128::from(min_step) + 1).unwrap_or(usize::MAX);
-    let x_end = max_step.saturating_add(1);
-
-    let width = (160 + n_steps.clamp(10, 400) * 4) as u32;
-    let height = (140 + ranks.len().clamp(4, 256) * 18) as u32;
-    // Drawn into memory and written here: plotters' own file target drops a failed write.
-    let mut svg = String::new();
-    let root = SVGBackend::with_string(&mut svg, (width.max(640), height)).into_drawing_area();
-    let draw = || -> Result<(), Box<dyn std::error::Error>> {
-        root.fill(&WHITE)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!("Step duration by rank (ms; {lo:.3} dark .. {hi:.3} bright)"),
-                ("sans-serif", 18),
-            )
-            .margin(12)
-            .x_label_area_size(36)
-            .y_label_area_size(70)
-            .build_cartesian_2d(min_step..x_end, (0..ranks.len()).into_segmented())?;
-        chart
-            .configure_mesh()
-            .disable_mesh()
-            .x_desc("step")
-            .y_desc("rank")
-            .y_labels(ranks.len().min(32))
-            // One label in the middle of each row.
-            .y_label_formatter(&|row| {
-                match row {
-                    SegmentValue::CenterOf(r) => ranks.get(*r).map(|r| rank_label(*r)),
-                    _ => None,
-                }
-                .unwrap_or_default()
-            })
-            .draw()?;
-        let span = if hi > lo { hi - lo } else { 1.0 };
-        chart.draw_series(cells.iter().map(|&(row, step, dur)| {
-            let v = ((dur as f64 / 1000.0 - lo) / span) as f32;
-            let color = ViridisRGB.get_color(v);
-            Rectangle::new(
-                [
-                    (step, SegmentValue::Exact(row)),
-                    (step.saturating_add(1), SegmentValue::Exact(row + 1)),
-                ],
-                color.filled(),
-            )
-        }))?;
-        root.present()?;
-        Ok(())
-    };
-    draw().map_err(|e| anyhow::anyhow!("{e}"))?;
-    drop(root);
-    std::fs::write(path, svg.as_bytes())?;
-    Ok((ranks.len(), n_steps))
 }
 
 /// Runs `nemo-lens summary`. A failed write (stdout or the heatmap) is an error.
@@ -566,7 +577,7 @@ pub fn run(opts: &Options) -> Result<()> {
         .and_then(|()| stdout.flush())
         .context("cannot write the report to stdout")?;
     if let Some(path) = &opts.plot {
-        let (ranks, steps) = plot(&mut collected.steps, path)
+        let (ranks, steps) = heatmap::plot(&mut collected.steps, path)
             .with_context(|| format!("cannot draw the heatmap {}", path.display()))?;
         eprintln!("wrote {} ({ranks} ranks x {steps} steps)", path.display());
     }

@@ -1,14 +1,8 @@
 //! `nemo-lens` memory does not grow with the input: hostile inputs generated on the fly into
 //! temporary files, the real binary run as a child process, and its peak resident memory read
-//! with `wait4(2)` (see [`run_measured`]).
-//!
-//! Measuring a child's peak needs care: Linux folds the address space a process had *before*
-//! `exec` into its `ru_maxrss`, and a child spawned by this test process starts in a copy (or,
-//! with `posix_spawn`, in the very address space) of a process that holds the other tests'
-//! inputs and outputs. So the test executable re-runs itself as a small probe (this file has
-//! its own `main`, `harness = false`): the probe, fresh from `exec` and a few MiB in size,
-//! spawns `nemo-lens`, waits for it with `wait4` and writes its `ru_maxrss` to a file. The
-//! tests run one after the other, each printed with its figure.
+//! with `wait4(2)` through a probe ([`support::measure`]: this file has its own `main`,
+//! `harness = false`, so that the test executable can re-run itself as the probe). The tests run
+//! one after the other, each printed with its figure.
 //!
 //! Each input holds at least 150 MB of what the tool used to keep in memory (an endless line, a
 //! huge record, links waiting for spans that never come, distinct track names, distinct span
@@ -19,13 +13,12 @@
 
 mod support;
 
-use std::ffi::OsString;
 use std::fs;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
+use support::measure::{Measured, run_measured};
 use support::{T0_US, bin, span_line};
 
 /// One rank-0 span line, written directly (fast for megabyte strings in a debug build).
@@ -35,86 +28,6 @@ fn raw_span(name: &str, span_id: u64, attributes: &str, links: &str) -> String {
         r#"{{"name": "{name}", "context": {{"trace_id": "0x{:032x}", "span_id": "0x{span_id:016x}"}}, "parent_id": null, "start_time": "2026-11-29T22:00:00.000000Z", "end_time": "2026-11-29T22:00:00.001000Z", "status": {{"status_code": "UNSET"}}, "attributes": {attributes}, "events": [], "links": {links}, "resource": {{"attributes": {{"dl.rank": 0}}, "schema_url": ""}}}}"#,
         0xabc
     )
-}
-
-/// Set in the probe's environment: where it writes the peak RSS of the command it runs.
-const PROBE_ENV: &str = "NEMO_LENS_CLI_BOUNDS_PROBE_OUT";
-
-/// What [`run_measured`] saw.
-#[derive(Debug)]
-struct Measured {
-    /// Exit code (`None` when a signal ended the process).
-    code: Option<i32>,
-    /// Everything the process wrote to stdout.
-    stdout: String,
-    /// Everything the process wrote to stderr.
-    stderr: String,
-    /// Peak resident set size of the process, in bytes.
-    peak_rss: u64,
-}
-
-/// The probe: runs the command after the first argument with this process's stdio, waits for
-/// it with `wait4`, writes its `ru_maxrss` (bytes) to `out` and exits with its status.
-fn probe(out: OsString) -> ! {
-    let mut args = std::env::args_os().skip(1);
-    let program = args.next().expect("probe: no command");
-    let child = Command::new(program)
-        .args(args)
-        .spawn()
-        .expect("probe: spawn");
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: an all-zero `rusage` is a valid value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: `status` and `usage` are valid for writes; `pid` is our unwaited child.
-        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-        if r == pid {
-            break;
-        }
-        let err = std::io::Error::last_os_error();
-        assert_eq!(
-            err.kind(),
-            std::io::ErrorKind::Interrupted,
-            "probe: wait4: {err}"
-        );
-    }
-    // Linux reports ru_maxrss in KiB.
-    fs::write(out, (usage.ru_maxrss as u64 * 1024).to_string()).expect("probe: write");
-    std::process::exit(if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        128 + libc::WTERMSIG(status)
-    });
-}
-
-/// Runs `cmd` (no stdin, stdout and stderr captured) through the probe; see the module
-/// documentation.
-fn run_measured(cmd: &Command) -> Measured {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("peak-rss");
-    let mut probe = Command::new(std::env::current_exe().unwrap());
-    probe
-        .env(PROBE_ENV, &out)
-        .arg(cmd.get_program())
-        .args(cmd.get_args());
-    for (k, v) in cmd.get_envs() {
-        match v {
-            Some(v) => probe.env(k, v),
-            None => probe.env_remove(k),
-        };
-    }
-    let output = probe.stdin(Stdio::null()).output().expect("run the probe");
-    let peak_rss = fs::read_to_string(&out)
-        .unwrap_or_else(|e| panic!("the probe wrote no figure ({e}): {output:?}"))
-        .parse()
-        .unwrap();
-    Measured {
-        code: output.status.code(),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        peak_rss,
-    }
 }
 
 /// A generous bound on the peak resident memory of one run (debug build; the runs peak at
@@ -347,6 +260,53 @@ fn distinct_span_names_stay_within_the_name_table() {
     );
 }
 
+fn the_straggler_verdict_of_4096_ranks_is_a_few_lines_in_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    // 4,095 dumps of 16 steps (rank 77 wrote none); ranks 1234 and 3000 are slow.
+    let files = support::write_rank_dumps(dir.path(), 4096, 16, &[1234, 3000], &[77]);
+    let m = run_measured(bin().arg("straggler").args(&files));
+    assert!(
+        m.peak_rss < PEAK_BOUND,
+        "peak RSS {:.1} MiB",
+        mib(m.peak_rss)
+    );
+    eprintln!(
+        "straggler, 4,095 rank dumps: peak RSS {:.1} MiB; the verdict:\n{}",
+        mib(m.peak_rss),
+        m.stdout
+    );
+    assert_eq!(m.code, Some(3), "{}{}", m.stdout, m.stderr);
+    let lines: Vec<&str> = m.stdout.lines().collect();
+    assert!(lines.len() <= 6, "{}", m.stdout);
+    assert!(
+        lines[0].starts_with("stragglers: 2 ranks (1234,3000)"),
+        "{}",
+        m.stdout
+    );
+    assert!(
+        m.stdout
+            .contains("compared 4095 of 4096 ranks over their latest 16 steps"),
+        "{}",
+        m.stdout
+    );
+    assert!(
+        m.stdout.contains("no data from 1 of 4096 ranks: 77"),
+        "{}",
+        m.stdout
+    );
+
+    // The same input through `summary`: its tables hold 2 names × 4,095 ranks.
+    let (m, report) = summary_json(&files);
+    assert_bounded(&m, "summary, 4,095 rank dumps");
+    let suspects: Vec<&Value> = report["straggler"]["suspects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["rank"])
+        .collect();
+    assert_eq!(suspects, [1234, 3000]);
+}
+
 /// One line of a flight-recorder dump of `rank`: an open `all_reduce` span.
 fn dump_line(rank: i64, world_size: i64) -> String {
     format!(
@@ -415,7 +375,7 @@ fn hang_skips_a_200_mib_line_in_bounded_memory() {
 }
 
 /// The tests, in the order they run.
-const TESTS: [(&str, fn()); 7] = [
+const TESTS: [(&str, fn()); 8] = [
     (
         "hang_with_a_huge_world_size_allocates_nothing_per_claimed_rank",
         hang_with_a_huge_world_size_allocates_nothing_per_claimed_rank,
@@ -444,14 +404,16 @@ const TESTS: [(&str, fn()); 7] = [
         "distinct_span_names_stay_within_the_name_table",
         distinct_span_names_stay_within_the_name_table,
     ),
+    (
+        "the_straggler_verdict_of_4096_ranks_is_a_few_lines_in_bounded_memory",
+        the_straggler_verdict_of_4096_ranks_is_a_few_lines_in_bounded_memory,
+    ),
 ];
 
 /// Runs the tests whose name contains one of the free arguments (all without any), or acts as
 /// the probe.
 fn main() {
-    if let Some(out) = std::env::var_os(PROBE_ENV) {
-        probe(out);
-    }
+    support::measure::serve_as_probe();
     let filters: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))

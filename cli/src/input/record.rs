@@ -162,6 +162,27 @@ pub struct ResourceMetrics {
     pub scope_metrics: Vec<ScopeMetrics>,
 }
 
+/// A span's start or end time, read straight from the string (no copy): µs since the epoch, or
+/// the value quoted for the skip reason.
+#[derive(Debug)]
+struct Time(Result<i64, String>);
+
+impl<'de> Deserialize<'de> for Time {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Time;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an RFC 3339 timestamp")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Time, E> {
+                Ok(Time(parse_time_us(v).ok_or_else(|| quote(v))))
+            }
+        }
+        deserializer.deserialize_str(Visitor)
+    }
+}
+
 /// A record as parsed: every key optional, classified afterwards (cheaper than an untagged enum,
 /// which would buffer the whole record).
 #[derive(Debug, Deserialize)]
@@ -173,9 +194,9 @@ struct RawRecord {
     #[serde(default)]
     parent_id: Option<String>,
     #[serde(default)]
-    start_time: Option<String>,
+    start_time: Option<Time>,
     #[serde(default)]
-    end_time: Option<String>,
+    end_time: Option<Time>,
     #[serde(default)]
     status: Option<StatusLine>,
     /// `null` in a log record without attributes.
@@ -356,7 +377,13 @@ fn quote_non_finite(line: &[u8]) -> Option<Vec<u8>> {
 
 /// Parses one record; the error says why it was skipped.
 pub fn parse_record(bytes: &[u8], file_rank: Option<i64>) -> Result<Record, String> {
-    let raw: RawRecord = match serde_json::from_slice(bytes) {
+    // One UTF-8 check of the whole record is cheaper than serde_json's check of each string
+    // (most of a record is short strings); invalid UTF-8 goes the byte way, for its message.
+    let parsed = match std::str::from_utf8(bytes) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(bytes),
+    };
+    let raw: RawRecord = match parsed {
         Ok(raw) => raw,
         // Only a record that fails pays for the rescan.
         Err(e) => match quote_non_finite(bytes) {
@@ -373,9 +400,8 @@ pub fn parse_record(bytes: &[u8], file_rank: Option<i64>) -> Result<Record, Stri
     if let (Some(name), Some(context), Some(start), Some(end)) =
         (raw.name, raw.context, raw.start_time, raw.end_time)
     {
-        let start_us =
-            parse_time_us(&start).ok_or_else(|| format!("bad start_time {}", quote(&start)))?;
-        let end_us = parse_time_us(&end).ok_or_else(|| format!("bad end_time {}", quote(&end)))?;
+        let start_us = start.0.map_err(|bad| format!("bad start_time {bad}"))?;
+        let end_us = end.0.map_err(|bad| format!("bad end_time {bad}"))?;
         return Ok(Record::Span(Box::new(Span {
             name,
             context,
@@ -435,6 +461,26 @@ mod tests {
             r#"{"a": "NaN", "b": ["Infinity", "-Infinity"], "c": "NaN \" NaN"}"#
         );
         assert_eq!(quote_non_finite(br#"{"a": "NaN"}"#), None);
+    }
+
+    #[test]
+    fn a_bad_time_or_bad_utf8_is_a_skip_reason() {
+        let span = |start: &str| {
+            format!(
+                r#"{{"name": "s", "context": {{"trace_id": "0x1", "span_id": "0x2"}}, "start_time": "{start}", "end_time": "2026-01-01T00:00:01Z"}}"#
+            )
+        };
+        let Ok(Record::Span(s)) = parse_record(span("2026-01-01T00:00:00.5Z").as_bytes(), None)
+        else {
+            panic!("not a span")
+        };
+        assert_eq!(s.duration_us(), 500_000);
+        let err = parse_record(span("yesterday").as_bytes(), None).unwrap_err();
+        assert_eq!(err, r#"bad start_time "yesterday""#);
+        let mut bytes = span("2026-01-01T00:00:00Z").into_bytes();
+        bytes[10] = 0xff; // inside the name
+        let err = parse_record(&bytes, None).unwrap_err();
+        assert!(err.contains("unicode"), "{err}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Multi-rank console JSONL for the `nemo-lens` command-line tests, written in the exporter's
-//! layout (the same keys as `nemo_lens::export::console` and the Python library); the binaries
-//! the tests run.
+//! layout (the same keys as `nemo_lens::export::console` and the Python library); flight-recorder
+//! dumps of a large job ([`write_rank_dumps`]); the binaries the tests run; peak memory of a
+//! command ([`measure`]).
 //!
 //! The job: ranks 0, 1, 2 and 4 run [`STEPS`] `train_step` spans (attribute `step`), each with a
 //! `forward` child. Rank 2 is the straggler: its steps take [`SLOW_STEP_MS`] instead of
@@ -18,6 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{Value, json};
+
+pub mod measure;
 
 /// Steps per rank.
 pub const STEPS: i64 = 12;
@@ -222,4 +225,97 @@ pub fn clear_telemetry_env(cmd: &mut Command) -> &mut Command {
         }
     }
     cmd
+}
+
+/// Compute per step of a rank in [`write_rank_dumps`], and of its slow ranks.
+pub const DUMP_COMPUTE_MS: i64 = 30;
+/// Compute per step of the slow ranks of [`write_rank_dumps`].
+pub const DUMP_SLOW_COMPUTE_MS: i64 = 90;
+
+/// Writes the flight-recorder dumps of a synchronous job of `ranks` ranks, one file per rank
+/// (`nemo-lens-dump-rank<R>-pid<P>-1-signal.jsonl`, the recorder's layout with its default
+/// groups): a `load_checkpoint` span, then `steps` steps, each a `train_step` (group `step`,
+/// attribute `step`) holding an `all_reduce` (group `collective`). A rank computes
+/// [`DUMP_COMPUTE_MS`] per step, the `slow` ones [`DUMP_SLOW_COMPUTE_MS`], and every rank waits
+/// in `all_reduce` until the slowest has arrived. Each rank's clock is offset by up to ±45 s.
+/// The ranks in `missing` write nothing. Returns the files, by rank.
+pub fn write_rank_dumps(
+    dir: &Path,
+    ranks: i64,
+    steps: i64,
+    slow: &[i64],
+    missing: &[i64],
+) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let slowest = if slow.is_empty() {
+        DUMP_COMPUTE_MS
+    } else {
+        DUMP_SLOW_COMPUTE_MS
+    };
+    for rank in (0..ranks).filter(|r| !missing.contains(r)) {
+        let offset = (rank * 37_123_457) % 90_000_000 - 45_000_000;
+        let compute = 1000
+            * if slow.contains(&rank) {
+                DUMP_SLOW_COMPUTE_MS
+            } else {
+                DUMP_COMPUTE_MS
+            };
+        let resource = format!(
+            r#"{{"attributes": {{"dl.rank": {rank}, "dl.world_size": {ranks}, "host.name": "node{}", "nemo.run.id": "bench", "service.name": "nemo"}}, "schema_url": ""}}"#,
+            rank / 8
+        );
+        let mut out = String::new();
+        let mut line = |id: i64, name: &str, parent: i64, start: i64, end: i64, attrs: &str| {
+            let parent = if parent == 0 {
+                "null".to_owned()
+            } else {
+                format!("\"0x{parent:016x}\"")
+            };
+            out.push_str(&format!(
+                r#"{{"name": "{name}", "context": {{"trace_id": "0x{:032x}", "span_id": "0x{id:016x}", "trace_state": "[]"}}, "kind": "SpanKind.INTERNAL", "parent_id": {parent}, "start_time": "{}", "end_time": "{}", "status": {{"status_code": "UNSET"}}, "attributes": {{{attrs}}}, "events": [], "links": [], "resource": {resource}}}"#,
+                0xbe4c_u128,
+                ts(T0_US + offset + start),
+                ts(T0_US + offset + end),
+            ));
+            out.push('\n');
+        };
+        let base = (rank + 1) << 32;
+        line(
+            base + 1,
+            "load_checkpoint",
+            0,
+            0,
+            50_000,
+            r#""nemo.group": "checkpoint""#,
+        );
+        let period = 1000 * slowest + 2_000;
+        for step in 1..=steps {
+            let start = 100_000 + (step - 1) * period;
+            let release = start + 1000 * slowest + 1_000;
+            let id = base + 16 * step;
+            line(
+                id + 1,
+                "all_reduce",
+                id,
+                start + compute,
+                release,
+                &format!(r#""step": {step}, "nemo.group": "collective""#),
+            );
+            line(
+                id,
+                "train_step",
+                0,
+                start,
+                release + 500,
+                &format!(r#""step": {step}, "nemo.group": "step""#),
+            );
+        }
+        let path = dir.join(format!(
+            "nemo-lens-dump-rank{rank}-pid{}-1-signal.jsonl",
+            1000 + rank
+        ));
+        fs::write(&path, out).unwrap();
+        files.push(path);
+    }
+    files
 }

@@ -1,0 +1,547 @@
+//! The verdict: which ranks the others wait for, by how much, where and in which steps.
+//!
+//! In a synchronous job every rank's step lasts as long as the slowest rank's, because every
+//! rank waits in the collective for it: the slow rank is the one that waits least. Per rank,
+//! over its latest steps (the [window](super::table::WINDOW)), the medians of the step, of its
+//! wait (time in collective spans) and of its compute (the rest of the step); then, across the
+//! ranks, the medians of those medians (the *median rank*). With `limit` the larger of
+//! `--threshold` percent of the median step and four robust standard deviations of the ranks'
+//! figures (1.4826 × their median absolute deviation, so a large job's natural spread is not a
+//! straggler, while up to half of the ranks being slow does not widen it). Stragglers are a
+//! minority: when half the ranks or more are slow, the median rank is one of them:
+//!
+//! * **with collective spans**: a rank whose wait is below the median rank's by more than the
+//!   limit is a suspect; its cost to the job is that difference, per step (the time every other
+//!   rank waits for it). When its compute is not above the others' by at least half of it, the
+//!   extra time is outside the step spans;
+//! * **without collective spans** (ranks that record none): a rank whose compute, or one of its
+//!   compute spans (`forward_backward`, ...), exceeds the median rank's by more than the limit is
+//!   a suspect, and the cost is an estimate: that excess.
+//!
+//! A suspect's excess is attributed to the compute span whose median exceeds the median rank's
+//! by the most, when that covers at least half of it. Its slow steps are those where it waits
+//! less (or computes more) than that step's median rank by more than the limit; steps are
+//! matched across ranks by their number, else by their order from the latest.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+
+use serde::Serialize;
+
+use super::collect::Counts;
+use super::table::{Entry, RankState, Table, WINDOW};
+
+/// Ranks with fewer complete steps are listed, not compared.
+pub const MIN_STEPS: usize = 3;
+/// Robust standard deviations of the ranks' figures a suspect must stand out by.
+const NOISE_SIGMAS: f64 = 4.0;
+/// Median absolute deviation to standard deviation, for normal data.
+const MAD_TO_SIGMA: f64 = 1.4826;
+
+/// What the verdict is asked.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// `--threshold`: percent of the median step.
+    pub threshold_percent: f64,
+    /// `--world-size`, else the input's `dl.world_size`.
+    pub world_size: Option<i64>,
+}
+
+/// One rank's figures (medians over its window), as `--detail` shows them.
+#[derive(Debug, Clone, Serialize)]
+pub struct RankFigures {
+    /// The rank.
+    pub rank: i64,
+    /// Its `host.name`.
+    pub host: Option<String>,
+    /// Complete steps in its window.
+    pub steps: usize,
+    /// Median step.
+    pub step_ms: f64,
+    /// Median compute (the step less its collective wait).
+    pub compute_ms: f64,
+    /// Median wait in collective spans; `null` when it recorded none.
+    pub wait_ms: Option<f64>,
+    /// Compute above the median rank's.
+    pub compute_excess_ms: f64,
+    /// Wait below the median rank's.
+    pub wait_deficit_ms: Option<f64>,
+    /// Median per step of each compute span name.
+    pub spans: BTreeMap<String, f64>,
+    /// Steps older than its window.
+    pub older_steps: u64,
+    /// Step spans not compared (open, truncated, cut by a dump).
+    pub partial_steps: u64,
+    /// Named as a suspect.
+    pub suspect: bool,
+}
+
+/// What gave a suspect away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// It waits less in collective spans than the median rank.
+    Wait,
+    /// Its compute (with no collective span to compare) is longer than the median rank's.
+    Compute,
+    /// One of its compute spans is longer than the median rank's.
+    Span,
+}
+
+/// What the slow steps of a suspect are measured by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Measure {
+    Wait,
+    Compute,
+    Span(u16),
+}
+
+/// A rank the others wait for.
+#[derive(Debug, Clone, Serialize)]
+pub struct Suspect {
+    /// The rank.
+    pub rank: i64,
+    /// Its `host.name`.
+    pub host: Option<String>,
+    /// What gave it away.
+    pub cause: Cause,
+    /// What it costs the job per step: measured as the others' extra wait (`wait`), else
+    /// estimated as its excess.
+    pub cost_ms: f64,
+    /// Its median compute per step.
+    pub compute_ms: f64,
+    /// Above the median rank's.
+    pub compute_excess_ms: f64,
+    /// Its median wait in collectives.
+    pub wait_ms: Option<f64>,
+    /// The median rank's wait.
+    pub median_wait_ms: Option<f64>,
+    /// The compute span holding the excess.
+    pub span: Option<String>,
+    /// That span's median per step here.
+    pub span_ms: Option<f64>,
+    /// That span's excess over the median rank's.
+    pub span_excess_ms: Option<f64>,
+    /// The extra time is outside the step spans (it waits less, computes no more).
+    pub outside_steps: bool,
+    /// Steps where it was slower than that step's median rank.
+    pub slow_steps: usize,
+    /// Steps compared with other ranks.
+    pub steps_compared: usize,
+    /// The slow steps' numbers (`null` when steps carry no number).
+    pub slow_step_numbers: Option<Vec<i64>>,
+}
+
+/// The straggler verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// Suspects, costliest first.
+    pub suspects: Vec<Suspect>,
+    /// What the job loses per step: the costliest suspect's cost.
+    pub cost_ms_per_step: Option<f64>,
+    /// Percent of the median step.
+    pub threshold_percent: f64,
+    /// The limit a suspect exceeds (threshold or noise, whichever is larger).
+    pub limit_ms: f64,
+    /// The median rank's step.
+    pub step_ms: Option<f64>,
+    /// The median rank's compute.
+    pub compute_ms: Option<f64>,
+    /// The median rank's wait in collectives (`null`: no collective span recorded).
+    pub wait_ms: Option<f64>,
+    /// From `--world-size` or the input's `dl.world_size`.
+    pub world_size: Option<i64>,
+    /// Ranks with data.
+    pub ranks_read: usize,
+    /// Ranks with at least [`MIN_STEPS`] complete steps.
+    pub ranks_compared: usize,
+    /// Ranks below the world size without any data, as inclusive ranges `[first, last]`.
+    pub missing_ranks: Vec<[i64; 2]>,
+    /// How many ranks that is.
+    pub missing_count: i64,
+    /// Ranks with data but fewer than [`MIN_STEPS`] complete steps.
+    pub few_steps_ranks: Vec<i64>,
+    /// Compared ranks without collective spans while others have them.
+    pub no_collective_ranks: Vec<i64>,
+    /// First and last step compared (numbers, or `null` when steps carry none).
+    pub first_step: Option<i64>,
+    /// Last step compared.
+    pub last_step: Option<i64>,
+    /// Median number of steps compared per rank.
+    pub steps_per_rank: usize,
+    /// Steps kept per rank.
+    pub window: usize,
+    /// Collective span names seen.
+    pub collective_spans: Vec<String>,
+    /// Compute span names seen inside steps.
+    pub compute_spans: Vec<String>,
+    /// Ranks skipped because the rank table was full.
+    pub ranks_over_budget: u64,
+    /// What the spans were.
+    #[serde(flatten)]
+    pub counts: Counts,
+    /// Every rank's figures (`--detail`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_rank: Option<Vec<RankFigures>>,
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// `NOISE_SIGMAS` robust standard deviations of `v` around `center` (the median absolute
+/// deviation: slow ranks, up to half of them, do not widen it).
+fn noise(v: &[f64], center: f64) -> f64 {
+    let mad = median(v.iter().map(|x| (x - center).abs()).collect()).unwrap_or(0.0);
+    NOISE_SIGMAS * MAD_TO_SIGMA * mad
+}
+
+/// µs → ms, to the µs.
+fn ms(us: f64) -> f64 {
+    (us).round() / 1000.0
+}
+
+/// A rank's medians, in µs.
+struct Medians {
+    rank: i64,
+    steps: usize,
+    step: f64,
+    compute: f64,
+    /// `None`: most of its steps had no collective span.
+    wait: Option<f64>,
+    /// Median per step of each followed compute span (by interned name).
+    named: Vec<(u16, f64)>,
+}
+
+fn medians(rank: i64, state: &RankState) -> Medians {
+    let w = state.window();
+    let col = |f: &dyn Fn(&Entry) -> f64| median(w.iter().map(f).collect()).unwrap_or(0.0);
+    let with_wait = w.iter().filter(|e| e.wait_us().is_some()).count();
+    Medians {
+        rank,
+        steps: w.len(),
+        step: col(&|e| f64::from(e.step_us)),
+        compute: col(&|e| f64::from(e.compute_us())),
+        wait: (2 * with_wait > w.len()).then(|| col(&|e| f64::from(e.wait_us().unwrap_or(0)))),
+        named: state
+            .names()
+            .map(|(slot, name)| (name, col(&|e| f64::from(e.named[slot]))))
+            .collect(),
+    }
+}
+
+/// Builds the verdict from the table.
+pub fn judge(table: &Table, counts: Counts, settings: Settings, detail: bool) -> Verdict {
+    let states = table.ranks();
+    let all: Vec<Medians> = states.iter().map(|(r, s)| medians(*r, s)).collect();
+    let compared: Vec<&Medians> = all.iter().filter(|m| m.steps >= MIN_STEPS).collect();
+    let waiting: Vec<&Medians> = compared
+        .iter()
+        .copied()
+        .filter(|m| m.wait.is_some())
+        .collect();
+    let use_wait = waiting.len() >= 2;
+    let base = if use_wait { &waiting } else { &compared };
+    let of = |f: &dyn Fn(&Medians) -> f64| -> Vec<f64> { base.iter().map(|m| f(m)).collect() };
+    let step = median(of(&|m| m.step));
+    let compute = median(of(&|m| m.compute));
+    let wait = if use_wait {
+        median(of(&|m| m.wait.unwrap_or(0.0)))
+    } else {
+        None
+    };
+    let threshold = settings.threshold_percent / 100.0 * step.unwrap_or(0.0);
+    let limit_compute = threshold.max(noise(&of(&|m| m.compute), compute.unwrap_or(0.0)));
+    let limit_wait = match wait {
+        Some(w) => threshold.max(noise(&of(&|m| m.wait.unwrap_or(0.0)), w)),
+        None => limit_compute,
+    };
+    // The median rank of each compute span name (over the ranks that have it), and its limit.
+    let mut by_name: BTreeMap<u16, Vec<f64>> = BTreeMap::new();
+    for m in &compared {
+        for &(name, v) in &m.named {
+            by_name.entry(name).or_default().push(v);
+        }
+    }
+    let name_medians: BTreeMap<u16, (f64, f64)> = by_name
+        .into_iter()
+        .filter(|(_, v)| v.len() >= 2)
+        .filter_map(|(n, v)| {
+            let m = median(v.clone())?;
+            Some((n, (m, threshold.max(noise(&v, m)))))
+        })
+        .collect();
+
+    let numbered = compared.iter().all(|m| states[&m.rank].numbered);
+    let mut steps = StepFigures::new(states, base, numbered);
+    let mut suspects = Vec::new();
+    let mut figures = Vec::new();
+    for m in &compared {
+        let state = &states[&m.rank];
+        let excess = m.compute - compute.unwrap_or(m.compute);
+        let deficit = match (m.wait, wait) {
+            (Some(w), Some(median_wait)) => Some(median_wait - w),
+            _ => None,
+        };
+        // (name, its median here, excess over the median rank, limit), the largest excess.
+        let best_span = m
+            .named
+            .iter()
+            .filter_map(|&(n, v)| {
+                let (median, limit) = name_medians.get(&n)?;
+                Some((n, v, v - median, *limit))
+            })
+            .max_by(|a, b| a.2.total_cmp(&b.2));
+        let judged = match deficit {
+            Some(d) => (d > limit_wait).then_some((Cause::Wait, d)),
+            // Without a wait to compare: its compute, or one of its spans, stands out (a rank
+            // without collective spans among ranks with them has only its spans to compare).
+            None => {
+                let by_span = best_span.filter(|s| s.2 > s.3).map(|s| (Cause::Span, s.2));
+                let by_compute =
+                    (!use_wait && excess > limit_compute).then_some((Cause::Compute, excess));
+                match (by_compute, by_span) {
+                    (Some(c), Some(s)) if s.1 > c.1 => Some(s),
+                    (c, s) => c.or(s),
+                }
+            }
+        };
+        let mut spans = BTreeMap::new();
+        for &(name, v) in &m.named {
+            spans.insert(table.name(name).to_owned(), ms(v));
+        }
+        figures.push(RankFigures {
+            rank: m.rank,
+            host: state.host.as_deref().map(str::to_owned),
+            steps: m.steps,
+            step_ms: ms(m.step),
+            compute_ms: ms(m.compute),
+            wait_ms: m.wait.map(ms),
+            compute_excess_ms: ms(excess),
+            wait_deficit_ms: deficit.map(ms),
+            spans,
+            older_steps: state.older,
+            partial_steps: state.partial,
+            suspect: judged.is_some(),
+        });
+        let Some((cause, cost)) = judged else {
+            continue;
+        };
+        // The span holding the excess: the cause itself, or most of the excess.
+        let span = best_span.filter(|s| cause == Cause::Span || s.2 >= cost / 2.0);
+        let (measure, limit) = match (cause, span) {
+            (Cause::Wait, _) => (Measure::Wait, limit_wait),
+            (Cause::Span, Some(s)) => (Measure::Span(s.0), s.3),
+            _ => (Measure::Compute, limit_compute),
+        };
+        let (slow, compared_steps, slow_keys) = steps.slow_steps(m.rank, measure, limit);
+        suspects.push(Suspect {
+            rank: m.rank,
+            host: state.host.as_deref().map(str::to_owned),
+            cause,
+            cost_ms: ms(cost),
+            compute_ms: ms(m.compute),
+            compute_excess_ms: ms(excess),
+            wait_ms: m.wait.map(ms),
+            median_wait_ms: wait.map(ms),
+            span: span.map(|s| table.name(s.0).to_owned()),
+            span_ms: span.map(|s| ms(s.1)),
+            span_excess_ms: span.map(|s| ms(s.2)),
+            outside_steps: cause == Cause::Wait && excess < cost / 2.0,
+            slow_steps: slow,
+            steps_compared: compared_steps,
+            slow_step_numbers: slow_keys,
+        });
+    }
+    suspects.sort_by(|a, b| b.cost_ms.total_cmp(&a.cost_ms).then(a.rank.cmp(&b.rank)));
+
+    let world_size = settings.world_size.or(table.world_size);
+    // The gaps between the ranks read, below the world size (never a list as long as a
+    // made-up world size).
+    let mut missing_ranks = Vec::new();
+    if let Some(w) = world_size {
+        let mut next = 0;
+        for &r in states.keys().filter(|r| (0..w).contains(*r)) {
+            if r > next {
+                missing_ranks.push([next, r - 1]);
+            }
+            next = r + 1;
+        }
+        if next < w {
+            missing_ranks.push([next, w - 1]);
+        }
+    }
+    let keys =
+        |f: fn(&RankState) -> Option<i64>| base.iter().filter_map(move |m| f(&states[&m.rank]));
+    let compute_names: BTreeSet<u16> = compared
+        .iter()
+        .flat_map(|m| m.named.iter().map(|(n, _)| *n))
+        .collect();
+    Verdict {
+        cost_ms_per_step: suspects.first().map(|s| s.cost_ms),
+        suspects,
+        threshold_percent: settings.threshold_percent,
+        limit_ms: ms(if use_wait { limit_wait } else { limit_compute }),
+        step_ms: step.map(ms),
+        compute_ms: compute.map(ms),
+        wait_ms: wait.map(ms),
+        world_size,
+        ranks_read: states.len(),
+        ranks_compared: compared.len(),
+        missing_count: missing_ranks.iter().map(|[a, b]| b - a + 1).sum(),
+        missing_ranks,
+        few_steps_ranks: all
+            .iter()
+            .filter(|m| m.steps < MIN_STEPS)
+            .map(|m| m.rank)
+            .collect(),
+        no_collective_ranks: if use_wait {
+            compared
+                .iter()
+                .filter(|m| m.wait.is_none())
+                .map(|m| m.rank)
+                .collect()
+        } else {
+            Vec::new()
+        },
+        first_step: keys(|s| s.window().front().map(|e| e.key))
+            .min()
+            .filter(|_| numbered),
+        last_step: keys(|s| s.window().back().map(|e| e.key))
+            .max()
+            .filter(|_| numbered),
+        steps_per_rank: median(base.iter().map(|m| m.steps as f64).collect()).unwrap_or(0.0)
+            as usize,
+        window: WINDOW,
+        collective_spans: table.collective_names.iter().cloned().collect(),
+        compute_spans: compute_names
+            .into_iter()
+            .map(|n| table.name(n).to_owned())
+            .collect(),
+        ranks_over_budget: table.ranks_over_budget,
+        counts,
+        per_rank: detail.then_some(figures),
+    }
+}
+
+/// The figure of one step of one rank (`None`: the rank does not follow the span).
+fn figure(measure: Measure, state: &RankState, e: &Entry) -> Option<f64> {
+    Some(match measure {
+        Measure::Wait => f64::from(e.wait_us().unwrap_or(0)),
+        Measure::Compute => f64::from(e.compute_us()),
+        Measure::Span(name) => f64::from(e.named[state.slot_of(name)?]),
+    })
+}
+
+/// Each step's figures over the compared ranks, sorted, per measure: built once per measure
+/// (not per suspect: thousands of suspects among thousands of ranks stay linear).
+struct StepFigures<'a> {
+    states: &'a BTreeMap<i64, RankState>,
+    base: &'a [&'a Medians],
+    /// Steps are matched by number (else by position from the latest step: clocks of ranks
+    /// are never compared).
+    numbered: bool,
+    by_measure: HashMap<Measure, HashMap<i64, Vec<f64>>>,
+}
+
+impl<'a> StepFigures<'a> {
+    fn new(states: &'a BTreeMap<i64, RankState>, base: &'a [&'a Medians], numbered: bool) -> Self {
+        StepFigures {
+            states,
+            base,
+            numbered,
+            by_measure: HashMap::new(),
+        }
+    }
+
+    fn key(&self, w: &VecDeque<Entry>, i: usize) -> i64 {
+        if self.numbered {
+            w[i].key
+        } else {
+            (w.len() - 1 - i) as i64
+        }
+    }
+
+    fn of(&mut self, measure: Measure) -> &HashMap<i64, Vec<f64>> {
+        if !self.by_measure.contains_key(&measure) {
+            let mut per_step: HashMap<i64, Vec<f64>> = HashMap::new();
+            for m in self.base {
+                let state = &self.states[&m.rank];
+                let w = state.window();
+                for i in 0..w.len() {
+                    if let Some(v) = figure(measure, state, &w[i]) {
+                        per_step.entry(self.key(w, i)).or_default().push(v);
+                    }
+                }
+            }
+            for v in per_step.values_mut() {
+                v.sort_by(f64::total_cmp);
+            }
+            self.by_measure.insert(measure, per_step);
+        }
+        &self.by_measure[&measure]
+    }
+
+    /// The steps where `rank` waited less, or computed (in a span) more, than the step's other
+    /// ranks (their median) by more than `limit`: (slow, compared, the slow steps' numbers when
+    /// steps are numbered).
+    fn slow_steps(
+        &mut self,
+        rank: i64,
+        measure: Measure,
+        limit: f64,
+    ) -> (usize, usize, Option<Vec<i64>>) {
+        let me = &self.states[&rank];
+        let mine = me.window();
+        let keys: Vec<i64> = (0..mine.len()).map(|i| self.key(mine, i)).collect();
+        let numbered = self.numbered;
+        let per_step = self.of(measure);
+        let (mut slow, mut compared, mut slow_keys) = (0, 0, Vec::new());
+        for (i, k) in keys.into_iter().enumerate() {
+            let Some(here) = figure(measure, me, &mine[i]) else {
+                continue;
+            };
+            let Some(typical) = per_step.get(&k).and_then(|v| median_without(v, here)) else {
+                continue;
+            };
+            compared += 1;
+            let gap = match measure {
+                Measure::Wait => typical - here,
+                _ => here - typical,
+            };
+            if gap > limit {
+                slow += 1;
+                slow_keys.push(k);
+            }
+        }
+        slow_keys.sort_unstable();
+        (slow, compared, numbered.then_some(slow_keys))
+    }
+}
+
+/// The median of `sorted` without one occurrence of `x` (the rank's own figure, when it is
+/// there); `None` when nothing else is left.
+pub(super) fn median_without(sorted: &[f64], x: f64) -> Option<f64> {
+    let p = sorted.partition_point(|v| *v < x);
+    let (skip, n) = match sorted.get(p) {
+        Some(v) if *v == x => (p, sorted.len() - 1),
+        _ => (sorted.len(), sorted.len()),
+    };
+    if n == 0 {
+        return None;
+    }
+    let at = |k: usize| if k < skip { sorted[k] } else { sorted[k + 1] };
+    Some(if n % 2 == 1 {
+        at(n / 2)
+    } else {
+        (at(n / 2 - 1) + at(n / 2)) / 2.0
+    })
+}
