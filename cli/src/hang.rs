@@ -42,6 +42,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::input::{self, ReadOptions, Record, Source};
+use crate::ranges::{format_ranges, ranges};
 
 /// Attributes holding a span's step, in order of preference.
 const STEP_ATTRIBUTES: [&str; 2] = ["dl.step", "step"];
@@ -402,38 +403,6 @@ pub fn analyse(files: &[PathBuf], world_size: Option<i64>, read: &ReadOptions) -
     })
 }
 
-/// Sorted ranks as inclusive ranges.
-fn to_ranges(ranks: &[i64]) -> Vec<[i64; 2]> {
-    let mut out: Vec<[i64; 2]> = Vec::new();
-    for &r in ranks {
-        match out.last_mut() {
-            Some(last) if last[1].checked_add(1) == Some(r) => last[1] = r,
-            _ => out.push([r, r]),
-        }
-    }
-    out
-}
-
-/// `0-4,6-7` of inclusive ranges.
-fn range_text(ranges: &[[i64; 2]]) -> String {
-    ranges
-        .iter()
-        .map(|&[a, b]| {
-            if a == b {
-                a.to_string()
-            } else {
-                format!("{a}-{b}")
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// `0-4,6-7`.
-fn ranges(ranks: &[i64]) -> String {
-    range_text(&to_ranges(ranks))
-}
-
 /// Every suspect rank, the ranks without a dump included however many: sorted ranges.
 fn suspect_ranges(report: &Report) -> Vec<[i64; 2]> {
     let mut all: Vec<[i64; 2]> = report
@@ -514,7 +483,7 @@ pub fn render(report: &Report) -> String {
             1 => out.push_str(&format!("  rank {}: no dump\n", report.no_dump[0][0])),
             n => out.push_str(&format!(
                 "  ranks {}: no dump ({n} ranks)\n",
-                range_text(&report.no_dump)
+                format_ranges(&report.no_dump, usize::MAX)
             )),
         }
     }
@@ -523,14 +492,14 @@ pub fn render(report: &Report) -> String {
     } else {
         out.push_str(&format!(
             "suspect rank(s): {}\n",
-            range_text(&suspect_ranges(report))
+            format_ranges(&suspect_ranges(report), usize::MAX)
         ));
     }
     out
 }
 
 fn ranks_label(ranks: &[i64]) -> String {
-    ranges(ranks)
+    ranges(ranks, usize::MAX)
 }
 
 /// Runs the subcommand: prints the report; `Ok(true)` when it names a suspect.
@@ -552,17 +521,6 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rank_ranges() {
-        assert_eq!(ranges(&[0, 1, 2, 3, 4, 6, 7]), "0-4,6-7");
-        assert_eq!(ranges(&[5]), "5");
-        assert_eq!(ranges(&[]), "");
-        assert_eq!(
-            ranges(&[i64::MAX - 1, i64::MAX]),
-            format!("{}-{}", i64::MAX - 1, i64::MAX)
-        );
-    }
 
     #[test]
     fn missing_ranks_are_the_gaps_below_the_world_size() {

@@ -15,6 +15,7 @@ mod emit;
 mod hang;
 mod input;
 mod perfetto;
+mod ranges;
 mod slurm_attrs;
 mod straggler;
 mod summary;

@@ -12,7 +12,6 @@
 //! Exit code 3 when a suspect is named, 0 when none, 2 when no rank has a complete step.
 
 mod collect;
-mod ranges;
 mod render;
 mod table;
 #[cfg(test)]

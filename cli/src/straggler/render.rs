@@ -3,8 +3,8 @@
 
 use std::fmt::Write as _;
 
-use super::ranges::{format_ranges, ranges};
 use super::verdict::{Cause, MIN_STEPS, Suspect, Verdict};
+use crate::ranges::{format_ranges, ranges};
 
 /// Suspects described one per line; the others are listed as ranges.
 const MAX_LISTED: usize = 5;
