@@ -13,9 +13,10 @@ use tracing_core::span::Id;
 
 use crate::ids;
 use crate::layer::fields::TextRules;
-use crate::queue::span_processor::SpanQueue;
+use crate::queue::span_processor::{RecordBuilder, SpanQueue};
 use crate::rank::groups::declared_group;
 use crate::record::open_spans::{OpenSpans, REASON_DROPPED};
+use crate::record::to_span_data::DirectBuild;
 use crate::record::{LensSpan, Limits, Parent, SpanState};
 
 /// Where finished span records go.
@@ -62,16 +63,23 @@ impl Pipeline {
     /// `queue` is the batch processor's record queue when spans are exported in batches;
     /// `rank_sampler` says whether the provider samples with [`crate::RankAwareSampler`]
     /// (which ignores the parent's flag) instead of the SDK default.
+    ///
+    /// `direct` (what the worker needs to build `SpanData` itself) when no span processor of
+    /// the application needs to see the spans: see [`crate::record::to_span_data`].
     pub(crate) fn new(
         tracer: SdkTracer,
         default_parent: Option<Context>,
         text: TextRules,
         queue: Option<SpanQueue>,
         rank_sampler: bool,
+        direct: Option<DirectBuild>,
     ) -> Self {
         let sink = match queue {
             Some(queue) => {
-                queue.attach(tracer.clone());
+                queue.attach(RecordBuilder {
+                    tracer: tracer.clone(),
+                    direct,
+                });
                 RecordSink::Queue(queue)
             }
             None => RecordSink::Inline,
@@ -121,11 +129,11 @@ impl Pipeline {
         }
     }
 
-    /// Hands an ended record over for export.
+    /// Hands an ended record (of approximate size `size`) over for export.
     #[inline]
-    pub(crate) fn finish(&self, state: Arc<SpanState>) {
+    pub(crate) fn finish(&self, state: Arc<SpanState>, size: usize) {
         match &self.sink {
-            RecordSink::Queue(queue) => queue.push_record(state),
+            RecordSink::Queue(queue) => queue.push_record(state, size),
             RecordSink::Inline => {
                 let _ = state.build_sdk_span(&self.tracer);
             }
@@ -137,8 +145,8 @@ impl Pipeline {
     pub(crate) fn close_all(&self, reason: &'static str) -> usize {
         let mut closed = 0;
         for state in self.open.drain() {
-            if state.truncate(reason, self.limits) {
-                self.finish(state);
+            if let Some(size) = state.truncate(reason, self.limits) {
+                self.finish(state, size);
                 closed += 1;
             }
         }
@@ -224,8 +232,8 @@ pub(crate) fn end_dropped_span(pipeline: usize, key: usize, state: &Arc<SpanStat
         return;
     };
     pipeline.open.remove_if(key, state);
-    if state.truncate(REASON_DROPPED, pipeline.limits) {
-        pipeline.finish(state.clone());
+    if let Some(size) = state.truncate(REASON_DROPPED, pipeline.limits) {
+        pipeline.finish(state.clone(), size);
     }
 }
 

@@ -269,8 +269,8 @@ where
             // is dropped later by the registry and finds the record ended.
             if let Some(state) = self.state_while_panicking(&id) {
                 pipeline.open.remove_state(&state);
-                if state.end() {
-                    pipeline.finish(state);
+                if let Some(size) = state.end() {
+                    pipeline.finish(state, size);
                 }
             }
             return;
@@ -292,8 +292,8 @@ where
         };
         let state = data.into_state();
         pipeline.open.remove(key, &state);
-        if state.end() {
-            pipeline.finish(state);
+        if let Some(size) = state.end() {
+            pipeline.finish(state, size);
         }
     }
 

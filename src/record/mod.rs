@@ -46,6 +46,7 @@
 
 pub(crate) mod open_spans;
 pub(crate) mod to_sdk;
+pub(crate) mod to_span_data;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -350,29 +351,27 @@ impl SpanState {
         true
     }
 
-    /// Ends the span now; `false` when it had ended already (or is not recorded).
+    /// Ends the span now; its approximate size (see [`ApproxSize`]), or `None` when it had
+    /// ended already (or is not recorded).
     #[inline]
-    pub(crate) fn end(&self) -> bool {
+    pub(crate) fn end(&self) -> Option<usize> {
         let now = SystemTime::now();
         match self.record.lock().as_mut() {
             Some(record) if record.is_open() => {
                 record.end = Some(now);
-                true
+                Some(record.approx_size())
             }
-            _ => false,
+            _ => None,
         }
     }
 
-    /// Ends the span as truncated (`nemo.span.truncated`), unless it has ended; `false` when
-    /// it had, or when its lock could not be had within [`LOCK_PATIENCE`].
-    pub(crate) fn truncate(&self, reason: &'static str, limits: Limits) -> bool {
+    /// Ends the span as truncated (`nemo.span.truncated`), unless it has ended; its
+    /// approximate size, or `None` when it had ended, or when its lock could not be had within
+    /// [`LOCK_PATIENCE`].
+    pub(crate) fn truncate(&self, reason: &'static str, limits: Limits) -> Option<usize> {
         let now = SystemTime::now();
-        let Some(mut guard) = self.record.try_lock_for(LOCK_PATIENCE) else {
-            return false;
-        };
-        let Some(record) = guard.as_mut().filter(|r| r.is_open()) else {
-            return false;
-        };
+        let mut guard = self.record.try_lock_for(LOCK_PATIENCE)?;
+        let record = guard.as_mut().filter(|r| r.is_open())?;
         record.set_attribute(KeyValue::new(semconv::NEMO_SPAN_TRUNCATED, true));
         record.add_event(
             Event::new(
@@ -384,7 +383,7 @@ impl SpanState {
             limits,
         );
         record.end = Some(now);
-        true
+        Some(record.approx_size())
     }
 
     /// Adds an `exception` event of type `kind` (`exception.escaped = "True"`: a panic unwinds
@@ -423,18 +422,30 @@ impl SpanState {
     }
 }
 
+/// The fixed part of a record's size.
+const RECORD_BASE_SIZE: usize =
+    std::mem::size_of::<SpanState>() + std::mem::size_of::<SpanRecord>();
+
 impl ApproxSize for SpanState {
-    /// The record's size from its name, attributes, events and links (the same estimate as for
-    /// an SDK span); a record the worker holds right now counts its fixed part only.
+    /// The record's size (see [`SpanRecord::approx_size`]); a record the worker holds right
+    /// now counts its fixed part only.
     fn approx_size(&self) -> usize {
-        let base = std::mem::size_of::<SpanState>() + std::mem::size_of::<SpanRecord>();
-        let Some(guard) = self.record.try_lock() else {
-            return base;
-        };
-        let Some(record) = guard.as_ref() else {
-            return base;
-        };
-        base + record.name.len()
+        match self.record.try_lock() {
+            Some(guard) => guard
+                .as_ref()
+                .map_or(RECORD_BASE_SIZE, SpanRecord::approx_size),
+            None => RECORD_BASE_SIZE,
+        }
+    }
+}
+
+impl SpanRecord {
+    /// The record's size from its name, attributes, events and links: the same estimate as
+    /// for an SDK span (see [`ApproxSize`]).
+    fn approx_size(&self) -> usize {
+        let record = self;
+        RECORD_BASE_SIZE
+            + record.name.len()
             + record.attributes.iter().map(kv_size).sum::<usize>()
             + record
                 .events
