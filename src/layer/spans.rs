@@ -87,7 +87,10 @@ where
 
     /// The parent of a new span: a lens span of this layer, an attached remote context, the
     /// launcher's `TRACEPARENT`, or none.
-    fn parent(&self, pipeline: &Pipeline, attrs: &Attributes<'_>) -> Parent {
+    ///
+    /// `active` says whether the current OpenTelemetry context has an active span (read by the
+    /// caller): only then can it be a remote parent.
+    fn parent(&self, pipeline: &Pipeline, attrs: &Attributes<'_>, active: bool) -> Parent {
         let lens_parent = if let Some(id) = attrs.parent() {
             Some(id.into_u64())
         } else if attrs.is_contextual() {
@@ -99,12 +102,15 @@ where
         if let Some(sc) = lens_parent.and_then(|id| self.store.with(id, Entry::use_context)) {
             return Parent::Span(sc);
         }
-        // An attached remote parent (clone the context only when it has one); a context this
-        // thread activated for a lens span is not one.
-        if let Some(current) = Context::map_current(|cx| {
-            (cx.has_active_span() && !activation::is_activated(cx.span().span_context().span_id()))
+        // An attached remote parent; a context this thread activated for a lens span is not
+        // one.
+        if active
+            && let Some(current) = Context::map_current(|cx| {
+                (cx.has_active_span()
+                    && !activation::is_activated(cx.span().span_context().span_id()))
                 .then(|| cx.clone())
-        }) {
+            })
+        {
             return Parent::Context(current);
         }
         match &pipeline.default_parent {
@@ -154,13 +160,16 @@ where
         let Some(pipeline) = self.live() else {
             return;
         };
-        if Context::is_current_telemetry_suppressed() {
+        // One look at the current OpenTelemetry context.
+        let (suppressed, active) =
+            Context::map_current(|cx| (cx.is_telemetry_suppressed(), cx.has_active_span()));
+        if suppressed {
             // An exporter (or the SDK) at work on this thread: a span of its own would feed
             // back into the pipeline (or re-enter a locked exporter).
             return;
         }
         activation::clear_stale();
-        let mut parent = self.parent(pipeline, attrs);
+        let mut parent = self.parent(pipeline, attrs, active);
         // A span of a trace-per group starts a trace, linked to its would-be parent.
         let mut link = None;
         if pipeline.starts_trace(attrs.metadata()) {
