@@ -21,6 +21,16 @@
 //! core). `benches/instructions.sh` runs the same functions under callgrind (`--count N`) for a
 //! load-independent count.
 //!
+//! Whole process: a span's cost does not end on the training thread. For the exporting
+//! wirings (and the registry they sit on), each shape then gets one more run of
+//! `PEERS_PROCESS_SPANS` spans (500,000): the pipeline is flushed, the process's CPU time
+//! (every thread: the training thread, the batch worker, the exporter) is read, the spans are
+//! made, the pipeline is flushed again, and the CPU time is read again. Each child process
+//! gets queues large enough for the whole run (`OTEL_BSP_MAX_QUEUE_SIZE`, read by nemo-lens
+//! and the SDK alike, and `NEMO_LENS_QUEUE_MAX_BYTES`), so nothing is dropped; the table
+//! says how many spans the exporter did not receive. The training thread's wall time over the
+//! same run is given beside it.
+//!
 //! Wirings (exporting ones use a batch processor and an exporter that discards the batch):
 //!
 //! | name | what |
@@ -76,6 +86,8 @@ const WARM_UP_MS: u64 = 150;
 const SAMPLE_MS: u64 = 200;
 /// fastrace's intended shape: one root and this many spans in all (the root + 99 children).
 const FASTRACE_TRACE_LEN: u64 = 100;
+/// Spans of each whole-process run (`PEERS_PROCESS_SPANS` overrides it).
+const PROCESS_SPANS: u64 = 500_000;
 
 /// Every wiring of the table, in its row order.
 /// `lens_opentelemetry_layer` only with the `tracing-opentelemetry` feature.
@@ -146,6 +158,22 @@ impl Peer {
                     | Wiring::PlainOtel
                     | Wiring::PlainOtelLean
             ) | Peer::Fastrace { .. }
+        )
+    }
+
+    /// Whether the whole-process run (process CPU per span, after a flush) is made: the
+    /// exporting `tracing` wirings and the registry they sit on.
+    fn whole_process(self) -> bool {
+        matches!(
+            self,
+            Peer::Tracing(
+                Wiring::RegistryOnly
+                    | Wiring::LensExported
+                    | Wiring::LensExportedNoActivation
+                    | Wiring::LensOtelLayer
+                    | Wiring::PlainOtel
+                    | Wiring::PlainOtelLean
+            )
         )
     }
 
@@ -253,6 +281,60 @@ fn thread_cpu_time() -> Duration {
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// CPU time consumed by every thread of this process so far.
+fn process_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: as in `thread_cpu_time`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// What one shape's whole-process run measured, in ns per span.
+struct Process {
+    /// Wall-clock time of the loop on the training thread.
+    wall: f64,
+    /// CPU time of every thread of the process from just before the loop until the pipeline
+    /// had exported everything (flushed).
+    cpu: f64,
+    /// Spans the exporter received during the run, over the spans made.
+    exported: u64,
+    spans: u64,
+}
+
+/// Spans of each whole-process run: `PEERS_PROCESS_SPANS`, else [`PROCESS_SPANS`].
+fn process_spans() -> u64 {
+    std::env::var("PEERS_PROCESS_SPANS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(PROCESS_SPANS)
+}
+
+/// The whole-process run of `f`: `PEERS_PROCESS_SPANS` spans (after the pipeline was flushed),
+/// then a flush; process CPU time over both. The child processes get queues large enough
+/// that nothing is dropped (see [`run_child`]); `exported` says whether that held.
+fn whole_process(f: fn(i64), spans: u64, built: &common::Built, start: i64) -> Process {
+    let n = process_spans() / spans;
+    built.flush();
+    let before = built.exported.load(Ordering::Relaxed);
+    let cpu = process_cpu_time();
+    let wall = Instant::now();
+    run_loop(f, start, n);
+    let wall = wall.elapsed();
+    built.flush();
+    let cpu = process_cpu_time() - cpu;
+    let per_span = |d: Duration| d.as_nanos() as f64 / (n * spans) as f64;
+    Process {
+        wall: per_span(wall),
+        cpu: per_span(cpu),
+        exported: built.exported.load(Ordering::Relaxed) - before,
+        spans: n * spans,
+    }
 }
 
 /// `SAMPLES` samples of `f` (`spans` spans per call), after a warm-up and a calibration to
@@ -438,6 +520,21 @@ fn child(peer: Peer, shapes: &[Shape], count: Option<u64>) {
                     s.max,
                     s.cpu
                 );
+                if let Installed::Tracing(built) = &installed
+                    && peer.whole_process()
+                {
+                    let p = whole_process(f, spans, built, calls as i64);
+                    calls += p.spans / spans;
+                    println!(
+                        "PROCESS {} {} {} {:.3} {:.3} {}",
+                        peer.name(),
+                        shape.name(),
+                        p.spans,
+                        p.wall,
+                        p.cpu,
+                        p.exported
+                    );
+                }
             }
         }
         produced += calls * spans;
@@ -487,6 +584,9 @@ struct Row {
     root: Option<Sample>,
     child: Option<Sample>,
     dropped: Option<f64>,
+    /// The whole-process runs, root and child.
+    process_root: Option<Process>,
+    process_child: Option<Process>,
 }
 
 /// Runs `peer` in a process of its own (`quick`: 2 ms warm-up and samples, a smoke test).
@@ -494,6 +594,12 @@ fn run_child(peer: Peer, quick: bool) -> Row {
     let exe = std::env::current_exe().expect("own executable");
     let mut cmd = Command::new(exe);
     cmd.args(["--wiring", peer.name()]);
+    // Queues large enough that the whole-process run drops nothing (lens and the SDK's batch
+    // processor both read the first; the second is lens's byte budget).
+    let process = if quick { 2_000 } else { process_spans() };
+    cmd.env("PEERS_PROCESS_SPANS", process.to_string())
+        .env("OTEL_BSP_MAX_QUEUE_SIZE", (process + 8_192).to_string())
+        .env("NEMO_LENS_QUEUE_MAX_BYTES", (2_u64 << 30).to_string());
     if quick {
         cmd.env("PEERS_WARM_UP_MS", "2").env("PEERS_SAMPLE_MS", "2");
     }
@@ -503,6 +609,8 @@ fn run_child(peer: Peer, quick: bool) -> Row {
         root: None,
         child: None,
         dropped: None,
+        process_root: None,
+        process_child: None,
     };
     if !out.status.success() {
         eprintln!(
@@ -526,6 +634,19 @@ fn run_child(peer: Peer, quick: bool) -> Row {
                     row.root = Some(s);
                 } else {
                     row.child = Some(s);
+                }
+            }
+            ["PROCESS", _, shape, spans, wall, cpu, exported] => {
+                let p = Process {
+                    wall: wall.parse().unwrap_or(f64::NAN),
+                    cpu: cpu.parse().unwrap_or(f64::NAN),
+                    exported: exported.parse().unwrap_or(0),
+                    spans: spans.parse().unwrap_or(0),
+                };
+                if *shape == "root" {
+                    row.process_root = Some(p);
+                } else {
+                    row.process_child = Some(p);
                 }
             }
             ["EXPORTED", _, produced, exported] => {
@@ -611,6 +732,7 @@ fn driver(filters: &[String], bench: bool) {
         );
     }
     print_ratios(&rows);
+    print_process(&rows);
     let failed: Vec<_> = rows
         .iter()
         .filter(|r| r.root.is_none() || r.child.is_none())
@@ -683,6 +805,97 @@ fn print_ratios(rows: &[Row]) {
     if !lines.is_empty() {
         println!();
         println!("Ratios of the medians, wall clock (thread CPU time):");
+        for l in lines {
+            println!("{l}");
+        }
+    }
+}
+
+/// The whole-process table: for each wiring that exports (and the registry they sit on), the
+/// training thread's wall time and the process's CPU time per span over one run of
+/// `PEERS_PROCESS_SPANS` spans, flushed, with the spans that run lost; then the ratios the
+/// targets are stated in.
+fn print_process(rows: &[Row]) {
+    let rows: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.process_root.is_some() || r.process_child.is_some())
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let spans = rows
+        .iter()
+        .find_map(|r| r.process_root.as_ref().map(|p| p.spans))
+        .unwrap_or(0);
+    println!();
+    println!(
+        "Whole process, {spans} spans per run after a flush, then flushed: the training thread's \
+         wall time and the CPU time of every thread of the process, per span"
+    );
+    println!();
+    println!(
+        "| wiring | root: training thread / process CPU | child: training thread / process CPU | spans lost |"
+    );
+    println!("|---|---|---|---|");
+    let cell = |p: Option<&Process>| {
+        p.map_or("failed".into(), |p| {
+            format!("{} / {}", fmt_ns(p.wall), fmt_ns(p.cpu))
+        })
+    };
+    for r in &rows {
+        let lost = if r.peer == Peer::Tracing(Wiring::RegistryOnly) {
+            String::new()
+        } else {
+            let lost: u64 = [&r.process_root, &r.process_child]
+                .iter()
+                .filter_map(|p| p.as_ref())
+                .map(|p| p.spans.saturating_sub(p.exported))
+                .sum();
+            lost.to_string()
+        };
+        println!(
+            "| {} | {} | {} | {lost} |",
+            r.peer.label(),
+            cell(r.process_root.as_ref()),
+            cell(r.process_child.as_ref()),
+        );
+    }
+    let get = |w: Wiring, shape: Shape| {
+        rows.iter()
+            .find(|r| r.peer == Peer::Tracing(w))
+            .and_then(|r| match shape {
+                Shape::Root => r.process_root.as_ref(),
+                Shape::Child => r.process_child.as_ref(),
+            })
+    };
+    let mut lines = Vec::new();
+    for shape in [Shape::Root, Shape::Child] {
+        let Some(lens) = get(Wiring::LensExported, shape) else {
+            continue;
+        };
+        for (other, what) in [
+            (Wiring::PlainOtelLean, "tracing-opentelemetry lean"),
+            (Wiring::PlainOtel, "tracing-opentelemetry defaults"),
+        ] {
+            if let Some(o) = get(other, shape) {
+                lines.push(format!(
+                    "- {}: lens exported / {what}, process CPU: {:.2}x",
+                    shape.name(),
+                    lens.cpu / o.cpu
+                ));
+            }
+        }
+        if let Some(reg) = get(Wiring::RegistryOnly, shape) {
+            lines.push(format!(
+                "- {}: lens exported / registry alone, training thread: {:.2}x",
+                shape.name(),
+                lens.wall / reg.wall
+            ));
+        }
+    }
+    if !lines.is_empty() {
+        println!();
+        println!("Ratios (whole-process runs):");
         for l in lines {
             println!("{l}");
         }

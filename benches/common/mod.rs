@@ -123,6 +123,16 @@ impl Built {
         }
     }
 
+    /// Exports everything queued now and waits for it (the batch processor's flush).
+    pub fn flush(&self) {
+        if let Some(t) = &self.telemetry {
+            let _ = t.force_flush();
+        }
+        if let Some(p) = &self.provider {
+            let _ = p.force_flush();
+        }
+    }
+
     /// Shuts the pipeline down (flushes the batch processor).
     pub fn shutdown(self) {
         if let Some(t) = self.telemetry {
