@@ -33,35 +33,52 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use opentelemetry::trace::SpanId;
 use opentelemetry::{Context, ContextGuard};
 use parking_lot::Mutex;
 
+use crate::record::SpanState;
+
+/// A lens span as this thread enters it.
+pub(crate) struct Span {
+    pub(crate) span_id: SpanId,
+    /// Its state, kept so that the span can be entered again without a table lookup.
+    pub(crate) state: Arc<SpanState>,
+    /// The context to attach (context activation on).
+    pub(crate) cx: Option<Context>,
+}
+
 /// One entered lens span of this thread.
 struct Entered {
     /// The layer's span table (its address), and the span's `tracing` id in it.
     store: usize,
     id: u64,
-    span_id: SpanId,
-    /// The attached context, with context activation on.
+    span: Span,
+    /// The guard of the attached context.
     guard: Option<ContextGuard>,
     /// The span was already on the stack when entered again (the registry's rule: the
     /// current span is the innermost entry that is not a re-entry).
     again: bool,
 }
 
-/// This thread's entered lens spans, innermost last.
-struct Stack(Vec<Entered>);
+/// This thread's entered lens spans, innermost last, and the span it exited last (entered
+/// again without a table lookup while it is open: the candle pattern re-enters one span per
+/// step).
+struct Stack {
+    entered: Vec<Entered>,
+    last: Option<(usize, u64, Span)>,
+}
 
 impl Drop for Stack {
     fn drop(&mut self) {
         // Thread exit: OpenTelemetry's context stack may be gone already, and dies with the
         // thread anyway; its guards are not run. Marks that only this thread could clear go.
         let mut ids = Vec::new();
-        for e in self.0.drain(..) {
-            ids.push(e.span_id);
+        for e in self.entered.drain(..) {
+            ids.push(e.span.span_id);
             std::mem::forget(e.guard);
         }
         if MARKED.load(Ordering::Relaxed) != 0 {
@@ -74,7 +91,12 @@ impl Drop for Stack {
 }
 
 thread_local! {
-    static STACK: RefCell<Stack> = const { RefCell::new(Stack(Vec::new())) };
+    static STACK: RefCell<Stack> = const {
+        RefCell::new(Stack {
+            entered: Vec::new(),
+            last: None,
+        })
+    };
     /// The [`EPOCH`] this thread last cleared its stale activations at.
     static SEEN: Cell<u64> = const { Cell::new(0) };
 }
@@ -89,51 +111,88 @@ static MARKED: AtomicUsize = AtomicUsize::new(0);
 /// pushed while it was exiting, is dropped oldest first past this).
 const MAX_MARKS: usize = 1024;
 
-/// Pushes span `id` of `store` on this thread's stack; with `cx`, attaches it until the
+/// Enters span `id` of `store` again if it is the span this thread exited last and it is
+/// still open (no table lookup); `false` otherwise.
+#[inline]
+pub(crate) fn enter_again(store: usize, id: u64) -> bool {
+    clear_stale();
+    let stale = STACK.try_with(|stack| {
+        let mut stack = stack.borrow_mut();
+        match &stack.last {
+            Some((s, i, _)) if *s == store && *i == id => {}
+            _ => return None,
+        }
+        let (_, _, span) = stack.last.take()?;
+        if span.state.is_closed() {
+            // The id was reused: the caller looks the span up.
+            return Some(Some(span));
+        }
+        push(&mut stack, store, id, span);
+        Some(None)
+    });
+    match stale {
+        Ok(Some(None)) => true,
+        Ok(Some(Some(span))) => {
+            // Dropped outside the borrow: a context may hold user values.
+            drop(span);
+            false
+        }
+        _ => false,
+    }
+}
+
+/// Pushes span `id` of `store` on this thread's stack, attaching its context until the
 /// matching [`exit`].
 #[inline]
-pub(crate) fn enter(store: usize, id: u64, span_id: SpanId, cx: Option<Context>) {
+pub(crate) fn enter(store: usize, id: u64, span: Span) {
     clear_stale();
-    let guard = cx.map(Context::attach);
-    let guard = STACK.try_with(|stack| {
-        let mut stack = stack.borrow_mut();
-        let again = stack
-            .0
-            .iter()
-            .any(|e| e.store == store && e.id == id && e.span_id == span_id);
-        stack.0.push(Entered {
-            store,
-            id,
-            span_id,
-            guard,
-            again,
-        });
+    let pushed = STACK.try_with(|stack| push(&mut stack.borrow_mut(), store, id, span));
+    // During thread teardown the stack is gone: nothing is attached.
+    let _ = pushed;
+}
+
+#[inline]
+fn push(stack: &mut Stack, store: usize, id: u64, span: Span) {
+    let again = stack
+        .entered
+        .iter()
+        .any(|e| e.store == store && e.id == id && e.span.span_id == span.span_id);
+    let guard = span.cx.clone().map(Context::attach);
+    stack.entered.push(Entered {
+        store,
+        id,
+        span,
+        guard,
+        again,
     });
-    // During thread teardown the stack is gone: the guard was dropped at once (nothing
-    // active).
-    let _ = guard;
 }
 
 /// Pops the innermost entry of span `id` of `store` from this thread's stack, detaching its
 /// context; `false` when this thread has none (the span was entered on another thread).
 #[inline]
 pub(crate) fn exit(store: usize, id: u64) -> bool {
-    let entered = STACK
+    let popped = STACK
         .try_with(|stack| {
             let mut stack = stack.borrow_mut();
-            let pos = stack
-                .0
-                .iter()
-                .rposition(|e| e.store == store && e.id == id)?;
-            Some(stack.0.remove(pos))
+            let this = |e: &Entered| e.store == store && e.id == id;
+            let Entered { span, guard, .. } = if stack.entered.last().is_some_and(this) {
+                stack.entered.pop()?
+            } else {
+                let pos = stack.entered.iter().rposition(this)?;
+                stack.entered.remove(pos)
+            };
+            let last = stack.last.replace((store, id, span));
+            Some((guard, last))
         })
         .ok()
         .flatten();
-    let found = entered.is_some();
-    // Dropped after the borrow ends: dropping a context may run user destructors.
-    drop(entered);
-    clear_stale();
-    found
+    let Some((guard, last)) = popped else {
+        return false;
+    };
+    // After the borrow ends, the context first: dropping a context may run user destructors.
+    drop(guard);
+    drop(last);
+    true
 }
 
 /// The innermost span of `store` entered on this thread (the contextual parent of a new span).
@@ -143,7 +202,7 @@ pub(crate) fn current(store: usize) -> Option<u64> {
         .try_with(|stack| {
             stack
                 .borrow()
-                .0
+                .entered
                 .iter()
                 .rev()
                 .find(|e| e.store == store && !e.again)
@@ -161,31 +220,38 @@ pub(crate) fn is_activated(span: SpanId) -> bool {
         .try_with(|stack| {
             stack
                 .borrow()
-                .0
+                .entered
                 .iter()
-                .any(|e| e.span_id == span && e.guard.is_some())
+                .any(|e| e.span.span_id == span && e.guard.is_some())
         })
         .unwrap_or(false)
 }
 
 /// Span `id` of `store` (OpenTelemetry id `span_id`) closes: entries this thread still has
 /// for it (a guard that was leaked rather than dropped, or an entry left by an exit on another
-/// thread) go, with their contexts.
+/// thread) go, with their contexts, and so does the span if this thread exited it last.
 #[inline]
 pub(crate) fn closed(store: usize, id: u64, span_id: SpanId) {
-    let this = |e: &Entered| e.store == store && e.id == id && e.span_id == span_id;
-    let left: Vec<Entered> = STACK
-        .try_with(|stack| {
-            let mut stack = stack.borrow_mut();
-            if !stack.0.iter().any(this) {
-                return Vec::new();
+    let this = |e: &Entered| e.store == store && e.id == id && e.span.span_id == span_id;
+    let gone = STACK.try_with(|stack| {
+        let mut stack = stack.borrow_mut();
+        let last = match &stack.last {
+            Some((s, i, span)) if *s == store && *i == id && span.span_id == span_id => {
+                stack.last.take()
             }
-            let (gone, kept) = std::mem::take(&mut stack.0).into_iter().partition(this);
-            stack.0 = kept;
-            gone
-        })
-        .unwrap_or_default();
-    drop(left);
+            _ => None,
+        };
+        if !stack.entered.iter().any(this) {
+            return (Vec::new(), last);
+        }
+        let (gone, kept) = std::mem::take(&mut stack.entered)
+            .into_iter()
+            .partition(this);
+        stack.entered = kept;
+        (gone, last)
+    });
+    // After the borrow ends: dropping a context may run user destructors.
+    drop(gone);
 }
 
 /// An exit of lens span `span_id` on a thread that did not enter it: the activation another
@@ -232,10 +298,10 @@ fn clear_stale_slow(epoch: u64) {
             let mut gone = Vec::new();
             let mut i = 0;
             // Oldest first: an exit elsewhere ends the earliest activation still held.
-            while i < stack.0.len() {
-                let span_id = stack.0[i].span_id;
+            while i < stack.entered.len() {
+                let span_id = stack.entered[i].span.span_id;
                 if unmark(&mut marks, span_id) {
-                    gone.push(stack.0.remove(i));
+                    gone.push(stack.entered.remove(i));
                 } else {
                     i += 1;
                 }

@@ -89,6 +89,7 @@ impl WithLens {
                 };
                 let kept = record.take_if(|_| sampled);
                 e.recorded = kept.is_some();
+                e.state.mark_closed();
                 e.state = Arc::new(SpanState::new(new_cx, kept));
                 Ok((old, record))
             })

@@ -119,15 +119,13 @@ where
         }
     }
 
-    /// The span being entered: its context to attach (built at its first enter), if this
-    /// layer has it.
+    /// The span being entered (its context built at its first enter), if this layer has it.
     #[inline]
-    fn entered(&self, id: u64) -> Option<(opentelemetry::trace::SpanId, Option<Context>)> {
+    fn entered(&self, id: u64) -> Option<activation::Span> {
         let activate = self.activate;
         self.store.with(id, |e| {
             // Entered: its parent is fixed from now on (`LensSpanExt::set_parent`).
             e.used = true;
-            let span_id = e.state.span_context().span_id();
             let cx = activate.then(|| {
                 e.activation
                     .get_or_insert_with(|| {
@@ -137,7 +135,11 @@ where
                     })
                     .clone()
             });
-            (span_id, cx)
+            activation::Span {
+                span_id: e.state.span_context().span_id(),
+                state: e.state.clone(),
+                cx,
+            }
         })
     }
 }
@@ -260,8 +262,11 @@ where
             return;
         }
         let id = id.into_u64();
-        if let Some((span_id, cx)) = self.entered(id) {
-            activation::enter(self.key(), id, span_id, cx);
+        if activation::enter_again(self.key(), id) {
+            return;
+        }
+        if let Some(span) = self.entered(id) {
+            activation::enter(self.key(), id, span);
         }
     }
 
@@ -290,6 +295,7 @@ where
         let Entry {
             state, activation, ..
         } = entry;
+        state.mark_closed();
         activation::closed(self.key(), id, state.span_context().span_id());
         // Dropped here, with no lock held: a context may hold user values.
         drop(activation);

@@ -53,6 +53,7 @@ pub(crate) mod to_span_data;
 
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::trace::{Event, Link, SpanContext, SpanKind, Status, TraceContextExt};
@@ -255,6 +256,9 @@ pub(crate) struct SpanState {
     cx: SpanContext,
     /// `None` when the span is not sampled (nothing is recorded), or once the worker took it.
     pub(crate) record: Mutex<Option<SpanRecord>>,
+    /// The `tracing` span closed (or its state was replaced): a thread that kept this state to
+    /// enter the span again without a table lookup must look again (its id may be reused).
+    closed: AtomicBool,
 }
 
 impl SpanState {
@@ -263,7 +267,20 @@ impl SpanState {
         SpanState {
             cx,
             record: Mutex::new(record),
+            closed: AtomicBool::new(false),
         }
+    }
+
+    /// Marks the `tracing` span closed (see [`SpanState::is_closed`]).
+    #[inline]
+    pub(crate) fn mark_closed(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    /// Whether the `tracing` span closed.
+    #[inline]
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// The state of a new span with record `name`/`parent`: `spare` (an emptied state, see
@@ -281,6 +298,7 @@ impl SpanState {
             && let Some(record) = state.record.get_mut().as_mut()
         {
             state.cx = cx;
+            *state.closed.get_mut() = false;
             record.restart(name, parent);
             return spare;
         }
