@@ -93,9 +93,15 @@ cat <<'EOF'
 (create with one `i64` field, enter, exit, close) as a root span and as the child of a long-lived
 span, one process per wiring, each set up the way its users set it up (global default; exporting
 wirings: a batch processor and an exporter that discards), median (min – max) of 9 samples of
-about 200 ms, and the measuring thread's CPU time. The "spans dropped" column is each exporting
-wiring's batch queue overflowing when its worker thread falls behind a producer at full speed
-(counted; the training thread never blocks).
+about 200 ms, and the measuring thread's CPU time. The "spans dropped" column is what each
+exporting wiring's exporter did not receive over the whole process (every child process gets
+queues large enough for its whole-process run, below).
+
+The second table is the whole process: for the exporting wirings and the registry they sit on,
+one run of 500,000 spans per shape between two flushes, with the training thread's wall time
+per span and the CPU time of every thread of the process per span (training thread, batch
+worker, exporter), and the spans of that run the exporter did not receive. A span's cost does
+not end on the training thread: the batch worker's share is CPU the trainer's cores pay for too.
 
 EOF
 tables "$OUT/peers.txt"
@@ -111,9 +117,9 @@ What the rows mean:
   callsite; their timings are within a timing loop's noise, the instruction counts below
   settle them.
 - **registry alone** is the floor of any `tracing` layer (slab slot, current-span stack, close).
-- **lens, exported** keeps a compact record per span on the training thread and builds the SDK
-  span on the batch worker; **context activation off** is the same without making the span
-  OpenTelemetry's current context on each enter.
+- **lens, exported** keeps a compact record per span on the training thread and the batch
+  worker turns it into the exporter's span; **context activation off** is the same without
+  making the span OpenTelemetry's current context on each enter.
 - **`opentelemetry_layer()`** is tracing-opentelemetry's layer with its default options on the
   lens tracer (feature `tracing-opentelemetry`): it builds the SDK span on the training thread,
   and the SDK-span closer copies each span's start data so that it can truncate it at shutdown.
