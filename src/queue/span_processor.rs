@@ -67,8 +67,10 @@ pub(crate) struct SpanQueue {
     spare: Arc<ArrayQueue<Arc<SpanState>>>,
 }
 
-/// How many emptied span states wait for reuse, at most.
-const SPARE_STATES: usize = 512;
+/// How many emptied span states wait for reuse, at most: four export batches' worth, about
+/// 1.2 MB (a state the worker has emptied holds no attribute, event or link storage), so that
+/// the training thread rarely allocates one while the worker catches up with a burst.
+const SPARE_STATES: usize = 2048;
 
 impl fmt::Debug for SpanQueue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
