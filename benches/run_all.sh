@@ -46,7 +46,7 @@ cargo bench --quiet --bench otlp >"$OUT/otlp.txt"
 echo "run_all: compare_python.sh" >&2
 benches/compare_python.sh >"$OUT/python.txt"
 echo "run_all: reentry_memory" >&2
-cargo test --release --quiet --all-features --test reentry_memory -- --nocapture >"$OUT/reentry.txt" 2>&1
+cargo test --release --quiet --all-features --test lifecycle -- reentry_memory:: --nocapture >"$OUT/reentry.txt" 2>&1
 
 END_DATE=$(date -u '+%H:%M')
 END_LOAD=$(load)
@@ -190,7 +190,7 @@ cat <<'EOF'
 
 ## Resident memory over re-entries
 
-`cargo test --release --all-features --test reentry_memory -- --nocapture`: resident memory
+`cargo test --release --all-features --test lifecycle -- reentry_memory:: --nocapture`: resident memory
 before and after three million re-entries of one exported span, in a child process.
 
 EOF

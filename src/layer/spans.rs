@@ -208,12 +208,18 @@ where
         let Some(pipeline) = self.live() else {
             return;
         };
-        // User code runs here, before any lock is taken.
+        // A span of another layer (this one reaches every span): its fields are not read.
+        let Some(state) = self
+            .store
+            .with(id.into_u64(), |e| e.recorded.then(|| e.state.clone()))
+            .flatten()
+        else {
+            return;
+        };
+        // User code runs here, with no lock held.
         let mut attributes = SpanAttributes::new();
         let reserved = SpanFields::read_record(values, &mut attributes, &pipeline.text);
-        if let Some(state) = self.store.state(id.into_u64()) {
-            state.record_fields(attributes, reserved);
-        }
+        state.record_fields(attributes, reserved);
     }
 
     fn on_follows_from(&self, id: &Id, follows: &Id, _ctx: LayerContext<'_, S>) {
