@@ -89,7 +89,7 @@ EOF
 cat <<'EOF'
 ## Beside its peers
 
-`cargo bench --features tracing-opentelemetry --bench peers` (`benches/peers.rs`): one span
+`cargo bench --features tracing-opentelemetry --bench peers` (`benches/peers/`): one span
 (create with one `i64` field, enter, exit, close) as a root span and as the child of a long-lived
 span, one process per wiring, each set up the way its users set it up (global default; exporting
 wirings: a batch processor and an exporter that discards), median (min – max) of 9 samples of

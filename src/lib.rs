@@ -134,13 +134,14 @@
 //! disabled group, the layer's per-layer filter answers `Interest::never` once per callsite and a
 //! span costs what a disabled `tracing` callsite costs (a few instructions; on a non-exporting rank
 //! the same as with no subscriber at all). Non-exporting ranks build no providers, start no threads
-//! and open no sockets. An exported span costs about half the same span through a plain
-//! `tracing_opentelemetry::layer()` with its default options and a batch processor (0.7-0.9 of a
-//! lean one: `benches/peers.rs`). Re-entering a span built once (the per-forward-pass pattern)
-//! costs about 110 ns with context activation (the default: each enter attaches an OpenTelemetry
-//! context, which [`TelemetryBuilder::context_activation`]`(false)` turns off). The README's
-//! Performance section has the figures, the targets and `benches/run_all.sh`, which regenerates
-//! them all.
+//! and open no sockets. On an exporting rank the training thread keeps a compact record per span
+//! and the export worker turns it into the exporter's span: the training thread spends fewer
+//! instructions per span than with `tracing_opentelemetry::layer()`, and the worker's share is
+//! CPU the process pays too. Each enter of a span attaches its OpenTelemetry context (built at
+//! its first enter), which [`TelemetryBuilder::context_activation`]`(false)` turns off.
+//! `docs/performance.md` has both figures (the training thread and the whole process) beside
+//! the `tracing` registry alone and tracing-opentelemetry, from one run of
+//! `benches/run_all.sh`, which regenerates them all.
 
 //! ## Feature flags
 //!

@@ -175,7 +175,10 @@ fn record_on_a_span_of_another_layer_reads_nothing() {
     telemetry.force_flush().unwrap();
     let spans = exporter.get_finished_spans().unwrap();
     let on = crate::common::memory::named(&spans, "on");
-    assert_eq!(SpanCapture::attribute(on, "note"), Some(Value::from("value")));
+    assert_eq!(
+        SpanCapture::attribute(on, "note"),
+        Some(Value::from("value"))
+    );
     assert!(spans.iter().all(|s| s.name != "off"));
     telemetry.shutdown(Duration::from_secs(5)).unwrap();
 }
