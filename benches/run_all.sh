@@ -8,13 +8,16 @@
 #      benches/report.py;
 #   4. the OTLP/HTTP run against a loopback rotel collector (benches/otlp.rs);
 #   5. the side-by-side comparison with the Python NeMo Lens (benches/compare_python.sh);
-#   6. resident memory over millions of re-entries of one span (tests/lifecycle/reentry_memory.rs).
+#   6. resident memory over millions of re-entries of one span (tests/lifecycle/reentry_memory.rs);
+#   7. NVTX ranges with no tool attached (benches/nvtx.rs, feature `nvtx`), timed and under
+#      callgrind.
 # The page is replaced only when every step succeeded; the explanations on it are the text of
 # this script (edit them here, not in the page).
 #
 # Usage: benches/run_all.sh [criterion args]   e.g. --warm-up-time 1 --measurement-time 3
 # Needs valgrind, python3 with venv/pip (rotel and the Python library are installed under the
-# target directory on first use) and network access for that first install. Takes about 20
+# target directory on first use) and network access for that first install, and libclang for
+# the `nvtx` feature (.ci/test-deps, run first, installs it or says what to install). Takes about 20
 # minutes. Run it on a quiet machine (check `uptime`): wall-clock figures move with the load;
 # `peers` also prints the training thread's CPU time, and instructions.sh counts instructions,
 # which do not.
@@ -27,6 +30,7 @@ trap 'rm -rf "$OUT"' EXIT
 # This run's criterion results only, whatever earlier runs left under the target directory.
 export CRITERION_HOME=$OUT/criterion
 
+bash .ci/test-deps
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 START_DATE=$(date -u '+%Y-%m-%d %H:%M')
 START_LOAD=$(load)
@@ -47,6 +51,30 @@ echo "run_all: compare_python.sh" >&2
 benches/compare_python.sh >"$OUT/python.txt"
 echo "run_all: reentry_memory" >&2
 cargo test --release --quiet --all-features --test lifecycle -- reentry_memory:: --nocapture >"$OUT/reentry.txt" 2>&1
+echo "run_all: nvtx" >&2
+env -u NVTX_INJECTION64_PATH cargo bench --quiet --features nvtx --bench nvtx >"$OUT/nvtx.txt"
+NVTX_BENCH=$(cargo bench --features nvtx --bench nvtx --no-run --message-format=json 2>/dev/null \
+  | python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "nvtx" and m.get("executable"):
+        print(m["executable"])')
+nvtx_instructions() { # case n: the instructions of the whole run
+  NVTX_BENCH_CASE=$1 NVTX_BENCH_N=$2 OTEL_BSP_MAX_QUEUE_SIZE=200000 env -u NVTX_INJECTION64_PATH \
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$NVTX_BENCH" 2>&1 \
+    | sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+}
+{
+  echo '| case | instructions per iteration |'
+  echo '|---|---|'
+  for c in span/registry_only span/non_exporting/off span/non_exporting/on \
+      span_reentered/registry_only span_reentered/non_exporting/on \
+      event_in_span/non_exporting/off event_in_span/non_exporting/on; do
+    a=$(nvtx_instructions "$c" 2000)
+    b=$(nvtx_instructions "$c" 22000)
+    echo "| \`$c\` | $(((b - a) / 20000)) |"
+  done
+} >"$OUT/nvtx_instructions.txt"
 
 END_DATE=$(date -u '+%H:%M')
 END_LOAD=$(load)
@@ -197,6 +225,23 @@ EOF
 echo '```text'
 grep -oE 'REENTRY .*' "$OUT/reentry.txt" | head -1
 echo '```'
+cat <<'EOF'
+
+## NVTX ranges with no tool attached
+
+`cargo bench --features nvtx --bench nvtx` (`benches/nvtx.rs`): what `NEMO_LENS_NVTX=1` costs a
+rank that no profiler watches (every NVTX call finds no tool and returns), under registry + lens
+layer + NVTX layer. `span`: one span of an enabled group (create with one field, enter, exit,
+close); on a non-exporting rank with ranges on, the registry records the span for the NVTX layer
+alone, so `registry_only` is its floor. `span_reentered`: one span built once, entered and exited
+on every pass (a push and a pop). `event_in_span`: an event in an entered span (a mark). Median
+(min – max) of 9 samples of about 200 ms, and the thread's CPU time; then the instructions per
+iteration under callgrind.
+
+EOF
+tables "$OUT/nvtx.txt"
+echo
+cat "$OUT/nvtx_instructions.txt"
 } >"$OUT/page.md"
 
 mv "$OUT/page.md" "$PAGE"

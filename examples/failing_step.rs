@@ -12,13 +12,15 @@
 //!   then `code.file.path`, `code.function.name` (the module path) and `code.line.number`, and an
 //!   empty `event_name`; `info!(name: "ckpt.saved", ...)` keeps its name;
 //! * `error!(exception.type = "ValueError", "nan loss")` becomes an `exception` span event
-//!   (`exception.type`, `exception.message`, `exception.stacktrace` when `RUST_BACKTRACE=1`,
-//!   `exception.escaped = "False"`) and the span's status `ERROR`;
+//!   (`exception.type`, `exception.message`, `exception.escaped = "False"`) and the span's
+//!   status `ERROR`; with `--error-backtraces` (`TelemetryBuilder::error_backtraces(true)`)
+//!   also `exception.stacktrace`, from this file's frame down;
 //! * `#[instrument(err)]` and `#[instrument(err(Debug))]` functions returning `Err` record an
 //!   `exception` event on their own span: type `Error` for the `Display` text, the type name the
 //!   `Debug` text starts with (`Os` for an `std::io::Error` from the OS) otherwise;
 //! * with `--panic`, the panic hook records `exception.type = "panic"`,
-//!   `exception.escaped = "True"` on `train_step` and flushes before the process exits 101.
+//!   `exception.escaped = "True"` (and `exception.stacktrace` with `RUST_BACKTRACE=1` or
+//!   `--error-backtraces`) on `train_step` and flushes before the process exits 101.
 //!
 //! Output goes to stdout, or to `NEMO_LENS_CONSOLE_PATH`.
 
@@ -66,7 +68,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let telemetry = match Telemetry::builder(config).build() {
+    let backtraces = std::env::args().any(|a| a == "--error-backtraces");
+    let telemetry = match Telemetry::builder(config)
+        .error_backtraces(backtraces)
+        .build()
+    {
         Ok(t) => t,
         Err(e) => {
             eprintln!("failing_step: {e}");

@@ -24,7 +24,7 @@ use tracing_subscriber::prelude::*;
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
-    /// Address to listen on, e.g. `127.0.0.1:8090` (port 0: any free port, printed on stdout).
+    /// Address to listen on, e.g. `127.0.0.1:8090` (port 0: any free port; the address is printed on stderr).
     #[arg(long, default_value = "127.0.0.1:8090")]
     listen: String,
 }
@@ -51,8 +51,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // The address actually bound, for callers that asked for port 0.
-    println!("listening on {}", server.server_addr());
+    // The address actually bound, for callers that asked for port 0: on stderr, since stdout
+    // carries the console exporter's JSONL.
+    eprintln!("listening on {}", server.server_addr());
     for mut request in server.incoming_requests() {
         let carrier: HashMap<String, String> = request
             .headers()

@@ -14,9 +14,19 @@
 //!
 //! It is also the recommended production set-up: after setup it installs the panic hook and the
 //! SIGTERM/SIGINT handlers ([`nemo_lens::Telemetry::install_signal_handlers`]), so a preempted
-//! job (`kill -TERM`, or Ctrl-C on `--steps 0`, which runs until interrupted) or a crash
-//! (`--panic-at STEP`) still exports its finished spans, and its open ones as truncated
-//! (`nemo.span.truncated = true`).
+//! job (`kill -TERM`, or Ctrl-C on `--steps 0`, which runs until interrupted) still exports its
+//! finished spans, and its open ones as truncated (`nemo.span.truncated = true`), and a crash
+//! (`--panic-at STEP`) exports everything, the panic on the step's span. With `--catch-panics`
+//! the step's panic is caught and training goes on, telemetry with it.
+//!
+//! With `NEMO_LENS_DETECT_GPU=1` (feature `nvml`) the exporting rank's resource names its GPU
+//! (`nv.gpu.*`); with `NEMO_LENS_NVTX=1` (feature `nvtx`) every rank's spans are NVTX ranges:
+//!
+//! ```sh
+//! cargo build --release --features nvtx --example trainer
+//! NEMO_LENS_ENABLED=1 NEMO_LENS_NVTX=1 NEMO_LENS_SPAN_GROUPS=per_step \
+//!     nsys profile --trace=cuda,nvtx -o trainer target/release/examples/trainer
+//! ```
 //!
 //! With `--barrier-dir DIR`, every step ends its forward/backward pass with an `all_reduce` span
 //! (group `collective`) that waits for the other ranks through a file barrier (one file per rank
@@ -40,7 +50,8 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use nemo_lens::{LensConfig, Telemetry, TrainingMetrics};
+use nemo_lens::metrics::TrainingMetrics;
+use nemo_lens::{LensConfig, Telemetry};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use tracing::instrument;
@@ -50,12 +61,17 @@ use tracing_subscriber::prelude::*;
 #[derive(Parser, Debug)]
 #[command(version, about)]
 struct Args {
-    /// This process's rank.
-    #[arg(long, default_value_t = 0)]
-    rank: u32,
-    /// Number of ranks in the job.
-    #[arg(long, default_value_t = 1)]
-    world_size: u32,
+    /// This process's rank [default: the launcher's `nv.dl.rank` in OTEL_RESOURCE_ATTRIBUTES,
+    /// else 0].
+    #[arg(long)]
+    rank: Option<u32>,
+    /// Number of ranks in the job [default: the launcher's `nv.dl.world_size`, else 1].
+    #[arg(long)]
+    world_size: Option<u32>,
+    /// This process's rank on its node, which picks its GPU for `NEMO_LENS_DETECT_GPU=1`
+    /// [default: `LOCAL_RANK`, else `SLURM_LOCALID`, else 0].
+    #[arg(long)]
+    local_rank: Option<u32>,
     /// Training steps to run (0 = run until interrupted).
     #[arg(long, default_value_t = 5)]
     steps: u64,
@@ -71,6 +87,9 @@ struct Args {
     /// Panic in this step (simulates a crash).
     #[arg(long)]
     panic_at: Option<u64>,
+    /// Catch a step's panic and go on with the next step, as a job runner that retries does.
+    #[arg(long)]
+    catch_panics: bool,
     /// Directory of the file barrier of the `all_reduce` span (no `all_reduce` without it).
     #[arg(long)]
     barrier_dir: Option<PathBuf>,
@@ -85,6 +104,11 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // The process's default rustls crypto provider is the program's to choose (nemo-lens's own
+    // TLS clients bring theirs). This program's reqwest client (`--reward-url`) has no TLS
+    // backend feature of its own, so Cargo gives it the rustls that nemo-lens's `otlp-http`
+    // enables, which needs one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let config = match LensConfig::from_env() {
         Ok(c) => c,
         Err(e) => {
@@ -92,11 +116,17 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let telemetry = match Telemetry::builder(config)
-        .rank(args.rank)
-        .world_size(args.world_size)
-        .build()
-    {
+    let mut builder = Telemetry::builder(config);
+    if let Some(rank) = args.rank {
+        builder = builder.rank(rank);
+    }
+    if let Some(world_size) = args.world_size {
+        builder = builder.world_size(world_size);
+    }
+    if let Some(local_rank) = args.local_rank {
+        builder = builder.local_rank(local_rank);
+    }
+    let telemetry = match builder.build() {
         Ok(t) => t,
         Err(e) => {
             eprintln!("trainer: {e}");
@@ -107,6 +137,7 @@ fn main() -> ExitCode {
         .with(telemetry.layer()) // spans (and, with NEMO_LENS_LOGS_ENABLED=1, log records)
         .with(telemetry.metrics_layer()) // `histogram.*` / `gauge.*` / `counter.*` event fields
         .with(telemetry.recorder_layer()) // the flight recorder (NEMO_LENS_FLIGHT_RECORDER=N)
+        .with(telemetry.nvtx_layer()) // NVTX ranges for Nsight Systems (NEMO_LENS_NVTX=1)
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
@@ -135,7 +166,21 @@ fn train(args: &Args, telemetry: &Telemetry) {
     let mut step = 1;
     while args.steps == 0 || step <= args.steps {
         let started = Instant::now();
-        let loss = train_step(step, args, &mut rng);
+        let loss = if args.catch_panics {
+            let step_result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                train_step(step, args, &mut rng)
+            }));
+            match step_result {
+                Ok(loss) => loss,
+                Err(_) => {
+                    tracing::warn!(step, "step panicked; going on");
+                    step += 1;
+                    continue;
+                }
+            }
+        } else {
+            train_step(step, args, &mut rng)
+        };
         // Metrics: a no-op on ranks that export nothing.
         TrainingMetrics {
             step_duration_s: Some(started.elapsed().as_secs_f64()),
@@ -158,7 +203,12 @@ fn train_step(step: u64, args: &Args, rng: &mut ChaCha8Rng) -> f64 {
         panic!("simulated failure in step {step}");
     }
     if let Some(dir) = &args.barrier_dir {
-        all_reduce(step, args.rank, args.world_size, dir);
+        all_reduce(
+            step,
+            args.rank.unwrap_or(0),
+            args.world_size.unwrap_or(1),
+            dir,
+        );
     }
     if let Some(url) = &args.reward_url {
         ask_reward(url, step);

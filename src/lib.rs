@@ -76,81 +76,67 @@
 //! * **Span groups** ([`groups`]): coarse on/off switches per instrumentation family. A span
 //!   declares its group with a `nemo.group.<group>` field; `NEMO_LENS_SPAN_GROUPS` (`default`,
 //!   `per_step`, `all`, or names) enables them.
-//! * **[`Telemetry`]** (built by [`TelemetryBuilder`]): the handle. It gives the layer,
+//! * **[`Telemetry`]** (built by [`TelemetryBuilder`]): the handle. It gives the layers,
 //!   [`Telemetry::is_exporting`], a tracer, [`Telemetry::force_flush`] and a bounded, idempotent
 //!   [`Telemetry::shutdown`].
 //! * **[`LensLayer`]**: the `tracing_subscriber::Layer`; spans become OpenTelemetry spans with
 //!   typed attributes, events become span events, errors set an `ERROR` status (the
 //!   [`LensLayer`] docs have the mapping table). It composes with any other layer.
-//! * **IDs** ([`ChaChaIdGenerator`]): a ChaCha20 generator seeded from the OS per thread, re-seeded after
-//!   `fork`, so identically seeded ranks and data-loader workers never share IDs.
+//! * **IDs** ([`ChaChaIdGenerator`]): a ChaCha20 generator seeded from the OS per thread,
+//!   re-seeded after `fork`, so identically seeded ranks and data-loader workers never share IDs.
 //! * **The closer** ([`Telemetry::shutdown`]): spans still open at shutdown are ended innermost
-//!   first with `nemo.span.truncated = true` and a `nemo.span.truncated` event; spans started
-//!   through the SDK directly ([`Telemetry::tracer`], `Telemetry::opentelemetry_layer`) are
-//!   exported truncated from a copy of their start data.
+//!   first with `nemo.span.truncated = true` and a `nemo.span.truncated` event.
 //! * **Resource** ([`Telemetry::resource`]): `service.name`, `dl.rank`, `nemo.run.id`,
 //!   `service.instance.id`, SLURM, Kubernetes and host attributes, as the Python library.
 //! * **Exporters** ([`export`]): compact JSONL in the Python field layout (stdout or a per-rank
-//!   file), or OTLP over gRPC or HTTP.
-//! * **Metrics** ([`metrics`]): a meter provider on exporting ranks (periodic export every
-//!   `OTEL_METRIC_EXPORT_INTERVAL` ms), Lens's instrument families ([`TrainingMetrics`],
-//!   [`InferenceMetrics`], [`RlMetrics`], [`GymMetrics`]), a registry for your own metric groups
-//!   ([`register_metric_group`], [`record_metrics`]) and metrics from event fields
-//!   ([`Telemetry::metrics_layer`]: `info!(histogram.step_ms = dt)`).
-//! * **Logs**: with `NEMO_LENS_LOGS_ENABLED=1` the same layer bridges events (and
-//!   `log` records) into OpenTelemetry log records carrying the ids of their span, filtered by
-//!   `NEMO_LENS_LOGS_LEVEL`, never fed the exporters' own records.
-//! * **Propagation** ([`propagation`]): W3C TraceContext + Baggage over map carriers (keeping
-//!   the Level 2 `random` flag: traces started here say `03`, as Python's), the JSON payload
-//!   bytes of the Python NCCL helpers, linked spans ([`LensSpanExt::add_link`],
-//!   [`propagation::create_linked_span`]), and a launcher's `TRACEPARENT` as every rank's
-//!   parent. `NEMO_LENS_TRACE_PER=step` starts one trace per step, linked to the job span, for
-//!   trace stores with trace-size limits.
-//! * **Records as Python's**: `exception` events with Python's `record_exception` attributes,
-//!   log records with its `code.*` attributes, redaction ([`DEFAULT_REDACT_KEYS`], or
-//!   [`TelemetryBuilder::redact_keys`]) before the value length limit.
-//! * **OTLP** ([`export::OtlpProtocol`]): gRPC, HTTP/protobuf or HTTP/JSON per signal from the standard
-//!   `OTEL_EXPORTER_OTLP_*` variables; gRPC runs on a private runtime, so no Tokio is needed;
-//!   `https://` endpoints use rustls (system roots, or `OTEL_EXPORTER_OTLP_CERTIFICATE`, client
-//!   certificates for mutual TLS), and a failing export writes one stderr line naming the
-//!   endpoint and the cause.
+//!   file), or OTLP over gRPC, HTTP/protobuf or HTTP/JSON.
+//! * **Metrics** ([`metrics`]): Lens's instrument families, a registry for your own metric
+//!   groups and metrics from event fields ([`Telemetry::metrics_layer`]).
+//! * **Logs**: with `NEMO_LENS_LOGS_ENABLED=1` the same layer bridges events (and `log`
+//!   records) into OpenTelemetry log records carrying the ids of their span ([`LogFilter`]).
+//! * **Propagation** ([`propagation`]): W3C TraceContext and Baggage across ranks and
+//!   processes, linked spans ([`LensSpanExt`]), a launcher's `TRACEPARENT` as every rank's parent.
 //! * **Attribute names** ([`semconv`]): every name of the Python `semconv` module as a constant.
-//! * **Backdated spans**: [`emit_span`] records a completed span from timestamps
-//!   taken earlier (clamping and tagging an end before the start).
+//! * **Backdated spans**: [`emit_span`] records a completed span from timestamps taken earlier.
+//! * **Flight recorder** ([`flight_recorder`]): every enabled rank, exporting or not, keeps its
+//!   last spans of a few groups in fixed memory and dumps them on `SIGUSR1` or when it hangs.
 //! * **Testing** ([`testing`], feature `testing`): capture finished spans in your own tests.
-//! * **Flight recorder** ([`flight_recorder`]): with `NEMO_LENS_FLIGHT_RECORDER=N`, every
-//!   enabled rank (exporting or not) keeps its last N closed and all open spans of a few groups
-//!   in fixed slots and dumps them on `SIGUSR1`, from a hang watchdog and at truncation;
-//!   [`Telemetry::recorder_layer`] adds it to the subscriber, `nemo-lens hang` reads the dumps.
-//! * **Reliability**: a bounded batch queue that counts what it drops ([`export::LensBatchProcessor`],
-//!   [`Telemetry::dropped`]); opt-in panic hook and SIGTERM/SIGINT handlers that truncate open
-//!   spans and flush before the process dies; inert inherited telemetry in a process forked
-//!   without exec ([`Telemetry::is_inherited_from_parent`]). README's *Guarantees* lists each
-//!   promise and its test.
+//! * **On the GPU** (features `nvml`, `nvtx`): `NEMO_LENS_DETECT_GPU=1` names the exporting
+//!   rank's GPU in its resource (`nv.gpu.uuid`, …, read through NVML, the key to DCGM's GPU
+//!   metrics); `NEMO_LENS_NVTX=1` makes spans NVTX ranges in Nsight Systems
+//!   ([`Telemetry::nvtx_layer`]). `docs/gpu.md` shows both.
+//!
+//! ## Where a span goes
+//!
+//! On the training thread, the `tracing` callsite asks the layer's filter ([`LensFilter`])
+//! once whether it records at all; the layer keeps a compact record of each recorded span and,
+//! when the span closes, pushes it into a bounded queue. The queue's worker thread turns records
+//! into OpenTelemetry spans and hands them to the exporter (console or OTLP). The source tree
+//! follows the same path: `layer/` → `record/` → `queue/` → `export/`.
 //!
 //! ## Performance
 //!
 //! Off means off: on a disabled or non-exporting rank, on an unsampled rank, and for a span in a
-//! disabled group, the layer's per-layer filter answers `Interest::never` once per callsite and a
-//! span costs what a disabled `tracing` callsite costs (a few instructions; on a non-exporting rank
-//! the same as with no subscriber at all). Non-exporting ranks build no providers, start no threads
-//! and open no sockets. On an exporting rank the training thread keeps a compact record per span
-//! and the export worker turns it into the exporter's span: the training thread spends fewer
-//! instructions per span than with `tracing_opentelemetry::layer()`, and the worker's share is
-//! CPU the process pays too. Each enter of a span attaches its OpenTelemetry context (built at
+//! disabled group, the layer's per-layer filter answers `Interest::never` once per callsite and
+//! a span costs what a disabled `tracing` callsite costs. Non-exporting ranks build no providers,
+//! start no threads and open no sockets. On an exporting rank the training thread keeps a
+//! compact record and the export worker turns it into the exporter's span; the queues between
+//! them are bounded in items and bytes, never block, and count what they drop
+//! ([`Telemetry::dropped`]). Each enter of a span attaches its OpenTelemetry context (built at
 //! its first enter), which [`TelemetryBuilder::context_activation`]`(false)` turns off.
-//! `docs/performance.md` has both figures (the training thread and the whole process) beside
-//! the `tracing` registry alone and tracing-opentelemetry, from one run of
-//! `benches/run_all.sh`, which regenerates them all.
-
+//! `docs/performance.md` has both figures, the training thread's and the whole process's,
+//! beside the `tracing` registry alone and tracing-opentelemetry.
+//!
 //! ## Feature flags
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `otlp-grpc` | yes | OTLP over gRPC (tonic, and a private one-thread Tokio runtime) |
 //! | `otlp-http` | yes | OTLP over HTTP/protobuf and HTTP/JSON (reqwest's blocking client) |
-//! | `testing` | no | [`testing`]: capture finished spans in your tests; `TelemetryBuilder::allow_reinit_for_testing` |
-//! | `cli` | no | the `nemo-lens` command-line tool (`perfetto`, `summary`, `emit-spans`) |
+//! | `tracing-opentelemetry` | no | [`Telemetry::opentelemetry_layer`]: tracing-opentelemetry's layer on the lens tracer |
+//! | `testing` | no | [`testing`]: capture finished spans in your tests |
+//! | `nvml` | no | `nv.gpu.*` resource attributes from NVML (`libnvidia-ml.so.1`, loaded at run time) |
+//! | `nvtx` | no | [`Telemetry::nvtx_layer`]: spans as NVTX ranges (needs libclang to build) |
 //!
 //! With `default-features = false` the crate exports to the console only (JSONL), with the
 //! fewest dependencies; `NEMO_LENS_EXPORTER=otlp` is then a setup error on the exporting rank
@@ -178,15 +164,18 @@ mod queue;
 // the exporters, which put spans (and metrics and logs) on the wire.
 pub mod export;
 
-// Beside the span path: metrics, the flight recorder, and the setup that builds it all and
-// shuts it down.
+// Beside the span path: metrics, the flight recorder, the GPU's identity and NVTX ranges, and
+// the setup that builds it all and shuts it down.
 pub mod flight_recorder;
+mod gpu;
 pub mod metrics;
 mod setup;
 
 // Errors, ids, attribute names, propagation, backdated spans and test capture.
 mod backdated;
+pub mod carrier;
 mod error;
+pub mod identity;
 mod ids;
 pub mod propagation;
 pub mod semconv;
@@ -197,21 +186,15 @@ pub mod testing;
 pub use backdated::{EmitSpan, EpochSeconds, emit_span};
 pub use config::{ExporterKind, LensConfig};
 pub use error::{LensError, Result};
-pub use flight_recorder::{FlightRecorder, RecorderLayer};
+pub use gpu::nvtx::NvtxLayer;
 pub use ids::ChaChaIdGenerator;
 pub use layer::filter::{INTERNAL_TARGETS, LensFilter};
 pub use layer::hooks::SetParentError;
 pub use layer::logs::LogFilter;
 pub use layer::span_ext::LensSpanExt;
 pub use layer::{DEFAULT_REDACT_KEYS, LensLayer, REDACTED};
-pub use metrics::{
-    EventMetricsLayer, GymMetrics, InferenceMetrics, Instruments, MetricKind, MetricSpec,
-    RlMetrics, TrainingMetrics, record_metrics, register_metric_group, registered_metric_groups,
-    unregister_metric_group,
-};
 pub use queue::DropCounts;
 pub use rank::RankAwareSampler;
-pub use rank::groups::is_span_group_enabled;
 pub use rank::{groups, strategy};
 pub use setup::process_exit::EXIT_FLUSH_TIMEOUT;
 pub use setup::{Telemetry, TelemetryBuilder};
@@ -243,6 +226,9 @@ mod exporting_md {}
 #[cfg(doctest)]
 #[doc = include_str!("../docs/features.md")]
 mod features_md {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/gpu.md")]
+mod gpu_md {}
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guarantees.md")]
 mod guarantees_md {}

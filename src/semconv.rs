@@ -28,13 +28,17 @@
 //!
 //! # Releases
 //!
-//! * The 0.1.0 names are the ones this crate emits: the resource [`crate::Telemetry::resource`]
-//!   uses `service.*`, `dl.rank`, `dl.world_size`, `nemo.*`, `wandb.*`, `deployment.environment`,
-//!   `host.*`, `process.pid`, the seven 0.1.0 `slurm.*` names and `k8s.*`.
-//! * The *nightly* names (`nv.dl.*`, `nv.gpu.*`, `inverted.*` and the extended `slurm.*` set) are
-//!   provided so that code can already tag data with them; this crate does not derive them
-//!   itself. [`SLURM_CLUSTER`], [`SLURM_NODELIST`] and [`SLURM_TORCHELASTIC_RESTART_COUNT`] are
-//!   retired in nightly (kept, never emitted there).
+//! The resource [`crate::Telemetry::resource`] speaks both vocabularies of the rank: today's
+//! NeMo Lens names `nv.dl.rank` / `nv.dl.world_size` and, unless
+//! [`crate::TelemetryBuilder::legacy_rank_attributes`] turns them off, the 0.1.0 names
+//! `dl.rank` / `dl.world_size`. Its Slurm attributes, `nv.dl.job.uuid` and `nv.dl.run.uuid`
+//! are today's ([`crate::identity`]); its `nv.gpu.*` attributes come from NVML with
+//! `NEMO_LENS_DETECT_GPU` (feature `nvml`). [`SLURM_CLUSTER`], [`SLURM_NODELIST`] and
+//! [`SLURM_TORCHELASTIC_RESTART_COUNT`] are retired (kept, never emitted).
+//!
+//! Each `nv.dl.*`, `nv.gpu.*`, `slurm.*` and `inverted.*` constant says its type in the
+//! attribute model of NeMo Lens (`integer`, `string`, `boolean`): a launcher or an application
+//! that sets one should use that type.
 //!
 //! # Where an attribute belongs
 //!
@@ -86,11 +90,14 @@ pub const TELEMETRY_SDK_VERSION: &str = "telemetry.sdk.version";
 // Distributed learning (dl.*) — NeMo custom
 // ------------------------------------------------------------------------------------------
 
-/// `dl.rank`: global rank of the process (integer resource attribute).
+/// `dl.rank`: global rank of the process (integer resource attribute): the 0.1.0 name of
+/// [`NV_DL_RANK`], written beside it unless
+/// [`crate::TelemetryBuilder::legacy_rank_attributes`] turns it off.
 pub const DL_RANK: &str = "dl.rank";
-/// `dl.world_size`: number of ranks in the job (integer resource attribute).
+/// `dl.world_size`: number of ranks in the job (integer resource attribute): the 0.1.0 name
+/// of [`NV_DL_WORLD_SIZE`], written beside it like [`DL_RANK`].
 pub const DL_WORLD_SIZE: &str = "dl.world_size";
-/// `dl.local_rank`: rank of the process on its node.
+/// `dl.local_rank`: rank of the process on its node (0.1.0; today [`NV_DL_LOCAL_RANK`]).
 pub const DL_LOCAL_RANK: &str = "dl.local_rank";
 /// `dl.data_parallel.rank`: rank within the data-parallel group.
 pub const DL_DATA_PARALLEL_RANK: &str = "dl.data_parallel.rank";
@@ -185,61 +192,73 @@ pub const GYM_ROLLOUT_BATCH_SIZE: &str = "gym.rollout.batch_size";
 pub const GYM_VERIFY_SUCCESS_RATE: &str = "gym.verify.success_rate";
 
 // ------------------------------------------------------------------------------------------
-// SLURM (slurm.*) — NeMo custom; 0.1.0 names (emitted by `crate::config::resource`)
+// Slurm (slurm.*) — NeMo custom; the names 0.1.0 already had
 // ------------------------------------------------------------------------------------------
 
-/// `slurm.job.id`: SLURM job id (`SLURM_JOB_ID`).
+/// `slurm.job.id` (string): the job: `{SLURM_ARRAY_JOB_ID}_{SLURM_ARRAY_TASK_ID}` for an array
+/// task, else `SLURM_JOB_ID`.
 pub const SLURM_JOB_ID: &str = "slurm.job.id";
-/// `slurm.job.name`: SLURM job name (`SLURM_JOB_NAME`).
+/// `slurm.job.name` (string): job name (`SLURM_JOB_NAME`).
 pub const SLURM_JOB_NAME: &str = "slurm.job.name";
-/// `slurm.nodelist`: nodes allocated to the job (`SLURM_NODELIST`; retired in nightly).
+/// `slurm.nodelist` (string): nodes allocated to the job; retired (0.1.0 wrote `SLURM_NODELIST`;
+/// never emitted now).
 pub const SLURM_NODELIST: &str = "slurm.nodelist";
-/// `slurm.nnodes`: number of nodes (`SLURM_NNODES`; string in 0.1.0, integer in nightly).
+/// `slurm.nnodes` (integer): number of nodes (`SLURM_JOB_NUM_NODES`, else `SLURM_NNODES`; 0.1.0
+/// wrote a string).
 pub const SLURM_NNODES: &str = "slurm.nnodes";
-/// `slurm.ntasks`: number of tasks (`SLURM_NTASKS`; string in 0.1.0, integer in nightly).
+/// `slurm.ntasks` (integer): number of tasks (`SLURM_NTASKS`; 0.1.0 wrote a string).
 pub const SLURM_NTASKS: &str = "slurm.ntasks";
-/// `slurm.partition`: SLURM partition (`SLURM_PARTITION`).
+/// `slurm.partition` (string): partition (`SLURM_JOB_PARTITION`, else `SLURM_PARTITION`).
 pub const SLURM_PARTITION: &str = "slurm.partition";
-/// `slurm.cluster.name`: SLURM cluster name (`SLURM_CLUSTER_NAME`).
+/// `slurm.cluster.name` (string): cluster name (`SLURM_CLUSTER_NAME`).
 pub const SLURM_CLUSTER_NAME: &str = "slurm.cluster.name";
 
 // ------------------------------------------------------------------------------------------
-// SLURM (slurm.*) — nightly additions
+// Slurm (slurm.*) — NeMo custom; added since 0.1.0
 // ------------------------------------------------------------------------------------------
 
-/// `slurm.job.id.raw`: the raw `SLURM_JOB_ID`, even for an array task (nightly).
+/// `slurm.job.id.raw` (string): the raw `SLURM_JOB_ID`, also for an array task.
 pub const SLURM_JOB_ID_RAW: &str = "slurm.job.id.raw";
-/// `slurm.array.job_id`: id of the job array, or the job id outside an array (nightly).
+/// `slurm.array.job_id` (string): id of the job array (`SLURM_ARRAY_JOB_ID`), else the job id.
 pub const SLURM_ARRAY_JOB_ID: &str = "slurm.array.job_id";
-/// `slurm.array.task_id`: index of the array task, `"0"` outside an array (nightly).
+/// `slurm.array.task_id` (string): index of the array task (`SLURM_ARRAY_TASK_ID`), `"0"` outside
+/// an array.
 pub const SLURM_ARRAY_TASK_ID: &str = "slurm.array.task_id";
-/// `slurm.array.count`: number of tasks in the job array (integer; nightly).
+/// `slurm.array.count` (integer): number of tasks in the job array (`SLURM_ARRAY_TASK_COUNT`,
+/// default 1).
 pub const SLURM_ARRAY_COUNT: &str = "slurm.array.count";
-/// `slurm.sluid`: launcher-assigned unique id of the job (nightly).
+/// `slurm.sluid` (string): launcher-assigned unique id of the job (`LENS_SLURM_SLUID`, else
+/// `NV_LAUNCH_SLUID`).
 pub const SLURM_SLUID: &str = "slurm.sluid";
-/// `slurm.array.sluid`: launcher-assigned unique id of the job array (nightly).
+/// `slurm.array.sluid` (string): launcher-assigned unique id of the job array
+/// (`LENS_SLURM_ARRAY_SLUID`, else `NV_LAUNCH_ARRAY_SLUID`).
 pub const SLURM_ARRAY_SLUID: &str = "slurm.array.sluid";
-/// `slurm.head_node.name`: node running the batch script, outside a step (nightly).
+/// `slurm.head_node.name` (string): node running the batch script (`SLURMD_NODENAME`, outside a
+/// step only).
 pub const SLURM_HEAD_NODE_NAME: &str = "slurm.head_node.name";
-/// `slurm.restart_count`: number of times SLURM requeued the job (integer; nightly).
+/// `slurm.restart_count` (integer): number of times Slurm requeued the job (`SLURM_RESTART_COUNT`,
+/// default 0).
 pub const SLURM_RESTART_COUNT: &str = "slurm.restart_count";
-/// `slurm.job.user`: user that owns the job (nightly).
+/// `slurm.job.user` (string): user that owns the job (`SLURM_JOB_USER`).
 pub const SLURM_JOB_USER: &str = "slurm.job.user";
-/// `slurm.job.account`: account charged for the job (nightly).
+/// `slurm.job.account` (string): account charged for the job (`SLURM_JOB_ACCOUNT`).
 pub const SLURM_JOB_ACCOUNT: &str = "slurm.job.account";
-/// `slurm.job.qos`: quality of service of the job (nightly).
+/// `slurm.job.qos` (string): quality of service of the job (`SLURM_JOB_QOS`).
 pub const SLURM_JOB_QOS: &str = "slurm.job.qos";
-/// `slurm.job.reservation`: reservation the job runs in (nightly).
+/// `slurm.job.reservation` (string): reservation the job runs in (`SLURM_JOB_RESERVATION`).
 pub const SLURM_JOB_RESERVATION: &str = "slurm.job.reservation";
-/// `slurm.segment`: segment size of the allocation (nightly).
+/// `slurm.segment` (string): segment size of the allocation (`SLURM_SEGMENT`).
 pub const SLURM_SEGMENT: &str = "slurm.segment";
-/// `slurm.topology.addr`: topology address of the node (nightly).
+/// `slurm.topology.addr` (string): topology address of the node (`SLURM_TOPOLOGY_ADDR`;
+/// task-local).
 pub const SLURM_TOPOLOGY_ADDR: &str = "slurm.topology.addr";
-/// `slurm.topology.addr_pattern`: pattern of the topology address (nightly).
+/// `slurm.topology.addr_pattern` (string): pattern of the topology address
+/// (`SLURM_TOPOLOGY_ADDR_PATTERN`; task-local).
 pub const SLURM_TOPOLOGY_ADDR_PATTERN: &str = "slurm.topology.addr_pattern";
-/// `slurm.cluster`: retired in nightly (constant kept, never emitted); use [`SLURM_CLUSTER_NAME`].
+/// `slurm.cluster` (string): retired (never emitted); use [`SLURM_CLUSTER_NAME`].
 pub const SLURM_CLUSTER: &str = "slurm.cluster";
-/// `slurm.torchelastic.restart_count`: retired in nightly (constant kept, never emitted).
+/// `slurm.torchelastic.restart_count` (integer): retired (never emitted); the restart count is part
+/// of [`NV_DL_RUN_UUID`].
 pub const SLURM_TORCHELASTIC_RESTART_COUNT: &str = "slurm.torchelastic.restart_count";
 
 // ------------------------------------------------------------------------------------------
@@ -254,6 +273,13 @@ pub const NEMO_USER_ID: &str = "nemo.user.id";
 pub const NEMO_SPAN_TRUNCATED: &str = "nemo.span.truncated";
 /// `nemo.span.truncated.reason`: why a span was truncated (on the `nemo.span.truncated` event).
 pub const NEMO_SPAN_TRUNCATED_REASON: &str = "nemo.span.truncated.reason";
+/// `nemo.span.open` (Rust only): `true` on a flight-recorder dump's span that was still open at
+/// the dump.
+pub const NEMO_SPAN_OPEN: &str = "nemo.span.open";
+/// `nemo.span.open_age_s` (Rust only): how long a dumped open span had been open, in seconds.
+pub const NEMO_SPAN_OPEN_AGE_S: &str = "nemo.span.open_age_s";
+/// `nemo.group` (Rust only): the span group of a flight-recorder dump's span.
+pub const NEMO_GROUP: &str = "nemo.group";
 /// `nemo.lens.dropped` (Rust only): lens's own observable counter of dropped telemetry.
 pub const NEMO_LENS_DROPPED: &str = "nemo.lens.dropped";
 /// `signal`: which pipeline a `nemo.lens.dropped` series counts (`spans`, `logs`,
@@ -302,9 +328,11 @@ pub const EXCEPTION_MESSAGE: &str = "exception.message";
 /// field) the type name its `Debug` text starts with (`NotFound`, `Os`, `ConfigError`); else
 /// `"Error"`. A panic is `"panic"`.
 pub const EXCEPTION_TYPE: &str = "exception.type";
-/// `exception.stacktrace`: the backtrace, written only when one is captured
-/// (`RUST_BACKTRACE` / `RUST_LIB_BACKTRACE` set, as `std::backtrace::Backtrace::capture`),
-/// cut to the value length limit.
+/// `exception.stacktrace`: the backtrace from the user's frame down, cut to the value length
+/// limit; written for a panic when `RUST_BACKTRACE` / `RUST_LIB_BACKTRACE` enable backtraces
+/// (as `std::backtrace::Backtrace::capture`), and for every `ERROR` event and panic with
+/// [`TelemetryBuilder::error_backtraces`](crate::TelemetryBuilder::error_backtraces). Resolved
+/// into text on the export worker, never on the thread that records the exception.
 pub const EXCEPTION_STACKTRACE: &str = "exception.stacktrace";
 /// `exception.escaped`: the string `"False"` for an `ERROR` event (the error is recorded and
 /// the span goes on, as Python's `managed_span`), `"True"` for a panic (it unwinds out of the
@@ -341,86 +369,92 @@ pub const K8S_JOB_NAME: &str = "k8s.job.name";
 // Participant identity (nv.dl.*) — NeMo custom, nightly
 // ------------------------------------------------------------------------------------------
 
-/// `nv.dl.rank`: global rank of the participant (integer resource attribute; nightly).
+/// `nv.dl.rank` (integer): global rank of the participant.
 pub const NV_DL_RANK: &str = "nv.dl.rank";
-/// `nv.dl.world_size`: number of participants (integer resource attribute; nightly).
+/// `nv.dl.world_size` (integer): number of participants.
 pub const NV_DL_WORLD_SIZE: &str = "nv.dl.world_size";
-/// `nv.dl.local_rank`: rank of the participant on its node (integer; nightly).
+/// `nv.dl.local_rank` (integer): rank of the participant on its node.
 pub const NV_DL_LOCAL_RANK: &str = "nv.dl.local_rank";
-/// `nv.dl.role`: kind of process (`trainer`, `ckpt_worker`, `launcher`, `generator`; nightly).
+/// `nv.dl.role` (string): kind of process: `trainer`, `ckpt_worker`, `launcher`, `generator`.
 pub const NV_DL_ROLE: &str = "nv.dl.role";
-/// `nv.dl.job.uuid`: the job as submitted, stable across restarts and requeues (nightly).
+/// `nv.dl.job.uuid` (string): the job as submitted, stable across restarts and requeues (see
+/// [`crate::identity::job_uuid`]).
 pub const NV_DL_JOB_UUID: &str = "nv.dl.job.uuid";
-/// `nv.dl.run.uuid`: one incarnation of the job, changes on every restart (nightly).
+/// `nv.dl.run.uuid` (string): one run of the job, new with every restart (see
+/// [`crate::identity::run_uuid`]).
 pub const NV_DL_RUN_UUID: &str = "nv.dl.run.uuid";
-/// `nv.dl.provider.name`: execution engine running the workload (`mcore`, `vllm`; nightly).
+/// `nv.dl.provider.name` (string): execution engine running the workload: `mcore`, `vllm`,
+/// `sglang`.
 pub const NV_DL_PROVIDER_NAME: &str = "nv.dl.provider.name";
-/// `nv.dl.launch.container.image`: container image name, tag and digest (nightly).
+/// `nv.dl.launch.container.image` (string): container image name, tag and digest.
 pub const NV_DL_LAUNCH_CONTAINER_IMAGE: &str = "nv.dl.launch.container.image";
-/// `nv.dl.software.cuda`: CUDA version PyTorch was built against (nightly).
+/// `nv.dl.software.cuda` (string): CUDA version PyTorch was built against.
 pub const NV_DL_SOFTWARE_CUDA: &str = "nv.dl.software.cuda";
-/// `nv.dl.software.nccl`: NCCL version (nightly).
+/// `nv.dl.software.nccl` (string): NCCL version.
 pub const NV_DL_SOFTWARE_NCCL: &str = "nv.dl.software.nccl";
-/// `nv.dl.software.torch`: PyTorch version (nightly).
+/// `nv.dl.software.torch` (string): PyTorch version.
 pub const NV_DL_SOFTWARE_TORCH: &str = "nv.dl.software.torch";
-/// `nv.dl.software.transformer_engine`: Transformer Engine version (nightly).
+/// `nv.dl.software.transformer_engine` (string): Transformer Engine version.
 pub const NV_DL_SOFTWARE_TRANSFORMER_ENGINE: &str = "nv.dl.software.transformer_engine";
-/// `nv.dl.topology.size.tp`: tensor-parallel size (integer; nightly).
+/// `nv.dl.topology.size.tp` (integer): tensor-parallel size.
 pub const NV_DL_TOPOLOGY_SIZE_TP: &str = "nv.dl.topology.size.tp";
-/// `nv.dl.topology.size.pp`: pipeline-parallel size (integer; nightly).
+/// `nv.dl.topology.size.pp` (integer): pipeline-parallel size.
 pub const NV_DL_TOPOLOGY_SIZE_PP: &str = "nv.dl.topology.size.pp";
-/// `nv.dl.topology.size.dp`: data-parallel size (integer; nightly).
+/// `nv.dl.topology.size.dp` (integer): data-parallel size.
 pub const NV_DL_TOPOLOGY_SIZE_DP: &str = "nv.dl.topology.size.dp";
-/// `nv.dl.training.config.global_batch_size`: global batch size (integer; nightly).
+/// `nv.dl.training.config.global_batch_size` (integer): global batch size.
 pub const NV_DL_TRAINING_CONFIG_GLOBAL_BATCH_SIZE: &str = "nv.dl.training.config.global_batch_size";
-/// `nv.dl.training.config.micro_batch_size`: micro-batch size (integer; nightly).
+/// `nv.dl.training.config.micro_batch_size` (integer): micro-batch size.
 pub const NV_DL_TRAINING_CONFIG_MICRO_BATCH_SIZE: &str = "nv.dl.training.config.micro_batch_size";
-/// `nv.dl.training.config.optimizer`: optimizer name (nightly).
+/// `nv.dl.training.config.optimizer` (string): optimizer name.
 pub const NV_DL_TRAINING_CONFIG_OPTIMIZER: &str = "nv.dl.training.config.optimizer";
-/// `nv.dl.training.config.recompute_granularity`: activation-recompute granularity (nightly).
+/// `nv.dl.training.config.recompute_granularity` (string): activation-recompute granularity.
 pub const NV_DL_TRAINING_CONFIG_RECOMPUTE_GRANULARITY: &str =
     "nv.dl.training.config.recompute_granularity";
-/// `nv.dl.training.config.sequence_length`: sequence length (integer; nightly).
+/// `nv.dl.training.config.sequence_length` (integer): sequence length.
 pub const NV_DL_TRAINING_CONFIG_SEQUENCE_LENGTH: &str = "nv.dl.training.config.sequence_length";
-/// `nv.dl.training.target.train_iters`: planned number of iterations (integer; nightly).
+/// `nv.dl.training.target.train_iters` (integer): planned number of iterations.
 pub const NV_DL_TRAINING_TARGET_TRAIN_ITERS: &str = "nv.dl.training.target.train_iters";
-/// `nv.dl.training.target.train_samples`: planned number of samples (integer; nightly).
+/// `nv.dl.training.target.train_samples` (integer): planned number of samples.
 pub const NV_DL_TRAINING_TARGET_TRAIN_SAMPLES: &str = "nv.dl.training.target.train_samples";
-/// `nv.dl.training.target.train_tokens`: planned number of tokens (integer; nightly).
+/// `nv.dl.training.target.train_tokens` (integer): planned number of tokens.
 pub const NV_DL_TRAINING_TARGET_TRAIN_TOKENS: &str = "nv.dl.training.target.train_tokens";
 
 // ------------------------------------------------------------------------------------------
 // GPU identity (nv.gpu.*) — NeMo custom, nightly
 // ------------------------------------------------------------------------------------------
 
-/// `nv.gpu.index`: physical index of the GPU used by the process (integer; nightly).
+/// `nv.gpu.index` (integer): physical index of the GPU the process uses.
 pub const NV_GPU_INDEX: &str = "nv.gpu.index";
-/// `nv.gpu.model`: GPU model name (nightly).
+/// `nv.gpu.model` (string): GPU model name.
 pub const NV_GPU_MODEL: &str = "nv.gpu.model";
-/// `nv.gpu.uuid`: GPU UUID (nightly).
+/// `nv.gpu.uuid` (string): GPU UUID.
 pub const NV_GPU_UUID: &str = "nv.gpu.uuid";
-/// `nv.gpu.serial`: GPU board serial number (nightly).
+/// `nv.gpu.serial` (string): GPU board serial number.
 pub const NV_GPU_SERIAL: &str = "nv.gpu.serial";
-/// `nv.gpu.pci_bus_id`: PCI bus id of the GPU (nightly).
+/// `nv.gpu.pci_bus_id` (string): PCI bus id of the GPU.
 pub const NV_GPU_PCI_BUS_ID: &str = "nv.gpu.pci_bus_id";
-/// `nv.gpu.compute_capability`: compute capability as `"major.minor"` (nightly).
+/// `nv.gpu.compute_capability` (string): compute capability as `"major.minor"` (`"9.0"`).
 pub const NV_GPU_COMPUTE_CAPABILITY: &str = "nv.gpu.compute_capability";
-/// `nv.gpu.memory_total`: total GPU memory in bytes (integer; nightly).
+/// `nv.gpu.memory_total` (integer): total GPU memory in bytes.
 pub const NV_GPU_MEMORY_TOTAL: &str = "nv.gpu.memory_total";
-/// `nv.gpu.driver_version`: NVIDIA driver version (nightly).
+/// `nv.gpu.driver_version` (string): NVIDIA driver version.
 pub const NV_GPU_DRIVER_VERSION: &str = "nv.gpu.driver_version";
 
 // ------------------------------------------------------------------------------------------
 // Inverted spans (inverted.*) — NeMo custom, nightly
 // ------------------------------------------------------------------------------------------
 
-/// `inverted.skew`: `true` when a supplied end preceded the start and was clamped (nightly).
+/// `inverted.skew` (boolean): `true` on a backdated span whose supplied end preceded its start and
+/// was clamped.
 pub const INVERTED_SKEW: &str = "inverted.skew";
-/// `inverted.start_epoch_seconds`: supplied start, epoch seconds, before clamping (nightly).
+/// `inverted.start_epoch_seconds` (string): the supplied start, epoch seconds, as given.
 pub const INVERTED_START_EPOCH_SECONDS: &str = "inverted.start_epoch_seconds";
-/// `inverted.end_epoch_seconds`: supplied end, epoch seconds, before clamping (nightly).
+/// `inverted.end_epoch_seconds` (string): the supplied end, epoch seconds, as given (before
+/// clamping).
 pub const INVERTED_END_EPOCH_SECONDS: &str = "inverted.end_epoch_seconds";
-/// `inverted.delta_seconds`: start minus end in seconds, always positive (string; nightly).
+/// `inverted.delta_seconds` (string): start minus end in seconds, a positive decimal (`"0.004"`,
+/// `"1E-9"`).
 pub const INVERTED_DELTA_SECONDS: &str = "inverted.delta_seconds";
 
 // ------------------------------------------------------------------------------------------

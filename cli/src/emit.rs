@@ -1,16 +1,23 @@
-//! `nemo-lens emit-spans`: completed spans from epoch-second intervals.
+//! `nemo-lens emit-spans`: completed spans from epoch-second intervals, as Python NeMo Lens's
+//! command of the same name.
 //!
 //! Each `--span NAME,START,END[,PARENT]` becomes one span, emitted with
-//! [`nemo_lens::EmitSpan`] (so an end before the start is clamped and tagged
-//! `inverted.*`). Parents may be listed before or after their children; intervals need not
-//! nest. The input is checked as a whole first (field count, numbers, duplicate names, missing
-//! parents, cycles): any problem emits nothing and exits 1.
+//! [`nemo_lens::EmitSpan`] (so an end before the start is clamped, warned about and tagged
+//! `inverted.*`). Times are decimals read as Python's `Decimal` (`1e3`, `.5`, `1_000`).
+//! Parents may be listed before or after their children; intervals need not nest. The input is
+//! checked as a whole first, with Python's messages on stderr: a malformed `--span`
+//! (`error: skipping 'x': ...`: field count, empty name, missing, unparseable or non-finite
+//! timestamp), duplicate names, missing or duplicated parents, parent cycles
+//! (`error: invalid span ...`). Any problem emits nothing: `nothing emitted: invalid span input`,
+//! exit 1. Spans are emitted parents first (in rounds, each in input order); on success stderr
+//! has one line per span, `  NAME (34 wide) DURATION (8.3f)s[  -> PARENT]`.
 //!
 //! Export goes through the normal configuration: [`LensConfig::from_env`] (so
 //! `NEMO_LENS_EXPORTER`, `NEMO_LENS_CONSOLE_PATH`, `OTEL_EXPORTER_OTLP_*`,
 //! `OTEL_RESOURCE_ATTRIBUTES` apply) with telemetry switched on for this process regardless of
 //! `NEMO_LENS_ENABLED`, export strategy `all_ranks`, no metrics, and `service.name` from
-//! `--service`. A setup failure, an export failure or a flush timeout exits 2.
+//! `--service`. A setup failure (`error: ...`), an export failure (`error: failed to export
+//! spans`) or a flush timeout (`error: timed out while flushing spans`) exits 2.
 //!
 //! # Identity
 //!
@@ -18,24 +25,25 @@
 //!
 //! | attribute | from, first found |
 //! |---|---|
-//! | `dl.rank` | `--rank`; the launcher's rank variable: `RANK` (torchrun), `SLURM_PROCID` (srun), `OMPI_COMM_WORLD_RANK` (mpirun) |
-//! | `dl.world_size` | `--world-size`; `WORLD_SIZE`, `SLURM_NTASKS`, `OMPI_COMM_WORLD_SIZE` |
+//! | `nv.dl.rank`, `dl.rank` | `--rank`; the launcher's rank variable: `RANK` (torchrun), `SLURM_PROCID` (srun), `OMPI_COMM_WORLD_RANK` (mpirun); `nv.dl.rank` in `OTEL_RESOURCE_ATTRIBUTES` (as the library reads it) |
+//! | `nv.dl.world_size`, `dl.world_size` | `--world-size`; `WORLD_SIZE`, `SLURM_NTASKS`, `OMPI_COMM_WORLD_SIZE`; `nv.dl.world_size` in `OTEL_RESOURCE_ATTRIBUTES` |
 //! | `nemo.run.id` | `--run-id`; `NEMO_LENS_RUN_ID` (as the library reads it); `SLURM_JOB_ID` (the library's fallback) |
 //! | `service.instance.id` | `{run id}-rank{rank}` when both are known (as the library derives it) |
 //!
-//! What is not known is not stamped: no `dl.rank` nor `service.instance.id` without a rank, no
-//! `dl.world_size` without a world size, no run id without one (the library would draw a random
-//! run id that no rank of the job shares). Values given in `OTEL_RESOURCE_ATTRIBUTES` are
-//! inherited as they are. A launcher variable that is set but not a non-negative integer, or a
+//! What is not known is not stamped: no rank nor `service.instance.id` without a rank, no
+//! world size without one, no run id without one (the library would draw a random run id that
+//! no rank of the job shares). The job's identity (Slurm attributes, `nv.dl.job.uuid`,
+//! `nv.dl.run.uuid`) is the library's, and the other values of `OTEL_RESOURCE_ATTRIBUTES` are
+//! inherited. A launcher variable that is set but not a non-negative integer, or a
 //! rank not below the world size, is an error naming the variable (exit 2). Blank and
 //! non-UTF-8 variables count as unset, as in the library.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use anyhow::anyhow;
 use nemo_lens::{EmitSpan, EpochSeconds};
-use nemo_lens::{LensConfig, Telemetry};
+use nemo_lens::{LensConfig, LensError, Telemetry};
 use opentelemetry::Context;
 use opentelemetry::trace::{SpanContext, TraceContextExt};
 
@@ -159,25 +167,7 @@ fn identity(
     })
 }
 
-impl Identity {
-    /// One line for stderr: what was stamped and from where.
-    fn describe(&self) -> String {
-        fn part<T: std::fmt::Display>(label: &str, f: &Option<Found<T>>) -> String {
-            match f {
-                Some(f) => format!("{label} {} (from {})", f.value, f.source),
-                None => format!("{label} unknown (not stamped)"),
-            }
-        }
-        format!(
-            "identity: {}, {}, {}",
-            part("rank", &self.rank),
-            part("world size", &self.world_size),
-            part("run id", &self.run_id)
-        )
-    }
-}
-
-/// One validated `--span`.
+/// One valid `--span`.
 #[derive(Debug)]
 struct SpanSpec {
     name: String,
@@ -188,34 +178,40 @@ struct SpanSpec {
     parent: Option<String>,
 }
 
+/// Reads one `--span` as Python's `_parse_span_arg`: the reason it is skipped, else the span.
 fn parse_one(arg: &str) -> Result<SpanSpec, String> {
     let fields: Vec<&str> = arg.split(',').map(str::trim).collect();
     if !(3..=4).contains(&fields.len()) {
         return Err(format!(
-            "--span {arg:?}: expected NAME,START,END[,PARENT], got {} field(s)",
-            fields.len()
+            "skipping {}: expected NAME,START,END[,PARENT]",
+            py_repr(arg)
         ));
     }
     let name = fields[0];
     if name.is_empty() {
-        return Err(format!("--span {arg:?}: empty NAME"));
+        return Err(format!("skipping {}: missing span name", py_repr(arg)));
     }
-    let time = |s: &str, label| -> Result<(EpochSeconds, i128), String> {
-        let t: EpochSeconds = s
-            .parse()
-            .map_err(|e| format!("--span {arg:?}: {label}: {e}"))?;
-        let ns = t
-            .to_nanos(label)
-            .map_err(|e| format!("--span {arg:?}: {e}"))?;
-        Ok((t, ns))
+    let skip = |why: &str| format!("skipping {}: {why}", py_repr(name));
+    if fields[1].is_empty() || fields[2].is_empty() {
+        return Err(skip("missing timestamp"));
+    }
+    let (start, end) = match (
+        fields[1].parse::<EpochSeconds>(),
+        fields[2].parse::<EpochSeconds>(),
+    ) {
+        (Ok(start), Ok(end)) => (start, end),
+        (Err(LensError::InvalidArgument(_)), _) | (_, Err(LensError::InvalidArgument(_))) => {
+            return Err(skip("unparseable timestamp"));
+        }
+        _ => return Err(skip("timestamp must be finite")),
     };
-    let (start, start_ns) = time(fields[1], "START")?;
-    let (end, end_ns) = time(fields[2], "END")?;
-    let parent = match fields.get(3) {
-        Some(&"") => return Err(format!("--span {arg:?}: empty PARENT")),
-        Some(p) => Some((*p).to_owned()),
-        None => None,
+    let (Ok(start_ns), Ok(end_ns)) = (start.to_nanos("START"), end.to_nanos("END")) else {
+        return Err(skip("timestamp out of range"));
     };
+    let parent = fields
+        .get(3)
+        .filter(|p| !p.is_empty())
+        .map(|p| (*p).to_owned());
     Ok(SpanSpec {
         name: name.to_owned(),
         start,
@@ -226,7 +222,55 @@ fn parse_one(arg: &str) -> Result<SpanSpec, String> {
     })
 }
 
-/// Parses and checks every `--span`; returns them parents-first, or every problem found.
+/// Python's `repr` of a string: in single quotes (double quotes when it holds a `'` and no
+/// `"`), backslash escapes for the quote, `\\`, `\n`, `\r`, `\t`, and `\x..` / `\u....`
+/// for other control and invisible characters.
+fn py_repr(s: &str) -> String {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if !printable(c) => {
+                let n = u32::from(c);
+                if n <= 0xff {
+                    out.push_str(&format!("\\x{n:02x}"));
+                } else if n <= 0xffff {
+                    out.push_str(&format!("\\u{n:04x}"));
+                } else {
+                    out.push_str(&format!("\\U{n:08x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
+}
+
+/// Python's `str.isprintable` for the characters a command line plausibly holds: not a control
+/// character, not a separator other than the space, not an invisible format character.
+fn printable(c: char) -> bool {
+    !(c.is_control()
+        || (c.is_whitespace() && c != ' ')
+        || matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}' | '\u{feff}'))
+}
+
+/// Checks every `--span` and orders them parents first, as Python's `_validate_span_args`:
+/// the specs in emission order, or every problem found (stderr lines without `error: `).
 fn plan(args: &[String]) -> Result<Vec<SpanSpec>, Vec<String>> {
     let mut problems = Vec::new();
     let mut specs = Vec::new();
@@ -236,75 +280,104 @@ fn plan(args: &[String]) -> Result<Vec<SpanSpec>, Vec<String>> {
             Err(e) => problems.push(e),
         }
     }
-    let mut index: HashMap<&str, usize> = HashMap::new();
-    for (i, s) in specs.iter().enumerate() {
-        if index.insert(&s.name, i).is_some() {
-            problems.push(format!("duplicate span name {:?}", s.name));
-        }
-    }
+    let mut counts: HashMap<&str, usize> = HashMap::new();
     for s in &specs {
-        if let Some(p) = &s.parent
-            && !index.contains_key(p.as_str())
-        {
-            problems.push(format!(
-                "span {:?}: parent {p:?} is not one of the --span names",
-                s.name
-            ));
+        *counts.entry(&s.name).or_default() += 1;
+    }
+    let mut duplicated: Vec<&str> = counts
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(name, _)| *name)
+        .collect();
+    duplicated.sort_unstable();
+    for name in &duplicated {
+        problems.push(format!(
+            "invalid span {}: duplicate span name",
+            py_repr(name)
+        ));
+    }
+    let mut candidates = Vec::new();
+    for s in &specs {
+        if duplicated.contains(&s.name.as_str()) {
+            continue;
+        }
+        match s.parent.as_deref() {
+            Some(p) if duplicated.contains(&p) => problems.push(format!(
+                "invalid span {}: parent {} is duplicated",
+                py_repr(&s.name),
+                py_repr(p)
+            )),
+            Some(p) if !counts.contains_key(p) => problems.push(format!(
+                "invalid span {}: missing parent {}",
+                py_repr(&s.name),
+                py_repr(p)
+            )),
+            _ => candidates.push(s.name.clone()),
         }
     }
     if !problems.is_empty() {
         return Err(problems);
     }
-    // Depth-first, parents before children; a parent chain that comes back is a cycle.
-    let mut order = Vec::with_capacity(specs.len());
-    let mut state = vec![0u8; specs.len()]; // 0 new, 1 on the chain, 2 placed
-    for i in 0..specs.len() {
-        let mut chain = Vec::new();
-        let mut cur = Some(i);
-        while let Some(c) = cur {
-            match state[c] {
-                2 => break,
-                1 => {
-                    problems.push(format!("parent cycle through span {:?}", specs[c].name));
-                    break;
-                }
-                _ => {
-                    state[c] = 1;
-                    chain.push(c);
-                    cur = specs[c].parent.as_deref().map(|p| index[p]);
-                }
+    // Rounds: each takes, in input order, every span whose parent is already placed.
+    let mut slots: Vec<Option<SpanSpec>> = specs.into_iter().map(Some).collect();
+    let mut order = Vec::with_capacity(slots.len());
+    let mut placed: HashSet<String> = HashSet::new();
+    while order.len() < slots.len() {
+        let ready: Vec<usize> = (0..slots.len())
+            .filter(|&i| {
+                slots[i]
+                    .as_ref()
+                    .is_some_and(|s| s.parent.as_ref().is_none_or(|p| placed.contains(p)))
+            })
+            .collect();
+        if ready.is_empty() {
+            return Err(slots
+                .iter()
+                .flatten()
+                .map(|s| {
+                    format!(
+                        "invalid span graph: parent cycle prevents emitting {}",
+                        py_repr(&s.name)
+                    )
+                })
+                .collect());
+        }
+        for i in ready {
+            if let Some(s) = slots[i].take() {
+                placed.insert(s.name.clone());
+                order.push(s);
             }
         }
-        for &c in chain.iter().rev() {
-            state[c] = 2;
-            order.push(c);
-        }
     }
-    if !problems.is_empty() {
-        return Err(problems);
-    }
-    let mut slots: Vec<Option<SpanSpec>> = specs.into_iter().map(Some).collect();
-    Ok(order.into_iter().filter_map(|i| slots[i].take()).collect())
+    Ok(order)
 }
 
-fn seconds(ns: i128) -> f64 {
-    ns as f64 / 1e9
+/// `max(end - start, 0)` seconds as Python's `f"{d:8.3f}"` of a `Decimal` (half-even).
+fn duration(start_ns: i128, end_ns: i128) -> String {
+    let ns = (end_ns - start_ns).max(0);
+    let (mut ms, rest) = (ns / 1_000_000, ns % 1_000_000);
+    if rest > 500_000 || (rest == 500_000 && ms % 2 == 1) {
+        ms += 1;
+    }
+    format!("{:>8}", format!("{}.{:03}", ms / 1000, ms % 1000))
 }
 
 /// Runs `nemo-lens emit-spans`.
 pub fn run(service: &str, args: &[String], identity_args: &IdentityArgs) -> Result<(), Failure> {
-    let specs = plan(args).map_err(|problems| {
-        for p in &problems {
-            eprintln!("error: {p}");
+    let specs = match plan(args) {
+        Ok(specs) => specs,
+        Err(problems) => {
+            for p in &problems {
+                eprintln!("error: {p}");
+            }
+            // Python's last line, without the `error: ` prefix `main` would add; nothing was
+            // set up, so nothing needs to be flushed.
+            eprintln!("{INVALID}");
+            std::process::exit(1);
         }
-        Failure {
-            code: 1,
-            error: anyhow!(INVALID),
-        }
-    })?;
+    };
 
-    let mut config = LensConfig::from_env()
-        .map_err(|e| Failure::setup(anyhow!(e).context("cannot read the configuration")))?;
+    let mut config = LensConfig::from_env().map_err(|e| Failure::setup(anyhow!(e)))?;
     config.enabled = true;
     config.traces_enabled = true;
     config.metrics_enabled = false;
@@ -326,9 +399,7 @@ pub fn run(service: &str, args: &[String], identity_args: &IdentityArgs) -> Resu
         Some(w) => builder.world_size(w.value),
         None => builder.unknown_world_size(),
     };
-    let telemetry = builder
-        .build()
-        .map_err(|e| Failure::setup(anyhow!(e).context("cannot set up the span exporter")))?;
+    let telemetry = builder.build().map_err(|e| Failure::setup(anyhow!(e)))?;
     let tracer = telemetry.tracer();
 
     let mut contexts: HashMap<&str, SpanContext> = HashMap::new();
@@ -337,7 +408,7 @@ pub fn run(service: &str, args: &[String], identity_args: &IdentityArgs) -> Resu
             Some(sc) => Context::new().with_remote_span_context(sc.clone()),
             None => Context::new(),
         };
-        let emitted = EmitSpan::new(s.name.clone(), s.start, s.end)
+        let emitted = EmitSpan::new(s.name.clone(), s.start.clone(), s.end.clone())
             .parent(&parent)
             .emit(&tracer)
             .map_err(|e| Failure::setup(anyhow!(e).context(format!("span {:?}", s.name))))?;
@@ -345,36 +416,36 @@ pub fn run(service: &str, args: &[String], identity_args: &IdentityArgs) -> Resu
             contexts.insert(&s.name, sc);
         }
     }
-    telemetry
-        .force_flush()
-        .map_err(|e| Failure::setup(anyhow!(e).context("export failed")))?;
-    telemetry
-        .shutdown(FLUSH_TIMEOUT)
-        .map_err(|e| Failure::setup(anyhow!(e).context("export failed")))?;
+    let flushed = telemetry.force_flush();
+    let dropped = telemetry.dropped();
+    let shut = telemetry.shutdown(FLUSH_TIMEOUT);
+    match flushed {
+        Err(e) if e.to_string().contains("timed out") => {
+            return Err(Failure::setup(
+                anyhow!(e).context("timed out while flushing spans"),
+            ));
+        }
+        Err(e) => return Err(Failure::setup(anyhow!(e).context("failed to export spans"))),
+        Ok(()) if dropped.spans > 0 => {
+            return Err(Failure::setup(anyhow!(
+                "failed to export spans: {} span(s) dropped",
+                dropped.spans
+            )));
+        }
+        Ok(()) => {}
+    }
+    shut.map_err(|e| Failure::setup(anyhow!(e).context("failed to export spans")))?;
 
-    let width = specs.iter().map(|s| s.name.len()).max().unwrap_or(4).max(4);
-    eprintln!(
-        "{:<width$}  {:>20}  {:>20}  {:>14}  parent",
-        "span", "start", "end", "duration_s"
-    );
     for s in &specs {
-        let end_ns = s.end_ns.max(s.start_ns);
         eprintln!(
-            "{:<width$}  {:>20}  {:>20}  {:>14.6}  {}{}",
+            "  {:<34} {}s{}",
             s.name,
-            s.start,
-            s.end,
-            seconds(end_ns - s.start_ns),
-            s.parent.as_deref().unwrap_or("-"),
-            if s.end_ns < s.start_ns {
-                "  (end before start: clamped, tagged inverted.*)"
-            } else {
-                ""
-            }
+            duration(s.start_ns, s.end_ns),
+            s.parent
+                .as_deref()
+                .map_or_else(String::new, |p| format!("  -> {p}"))
         );
     }
-    eprintln!("{}", identity.describe());
-    eprintln!("emitted {} span(s) for service {service:?}", specs.len());
     Ok(())
 }
 
@@ -458,24 +529,62 @@ mod tests {
     }
 
     #[test]
-    fn parents_come_first_whatever_the_order_given() {
+    fn parents_come_first_in_rounds_of_input_order() {
+        assert_eq!(
+            names(&["child,1,2,root", "root,1,2", "grandchild,1,2,child"]).unwrap(),
+            ["root", "child", "grandchild"]
+        );
         assert_eq!(
             names(&["c,1,2,b", "b,1,2,a", "a,1,2", "d,1,2"]).unwrap(),
-            ["a", "b", "c", "d"]
+            ["a", "d", "b", "c"]
         );
     }
 
     #[test]
-    fn every_problem_is_reported() {
-        let problems = names(&["a,1", "b,x,2", "c,1,2,zz", "c,1,2"]).unwrap_err();
-        assert_eq!(problems.len(), 4, "{problems:?}");
-        assert!(problems[0].contains("got 2 field(s)"));
-        assert!(problems[1].contains("START: 'x'"));
-        assert!(
-            problems
-                .iter()
-                .any(|p| p.contains("duplicate span name \"c\""))
+    fn problems_are_python_s_messages() {
+        let problems = names(&[
+            "a,1",
+            ",1,2",
+            "m,,2",
+            "bad,one,2",
+            "nf,nan,2",
+            "root,1,2",
+            "root,1,2",
+            "orphan,1,2,missing",
+        ])
+        .unwrap_err();
+        assert_eq!(
+            problems,
+            [
+                "skipping 'a,1': expected NAME,START,END[,PARENT]",
+                "skipping ',1,2': missing span name",
+                "skipping 'm': missing timestamp",
+                "skipping 'bad': unparseable timestamp",
+                "skipping 'nf': timestamp must be finite",
+                "invalid span 'root': duplicate span name",
+                "invalid span 'orphan': missing parent 'missing'",
+            ]
         );
-        assert!(problems.iter().any(|p| p.contains("parent \"zz\"")));
+        assert_eq!(
+            names(&["a,1,2,b", "b,1,2,a", "c,1,2,a", "ok,1,2"]).unwrap_err(),
+            [
+                "invalid span graph: parent cycle prevents emitting 'a'",
+                "invalid span graph: parent cycle prevents emitting 'b'",
+                "invalid span graph: parent cycle prevents emitting 'c'",
+            ]
+        );
+        // An end before its start is accepted (emit_span clamps it).
+        assert_eq!(names(&["backwards,2,1"]).unwrap(), ["backwards"]);
+    }
+
+    #[test]
+    fn repr_and_durations_are_python_s() {
+        assert_eq!(py_repr("it's"), "\"it's\"");
+        assert_eq!(py_repr("a\u{1}\n'\""), "'a\\x01\\n\\'\"'");
+        assert_eq!(duration(0, 500_000), "   0.000");
+        assert_eq!(duration(0, 1_500_000), "   0.002");
+        assert_eq!(duration(0, 2_500_000), "   0.002");
+        assert_eq!(duration(0, 3_000_000_000), "   3.000");
+        assert_eq!(duration(5, 1), "   0.000");
     }
 }

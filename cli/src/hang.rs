@@ -16,25 +16,42 @@
 //! * **Outliers**: ranks at another span or step than the largest group (ties: the group waiting
 //!   in a `collective` span is taken as the majority, since waiting is what the healthy ranks of
 //!   a hung collective do), ranks whose dump holds no open span, and ranks with no dump at all
-//!   (the world size comes from the dumps' `dl.world_size`, or `--world-size`).
+//!   (the world size comes from the dumps' `dl.world_size` or `nv.dl.world_size`, or
+//!   `--world-size`).
 //! * **Suspects**: the outlier ranks. When there is one, the exit code is 3.
 //!
 //! `--json` prints the same as one JSON object (`world_size`, `ranks`, `groups`, `outliers`,
-//! `suspects`).
+//! `suspects`, and the ranks without a dump as inclusive ranges in `no_dump`, counted in
+//! `no_dump_count`).
+//!
+//! # Bounds
+//!
+//! Dumps are read by the shared reader ([`crate::input`]), with its record bound
+//! (`--max-record-bytes`, 16 MiB): a record that is too long, not UTF-8 or not JSON is skipped
+//! and counted (on stderr), never the rest of its file. What is kept does not grow with what
+//! the dumps claim: per dump at most [`MAX_OPEN_SPANS`] open spans, their names cut to
+//! [`MAX_NAME_BYTES`]; the ranks without a dump are ranges between the ranks with one, however
+//! large the world size (`dl.world_size`, `nv.dl.world_size` or `--world-size`), and only the first
+//! [`MAX_LISTED_NO_DUMP`] of them are listed one by one among the outliers and suspects.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fs::File;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::input::{parse_time_us, rank_from_file_name};
+use crate::input::{self, ReadOptions, Record, Source};
 
 /// Attributes holding a span's step, in order of preference.
 const STEP_ATTRIBUTES: [&str; 2] = ["dl.step", "step"];
+
+/// Open spans kept per dump (a rank's recorder holds at most 1024); more are counted.
+pub const MAX_OPEN_SPANS: usize = 4096;
+/// Bytes kept of a span's name and group (cut on a character boundary).
+pub const MAX_NAME_BYTES: usize = 256;
+/// Ranks without a dump listed one by one among the outliers (all are in `no_dump`).
+pub const MAX_LISTED_NO_DUMP: usize = 1000;
 
 /// What one rank's latest dump says.
 #[derive(Debug, Clone, Serialize)]
@@ -80,16 +97,21 @@ pub struct Outlier {
 /// The whole report.
 #[derive(Debug, Serialize)]
 pub struct Report {
-    /// From the dumps' `dl.world_size` (or `--world-size`); `null` when unknown.
+    /// From the dumps' `dl.world_size` or `nv.dl.world_size` (or `--world-size`); `null` when
+    /// unknown.
     pub world_size: Option<i64>,
     /// Ranks with a dump.
     pub ranks: usize,
     /// Groups, largest first (the majority first).
     pub groups: Vec<Group>,
-    /// Outliers, by rank.
+    /// Outliers, by rank (of the ranks without a dump, the first [`MAX_LISTED_NO_DUMP`]).
     pub outliers: Vec<Outlier>,
-    /// Ranks named as suspects.
+    /// Ranks named as suspects (as listed in `outliers`).
     pub suspects: Vec<i64>,
+    /// Ranks below the world size without a dump, as inclusive `[first, last]` ranges.
+    pub no_dump: Vec<[i64; 2]>,
+    /// How many ranks `no_dump` holds.
+    pub no_dump_count: u64,
 }
 
 #[derive(Debug)]
@@ -103,12 +125,14 @@ struct OpenSpan {
     start_us: i64,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Dump {
-    rank: i64,
+    rank: Option<i64>,
     world_size: Option<i64>,
-    time_us: i64,
+    time_us: Option<i64>,
     open: Vec<OpenSpan>,
+    /// Open spans beyond [`MAX_OPEN_SPANS`].
+    open_skipped: u64,
     file: PathBuf,
 }
 
@@ -120,62 +144,133 @@ fn int(v: Option<&Value>) -> Option<i64> {
     }
 }
 
-fn read_dump(path: &Path) -> Result<Option<Dump>> {
-    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let mut dump = Dump {
-        rank: -1,
-        world_size: None,
-        time_us: i64::MIN,
-        open: Vec::new(),
-        file: path.to_path_buf(),
-    };
-    let mut any = false;
-    for line in BufReader::new(file).lines() {
-        let Ok(line) = line else { break };
-        let Ok(v) = serde_json::from_str::<Value>(&line) else {
-            continue;
-        };
-        let Some(name) = v["name"].as_str() else {
-            continue;
-        };
-        any = true;
-        let resource = &v["resource"]["attributes"];
-        if let Some(r) = int(resource.get("dl.rank")) {
-            dump.rank = r;
+/// `text` cut to [`MAX_NAME_BYTES`] on a character boundary.
+fn cut(mut text: String) -> String {
+    if text.len() > MAX_NAME_BYTES {
+        let mut at = MAX_NAME_BYTES;
+        while !text.is_char_boundary(at) {
+            at -= 1;
         }
-        if let Some(w) = int(resource.get("dl.world_size")) {
-            dump.world_size = Some(w);
-        }
-        if let Some(end) = v["end_time"].as_str().and_then(parse_time_us) {
-            dump.time_us = dump.time_us.max(end);
-        }
-        let attrs = &v["attributes"];
-        if attrs["nemo.span.open"] != Value::Bool(true) {
-            continue;
-        }
-        dump.open.push(OpenSpan {
-            id: v["context"]["span_id"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-            parent: v["parent_id"].as_str().map(str::to_string),
-            name: name.to_string(),
-            group: attrs["nemo.group"].as_str().map(str::to_string),
-            step: STEP_ATTRIBUTES.iter().find_map(|k| int(attrs.get(*k))),
-            age_s: attrs["nemo.span.open_age_s"].as_f64(),
-            start_us: v["start_time"]
-                .as_str()
-                .and_then(parse_time_us)
-                .unwrap_or(0),
-        });
+        text.truncate(at);
+        text.push('…');
     }
-    if dump.rank < 0 {
-        dump.rank = rank_from_file_name(path).unwrap_or(-1);
-    }
-    Ok((any && dump.rank >= 0).then_some(dump))
+    text
 }
 
-fn state_of(dump: &Dump) -> RankState {
+impl Dump {
+    /// Takes one span of the dump.
+    fn add(&mut self, span: input::Span) {
+        if let Some(r) = span.rank {
+            self.rank = Some(r);
+        }
+        if let Some(w) = span.world_size {
+            self.world_size = Some(self.world_size.map_or(w, |old| old.max(w)));
+        }
+        self.time_us = Some(self.time_us.map_or(span.end_us, |t| t.max(span.end_us)));
+        let attrs = &span.attributes;
+        if attrs.get("nemo.span.open") != Some(&Value::Bool(true)) {
+            return;
+        }
+        if self.open.len() >= MAX_OPEN_SPANS {
+            self.open_skipped += 1;
+            return;
+        }
+        self.open.push(OpenSpan {
+            id: cut(span.context.span_id),
+            parent: span.parent_id.map(cut),
+            group: attrs
+                .get("nemo.group")
+                .and_then(Value::as_str)
+                .map(|g| cut(g.to_string())),
+            step: STEP_ATTRIBUTES.iter().find_map(|k| int(attrs.get(*k))),
+            age_s: attrs.get("nemo.span.open_age_s").and_then(Value::as_f64),
+            start_us: span.start_us,
+            name: cut(span.name),
+        });
+    }
+}
+
+/// The latest dump of each rank, reduced to where the rank is.
+struct Latest {
+    time_us: i64,
+    world_size: Option<i64>,
+    state: RankState,
+}
+
+/// Reads the dumps (each file one dump) and keeps the latest of each rank.
+fn read_dumps(files: &[PathBuf], read: &ReadOptions) -> Result<BTreeMap<i64, Latest>> {
+    let mut latest: BTreeMap<i64, Latest> = BTreeMap::new();
+    let mut current: Option<(usize, Dump)> = None;
+    let mut seen = vec![false; files.len()];
+    let stats = input::for_each_record(
+        files,
+        read,
+        &input::progress_bar(files, false),
+        |source: &Source, record| {
+            if current.as_ref().map(|(i, _)| *i) != Some(source.index) {
+                if let Some((_, done)) = current.take() {
+                    keep_latest(done, &mut latest);
+                }
+                seen[source.index] = true;
+                current = Some((
+                    source.index,
+                    Dump {
+                        file: files[source.index].clone(),
+                        ..Dump::default()
+                    },
+                ));
+            }
+            if let (Record::Span(span), Some((_, dump))) = (record, current.as_mut()) {
+                dump.add(*span);
+            }
+            Ok(())
+        },
+    )?;
+    if let Some((_, done)) = current.take() {
+        keep_latest(done, &mut latest);
+    }
+    stats.report();
+    // A file without a single record never reached the callback.
+    for (file, _) in files.iter().zip(&seen).filter(|(_, seen)| !**seen) {
+        eprintln!(
+            "warning: {}: no span line with a rank; skipped",
+            file.display()
+        );
+    }
+    Ok(latest)
+}
+
+/// Keeps `dump` if it is the latest of its rank.
+fn keep_latest(dump: Dump, latest: &mut BTreeMap<i64, Latest>) {
+    if dump.open_skipped > 0 {
+        eprintln!(
+            "warning: {}: {} open span(s) beyond the first {MAX_OPEN_SPANS} skipped",
+            dump.file.display(),
+            dump.open_skipped
+        );
+    }
+    let (Some(rank), Some(time_us)) = (dump.rank, dump.time_us) else {
+        eprintln!(
+            "warning: {}: no span line with a rank; skipped",
+            dump.file.display()
+        );
+        return;
+    };
+    if latest.get(&rank).is_some_and(|l| l.time_us >= time_us) {
+        return;
+    }
+    let state = state_of(rank, &dump);
+    latest.insert(
+        rank,
+        Latest {
+            time_us,
+            world_size: dump.world_size,
+            state,
+        },
+    );
+}
+
+fn state_of(rank: i64, dump: &Dump) -> RankState {
     let parents: BTreeSet<&str> = dump
         .open
         .iter()
@@ -200,7 +295,7 @@ fn state_of(dump: &Dump) -> RankState {
         None
     });
     RankState {
-        rank: dump.rank,
+        rank,
         span: innermost.map(|s| s.name.clone()),
         group: innermost.and_then(|s| s.group.clone()),
         step,
@@ -209,26 +304,28 @@ fn state_of(dump: &Dump) -> RankState {
     }
 }
 
-/// Builds the report from dump files.
-pub fn analyse(files: &[PathBuf], world_size: Option<i64>) -> Result<Report> {
-    let mut latest: BTreeMap<i64, Dump> = BTreeMap::new();
-    for path in files {
-        let Some(dump) = read_dump(path)? else {
-            eprintln!(
-                "warning: {}: no span line with a rank; skipped",
-                path.display()
-            );
-            continue;
-        };
-        match latest.get(&dump.rank) {
-            Some(d) if d.time_us >= dump.time_us => {}
-            _ => {
-                latest.insert(dump.rank, dump);
-            }
+/// The ranks in `0..world_size` that are not keys of `present`, as inclusive ranges: at most
+/// one more range than `present` holds, whatever the world size.
+fn missing_ranges(present: &BTreeMap<i64, Latest>, world_size: i64) -> Vec<[i64; 2]> {
+    let mut out = Vec::new();
+    let mut next = 0_i64;
+    for &rank in present.keys().filter(|&&r| (0..world_size).contains(&r)) {
+        if rank > next {
+            out.push([next, rank - 1]);
         }
+        next = rank + 1;
     }
+    if next < world_size {
+        out.push([next, world_size - 1]);
+    }
+    out
+}
+
+/// Builds the report from dump files.
+pub fn analyse(files: &[PathBuf], world_size: Option<i64>, read: &ReadOptions) -> Result<Report> {
+    let latest = read_dumps(files, read)?;
     let world_size = world_size.or_else(|| latest.values().filter_map(|d| d.world_size).max());
-    let states: Vec<RankState> = latest.values().map(state_of).collect();
+    let states: Vec<RankState> = latest.values().map(|l| l.state.clone()).collect();
     let mut by_key: BTreeMap<(Option<String>, Option<i64>), Vec<&RankState>> = BTreeMap::new();
     for s in &states {
         by_key.entry((s.span.clone(), s.step)).or_default().push(s);
@@ -274,16 +371,23 @@ pub fn analyse(files: &[PathBuf], world_size: Option<i64>) -> Result<Report> {
             });
         }
     }
-    if let Some(ws) = world_size {
-        for rank in 0..ws {
-            if !latest.contains_key(&rank) {
-                outliers.push(Outlier {
-                    rank,
-                    why: "no dump",
-                    state: None,
-                });
-            }
-        }
+    let no_dump = world_size.map_or_else(Vec::new, |ws| missing_ranges(&latest, ws));
+    let no_dump_count: u64 = no_dump.iter().map(|[a, b]| b.abs_diff(*a) + 1).sum();
+    let listed = no_dump
+        .iter()
+        .flat_map(|&[a, b]| a..=b)
+        .take(MAX_LISTED_NO_DUMP);
+    outliers.extend(listed.map(|rank| Outlier {
+        rank,
+        why: "no dump",
+        state: None,
+    }));
+    if no_dump_count > MAX_LISTED_NO_DUMP as u64 {
+        eprintln!(
+            "warning: {no_dump_count} rank(s) have no dump (world size {}); the outliers list \
+             the first {MAX_LISTED_NO_DUMP}, `no_dump` holds them all as ranges",
+            world_size.unwrap_or_default()
+        );
     }
     outliers.sort_by_key(|o| o.rank);
     let suspects = outliers.iter().map(|o| o.rank).collect();
@@ -293,26 +397,63 @@ pub fn analyse(files: &[PathBuf], world_size: Option<i64>) -> Result<Report> {
         groups,
         outliers,
         suspects,
+        no_dump,
+        no_dump_count,
     })
+}
+
+/// Sorted ranks as inclusive ranges.
+fn to_ranges(ranks: &[i64]) -> Vec<[i64; 2]> {
+    let mut out: Vec<[i64; 2]> = Vec::new();
+    for &r in ranks {
+        match out.last_mut() {
+            Some(last) if last[1].checked_add(1) == Some(r) => last[1] = r,
+            _ => out.push([r, r]),
+        }
+    }
+    out
+}
+
+/// `0-4,6-7` of inclusive ranges.
+fn range_text(ranges: &[[i64; 2]]) -> String {
+    ranges
+        .iter()
+        .map(|&[a, b]| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// `0-4,6-7`.
 fn ranges(ranks: &[i64]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < ranks.len() {
-        let mut j = i;
-        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
-            j += 1;
+    range_text(&to_ranges(ranks))
+}
+
+/// Every suspect rank, the ranks without a dump included however many: sorted ranges.
+fn suspect_ranges(report: &Report) -> Vec<[i64; 2]> {
+    let mut all: Vec<[i64; 2]> = report
+        .outliers
+        .iter()
+        .filter(|o| o.state.is_some())
+        .map(|o| [o.rank, o.rank])
+        .chain(report.no_dump.iter().copied())
+        .collect();
+    all.sort_unstable();
+    let mut merged: Vec<[i64; 2]> = Vec::with_capacity(all.len());
+    for [a, b] in all {
+        match merged.last_mut() {
+            Some(last) if last[1].checked_add(1).is_some_and(|next| next >= a) => {
+                last[1] = last[1].max(b);
+            }
+            _ => merged.push([a, b]),
         }
-        out.push(if i == j {
-            ranks[i].to_string()
-        } else {
-            format!("{}-{}", ranks[i], ranks[j])
-        });
-        i = j + 1;
     }
-    out.join(",")
+    merged
 }
 
 fn place(span: &Option<String>, step: Option<i64>, open_s: Option<f64>) -> String {
@@ -359,21 +500,31 @@ pub fn render(report: &Report) -> String {
     if !report.outliers.is_empty() {
         out.push_str("outliers:\n");
         for o in &report.outliers {
-            match &o.state {
-                Some(s) => out.push_str(&format!(
+            if let Some(s) = &o.state {
+                out.push_str(&format!(
                     "  rank {}: {} ({})\n",
                     o.rank,
                     place(&s.span, s.step, s.open_s),
                     o.why
-                )),
-                None => out.push_str(&format!("  rank {}: no dump\n", o.rank)),
+                ));
             }
+        }
+        match report.no_dump_count {
+            0 => {}
+            1 => out.push_str(&format!("  rank {}: no dump\n", report.no_dump[0][0])),
+            n => out.push_str(&format!(
+                "  ranks {}: no dump ({n} ranks)\n",
+                range_text(&report.no_dump)
+            )),
         }
     }
     if report.suspects.is_empty() {
         out.push_str("no suspect: every rank is at the same span and step\n");
     } else {
-        out.push_str(&format!("suspect rank(s): {}\n", ranges(&report.suspects)));
+        out.push_str(&format!(
+            "suspect rank(s): {}\n",
+            range_text(&suspect_ranges(report))
+        ));
     }
     out
 }
@@ -383,8 +534,13 @@ fn ranks_label(ranks: &[i64]) -> String {
 }
 
 /// Runs the subcommand: prints the report; `Ok(true)` when it names a suspect.
-pub fn run(files: &[PathBuf], world_size: Option<i64>, json: bool) -> Result<bool> {
-    let report = analyse(files, world_size)?;
+pub fn run(
+    files: &[PathBuf],
+    world_size: Option<i64>,
+    json: bool,
+    read: &ReadOptions,
+) -> Result<bool> {
+    let report = analyse(files, world_size, read)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -395,12 +551,43 @@ pub fn run(files: &[PathBuf], world_size: Option<i64>, json: bool) -> Result<boo
 
 #[cfg(test)]
 mod tests {
-    use super::ranges;
+    use super::*;
 
     #[test]
     fn rank_ranges() {
         assert_eq!(ranges(&[0, 1, 2, 3, 4, 6, 7]), "0-4,6-7");
         assert_eq!(ranges(&[5]), "5");
         assert_eq!(ranges(&[]), "");
+        assert_eq!(
+            ranges(&[i64::MAX - 1, i64::MAX]),
+            format!("{}-{}", i64::MAX - 1, i64::MAX)
+        );
+    }
+
+    #[test]
+    fn missing_ranks_are_the_gaps_below_the_world_size() {
+        let latest: BTreeMap<i64, Latest> = [0, 5, 9, 12]
+            .into_iter()
+            .map(|rank| {
+                let state = RankState {
+                    rank,
+                    span: None,
+                    group: None,
+                    step: None,
+                    open_s: None,
+                    file: PathBuf::new(),
+                };
+                let latest = Latest {
+                    time_us: 0,
+                    world_size: None,
+                    state,
+                };
+                (rank, latest)
+            })
+            .collect();
+        assert_eq!(missing_ranges(&latest, 11), [[1, 4], [6, 8], [10, 10]]);
+        assert_eq!(missing_ranges(&latest, i64::MAX).len(), 4);
+        assert!(missing_ranges(&latest, 1).is_empty());
+        assert!(missing_ranges(&latest, -3).is_empty());
     }
 }

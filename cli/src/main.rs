@@ -3,7 +3,9 @@
 //! * `perfetto` merges per-rank console JSONL into one Chrome Trace Event file ([`perfetto`]);
 //! * `summary` prints per-rank span statistics and a straggler report ([`summary`]);
 //! * `emit-spans` exports completed spans from epoch-second intervals ([`emit`]);
-//! * `hang` names the stuck rank from flight-recorder dumps ([`hang`]).
+//! * `hang` names the stuck rank from flight-recorder dumps ([`hang`]);
+//! * `set-slurm-resource-attrs` prints the shell line that hands a Slurm job's identity down
+//!   through `OTEL_RESOURCE_ATTRIBUTES` ([`slurm_attrs`]).
 //!
 //! Input files are read by [`input`] (plain or gzip, compact or pretty-printed records, streamed,
 //! bad or oversized records skipped and counted).
@@ -12,6 +14,7 @@ mod emit;
 mod hang;
 mod input;
 mod perfetto;
+mod slurm_attrs;
 mod summary;
 
 use std::path::PathBuf;
@@ -25,7 +28,8 @@ Exit codes:
   1  invalid input: emit-spans got a bad --span (\"nothing emitted: invalid span input\")
   2  usage error, an input or output file that cannot be opened or written (any write error,
      stdout included; an output that is one of the inputs is refused), or (emit-spans) a bad
-     rank, world size or run id, an exporter that cannot be set up or fails to export
+     rank, world size or run id, an exporter that cannot be set up or fails to export;
+     set-slurm-resource-attrs: --container-image without --stage task
   3  hang: a suspect rank was named (an outlier or a rank without a dump)";
 
 /// Tools for NeMo Lens span files: merge ranks into a Perfetto timeline, find stragglers, emit
@@ -100,6 +104,19 @@ enum Command {
         #[command(flatten)]
         identity: emit::IdentityArgs,
     },
+    /// Print `export OTEL_RESOURCE_ATTRIBUTES=...` with the Slurm job's identity added (typed
+    /// slurm.* attributes, nv.dl.job.uuid), for `eval` in a batch script or task. Keys already
+    /// in OTEL_RESOURCE_ATTRIBUTES win.
+    #[command(name = "set-slurm-resource-attrs", after_help = EXIT_CODES)]
+    SetSlurmResourceAttrs {
+        /// Where the command runs: `sbatch` (the batch script: adds slurm.head_node.name outside
+        /// a step, leaves out the task-local topology) or `task` (each task: adds host.name).
+        #[arg(long, value_enum)]
+        stage: slurm_attrs::Stage,
+        /// Container image to record as nv.dl.launch.container.image (`--stage task` only).
+        #[arg(long, value_name = "IMAGE")]
+        container_image: Option<String>,
+    },
     /// Which rank is stuck, and where: merge flight-recorder dumps (NEMO_LENS_FLIGHT_RECORDER)
     /// of any number of ranks, group ranks by innermost open span and step, name the outliers
     /// and the ranks without a dump. Exit code 3 when it names a suspect.
@@ -114,6 +131,8 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        read: input::ReadOptions,
     },
 }
 
@@ -181,11 +200,16 @@ fn run(cli: Cli) -> Result<(), Failure> {
             spans,
             identity,
         } => emit::run(&service, &spans, &identity),
+        Command::SetSlurmResourceAttrs {
+            stage,
+            container_image,
+        } => slurm_attrs::run(stage, container_image.as_deref()),
         Command::Hang {
             files,
             world_size,
             json,
-        } => match hang::run(&files, world_size, json).map_err(Failure::setup)? {
+            read,
+        } => match hang::run(&files, world_size, json, &read).map_err(Failure::setup)? {
             false => Ok(()),
             true => Err(Failure {
                 code: 3,

@@ -13,14 +13,17 @@ use serde_json::Value;
 use support::{bin, clear_telemetry_env};
 
 /// Launcher variables that give emit-spans its identity; cleared from every run.
-const LAUNCHER_ENV: [&str; 7] = [
+const LAUNCHER_ENV: [&str; 10] = [
     "RANK",
     "WORLD_SIZE",
     "SLURM_PROCID",
     "SLURM_NTASKS",
     "SLURM_JOB_ID",
+    "SLURM_ARRAY_JOB_ID",
     "OMPI_COMM_WORLD_RANK",
     "OMPI_COMM_WORLD_SIZE",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
 ];
 
 /// Runs emit-spans with the console exporter writing to `dir/spans-{rank}.jsonl`, with a clean
@@ -82,15 +85,17 @@ fn emits_parent_and_children_with_exact_times() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    // The per-span duration table.
-    assert!(stderr.contains("duration_s"), "{stderr}");
-    assert!(
-        stderr
-            .lines()
-            .any(|l| l.starts_with("pull") && l.contains("11.750000") && l.contains("job")),
+    // Python's summary: one line per span, parents first, then the clamping warning's line.
+    let summary: Vec<&str> = stderr.lines().filter(|l| l.starts_with("  ")).collect();
+    assert_eq!(
+        summary,
+        [
+            format!("  {:<34} {:>8}s", "job", "299.000"),
+            format!("  {:<34} {:>8}s  -> job", "pull", "11.750"),
+            format!("  {:<34} {:>8}s  -> job", "skew", "0.000"),
+        ],
         "{stderr}"
     );
-    assert!(stderr.contains("emitted 3 span(s)"), "{stderr}");
 
     let spans = lines(dir.path());
     assert_eq!(spans.len(), 3, "{spans:?}");
@@ -124,30 +129,174 @@ fn emits_parent_and_children_with_exact_times() {
 #[test]
 fn invalid_input_emits_nothing_and_exits_1() {
     let cases: &[(&[&str], &str)] = &[
-        (&["a,1,two"], "END"),
-        (&["a,1"], "expected NAME,START,END[,PARENT]"),
-        (&["a,nan,2"], "must be finite"),
-        (&["a,1,inf"], "must be finite"),
-        (&["a,1,2", "a,3,4"], "duplicate span name \"a\""),
-        (&["a,1,2,ghost"], "parent \"ghost\""),
-        (&["a,1,2,b", "b,1,2,a"], "parent cycle"),
-        (&["ok,1,2", "a,1,2,a"], "parent cycle"),
+        (&["a,1,two"], "error: skipping 'a': unparseable timestamp"),
+        (&["a,0x10,2"], "error: skipping 'a': unparseable timestamp"),
+        (
+            &["a,1"],
+            "error: skipping 'a,1': expected NAME,START,END[,PARENT]",
+        ),
+        (&[",1,2"], "error: skipping ',1,2': missing span name"),
+        (&["m,,2"], "error: skipping 'm': missing timestamp"),
+        (
+            &["a,nan,2"],
+            "error: skipping 'a': timestamp must be finite",
+        ),
+        (
+            &["a,1,-Infinity"],
+            "error: skipping 'a': timestamp must be finite",
+        ),
+        (&["a,1e40,2"], "error: skipping 'a': timestamp out of range"),
+        (
+            &["a,1,2", "a,3,4"],
+            "error: invalid span 'a': duplicate span name",
+        ),
+        (
+            &["a,1,2,ghost"],
+            "error: invalid span 'a': missing parent 'ghost'",
+        ),
+        (
+            &["a,1,2,b", "b,1,2,a"],
+            "error: invalid span graph: parent cycle prevents emitting 'a'",
+        ),
+        (
+            &["ok,1,2", "a,1,2,a"],
+            "error: invalid span graph: parent cycle prevents emitting 'a'",
+        ),
+        (
+            &["dup,1,2", "dup,1,2", "kid,1,2,dup"],
+            "error: invalid span 'kid': parent 'dup' is duplicated",
+        ),
     ];
     for (spans, why) in cases {
         let dir = tempfile::tempdir().unwrap();
-        let out = emit(dir.path(), &[], spans);
+        // Each with a valid span: all or nothing.
+        let mut spans = spans.to_vec();
+        spans.push("fine,1795989600,1795989601");
+        let out = emit(dir.path(), &[], &spans);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{spans:?}: {stderr}");
-        assert!(
-            stderr.contains("nothing emitted: invalid span input"),
+        assert_eq!(
+            stderr.lines().last(),
+            Some("nothing emitted: invalid span input"),
             "{spans:?}: {stderr}"
         );
         assert!(
-            stderr.contains(why),
+            stderr.lines().any(|l| l == *why),
             "{spans:?}: expected {why:?} in {stderr}"
         );
         assert!(lines(dir.path()).is_empty(), "{spans:?} emitted something");
     }
+}
+
+/// Python's clock-inversion case: each inverted span is clamped to its start, tagged with exactly
+/// the four `inverted.*` attributes, warned about once, and summarised as 0.000 s; the others
+/// carry no evidence.
+#[test]
+fn inverted_spans_are_clamped_tagged_and_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = emit(
+        dir.path(),
+        &[],
+        &[
+            "leaf,1795989612,1795989611,child",
+            "child,1795989610,1795989609,root",
+            "root,1795989608,1795989607",
+            "sibling,1795989609,1795989615,root",
+            "marker,1795989611,1795989611,root",
+            "other-root,1795989620,1795989621",
+            "launch,1790038547.061741440,1790038547.061741439",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr.matches("clamping end to start").count(),
+        4,
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "Span leaf has inverted timestamps: start_epoch_seconds=1795989612, \
+             end_epoch_seconds=1795989611, inversion=1 seconds"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l == format!("  {:<34} {:>8}s  -> child", "leaf", "0.000")),
+        "{stderr}"
+    );
+    let spans = lines(dir.path());
+    assert_eq!(spans.len(), 7);
+    for span in &spans {
+        let name = span["name"].as_str().unwrap();
+        let attrs = span["attributes"].as_object().unwrap();
+        let evidence = match name {
+            "leaf" => Some(("1795989612", "1795989611", "1")),
+            "child" => Some(("1795989610", "1795989609", "1")),
+            "root" => Some(("1795989608", "1795989607", "1")),
+            "launch" => Some(("1790038547.061741440", "1790038547.061741439", "1E-9")),
+            _ => None,
+        };
+        match evidence {
+            Some((start, end, delta)) => {
+                assert_eq!(span["start_time"], span["end_time"], "{name}");
+                assert_eq!(
+                    serde_json::Value::Object(attrs.clone()),
+                    serde_json::json!({
+                        "inverted.skew": true,
+                        "inverted.start_epoch_seconds": start,
+                        "inverted.end_epoch_seconds": end,
+                        "inverted.delta_seconds": delta,
+                    }),
+                    "{name}"
+                );
+            }
+            None => assert!(attrs.is_empty(), "{name}: {attrs:?}"),
+        }
+    }
+    // Parentage survives the clamping.
+    let by = |n: &str| spans.iter().find(|s| s["name"] == n).unwrap();
+    assert_eq!(by("leaf")["parent_id"], by("child")["context"]["span_id"]);
+    assert_eq!(by("child")["parent_id"], by("root")["context"]["span_id"]);
+}
+
+/// Python's resource case: `--service` wins over the carrier's `service.name`, the launcher's
+/// Slurm counts are integers, its other keys strings.
+#[test]
+fn the_launcher_s_attributes_are_typed_as_python_s() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = emit(
+        dir.path(),
+        &[(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "service.name=from-env,slurm.job.id=123,slurm.array.count=1,slurm.nnodes=2,\
+             slurm.ntasks=2,slurm.restart_count=0,cluster.name=atlas",
+        )],
+        &[
+            "child,1700000001.5,1700000002.25,parent",
+            "parent,1700000000,1700000003",
+        ],
+    );
+    let resource = resource_of_all(dir.path(), 0, &out);
+    assert_eq!(resource["service.name"], "launcher");
+    assert_eq!(resource["slurm.job.id"], "123");
+    for key in [
+        "slurm.array.count",
+        "slurm.nnodes",
+        "slurm.ntasks",
+        "slurm.restart_count",
+    ] {
+        assert!(resource[key].is_i64(), "{key}: {resource:?}");
+    }
+    assert_eq!(resource["slurm.nnodes"], 2);
+    assert_eq!(resource["cluster.name"], "atlas");
+    let spans = lines(dir.path());
+    let by = |n: &str| spans.iter().find(|s| s["name"] == n).unwrap();
+    assert_eq!(by("child")["start_time"], "2023-11-14T22:13:21.500000Z");
+    assert_eq!(by("child")["end_time"], "2023-11-14T22:13:22.250000Z");
+    assert_eq!(by("child")["parent_id"], by("parent")["context"]["span_id"]);
 }
 
 #[test]
@@ -186,7 +335,12 @@ fn export_failure_exits_2() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("export failed"), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("error: failed to export spans")),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -253,10 +407,17 @@ fn emits_over_otlp_to_a_real_collector() {
 
 /// The resource attributes of the one span emitted into `dir/spans-{rank}.jsonl`.
 fn resource_of(dir: &Path, rank: u32, out: &Output) -> serde_json::Map<String, Value> {
+    let spans = lines_of(dir, rank);
+    assert_eq!(spans.len(), 1, "{}", String::from_utf8_lossy(&out.stderr));
+    resource_of_all(dir, rank, out)
+}
+
+/// The resource attributes of the spans emitted into `dir/spans-{rank}.jsonl`.
+fn resource_of_all(dir: &Path, rank: u32, out: &Output) -> serde_json::Map<String, Value> {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let spans = lines_of(dir, rank);
-    assert_eq!(spans.len(), 1, "{stderr}");
+    assert!(!spans.is_empty(), "{stderr}");
     spans[0]["resource"]["attributes"]
         .as_object()
         .unwrap()
@@ -270,18 +431,16 @@ fn an_identity_it_does_not_know_is_never_stamped() {
     let resource = resource_of(dir.path(), 0, &out);
     for key in [
         "dl.rank",
+        "nv.dl.rank",
         "dl.world_size",
+        "nv.dl.world_size",
         "service.instance.id",
         "nemo.run.id",
+        "nv.dl.run.uuid",
     ] {
         assert!(!resource.contains_key(key), "{key} stamped: {resource:?}");
     }
     assert_eq!(resource["service.name"], "launcher");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("identity: rank unknown (not stamped), world size unknown (not stamped), run id unknown (not stamped)"),
-        "{stderr}"
-    );
 
     // What the job's environment says about itself is inherited, never replaced.
     let dir = tempfile::tempdir().unwrap();
@@ -297,6 +456,22 @@ fn an_identity_it_does_not_know_is_never_stamped() {
     assert_eq!(resource["dl.rank"], "7");
     assert_eq!(resource["service.instance.id"], "node-a");
     assert!(!resource.contains_key("nemo.run.id"), "{resource:?}");
+
+    // A launcher's `nv.dl.rank` is the rank (as the library reads it): both names, the console
+    // file of rank 7.
+    let dir = tempfile::tempdir().unwrap();
+    let out = emit(
+        dir.path(),
+        &[(
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "nv.dl.rank=7,nv.dl.world_size=8",
+        )],
+        &["a,1795989600,1795989601"],
+    );
+    let resource = resource_of(dir.path(), 7, &out);
+    assert_eq!(resource["nv.dl.rank"], 7);
+    assert_eq!(resource["dl.rank"], 7);
+    assert_eq!(resource["nv.dl.world_size"], 8);
 }
 
 #[test]
@@ -336,11 +511,7 @@ fn identity_comes_from_the_launcher_environment_like_a_trainer_s() {
     assert_eq!(resource["dl.rank"], 1);
     assert_eq!(resource["dl.world_size"], 2);
     assert_eq!(resource["service.instance.id"], "exp-9-rank1");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("rank 1 (from RANK), world size 2 (from WORLD_SIZE), run id exp-9 (from NEMO_LENS_RUN_ID)"),
-        "{stderr}"
-    );
+    assert_eq!(resource["nv.dl.rank"], 1);
 }
 
 #[test]

@@ -347,8 +347,83 @@ fn distinct_span_names_stay_within_the_name_table() {
     );
 }
 
+/// One line of a flight-recorder dump of `rank`: an open `all_reduce` span.
+fn dump_line(rank: i64, world_size: i64) -> String {
+    format!(
+        r#"{{"name": "all_reduce", "context": {{"trace_id": "0x{:032x}", "span_id": "0x{:016x}"}}, "parent_id": null, "start_time": "2026-11-29T22:00:00.000000Z", "end_time": "2026-11-29T22:05:00.000000Z", "status": {{"status_code": "UNSET"}}, "attributes": {{"nemo.span.open": true, "nemo.span.open_age_s": 300.0, "step": 4}}, "events": [], "links": [], "resource": {{"attributes": {{"dl.rank": {rank}, "dl.world_size": {world_size}}}, "schema_url": ""}}}}"#,
+        0xabc,
+        0x100 + rank
+    )
+}
+
+fn hang_with_a_huge_world_size_allocates_nothing_per_claimed_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for (rank, world_size) in [(0, 1_000_000_000_000_i64), (1, 8)] {
+        let path = dir.path().join(format!("dump-rank{rank}.jsonl"));
+        fs::write(&path, dump_line(rank, world_size) + "\n").unwrap();
+        files.push(path);
+    }
+    let m = run_measured(bin().arg("hang").arg("--json").args(&files));
+    assert_eq!(m.code, Some(3), "{}", m.stderr);
+    assert!(
+        m.peak_rss < PEAK_BOUND,
+        "hang: peak RSS {:.1} MiB",
+        mib(m.peak_rss)
+    );
+    eprintln!(
+        "hang, dl.world_size 10^12: peak RSS {:.1} MiB",
+        mib(m.peak_rss)
+    );
+    let report: Value = serde_json::from_str(&m.stdout).unwrap();
+    assert_eq!(report["no_dump_count"], 999_999_999_998_i64, "{report}");
+
+    let m = run_measured(
+        bin()
+            .args(["hang", "--world-size", "9223372036854775807"])
+            .args(&files),
+    );
+    assert_eq!(m.code, Some(3), "{}", m.stderr);
+    assert!(
+        m.peak_rss < PEAK_BOUND,
+        "hang: peak RSS {:.1} MiB",
+        mib(m.peak_rss)
+    );
+    eprintln!(
+        "hang, --world-size i64::MAX: peak RSS {:.1} MiB",
+        mib(m.peak_rss)
+    );
+}
+
+fn hang_skips_a_200_mib_line_in_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dump-rank0.jsonl");
+    let mut f = BufWriter::new(fs::File::create(&path).unwrap());
+    let chunk = vec![b'a'; 1 << 20];
+    f.write_all(br#"{"name": ""#).unwrap();
+    for _ in 0..200 {
+        f.write_all(&chunk).unwrap();
+    }
+    f.write_all(b"\"}\n").unwrap();
+    writeln!(f, "{}", dump_line(0, 1)).unwrap();
+    f.into_inner().unwrap().sync_all().unwrap();
+    let m = run_measured(bin().arg("hang").arg("--json").arg(&path));
+    assert_bounded(&m, "hang, one 200 MiB line in a dump");
+    let report: Value = serde_json::from_str(&m.stdout).unwrap();
+    assert_eq!(report["groups"][0]["span"], "all_reduce", "{report}");
+    assert!(m.stderr.contains("over --max-record-bytes"), "{}", m.stderr);
+}
+
 /// The tests, in the order they run.
-const TESTS: [(&str, fn()); 5] = [
+const TESTS: [(&str, fn()); 7] = [
+    (
+        "hang_with_a_huge_world_size_allocates_nothing_per_claimed_rank",
+        hang_with_a_huge_world_size_allocates_nothing_per_claimed_rank,
+    ),
+    (
+        "hang_skips_a_200_mib_line_in_bounded_memory",
+        hang_skips_a_200_mib_line_in_bounded_memory,
+    ),
     (
         "gzip_of_an_endless_line_of_zeros_is_skipped_in_bounded_memory",
         gzip_of_an_endless_line_of_zeros_is_skipped_in_bounded_memory,

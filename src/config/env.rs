@@ -30,14 +30,23 @@ pub(crate) fn shown(value: &str) -> String {
 
 /// Reads one variable from the process environment: `None` when unset or not UTF-8 (a
 /// non-UTF-8 value cannot be any value nemo-lens accepts; the variables whose non-UTF-8 value is
-/// an error are read with [`process_var_strict`]).
+/// an error are read with [`process_var_strict`]). The exception is
+/// `OTEL_RESOURCE_ATTRIBUTES`, a list: bytes that are not UTF-8 become U+FFFD there, so that
+/// one bad segment does not hide the launcher's other attributes.
 ///
 /// A name that cannot be a variable name (empty, or containing `=` or NUL) yields `None`.
 pub(crate) fn process_var(name: &str) -> Option<String> {
     if name.is_empty() || name.contains(['=', '\0']) {
         return None;
     }
-    std::env::var(name).ok()
+    match std::env::var(name) {
+        Ok(value) => Some(value),
+        // The carrier's variable, by name: the carrier module itself reads this one.
+        Err(std::env::VarError::NotUnicode(value)) if name == "OTEL_RESOURCE_ATTRIBUTES" => {
+            Some(value.to_string_lossy().into_owned())
+        }
+        Err(_) => None,
+    }
 }
 
 /// Reads one variable from the process environment: `Ok(None)` when unset, an error naming it

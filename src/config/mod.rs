@@ -3,12 +3,13 @@
 //! ([`resource`]).
 
 pub(crate) mod env;
+pub(crate) mod named_file;
+mod read;
 pub(crate) mod resource;
 
 use std::fmt;
 use std::str::FromStr;
 
-use crate::config::env::{parse_bool, parse_float, parse_int, parse_level};
 use crate::error::{LensError, Result};
 
 /// The default environment prefix.
@@ -145,7 +146,7 @@ pub struct LensConfig {
     /// that would have been their parent (`<P>_TRACE_PER`, comma-separated, case-insensitive;
     /// default empty: off, as in Python). `step` gives one small trace per step per rank
     /// instead of one job-long trace that trace stores refuse past their size limits (see
-    /// README "At scale").
+    /// `docs/at-scale.md`).
     pub trace_per: String,
     /// Exporter (`<P>_EXPORTER`, default `otlp`).
     pub exporter: ExporterKind,
@@ -165,6 +166,12 @@ pub struct LensConfig {
     /// `<P>_FLIGHT_RECORDER_GROUPS`, `<P>_DUMP_DIR`, `<P>_HANG_TIMEOUT`, `<P>_CONTROL_FILE`); see
     /// [`crate::flight_recorder`].
     pub flight_recorder: crate::flight_recorder::config::RecorderConfig,
+    /// Rust only: the exporting rank's resource names its GPU, read through NVML (`nv.gpu.*`;
+    /// `<P>_DETECT_GPU`, default `false`; feature `nvml`).
+    pub detect_gpu: bool,
+    /// Rust only: spans are also NVTX ranges, on every enabled rank (`<P>_NVTX`, default
+    /// `false`; feature `nvtx`; [`Telemetry::nvtx_layer`](crate::Telemetry::nvtx_layer)).
+    pub nvtx: bool,
     /// Which variables the fields validated at setup were read from (for error messages);
     /// empty for a config built in code.
     pub(crate) sources: ConfigSources,
@@ -208,6 +215,8 @@ impl PartialEq for LensConfig {
             wandb_project,
             console_path,
             flight_recorder,
+            detect_gpu,
+            nvtx,
             sources: _,
         } = self;
         *enabled == other.enabled
@@ -229,6 +238,8 @@ impl PartialEq for LensConfig {
             && *wandb_project == other.wandb_project
             && *console_path == other.console_path
             && *flight_recorder == other.flight_recorder
+            && *detect_gpu == other.detect_gpu
+            && *nvtx == other.nvtx
     }
 }
 
@@ -254,6 +265,8 @@ impl Default for LensConfig {
             wandb_project: String::new(),
             console_path: None,
             flight_recorder: Default::default(),
+            detect_gpu: false,
+            nvtx: false,
             sources: ConfigSources::default(),
         }
     }
@@ -271,136 +284,7 @@ pub(crate) fn check_rate(var: &str, rate: f64) -> Result<f64> {
     }
 }
 
-/// The variables of other tools the configuration reads: a non-UTF-8 value means unset.
-const BARE_VARS: [&str; 3] = ["OTEL_SERVICE_NAME", "WANDB_ENTITY", "WANDB_PROJECT"];
-
 impl LensConfig {
-    /// Reads the configuration from `NEMO_LENS_*` (and the bare `OTEL_SERVICE_NAME`,
-    /// `WANDB_ENTITY`, `WANDB_PROJECT`).
-    ///
-    /// ```
-    /// let cfg = nemo_lens::LensConfig::from_env().unwrap();
-    /// # let _ = cfg;
-    /// ```
-    pub fn from_env() -> Result<Self> {
-        Self::from_env_with_fallback(DEFAULT_PREFIX, None)
-    }
-
-    /// Reads `<prefix>_*`, falling back to `<fallback>_*` for keys the primary prefix leaves
-    /// empty, as `from_env(prefix="MEGATRON_OTEL", fallback_prefix="NEMO_LENS")` does.
-    ///
-    /// ```
-    /// let cfg = nemo_lens::LensConfig::from_env_with_fallback("MEGATRON_OTEL", Some("NEMO_LENS")).unwrap();
-    /// # let _ = cfg;
-    /// ```
-    pub fn from_env_with_fallback(prefix: &str, fallback: Option<&str>) -> Result<Self> {
-        // Read through `var_os` so that a non-UTF-8 `<prefix>_*` value is an error that names
-        // the variable. The bare variables of other tools (`OTEL_SERVICE_NAME`, `WANDB_*`) are
-        // not nemo-lens's to reject: a non-UTF-8 one means unset, with a warning.
-        let mut first_err = None;
-        let cfg = Self::from_lookup(prefix, fallback, |k| match env::process_var_strict(k) {
-            Ok(v) => v,
-            Err(e) if BARE_VARS.contains(&k) => {
-                eprintln!("nemo-lens: warning: {e} Treated as unset.");
-                None
-            }
-            Err(e) => {
-                first_err.get_or_insert(e);
-                None
-            }
-        });
-        match first_err {
-            Some(e) => Err(e),
-            None => cfg,
-        }
-    }
-
-    /// Reads the configuration through `lookup` instead of the process environment (tests, or
-    /// configuration forwarded from a launcher). Same rules as [`LensConfig::from_env`].
-    pub fn from_lookup(
-        prefix: &str,
-        fallback: Option<&str>,
-        mut lookup: impl FnMut(&str) -> Option<String>,
-    ) -> Result<Self> {
-        let mut get = |key: &str| -> Option<(String, String)> {
-            let primary = format!("{prefix}_{key}");
-            if let Some(v) = lookup(&primary).map(|v| v.trim().to_string())
-                && !v.is_empty()
-            {
-                return Some((primary, v));
-            }
-            let fb = fallback?;
-            let name = format!("{fb}_{key}");
-            lookup(&name)
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-                .map(|v| (name, v))
-        };
-        // Errors name the primary variable, as the Python library does.
-        let primary = |key: &str| format!("{prefix}_{key}");
-        let mut cfg = LensConfig::default();
-        let mut boolean = |key: &str, slot: &mut bool| -> Result<()> {
-            if let Some((_, v)) = get(key) {
-                *slot = parse_bool(&primary(key), &v)?;
-            }
-            Ok(())
-        };
-        boolean("ENABLED", &mut cfg.enabled)?;
-        boolean("SAMPLER_ENABLED", &mut cfg.sampler_enabled)?;
-        boolean("TRACES_ENABLED", &mut cfg.traces_enabled)?;
-        boolean("METRICS_ENABLED", &mut cfg.metrics_enabled)?;
-        boolean("LOGS_ENABLED", &mut cfg.logs_enabled)?;
-        if let Some((var, v)) = get("EXPORT_STRATEGY") {
-            cfg.export_strategy = v;
-            cfg.sources.export_strategy = Some(var);
-        }
-        if let Some((_, v)) = get("EXPORT_RANK") {
-            cfg.export_rank = parse_int(&primary("EXPORT_RANK"), &v)?;
-        }
-        if let Some((_, v)) = get("EXPORT_SAMPLE_RATE") {
-            let var = primary("EXPORT_SAMPLE_RATE");
-            cfg.export_sample_rate = check_rate(&var, parse_float(&var, &v)?)?;
-        }
-        if let Some((var, v)) = get("SPAN_GROUPS") {
-            cfg.span_groups = v;
-            cfg.sources.span_groups = Some(var);
-        }
-        if let Some((var, v)) = get("TRACE_PER") {
-            cfg.trace_per = v;
-            cfg.sources.trace_per = Some(var);
-        }
-        if let Some((var, v)) = get("EXPORTER") {
-            match v.parse() {
-                Ok(kind) => cfg.exporter = kind,
-                // Only the exporting rank builds an exporter: the error waits for it.
-                Err(_) => cfg.sources.bad_exporter = Some((var, env::shown(&v))),
-            }
-        }
-        if let Some((_, v)) = get("RUN_ID") {
-            cfg.run_id = v;
-        }
-        if let Some((_, v)) = get("USER_ID") {
-            cfg.user = v;
-        }
-        if let Some((_, v)) = get("LOGS_LEVEL") {
-            cfg.logs_level = parse_level(&primary("LOGS_LEVEL"), &v)?;
-        }
-        if let Some((_, v)) = get("CONSOLE_PATH") {
-            cfg.console_path = Some(v);
-        }
-        cfg.flight_recorder =
-            crate::flight_recorder::config::RecorderConfig::read(&mut get, primary)?;
-        if let Some(v) = lookup("OTEL_SERVICE_NAME").map(|v| v.trim().to_string())
-            && !v.is_empty()
-        {
-            cfg.service_name = v;
-        }
-        // Bare and not stripped, as in the reference.
-        cfg.wandb_entity = lookup("WANDB_ENTITY").unwrap_or_default();
-        cfg.wandb_project = lookup("WANDB_PROJECT").unwrap_or_default();
-        Ok(cfg)
-    }
-
     // Setters, one per field, for a config built in code (`LensConfig` is `#[non_exhaustive]`).
 
     /// Sets the master switch (`<P>_ENABLED`).
@@ -541,6 +425,25 @@ impl LensConfig {
         flight_recorder: crate::flight_recorder::config::RecorderConfig,
     ) -> Self {
         self.flight_recorder = flight_recorder;
+        self
+    }
+
+    /// Sets GPU identity detection (`<P>_DETECT_GPU`; feature `nvml`).
+    ///
+    /// ```
+    /// let config = nemo_lens::LensConfig::default().with_detect_gpu(true).with_nvtx(true);
+    /// assert!(config.detect_gpu && config.nvtx);
+    /// ```
+    #[must_use]
+    pub fn with_detect_gpu(mut self, detect_gpu: bool) -> Self {
+        self.detect_gpu = detect_gpu;
+        self
+    }
+
+    /// Sets NVTX ranges (`<P>_NVTX`; feature `nvtx`).
+    #[must_use]
+    pub fn with_nvtx(mut self, nvtx: bool) -> Self {
+        self.nvtx = nvtx;
         self
     }
 

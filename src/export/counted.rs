@@ -19,22 +19,7 @@ use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 /// wraps any push exporter and adds one to a counter for every export that fails, so the loss
 /// shows up in [`Telemetry::dropped`](crate::Telemetry::dropped) (`metric_exports`), in the
 /// shutdown report on stderr, and in the `nemo.lens.dropped` metric.
-///
-/// ```
-/// use std::sync::Arc;
-/// use std::sync::atomic::{AtomicU64, Ordering};
-/// use nemo_lens::export::CountedMetricExporter;
-/// use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
-///
-/// let failed = Arc::new(AtomicU64::new(0));
-/// let exporter = CountedMetricExporter::new(InMemoryMetricExporter::default(), failed.clone());
-/// let provider = SdkMeterProvider::builder()
-///     .with_reader(PeriodicReader::builder(exporter).build())
-///     .build();
-/// provider.shutdown().unwrap();
-/// assert_eq!(failed.load(Ordering::Relaxed), 0);
-/// ```
-pub struct CountedMetricExporter<E> {
+pub(crate) struct CountedMetricExporter<E> {
     inner: E,
     failed: Arc<AtomicU64>,
 }
@@ -49,7 +34,7 @@ impl<E> fmt::Debug for CountedMetricExporter<E> {
 
 impl<E: PushMetricExporter> CountedMetricExporter<E> {
     /// Wraps `inner`; each failed export adds one to `failed`.
-    pub fn new(inner: E, failed: Arc<AtomicU64>) -> Self {
+    pub(crate) fn new(inner: E, failed: Arc<AtomicU64>) -> Self {
         CountedMetricExporter { inner, failed }
     }
 }
@@ -77,5 +62,27 @@ impl<E: PushMetricExporter> PushMetricExporter for CountedMetricExporter<E> {
 
     fn temporality(&self) -> Temporality {
         self.inner.temporality()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn failed_exports_start_at_zero() {
+        use super::CountedMetricExporter;
+        use opentelemetry_sdk::metrics::{
+            InMemoryMetricExporter, PeriodicReader, SdkMeterProvider,
+        };
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU64, Ordering};
+
+        let failed = Arc::new(AtomicU64::new(0));
+        let exporter =
+            CountedMetricExporter::new(InMemoryMetricExporter::default(), failed.clone());
+        let provider = SdkMeterProvider::builder()
+            .with_reader(PeriodicReader::builder(exporter).build())
+            .build();
+        provider.shutdown().unwrap();
+        assert_eq!(failed.load(Ordering::Relaxed), 0);
     }
 }

@@ -17,7 +17,7 @@ use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use parking_lot::Mutex;
 
 /// How many helper threads may be stuck in abandoned exports at once.
-pub const MAX_STUCK_HELPERS: usize = 4;
+pub(super) const MAX_STUCK_HELPERS: usize = 4;
 
 /// One export, run on a helper thread.
 type Job = Box<dyn FnOnce() -> OTelSdkResult + Send>;
@@ -43,7 +43,7 @@ impl Slot {
 
 /// The future of one export: ready when the helper has answered. Dropping it abandons the
 /// export (the helper finishes it, and its answer is ignored).
-pub struct ExportAnswer(Arc<Slot>);
+pub(super) struct ExportAnswer(Arc<Slot>);
 
 impl fmt::Debug for ExportAnswer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -214,20 +214,7 @@ fn block_on<F: Future>(future: F) -> F::Output {
 /// so a hung collector sees one attempt per batch, each bounded by the export timeout. At most
 /// [`MAX_STUCK_HELPERS`] helpers may be stuck at once; beyond that a batch fails at once
 /// (counted) instead of starting another thread.
-///
-/// ```
-/// use nemo_lens::export::DeadlineExporter;
-/// use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
-/// use opentelemetry::trace::{Tracer, TracerProvider};
-///
-/// let memory = InMemorySpanExporter::default();
-/// let provider = SdkTracerProvider::builder()
-///     .with_simple_exporter(DeadlineExporter::new("spans", memory.clone()))
-///     .build();
-/// provider.tracer("demo").in_span("step", |_cx| {});
-/// assert_eq!(memory.get_finished_spans().unwrap().len(), 1);
-/// ```
-pub struct DeadlineExporter<E> {
+pub(crate) struct DeadlineExporter<E> {
     inner: Arc<E>,
     helpers: Helpers,
 }
@@ -244,7 +231,7 @@ impl<E: fmt::Debug> fmt::Debug for DeadlineExporter<E> {
 impl<E: Send + Sync + 'static> DeadlineExporter<E> {
     /// Wraps `inner`; its helper threads are named `nemo-lens-<name>-export` and started on
     /// the first export.
-    pub fn new(name: &'static str, inner: E) -> Self {
+    pub(crate) fn new(name: &'static str, inner: E) -> Self {
         DeadlineExporter {
             inner: Arc::new(inner),
             helpers: Helpers::new(name),
@@ -252,7 +239,8 @@ impl<E: Send + Sync + 'static> DeadlineExporter<E> {
     }
 
     /// Threads alive: the helper, and those stuck in exports that were abandoned.
-    pub fn threads(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn threads(&self) -> usize {
         self.helpers.alive.load(Ordering::Acquire)
     }
 }
@@ -352,5 +340,19 @@ mod tests {
         assert_eq!(exporter.threads(), 0, "the abandoned helpers exit");
         let ok = poll_for(exporter.export(Vec::new()), Duration::from_secs(60));
         assert!(matches!(ok, Some(Ok(()))), "{ok:?}");
+    }
+
+    #[test]
+    fn spans_pass_through_the_helper_thread() {
+        use super::DeadlineExporter;
+        use opentelemetry::trace::{Tracer, TracerProvider};
+        use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+
+        let memory = InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(DeadlineExporter::new("spans", memory.clone()))
+            .build();
+        provider.tracer("demo").in_span("step", |_cx| {});
+        assert_eq!(memory.get_finished_spans().unwrap().len(), 1);
     }
 }

@@ -14,7 +14,7 @@ use crate::queue::budget::ApproxSize;
 
 /// The largest request [`MessageLimit`] sends: 4 MiB, the default receive limit of gRPC
 /// servers.
-pub const MAX_MESSAGE_BYTES: usize = 4 << 20;
+pub(super) const MAX_MESSAGE_BYTES: usize = 4 << 20;
 
 /// What a request costs beyond its spans (resource, scope, framing), kept free under the limit.
 const REQUEST_OVERHEAD: usize = 64 << 10;
@@ -32,28 +32,7 @@ const REQUEST_OVERHEAD: usize = 64 << 10;
 ///
 /// When a request fails, the batch counts as dropped as a whole (as without splitting), so a
 /// request sent before the failing one may be both delivered and counted.
-///
-/// ```
-/// use std::sync::Arc;
-/// use std::sync::atomic::{AtomicU64, Ordering};
-/// use nemo_lens::export::MessageLimit;
-/// use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
-/// use opentelemetry::trace::{Span, Tracer, TracerProvider};
-///
-/// let memory = InMemorySpanExporter::default();
-/// let dropped = Arc::new(AtomicU64::new(0));
-/// let provider = SdkTracerProvider::builder()
-///     .with_simple_exporter(MessageLimit::new(memory.clone(), dropped.clone()))
-///     .build();
-/// let tracer = provider.tracer("demo");
-/// tracer.in_span("small", |_cx| {});
-/// let mut huge = tracer.start("huge");
-/// huge.set_attribute(opentelemetry::KeyValue::new("blob", "x".repeat(5 << 20)));
-/// huge.end();
-/// assert_eq!(memory.get_finished_spans().unwrap().len(), 1); // "small" only
-/// assert_eq!(dropped.load(Ordering::Relaxed), 1); // "huge", counted
-/// ```
-pub struct MessageLimit<E> {
+pub(crate) struct MessageLimit<E> {
     inner: E,
     dropped: Arc<AtomicU64>,
     limit: usize,
@@ -70,7 +49,7 @@ impl<E: fmt::Debug> fmt::Debug for MessageLimit<E> {
 
 impl<E> MessageLimit<E> {
     /// Wraps `inner`; spans too large to send are added to `dropped`.
-    pub fn new(inner: E, dropped: Arc<AtomicU64>) -> Self {
+    pub(crate) fn new(inner: E, dropped: Arc<AtomicU64>) -> Self {
         MessageLimit {
             inner,
             dropped,
@@ -150,5 +129,27 @@ mod tests {
             requests.iter().map(Vec::len).collect::<Vec<_>>(),
             [3, 3, 3, 1]
         );
+    }
+
+    #[test]
+    fn a_span_too_large_alone_is_dropped_and_counted() {
+        use super::MessageLimit;
+        use opentelemetry::trace::{Span, Tracer, TracerProvider};
+        use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU64, Ordering};
+
+        let memory = InMemorySpanExporter::default();
+        let dropped = Arc::new(AtomicU64::new(0));
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(MessageLimit::new(memory.clone(), dropped.clone()))
+            .build();
+        let tracer = provider.tracer("demo");
+        tracer.in_span("small", |_cx| {});
+        let mut huge = tracer.start("huge");
+        huge.set_attribute(opentelemetry::KeyValue::new("blob", "x".repeat(5 << 20)));
+        huge.end();
+        assert_eq!(memory.get_finished_spans().unwrap().len(), 1); // "small" only
+        assert_eq!(dropped.load(Ordering::Relaxed), 1); // "huge", counted
     }
 }

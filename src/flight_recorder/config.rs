@@ -1,28 +1,4 @@
-//! The recorder's settings, read from `NEMO_LENS_*` with the crate's configuration rules
-//! (trimmed values, empty means unset, typed errors naming the variable and what it accepts).
-//!
-//! | variable | default | meaning |
-//! |---|---|---|
-//! | `NEMO_LENS_FLIGHT_RECORDER` | `0` (off) | closed spans kept (ring slots), `0`..=[`MAX_CAPACITY`] |
-//! | `NEMO_LENS_FLIGHT_RECORDER_GROUPS` | `job,step,checkpoint,collective` | span groups recorded |
-//! | `NEMO_LENS_DUMP_DIR` | the working directory | where dumps are written |
-//! | `NEMO_LENS_HANG_TIMEOUT` | `600` | seconds without a recorded span closing before the watchdog dumps; `0` = no watchdog |
-//! | `NEMO_LENS_CONTROL_FILE` | unset | file re-read on `SIGUSR2` (see [`crate::flight_recorder`]) |
-//!
-//! ```
-//! use nemo_lens::LensConfig;
-//! let env = [("NEMO_LENS_FLIGHT_RECORDER", "4096"), ("NEMO_LENS_HANG_TIMEOUT", "2.5")];
-//! let cfg = LensConfig::from_lookup("NEMO_LENS", None, |k| {
-//!     env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
-//! }).unwrap();
-//! assert_eq!(cfg.flight_recorder.capacity, 4096);
-//! assert_eq!(cfg.flight_recorder.hang_timeout, Some(std::time::Duration::from_millis(2500)));
-//!
-//! let bad = LensConfig::from_lookup("NEMO_LENS", None, |k| {
-//!     (k == "NEMO_LENS_FLIGHT_RECORDER").then(|| "lots".to_string())
-//! }).unwrap_err().to_string();
-//! assert!(bad.contains("NEMO_LENS_FLIGHT_RECORDER") && bad.contains("0 (off) to 100000"));
-//! ```
+//! [`RecorderConfig`]: the flight recorder's settings.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -33,12 +9,38 @@ use crate::error::{LensError, Result};
 pub const MAX_CAPACITY: usize = 100_000;
 
 /// The recorder's groups when `NEMO_LENS_FLIGHT_RECORDER_GROUPS` is unset.
-pub const DEFAULT_GROUPS: &str = "job,step,checkpoint,collective";
+pub(super) const DEFAULT_GROUPS: &str = "job,step,checkpoint,collective";
 
 /// The watchdog's timeout when `NEMO_LENS_HANG_TIMEOUT` is unset.
-pub const DEFAULT_HANG_TIMEOUT: Duration = Duration::from_secs(600);
+pub(super) const DEFAULT_HANG_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Flight-recorder settings (part of [`LensConfig`](crate::LensConfig)).
+///
+/// The recorder's settings, read from `NEMO_LENS_*` with the crate's configuration rules
+/// (trimmed values, empty means unset, typed errors naming the variable and what it accepts).
+///
+/// | variable | default | meaning |
+/// |---|---|---|
+/// | `NEMO_LENS_FLIGHT_RECORDER` | `0` (off) | closed spans kept (ring slots), `0`..=[`MAX_CAPACITY`] |
+/// | `NEMO_LENS_FLIGHT_RECORDER_GROUPS` | `job,step,checkpoint,collective` | span groups recorded |
+/// | `NEMO_LENS_DUMP_DIR` | the working directory | where dumps are written |
+/// | `NEMO_LENS_HANG_TIMEOUT` | `600` | seconds without a recorded span closing before the watchdog dumps; `0` = no watchdog |
+/// | `NEMO_LENS_CONTROL_FILE` | unset | file re-read on `SIGUSR2` (see [`crate::flight_recorder`]) |
+///
+/// ```
+/// use nemo_lens::LensConfig;
+/// let env = [("NEMO_LENS_FLIGHT_RECORDER", "4096"), ("NEMO_LENS_HANG_TIMEOUT", "2.5")];
+/// let cfg = LensConfig::from_lookup("NEMO_LENS", None, |k| {
+///     env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+/// }).unwrap();
+/// assert_eq!(cfg.flight_recorder.capacity, 4096);
+/// assert_eq!(cfg.flight_recorder.hang_timeout, Some(std::time::Duration::from_millis(2500)));
+///
+/// let bad = LensConfig::from_lookup("NEMO_LENS", None, |k| {
+///     (k == "NEMO_LENS_FLIGHT_RECORDER").then(|| "lots".to_string())
+/// }).unwrap_err().to_string();
+/// assert!(bad.contains("NEMO_LENS_FLIGHT_RECORDER") && bad.contains("0 (off) to 100000"));
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct RecorderConfig {
     /// Closed spans kept in the ring (`<P>_FLIGHT_RECORDER`; 0 = the recorder is off).

@@ -10,7 +10,9 @@
 //! | *(empty)* | back to the configured groups now |
 //!
 //! Lines starting with `#` are comments. Each switch rebuilds callsite interest once (on the
-//! recorder's thread); nothing is checked per span.
+//! recorder's thread); nothing is checked per span. The file must be a regular file of at most
+//! 64 KiB: anything else (a FIFO, a device, a directory) is refused with one line on stderr and
+//! changes nothing.
 
 use std::sync::atomic::Ordering;
 
@@ -19,6 +21,9 @@ use crate::rank::groups;
 
 /// Variable named in messages about the file.
 const VAR: &str = "NEMO_LENS_CONTROL_FILE";
+
+/// The most of the file read: a group spec is a few words.
+const MAX_BYTES: u64 = 64 * 1024;
 
 /// `(group spec, step count)` of the file's text; an empty spec means "configured groups".
 pub(crate) fn parse(text: &str) -> (String, Option<u64>) {
@@ -38,12 +43,16 @@ pub(crate) fn parse(text: &str) -> (String, Option<u64>) {
     (words.join(","), count)
 }
 
-/// On `SIGUSR2`: read the file and switch.
+/// On `SIGUSR2`: read the file and switch. The recorder's thread reads it, so it must never
+/// block there: a FIFO, a device or a file over [`MAX_BYTES`] is refused
+/// ([`named_file`](crate::config::named_file)).
 pub(crate) fn reload(shared: &Shared) {
     let Some(path) = &shared.control_file else {
         return;
     };
-    let text = match std::fs::read_to_string(path) {
+    let text = match crate::config::named_file::read(path, MAX_BYTES)
+        .and_then(|bytes| String::from_utf8(bytes).map_err(std::io::Error::other))
+    {
         Ok(t) => t,
         Err(e) => {
             eprintln!(

@@ -1,32 +1,35 @@
 //! Writing a dump: the ring and the open table as console JSONL, one file per dump.
+//!
+//! A dump streams: the ring is read one slot at a time and each line goes through a small
+//! buffer to the file, so a dump holds the open spans (at most [`OPEN_SLOTS`] records) and
+//! [`BUFFER_BYTES`] whatever the ring's size. It is written under a temporary name (created
+//! new, never following a link) and renamed when complete; a dump that fails (a full disk)
+//! removes its temporary file.
 
-use std::io::{self, Write as _};
-use std::path::PathBuf;
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufWriter, Write as _};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, UNIX_EPOCH};
 
 use opentelemetry::KeyValue;
 
+#[cfg(doc)]
+use super::ring::OPEN_SLOTS;
 use super::ring::{Kind, Record};
-use super::{GROUP_ATTR, OPEN_AGE_ATTR, OPEN_ATTR, Shared, meta_of, unix_ns};
+use super::{Shared, meta_of, unix_ns};
 use crate::export::console::{write_attributes, write_json_str, write_time};
 use crate::rank::groups::declared_group;
+use crate::semconv::{NEMO_GROUP, NEMO_SPAN_OPEN, NEMO_SPAN_OPEN_AGE_S};
+
+/// The file buffer of a dump.
+pub(crate) const BUFFER_BYTES: usize = 64 * 1024;
 
 /// Writes the dump (closed spans oldest first, then the open ones ended now) and returns its
-/// path. Called off the training thread (the recorder's thread) except at truncation and by
-/// [`FlightRecorder::dump`](super::FlightRecorder::dump).
+/// path. Called off the training thread (the recorder's thread) except at truncation, at a
+/// main-thread panic and by [`FlightRecorder::dump`](super::FlightRecorder::dump).
 pub(crate) fn write(shared: &Shared, reason: &str) -> io::Result<PathBuf> {
-    let now = unix_ns();
-    let closed = shared.ring.snapshot();
-    let mut open = shared.open.snapshot();
-    open.sort_by_key(|r| (r.start_ns, r.id));
-    let mut out = Vec::with_capacity((closed.len() + open.len()) * 512);
-    for r in &closed {
-        line(shared, r, None, &mut out);
-    }
-    for r in &open {
-        line(shared, r, Some(now), &mut out);
-    }
     let n = shared.dumps.fetch_add(1, Ordering::Relaxed) + 1;
     let name = format!(
         "{}rank{}-pid{}-{n}-{reason}.jsonl",
@@ -37,12 +40,46 @@ pub(crate) fn write(shared: &Shared, reason: &str) -> io::Result<PathBuf> {
     std::fs::create_dir_all(&shared.dump_dir)?;
     let path = shared.dump_dir.join(&name);
     let tmp = shared.dump_dir.join(format!(".{name}.tmp"));
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(&out)?;
-    file.sync_data()?;
-    drop(file);
-    std::fs::rename(&tmp, &path)?;
-    Ok(path)
+    let file = create_new(&tmp)?;
+    let written = write_lines(shared, file).and_then(|()| std::fs::rename(&tmp, &path));
+    match written {
+        Ok(()) => Ok(path),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+/// Creates `path`, which must not exist: a file, FIFO or link someone left under the
+/// temporary name is never written through.
+fn create_new(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
+/// Streams the lines into `file` and syncs it.
+fn write_lines(shared: &Shared, file: File) -> io::Result<()> {
+    // What is open at the dump's time, taken first: the ring is streamed after it.
+    let now = unix_ns();
+    let mut open = shared.open.snapshot();
+    open.sort_by_key(|r| (r.start_ns, r.id));
+    let mut out = BufWriter::with_capacity(BUFFER_BYTES, file);
+    let mut buf = Vec::with_capacity(1024);
+    shared.ring.try_for_each(|r| {
+        buf.clear();
+        line(shared, r, None, &mut buf);
+        out.write_all(&buf)
+    })?;
+    for r in &open {
+        buf.clear();
+        line(shared, r, Some(now), &mut buf);
+        out.write_all(&buf)?;
+    }
+    out.into_inner().map_err(|e| e.into_error())?.sync_data()
 }
 
 /// One span line; `open_at` is the dump time for a span still open.
@@ -72,14 +109,14 @@ fn line(shared: &Shared, r: &Record, open_at: Option<u64>, out: &mut Vec<u8>) {
         attrs.push(kv);
     }
     if let Some(group) = declared_group(meta) {
-        attrs.push(KeyValue::new(GROUP_ATTR, group));
+        attrs.push(KeyValue::new(NEMO_GROUP, group));
     }
     let end_ns = match open_at {
         Some(now) => {
             let age = now.saturating_sub(r.start_ns) as f64 / 1e9;
-            attrs.push(KeyValue::new(OPEN_ATTR, true));
+            attrs.push(KeyValue::new(NEMO_SPAN_OPEN, true));
             attrs.push(KeyValue::new(
-                OPEN_AGE_ATTR,
+                NEMO_SPAN_OPEN_AGE_S,
                 (age * 1000.0).round() / 1000.0,
             ));
             now.max(r.start_ns)

@@ -1,22 +1,4 @@
-//! [`RecorderLayer`]: the recorder as a `tracing_subscriber::Layer` with its own per-layer filter.
-//!
-//! # Which callsites pay
-//!
-//! [`RecorderFilter`] answers once per callsite, in `register_callsite`:
-//!
-//! * a **span of a recorded group** (`nemo.group.<g>` field, `g` in
-//!   `NEMO_LENS_FLIGHT_RECORDER_GROUPS`, plus `step` when a control file is configured, to count
-//!   steps): `always`; these spans are recorded, on every enabled rank;
-//! * **any other callsite**: the same answer as the lens layer's filter. A callsite nobody records
-//!   stays `never` (the cost of a disabled callsite), and one the lens layer exports stays
-//!   `always` instead of turning into `sometimes` (which would make `tracing` ask every filter on
-//!   every span). The recorder then skips such spans in `on_new_span` by looking at the callsite's
-//!   field names, and in `on_close` by one probe of its open table: a few nanoseconds on a span
-//!   that is being exported anyway.
-//!
-//! With the recorder off (`NEMO_LENS_FLIGHT_RECORDER=0` and no control file) the layer is inert:
-//! it registers no interest at all and its level hint is `OFF`, so the subscriber behaves as if
-//! it were not there.
+//! [`RecorderLayer`]: the flight recorder as a `tracing` layer with its own per-layer filter.
 
 use std::any::TypeId;
 use std::fmt::{self, Write as _};
@@ -38,9 +20,9 @@ use crate::layer::fields::{REDACTED, RedactKeys};
 use crate::layer::filter::interest;
 use crate::rank::groups::{GROUP_FIELD_PREFIX, declared_group};
 
-/// The per-layer filter of [`RecorderLayer`]; see the [module docs](self).
+/// The per-layer filter of [`RecorderLayer`] (its docs say which callsites pay).
 #[derive(Clone)]
-pub struct RecorderFilter {
+pub(super) struct RecorderFilter {
     shared: Option<Arc<Shared>>,
 }
 
@@ -54,12 +36,12 @@ impl fmt::Debug for RecorderFilter {
 
 impl RecorderFilter {
     /// `true` when the recorder records nothing (off, or telemetry disabled).
-    pub fn is_inert(&self) -> bool {
+    pub(super) fn is_inert(&self) -> bool {
         self.shared.is_none()
     }
 
     /// Whether the recorder records spans of this callsite.
-    pub fn records(&self, meta: &Metadata<'_>) -> bool {
+    pub(super) fn records(&self, meta: &Metadata<'_>) -> bool {
         match &self.shared {
             Some(s) => meta.is_span() && declared_group(meta).is_some_and(|g| s.wants(g)),
             None => false,
@@ -94,14 +76,32 @@ impl<S> Filter<S> for RecorderFilter {
 }
 
 /// The recording part, behind [`RecorderFilter`].
-pub struct Recording<S> {
+pub(super) struct Recording<S> {
     shared: Option<Arc<Shared>>,
     _subscriber: PhantomData<fn(S)>,
 }
 
-/// The flight recorder's layer: get it from
+/// The flight recorder's layer, with its own per-layer filter: get it from
 /// [`Telemetry::recorder_layer`](crate::Telemetry::recorder_layer) and add it next to
 /// [`Telemetry::layer`](crate::Telemetry::layer).
+///
+/// # Which callsites pay
+///
+/// Its per-layer filter answers once per callsite, in `register_callsite`:
+///
+/// * a **span of a recorded group** (`nemo.group.<g>` field, `g` in
+///   `NEMO_LENS_FLIGHT_RECORDER_GROUPS`, plus `step` when a control file is configured, to count
+///   steps): `always`; these spans are recorded, on every enabled rank;
+/// * **any other callsite**: the same answer as the lens layer's filter. A callsite nobody records
+///   stays `never` (the cost of a disabled callsite), and one the lens layer exports stays
+///   `always` instead of turning into `sometimes` (which would make `tracing` ask every filter on
+///   every span). The recorder then skips such spans in `on_new_span` by looking at the callsite's
+///   field names, and in `on_close` by one probe of its open table: a few nanoseconds on a span
+///   that is being exported anyway.
+///
+/// With the recorder off (`NEMO_LENS_FLIGHT_RECORDER=0` and no control file) the layer is inert:
+/// it registers no interest at all and its level hint is `OFF`, so the subscriber behaves as if
+/// it were not there.
 ///
 /// ```
 /// use tracing_subscriber::prelude::*;
@@ -109,7 +109,7 @@ pub struct Recording<S> {
 /// let _subscriber = tracing_subscriber::registry()
 ///     .with(telemetry.layer())
 ///     .with(telemetry.recorder_layer());
-/// assert!(telemetry.recorder_layer::<tracing_subscriber::Registry>().filter().is_inert());
+/// assert!(telemetry.recorder_layer::<tracing_subscriber::Registry>().is_inert());
 /// ```
 pub struct RecorderLayer<S> {
     active: bool,
@@ -139,9 +139,10 @@ where
         }
     }
 
-    /// The filter that decides which callsites the recorder sees.
-    pub fn filter(&self) -> &RecorderFilter {
-        self.part.filter()
+    /// `true` when the recorder records nothing (off, or telemetry disabled): every callsite it
+    /// sees is then left to the other layers, at no cost.
+    pub fn is_inert(&self) -> bool {
+        self.part.filter().is_inert()
     }
 }
 

@@ -35,7 +35,7 @@
 //!
 //! # Configuration
 //!
-//! See [`config`]: `NEMO_LENS_FLIGHT_RECORDER` (ring size, 0 = off, the default),
+//! See [`RecorderConfig`]: `NEMO_LENS_FLIGHT_RECORDER` (ring size, 0 = off, the default),
 //! `NEMO_LENS_FLIGHT_RECORDER_GROUPS` (default `job,step,checkpoint,collective`; `collective` is
 //! the group libraries put around communication), `NEMO_LENS_DUMP_DIR`,
 //! `NEMO_LENS_HANG_TIMEOUT`, `NEMO_LENS_CONTROL_FILE`. They are read with the rest of
@@ -52,13 +52,18 @@
 //! started). Every dumped span carries its group as `nemo.group`. A dump is written:
 //!
 //! * on **`SIGUSR1`**: the handler only writes a byte to a pipe; the recorder's thread writes
-//!   the dump while the training thread goes on;
+//!   the dump while the training thread goes on (signals coalesce: one dump in flight plus one
+//!   queued, however many arrive);
 //! * by the **watchdog**, once, when no span of the recorder's groups has closed for
 //!   `NEMO_LENS_HANG_TIMEOUT` seconds (default 600; `0` turns it off), with a warning on stderr
 //!   naming the innermost open span and the file;
+//! * at a **panic on the main thread** through
+//!   [`Telemetry::install_panic_hook`](crate::Telemetry::install_panic_hook), before unwinding
+//!   ends the spans it crosses (the first such panic of the process only: a program may catch
+//!   many);
 //! * at **truncation**, when spans of the recorder's groups are still open: shutdown, SIGTERM or
 //!   SIGINT through [`Telemetry::install_signal_handlers`](crate::Telemetry::install_signal_handlers),
-//!   a fatal panic through [`Telemetry::install_panic_hook`](crate::Telemetry::install_panic_hook);
+//!   the end of a process that panicked;
 //! * on demand: [`FlightRecorder::dump`].
 //!
 //! `nemo-lens hang DUMPS...` merges the dumps of many ranks and names the stuck rank.
@@ -78,12 +83,14 @@
 //! # Cost and memory
 //!
 //! Only spans of the recorder's groups are recorded; [`RecorderLayer`]'s per-layer filter
-//! decides once per callsite (see [`layer`] for the exact rules), so every other
+//! decides once per callsite (see [`RecorderLayer`] for the exact rules), so every other
 //! callsite keeps its cost. Recording a span takes a slot of the open table (a compare-and-swap),
 //! fills it (the callsite's static metadata, ids, times and up to six field values, strings cut
 //! to 24 bytes) and, on close, copies it into the ring: no allocation, no lock, no waiting; a
 //! slot held by another writer drops the record and counts it ([`FlightRecorder::dropped`]).
-//! Memory is fixed at setup: `(N + 1024) × 256` bytes. `benches/recorder.rs` measures the costs.
+//! Memory is fixed at setup: `(N + 1024) × 256` bytes; a dump streams to its file and adds at
+//! most the open spans it copies (1024 records of about 200 bytes) and a 64 KiB buffer, whatever
+//! N. `benches/recorder.rs` measures the costs.
 //!
 //! # Threads and signals
 //!
@@ -94,10 +101,10 @@
 //! `SIGUSR2` only when a control file is set (otherwise they keep their default action). In a
 //! process forked without exec, the thread is gone and the signals are ignored.
 
-pub mod config;
+pub(crate) mod config;
 mod control;
 mod dump;
-pub mod layer;
+mod layer;
 mod ring;
 mod thread;
 
@@ -111,9 +118,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use md5::{Digest, Md5};
 
-pub use self::config::RecorderConfig;
-pub use self::layer::{RecorderFilter, RecorderLayer};
-pub use self::ring::{ATTRS, INLINE, OPEN_SLOTS, SLOT_BYTES};
+pub use self::config::{MAX_CAPACITY, RecorderConfig};
+pub use self::layer::RecorderLayer;
 
 use self::ring::{OpenTable, Record, Ring};
 use crate::config::LensConfig;
@@ -122,14 +128,8 @@ use crate::layer::fields::RedactKeys;
 use crate::layer::filter::LensFilter;
 use crate::rank::groups::{self, GroupGate};
 
-/// `nemo.span.open`: `true` on a dumped span that was still open at the dump.
-pub const OPEN_ATTR: &str = "nemo.span.open";
-/// `nemo.span.open_age_s`: how long a dumped open span had been open, in seconds.
-pub const OPEN_AGE_ATTR: &str = "nemo.span.open_age_s";
-/// `nemo.group`: the span group of a dumped span.
-pub const GROUP_ATTR: &str = "nemo.group";
 /// File names of dumps start with this.
-pub const DUMP_PREFIX: &str = "nemo-lens-dump-";
+const DUMP_PREFIX: &str = "nemo-lens-dump-";
 
 pub(crate) fn unix_ns() -> u64 {
     SystemTime::now()
@@ -158,6 +158,8 @@ pub(crate) struct Shared {
     pub(crate) watchdog_fired: AtomicBool,
     /// Truncation dumped (or the telemetry shut down): no more watchdog.
     pub(crate) stopped: AtomicBool,
+    /// A main-thread panic was dumped (once per process: a program may catch many).
+    panic_dumped: AtomicBool,
     pub(crate) dumps: AtomicU64,
     pub(crate) generation: u64,
     pub(crate) started_ns: u64,
@@ -270,8 +272,26 @@ impl FlightRecorder {
         RecorderLayer::new(this.map(|r| r.shared.clone()))
     }
 
-    /// At truncation (shutdown, SIGTERM/SIGINT, fatal panic): dump if spans are open; the
-    /// watchdog stops either way.
+    /// At a main-thread panic, before unwinding ends the spans it crosses: dump if spans are
+    /// open, for the first such panic of the process only (a program that catches its panics
+    /// may have many). The recorder keeps running.
+    pub(crate) fn on_panic(&self) {
+        let s = &self.shared;
+        if s.capacity == 0 || s.open.len() == 0 || s.panic_dumped.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        match s.dump("panic") {
+            Ok(path) => eprintln!(
+                "nemo-lens: {} span(s) open at a panic on the main thread; flight recorder dump: {}",
+                s.open.len(),
+                path.display()
+            ),
+            Err(e) => eprintln!("nemo-lens: cannot write the flight recorder dump: {e}"),
+        }
+    }
+
+    /// At truncation (shutdown, SIGTERM/SIGINT, the end of a panicked process): dump if spans
+    /// are open; the watchdog stops either way.
     pub(crate) fn on_truncation(&self, reason: &str) {
         let s = &self.shared;
         if s.stopped.swap(true, Ordering::SeqCst) || s.capacity == 0 || s.open.len() == 0 {
@@ -352,6 +372,7 @@ impl Plan {
             registered: AtomicBool::new(false),
             watchdog_fired: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
+            panic_dumped: AtomicBool::new(false),
             dumps: AtomicU64::new(0),
             generation: crate::ids::fork_generation(),
             started_ns: unix_ns(),

@@ -20,12 +20,12 @@
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 /// Attribute values kept per span.
-pub const ATTRS: usize = 6;
+pub(super) const ATTRS: usize = 6;
 /// Bytes kept of a string attribute value (cut on a character boundary).
-pub const INLINE: usize = 24;
+pub(super) const INLINE: usize = 24;
 /// Open-table slots (open spans of the recorder's groups at one time; more are counted as
 /// dropped).
-pub const OPEN_SLOTS: usize = 1024;
+pub(super) const OPEN_SLOTS: usize = 1024;
 /// Slots looked at to find an open span.
 pub(super) const PROBES: usize = 4;
 
@@ -33,8 +33,10 @@ const HEADER: usize = 6;
 const ATTR_WORDS: usize = 1 + INLINE / 8;
 pub(crate) const WORDS: usize = HEADER + ATTRS * ATTR_WORDS;
 
-/// Bytes of one slot (sequence + record words).
-pub const SLOT_BYTES: usize = 8 * (WORDS + 1);
+/// Bytes of one slot (sequence + record words): the documented memory bound,
+/// `(N + OPEN_SLOTS) × 256` bytes, holds while a slot fits in 256.
+const SLOT_BYTES: usize = 8 * (WORDS + 1);
+const _: () = assert!(SLOT_BYTES <= 256);
 
 /// The kind of an attribute value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -254,18 +256,37 @@ impl Ring {
         self.slots[(i % self.slots.len() as u64) as usize].write_words(w)
     }
 
-    /// The kept records, oldest first.
-    pub(crate) fn snapshot(&self) -> Vec<Record> {
+    /// Calls `f` with each kept record, oldest first, one slot read at a time (a dump of a
+    /// ring of any size holds one record, not a copy of the ring). `f` may stop the walk by
+    /// returning an error, which is returned.
+    pub(crate) fn try_for_each<E>(
+        &self,
+        mut f: impl FnMut(&Record) -> Result<(), E>,
+    ) -> Result<(), E> {
         let n = self.slots.len() as u64;
         if n == 0 {
-            return Vec::new();
+            return Ok(());
         }
         let head = self.head.load(Ordering::Acquire);
-        let from = head.saturating_sub(n);
-        (from..head)
-            .filter_map(|i| self.slots[(i % n) as usize].read())
-            .filter(|r| r.end_ns != 0)
-            .collect()
+        for i in head.saturating_sub(n)..head {
+            if let Some(r) = self.slots[(i % n) as usize].read()
+                && r.end_ns != 0
+            {
+                f(&r)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The kept records, oldest first.
+    #[cfg(test)]
+    pub(crate) fn snapshot(&self) -> Vec<Record> {
+        let mut all = Vec::new();
+        let _ = self.try_for_each(|r| {
+            all.push(*r);
+            Ok::<(), ()>(())
+        });
+        all
     }
 }
 

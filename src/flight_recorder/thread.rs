@@ -1,16 +1,17 @@
 //! The recorder's thread (`nemo-lens-recorder`): `SIGUSR1` dumps, `SIGUSR2` control-file
 //! switches, the end of a capture, and the watchdog.
 //!
-//! The signal handlers only write one byte to a non-blocking socket pair
-//! (async-signal-safe); the thread reads it and does the work, so neither a dump nor a rebuild
-//! of callsite interest ever runs in a handler or on the training thread. Between bytes the
-//! thread wakes every tick (a tenth of the hang timeout, between 10 ms and 1 s) to check the
-//! watchdog.
+//! The signal handlers only set a request bit and, when it was not set yet, write one byte to a
+//! non-blocking socket pair (async-signal-safe); the thread reads the bytes, takes the bits and
+//! does the work, so neither a dump nor a rebuild of callsite interest ever runs in a handler or
+//! on the training thread. Requests coalesce: a storm of `SIGUSR1` while a dump is being written
+//! queues one more dump, not one per signal. Between bytes the thread wakes every tick (a tenth
+//! of the hang timeout, between 10 ms and 1 s) to check the watchdog.
 
 use std::io::{ErrorKind, Read};
 use std::os::fd::{IntoRawFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Once, Weak};
 use std::time::Duration;
 
@@ -21,9 +22,13 @@ use super::{Shared, control, unix_ns};
 use crate::error::{LensError, Result};
 use crate::ids;
 
-pub(crate) const DUMP: u8 = b'1';
-pub(crate) const CONTROL: u8 = b'2';
-pub(crate) const CAPTURE_DONE: u8 = b'e';
+/// Request bits: a dump (`SIGUSR1`), a control-file reload (`SIGUSR2`), the end of a capture.
+pub(crate) const DUMP: u8 = 1;
+pub(crate) const CONTROL: u8 = 2;
+pub(crate) const CAPTURE_DONE: u8 = 4;
+
+/// Requests not yet taken by the thread.
+static PENDING: AtomicU8 = AtomicU8::new(0);
 
 /// `1 +` the fork generation the thread serves (0 = none) and the pipe's write end.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -32,11 +37,16 @@ static TARGET: Mutex<Option<Weak<Shared>>> = Mutex::new(None);
 static USR1: Once = Once::new();
 static USR2: Once = Once::new();
 
-/// Wakes the thread with `byte` (async-signal-safe; never blocks: a full pipe drops it).
-pub(crate) fn notify(byte: u8) {
+/// Requests `request` of the thread (async-signal-safe; never blocks). A request already
+/// pending is not queued again, and only a new one wakes the thread.
+pub(crate) fn notify(request: u8) {
     if GENERATION.load(Ordering::Acquire) != ids::fork_generation() + 1 {
         return;
     }
+    if PENDING.fetch_or(request, Ordering::AcqRel) & request != 0 {
+        return;
+    }
+    let byte = request;
     let fd: RawFd = FD.load(Ordering::Acquire);
     // SAFETY: `write` is async-signal-safe; the descriptor is non-blocking and never closed.
     unsafe { libc::write(fd, (&byte as *const u8).cast(), 1) };
@@ -59,6 +69,8 @@ pub(crate) fn serve(shared: &Arc<Shared>) -> Result<()> {
             .spawn(move || run(&mut reader))
             .map_err(|e| err("cannot start the recorder's thread", e))?;
         FD.store(writer.into_raw_fd(), Ordering::Release);
+        // A forked child may inherit its parent's pending bits; its thread starts afresh.
+        PENDING.store(0, Ordering::Release);
         GENERATION.store(generation, Ordering::Release);
     }
     let mut registered = Ok(());
@@ -90,16 +102,18 @@ fn tick(shared: Option<&Shared>) -> Duration {
 }
 
 fn run(reader: &mut UnixStream) {
-    let mut byte = [0u8; 1];
+    // The bytes only wake the thread; what to do is in `PENDING`.
+    let mut bytes = [0u8; 64];
     loop {
         let shared = target();
         let _ = reader.set_read_timeout(Some(tick(shared.as_deref())));
         drop(shared);
-        match reader.read(&mut byte) {
+        match reader.read(&mut bytes) {
             Ok(0) => return,
             Ok(_) => {
+                let requests = PENDING.swap(0, Ordering::AcqRel);
                 if let Some(shared) = target() {
-                    handle(&shared, byte[0]);
+                    handle(&shared, requests);
                 }
             }
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
@@ -112,18 +126,22 @@ fn run(reader: &mut UnixStream) {
     }
 }
 
-fn handle(shared: &Shared, byte: u8) {
-    match byte {
-        DUMP => match shared.dump("signal") {
+fn handle(shared: &Shared, requests: u8) {
+    // The end of a running capture before a reload: a switch the user asked for wins.
+    if requests & CAPTURE_DONE != 0 {
+        control::capture_done(shared);
+    }
+    if requests & CONTROL != 0 {
+        control::reload(shared);
+    }
+    if requests & DUMP != 0 {
+        match shared.dump("signal") {
             Ok(path) => eprintln!(
                 "nemo-lens: SIGUSR1: flight recorder dump: {}",
                 path.display()
             ),
             Err(e) => eprintln!("nemo-lens: SIGUSR1: cannot write the flight recorder dump: {e}"),
-        },
-        CONTROL => control::reload(shared),
-        CAPTURE_DONE => control::capture_done(shared),
-        _ => {}
+        }
     }
 }
 

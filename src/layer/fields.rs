@@ -32,6 +32,7 @@ use opentelemetry::{Key, KeyValue, Value};
 use tracing_core::field::{Field, Visit};
 use tracing_core::{Event, Level};
 
+use crate::layer::stacktrace::{Stacktrace, UserFrames};
 use crate::rank::groups::GROUP_FIELD_PREFIX;
 use crate::semconv;
 
@@ -52,12 +53,17 @@ pub const DEFAULT_REDACT_KEYS: [&str; 8] = [
 pub const REDACTED: &str = "[REDACTED]";
 
 /// The keys whose string values are redacted: Python's default set, or the user's own
-/// ([`TelemetryBuilder::redact_keys`](crate::TelemetryBuilder::redact_keys)).
+/// ([`TelemetryBuilder::redact_keys`](crate::TelemetryBuilder::redact_keys)); exact,
+/// case-sensitive matches, as Python's `key in redact_keys`.
 ///
 /// The default set is `None`: cloning it (one per log record) and checking a key cost what a
-/// constant array costs; a user set is shared (`Arc`), never copied per span or record.
+/// constant array of eight costs. A user set is a hashed set, so a check costs one hash of the
+/// key whatever the set's size, shared (`Arc`), never copied per span or record.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct RedactKeys(Option<Arc<[Box<str>]>>);
+pub(crate) struct RedactKeys(Option<Arc<KeySet>>);
+
+/// A user's redact keys.
+type KeySet = std::collections::HashSet<Box<str>, foldhash::fast::RandomState>;
 
 impl RedactKeys {
     /// The user's own set, replacing the default.
@@ -66,11 +72,11 @@ impl RedactKeys {
         I: IntoIterator<Item = K>,
         K: Into<String>,
     {
-        RedactKeys(Some(
+        RedactKeys(Some(Arc::new(
             keys.into_iter()
                 .map(|k| k.into().into_boxed_str())
                 .collect(),
-        ))
+        )))
     }
 
     /// Whether string values under `key` are redacted.
@@ -78,7 +84,7 @@ impl RedactKeys {
     pub(crate) fn contains(&self, key: &str) -> bool {
         match &self.0 {
             None => DEFAULT_REDACT_KEYS.contains(&key),
-            Some(keys) => keys.iter().any(|k| &**k == key),
+            Some(keys) => keys.contains(key),
         }
     }
 }
@@ -382,91 +388,20 @@ fn debug_type_name(text: &str) -> Option<&str> {
     .then_some(name)
 }
 
-/// Where the user's part of a backtrace starts (the frames before it are nemo-lens's,
-/// `tracing`'s and the panic machinery's own).
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum UserFrames<'a> {
-    /// Every frame.
-    All,
-    /// At the frame of the event's callsite (`file:line`).
-    Callsite(&'a str, u32),
-    /// After the last frame of the panic machinery (`std::panicking`, `core::panicking`,
-    /// `rust_begin_unwind`).
-    AfterPanic,
-}
-
-/// The text of a backtrace captured here, from the user's frames on, cut to `limit`, when
-/// capturing is on (`RUST_BACKTRACE` / `RUST_LIB_BACKTRACE`): `None` otherwise, never a
-/// placeholder. When the user's first frame is not found, the whole backtrace is kept.
-pub(crate) fn captured_backtrace(limit: Option<usize>, from: UserFrames<'_>) -> Option<String> {
-    let trace = std::backtrace::Backtrace::capture();
-    if trace.status() != std::backtrace::BacktraceStatus::Captured {
-        return None;
-    }
-    let text = trace.to_string();
-    let start = user_frames_start(&text, from).unwrap_or(0);
-    Some(truncate_chars(text[start..].to_string(), limit))
-}
-
-/// The offset of the header line (`  12: symbol`) of the first user frame in a backtrace's
-/// text.
-fn user_frames_start(text: &str, from: UserFrames<'_>) -> Option<usize> {
-    // The offset of each frame's header line.
-    let mut frames: Vec<usize> = Vec::new();
-    let mut offset = 0;
-    for line in text.split_inclusive('\n') {
-        let trimmed = line.trim_start();
-        let is_header = trimmed
-            .split_once(": ")
-            .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-        if is_header {
-            frames.push(offset);
-        }
-        offset += line.len();
-    }
-    // Each frame's own text: up to the next frame.
-    let frame_text = |i: usize| -> &str {
-        let end = frames.get(i + 1).copied().unwrap_or(text.len());
-        &text[frames[i]..end]
-    };
-    match from {
-        UserFrames::All => None,
-        UserFrames::Callsite(file, line) => {
-            let at = format!("{file}:{line}:");
-            (0..frames.len())
-                .find(|&i| frame_text(i).contains(&at))
-                .map(|i| frames[i])
-        }
-        UserFrames::AfterPanic => {
-            // The first run of the panic machinery's frames (`std`'s short-backtrace marker
-            // included); later ones (`lang_start`'s `catch_unwind`) are below the user's.
-            let machinery = |i: usize| {
-                let t = frame_text(i);
-                t.contains("panicking") || t.contains("__rust_end_short_backtrace")
-            };
-            let first = (0..frames.len()).find(|&i| machinery(i))?;
-            let after = (first..frames.len()).find(|&i| !machinery(i))?;
-            Some(frames[after])
-        }
-    }
-}
-
 /// The attributes of an `exception` event, in the order of Python's `record_exception`
-/// (`exception.type`, `exception.message`, `exception.stacktrace` when there is one,
-/// `exception.escaped`), before any other.
+/// (`exception.type`, `exception.message`, `exception.escaped`), before any other; a
+/// backtrace becomes `exception.stacktrace` after the message when the SDK span is built
+/// ([`PendingStacktraces`](crate::layer::stacktrace::PendingStacktraces)).
 pub(crate) fn exception_attributes(
     kind: String,
     message: String,
-    stacktrace: Option<String>,
     escaped: bool,
     capacity: usize,
 ) -> Vec<KeyValue> {
+    // Room for the stack trace inserted later.
     let mut attributes = Vec::with_capacity(capacity + 4);
     attributes.push(KeyValue::new(semconv::EXCEPTION_TYPE, kind));
     attributes.push(KeyValue::new(semconv::EXCEPTION_MESSAGE, message));
-    if let Some(trace) = stacktrace {
-        attributes.push(KeyValue::new(semconv::EXCEPTION_STACKTRACE, trace));
-    }
     // A string, as Python writes it (`str(escaped)`).
     attributes.push(KeyValue::new(
         semconv::EXCEPTION_ESCAPED,
@@ -480,6 +415,8 @@ pub(crate) struct EventValues {
     pub(crate) event: OtelEvent,
     /// `ERROR` events set the span's status to `ERROR` with their message.
     pub(crate) status: Option<Status>,
+    /// The backtrace of an `ERROR` event, captured when the application asked for it.
+    pub(crate) stacktrace: Option<Stacktrace>,
 }
 
 impl EventValues {
@@ -489,11 +426,11 @@ impl EventValues {
     /// The `exception` event carries Python's `record_exception` attributes, then the event's
     /// other fields: `exception.type` (an `exception.type` field, else the type name the
     /// error's `Debug` text starts with, else `Error`), `exception.message` (the message, else
-    /// the error's text), `exception.stacktrace` (only when a backtrace is captured) and
-    /// `exception.escaped = "False"` (the span goes on). The message is not repeated as a
-    /// `message` attribute, nor the error's text as an `error` attribute when it is the
-    /// exception's message.
-    pub(crate) fn of(event: &Event<'_>, rules: &TextRules) -> Self {
+    /// the error's text), `exception.stacktrace` (only with `backtraces`: the stack is captured
+    /// here and resolved when the SDK span is built) and `exception.escaped = "False"` (the
+    /// span goes on). The message is not repeated as a `message` attribute, nor the error's
+    /// text as an `error` attribute when it is the exception's message.
+    pub(crate) fn of(event: &Event<'_>, rules: &TextRules, backtraces: bool) -> Self {
         // One allocation for the attributes: every field but the message becomes one.
         let meta = event.metadata();
         let fields = meta.fields();
@@ -526,16 +463,18 @@ impl EventValues {
                     v.error.unwrap_or_default()
                 }
             };
+            let stacktrace = if backtraces {
+                let from = match (meta.file(), meta.line()) {
+                    (Some(file), Some(line)) => UserFrames::Callsite(file, line),
+                    _ => UserFrames::All,
+                };
+                Stacktrace::capture(true, from, limit)
+            } else {
+                None
+            };
             let mut attributes = exception_attributes(
                 kind,
                 truncate_chars(description.clone(), limit),
-                captured_backtrace(
-                    limit,
-                    match (meta.file(), meta.line()) {
-                        (Some(file), Some(line)) => UserFrames::Callsite(file, line),
-                        _ => UserFrames::All,
-                    },
-                ),
                 false,
                 user.len(),
             );
@@ -543,6 +482,7 @@ impl EventValues {
             EventValues {
                 event: OtelEvent::new(semconv::EXCEPTION_EVENT, now, attributes, 0),
                 status: Some(Status::error(description)),
+                stacktrace,
             }
         } else {
             let name: Cow<'static, str> = match v.message {
@@ -552,6 +492,7 @@ impl EventValues {
             EventValues {
                 event: OtelEvent::new(name, now, v.attributes, 0),
                 status: None,
+                stacktrace: None,
             }
         }
     }
@@ -573,21 +514,6 @@ mod tests {
         assert_eq!(debug_type_name("Connection refused (os error 111)"), None);
         assert_eq!(debug_type_name("\"text\""), None);
         assert_eq!(debug_type_name(""), None);
-    }
-
-    #[test]
-    fn user_frames_start_at_the_callsite_or_after_the_panic_machinery() {
-        let text = "   0: nemo_lens::fields::captured_backtrace\n             at ./src/fields.rs:382:17\n   1: std::panicking::begin_panic\n             at /rustc/x/library/std/src/panicking.rs:769:5\n   2: std::sys::backtrace::__rust_end_short_backtrace\n   3: {closure#0}\n             at /rustc/x/library/std/src/panicking.rs:700:5\n   4: trainer::step\n             at ./examples/trainer.rs:86:9\n   5: std::panicking::catch_unwind\n   6: main\n";
-        let at = |from| &text[user_frames_start(text, from).unwrap()..];
-        assert!(
-            at(UserFrames::Callsite("examples/trainer.rs", 86)).starts_with("   4: trainer::step")
-        );
-        assert!(at(UserFrames::AfterPanic).starts_with("   4: trainer::step"));
-        assert_eq!(
-            user_frames_start(text, UserFrames::Callsite("examples/trainer.rs", 87)),
-            None
-        );
-        assert_eq!(user_frames_start(text, UserFrames::All), None);
     }
 
     #[test]
@@ -618,5 +544,19 @@ mod tests {
         };
         assert_eq!(custom.apply("api_key", "x".into()), Value::from(REDACTED));
         assert_eq!(custom.apply("token", "x".into()), Value::from("x"));
+    }
+
+    #[test]
+    fn custom_keys_match_exactly_whatever_the_set_size() {
+        let many = RedactKeys::custom((0..10_000).map(|i| format!("key_{i}")));
+        assert!(many.contains("key_0") && many.contains("key_9999"));
+        // Exact and case-sensitive, as Python's `key in redact_keys`.
+        for other in ["key_10000", "KEY_0", "key_0 ", "key", ""] {
+            assert!(!many.contains(other), "{other:?}");
+        }
+        assert!(!RedactKeys::custom(Vec::<String>::new()).contains("token"));
+        let default = RedactKeys::default();
+        assert!(DEFAULT_REDACT_KEYS.iter().all(|k| default.contains(k)));
+        assert!(!default.contains("Token") && !default.contains("api_key"));
     }
 }

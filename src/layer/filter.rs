@@ -1,24 +1,4 @@
-//! [`LensFilter`]: the per-layer filter that makes telemetry cheap when it is off.
-//!
-//! The filter answers once per callsite (`register_callsite`), and `tracing` caches the answer:
-//!
-//! * telemetry disabled, a non-exporting rank, or a rank the rank sampler drops: every callsite
-//!   is `Interest::never` and the filter's level hint is `OFF`;
-//! * a span or event whose callsite declares a disabled [group](crate::groups)
-//!   (`nemo.group.<g>` field): `Interest::never`;
-//! * callsites of the exporters' own stacks (`opentelemetry*`, `hyper`, `tonic`, `h2`,
-//!   `reqwest`, `tower`) and of nemo-lens's own diagnostics (`nemo_lens`): `Interest::never`, so export errors logged through `tracing` never feed
-//!   back into the pipeline;
-//! * everything else: `Interest::always`.
-//!
-//! Because it is a *per-layer* filter, a `never` here disables the callsite for the lens layer
-//! only; `fmt` or any other layer in the same subscriber still sees it.
-//!
-//! ```
-//! use nemo_lens::{LensConfig, Telemetry};
-//! let telemetry = Telemetry::builder(LensConfig::default()).build().unwrap(); // disabled
-//! assert!(telemetry.layer::<tracing_subscriber::Registry>().filter().is_inert());
-//! ```
+//! [`LensFilter`]: the per-layer filter of the lens layer, decided once per callsite.
 
 use std::fmt;
 use std::sync::Arc;
@@ -66,7 +46,21 @@ pub(crate) fn interest(allowed: bool) -> Interest {
 
 /// The per-layer filter of [`LensLayer`](crate::LensLayer): which callsites it records as
 /// spans and span events (rank, span groups, the exporters' own targets), decided once per
-/// callsite.
+/// callsite. It is what makes telemetry cheap when it is off.
+///
+/// The filter answers once per callsite (`register_callsite`), and `tracing` caches the answer:
+///
+/// * telemetry disabled, a non-exporting rank, or a rank the rank sampler drops: every callsite
+///   is `Interest::never` and the filter's level hint is `OFF`;
+/// * a span or event whose callsite declares a disabled [group](crate::groups)
+///   (`nemo.group.<g>` field): `Interest::never`;
+/// * callsites of the exporters' own stacks (`opentelemetry*`, `hyper`, `tonic`, `h2`,
+///   `reqwest`, `tower`) and of nemo-lens's own diagnostics (`nemo_lens`): `Interest::never`, so export errors logged through `tracing` never feed
+///   back into the pipeline;
+/// * everything else: `Interest::always`.
+///
+/// Because it is a *per-layer* filter, a `never` here disables the callsite for the lens layer
+/// only; `fmt` or any other layer in the same subscriber still sees it.
 ///
 /// ```
 /// use nemo_lens::{LensConfig, LensFilter, Telemetry};

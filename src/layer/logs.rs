@@ -1,56 +1,5 @@
-//! Log bridge: `tracing` events (and `log` records) become OpenTelemetry log records.
-//!
-//! With `logs_enabled` (`NEMO_LENS_LOGS_ENABLED=1`) an exporting rank builds a logger provider
-//! with a batch processor (`OTEL_BLRP_*` sizes) and the console or OTLP log exporter, and
-//! [`Telemetry::layer`](crate::Telemetry::layer) gains a bridge. In the Python library
-//! `setup_logging_bridge()` has to be called by hand; in Rust the layer you already add is the
-//! bridge, so there is nothing else to call.
-//!
-//! What a record carries:
-//!
-//! * the severity (`TRACE` … `ERROR`), the target, the `message` as body and every other field as
-//!   an attribute, then, after them, `code.file.path`, `code.function.name` and `code.line.number`,
-//!   the attributes and the order of the Python `LoggingHandler`. `code.function.name` is the
-//!   module path (`trainer::data`): a `tracing` callsite knows its module, file and line, never
-//!   its function. (`opentelemetry-appender-tracing` writes `code.namespace`, `code.filepath`,
-//!   `code.filename` and `code.lineno` before the fields; the bridge's log record renames and
-//!   moves them);
-//! * an empty `event_name`, as Python's, unless the event was named
-//!   (`tracing::info!(name: "ckpt.saved", ...)`): the name `tracing` gives every unnamed event
-//!   (`event src/x.rs:17`) and tracing-log's `log event` are not written;
-//! * the trace and span id of the innermost span the lens layer records, so a log line links to
-//!   its step in the trace;
-//! * string values under the [redaction keys](crate::layer::fields::DEFAULT_REDACT_KEYS) (or the
-//!   application's own, [`TelemetryBuilder::redact_keys`](crate::TelemetryBuilder::redact_keys))
-//!   replaced with `[REDACTED]`, as for span attributes; then every string attribute cut to
-//!   `OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT` (else `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`)
-//!   characters, as Python's `LogLimits` (so with a limit of 8 a redacted value reads
-//!   `[REDACTE`).
-//!
-//! Which events are bridged is decided once per callsite by [`LogFilter`]: events at or above
-//! `logs_level` (`NEMO_LENS_LOGS_LEVEL`, default `info`), never those of the exporters' own stacks
-//! ([`INTERNAL_TARGETS`](crate::layer::filter::INTERNAL_TARGETS), also checked on the original
-//! target of `log` records), so an exporter logging its own failure cannot feed records back into
-//! the pipeline. Spans are never bridged.
-//!
-//! `log` crate records arrive once the application forwards them to `tracing` with
-//! `tracing_log::LogTracer::init()` (what `tracing_subscriber`'s `init()` does by default).
-//!
-//! ```
-//! use nemo_lens::{LensConfig, Telemetry};
-//! use tracing_subscriber::prelude::*;
-//!
-//! let config = LensConfig::default().with_enabled(true).with_logs_enabled(true);
-//! # let config = config.with_exporter(nemo_lens::ExporterKind::Console);
-//! # let dir = tempfile::tempdir().unwrap();
-//! # let config = config.with_console_path(Some(dir.path().join("r{rank}.jsonl").display().to_string()));
-//! let telemetry = Telemetry::builder(config).allow_reinit_for_testing(true).build().unwrap();
-//! let _guard = tracing_subscriber::registry().with(telemetry.layer()).set_default();
-//! tracing::info_span!("train_step").in_scope(|| {
-//!     tracing::warn!(loss = 7.5, "loss spiked"); // a log record carrying train_step's ids
-//! });
-//! telemetry.shutdown(std::time::Duration::from_secs(5)).unwrap();
-//! ```
+//! The log bridge: `tracing` events (and `log` records) become OpenTelemetry log records,
+//! behind [`LogFilter`].
 
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -296,6 +245,62 @@ impl LogRecord for LensLogRecord {
 /// The per-layer filter of the log bridge: level threshold, feedback-loop guard, span groups.
 /// [`LensLayer::log_filter`](crate::LensLayer::log_filter) returns it when the rank bridges
 /// logs.
+///
+/// # The log bridge
+///
+/// With `logs_enabled` (`NEMO_LENS_LOGS_ENABLED=1`) an exporting rank builds a logger provider
+/// with a batch processor (`OTEL_BLRP_*` sizes) and the console or OTLP log exporter, and
+/// [`Telemetry::layer`](crate::Telemetry::layer) gains a bridge. In the Python library
+/// `setup_logging_bridge()` has to be called by hand; in Rust the layer you already add is the
+/// bridge, so there is nothing else to call.
+///
+/// What a record carries:
+///
+/// * the severity (`TRACE` … `ERROR`), the target, the `message` as body and every other field as
+///   an attribute, then, after them, `code.file.path`, `code.function.name` and `code.line.number`,
+///   the attributes and the order of the Python `LoggingHandler`. `code.function.name` is the
+///   module path (`trainer::data`): a `tracing` callsite knows its module, file and line, never
+///   its function. (`opentelemetry-appender-tracing` writes `code.namespace`, `code.filepath`,
+///   `code.filename` and `code.lineno` before the fields; the bridge's log record renames and
+///   moves them);
+/// * an empty `event_name`, as Python's, unless the event was named
+///   (`tracing::info!(name: "ckpt.saved", ...)`): the name `tracing` gives every unnamed event
+///   (`event src/x.rs:17`) and tracing-log's `log event` are not written;
+/// * the trace and span id of the innermost span the lens layer records, so a log line links to
+///   its step in the trace;
+/// * string values under the [redaction keys](crate::DEFAULT_REDACT_KEYS) (or the
+///   application's own, [`TelemetryBuilder::redact_keys`](crate::TelemetryBuilder::redact_keys))
+///   replaced with `[REDACTED]`, as for span attributes; then every string attribute cut to
+///   `OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT` (else `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`)
+///   characters, as Python's `LogLimits` (so with a limit of 8 a redacted value reads
+///   `[REDACTE`).
+///
+/// Which events are bridged is decided once per callsite by [`LogFilter`]: events at or above
+/// `logs_level` (`NEMO_LENS_LOGS_LEVEL`, default `info`), never those of the exporters' own stacks
+/// ([`INTERNAL_TARGETS`](crate::INTERNAL_TARGETS), also checked on the original
+/// target of `log` records), so an exporter logging its own failure cannot feed records back into
+/// the pipeline. Spans are never bridged.
+///
+/// `log` crate records arrive once the application forwards them to `tracing` with
+/// `tracing_log::LogTracer::init()` (what `tracing_subscriber`'s `init()` does by default).
+///
+/// ```
+/// use nemo_lens::{LensConfig, Telemetry};
+/// use tracing_subscriber::prelude::*;
+///
+/// let config = LensConfig::default().with_enabled(true).with_logs_enabled(true);
+/// # let config = config.with_exporter(nemo_lens::ExporterKind::Console);
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let config = config.with_console_path(Some(dir.path().join("r{rank}.jsonl").display().to_string()));
+/// let telemetry = Telemetry::builder(config).allow_reinit_for_testing(true).build().unwrap();
+/// let _guard = tracing_subscriber::registry().with(telemetry.layer()).set_default();
+/// tracing::info_span!("train_step").in_scope(|| {
+///     tracing::warn!(loss = 7.5, "loss spiked"); // a log record carrying train_step's ids
+/// });
+/// telemetry.shutdown(std::time::Duration::from_secs(5)).unwrap();
+/// ```
+///
+/// # On a rank that bridges nothing
 ///
 /// ```
 /// use nemo_lens::{LensConfig, LogFilter, Telemetry};

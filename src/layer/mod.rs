@@ -1,54 +1,6 @@
 //! [`LensLayer`]: the `tracing` layer that turns spans and events into OpenTelemetry spans.
-//!
-//! The layer is a [`tracing_subscriber::Layer`] with its own per-layer filter, so it composes
-//! with whatever the application already has (`fmt`, `EnvFilter`, other exporters) and never
-//! disables callsites for them:
-//!
-//! ```
-//! use tracing_subscriber::prelude::*;
-//! let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
-//! let subscriber = tracing_subscriber::registry()
-//!     .with(tracing_subscriber::fmt::layer().with_writer(std::io::sink))
-//!     .with(telemetry.layer());
-//! tracing::subscriber::with_default(subscriber, || {
-//!     tracing::info_span!("step").in_scope(|| {});
-//! });
-//! ```
-//!
-//! # What becomes what
-//!
-//! | `tracing` | OpenTelemetry |
-//! |---|---|
-//! | span (name, fields) | span (name, attributes); started when the span is created, ended when it closes |
-//! | parent span (explicit or current) | parent; a span without one takes the current OpenTelemetry context (an attached remote parent) or the launcher's `TRACEPARENT` |
-//! | `i64`/`u64`/`bool`/`f64`/`&str` field | attribute of that type (`u64` above `i64::MAX` becomes a string) |
-//! | `?debug` / `%display` field | string attribute |
-//! | event inside a span | span event named by its message |
-//! | `ERROR` event, `#[instrument(err)]` | status `ERROR` with the message, plus an `exception` event with Python's `exception.type`, `exception.message`, `exception.stacktrace` (when a backtrace is captured), `exception.escaped = "False"` (see [`semconv::EXCEPTION_TYPE`](crate::semconv::EXCEPTION_TYPE)) |
-//! | `follows_from` | link |
-//! | field `otel.name` / `otel.kind` / `otel.status_code` / `otel.status_description` | span name / kind / status |
-//! | field named `nemo.group.<g>` | the span's [group](crate::groups); not exported |
-//!
-//! String values of fields named `prompt`, `input_text`, `output_text`, `text`, `password`,
-//! `token`, `secret` or `key` are replaced with `[REDACTED]` ([`DEFAULT_REDACT_KEYS`], or the
-//! keys given to [`TelemetryBuilder::redact_keys`](crate::TelemetryBuilder::redact_keys)), on
-//! spans and events alike. String values longer than `OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT`
-//! (else `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`) characters are cut to it, on a character boundary,
-//! on spans and events alike; redaction comes first, as in Python (limit 8: `[REDACTE`).
-//!
-//! Spans and events raised while OpenTelemetry telemetry is suppressed on the thread (an
-//! exporter at work: nemo-lens exports in a suppressed scope) are not recorded, so an exporter
-//! that logs through `tracing` never feeds back into the pipeline nor re-enters itself.
-//!
-//! # Cost
-//!
-//! Which callsites the layer records is decided by [`LensFilter`] once per callsite; on a
-//! non-exporting rank or for a disabled group the callsite is `Interest::never` and a span costs
-//! what a disabled callsite costs. Events outside any span are ignored by this layer.
-//!
-//! On an exporting rank the training thread keeps only a compact record per span (see
-//! `src/record/`): ids, timestamps, attributes, events. The OpenTelemetry SDK span is
-//! built from it later on the batch worker thread, where span processors also run.
+//! Its callbacks run on the training thread; they keep a compact record per span (`record/`)
+//! and hand closed records to the queue (`queue/`).
 
 pub(crate) mod activation;
 pub(crate) mod fields;
@@ -58,6 +10,7 @@ pub(crate) mod logs;
 pub(crate) mod pipeline;
 pub(crate) mod span_ext;
 mod spans;
+pub(crate) mod stacktrace;
 
 use std::any::TypeId;
 use std::fmt;
@@ -79,13 +32,56 @@ use self::spans::SpanLayer;
 /// OpenTelemetry, behind its rank / group / sampling per-layer filter.
 ///
 /// Get one from [`Telemetry::layer`](crate::Telemetry::layer) and add it to any
-/// `tracing_subscriber::registry()`-based subscriber.
+/// `tracing_subscriber::registry()`-based subscriber. It has its own per-layer filter, so it
+/// composes with whatever the application already has (`fmt`, `EnvFilter`, other exporters)
+/// and never disables callsites for them:
 ///
 /// ```
 /// use tracing_subscriber::prelude::*;
 /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
-/// let _subscriber = tracing_subscriber::registry().with(telemetry.layer());
+/// let subscriber = tracing_subscriber::registry()
+///     .with(tracing_subscriber::fmt::layer().with_writer(std::io::sink))
+///     .with(telemetry.layer());
+/// tracing::subscriber::with_default(subscriber, || {
+///     tracing::info_span!("step").in_scope(|| {});
+/// });
 /// ```
+///
+///
+/// # What becomes what
+///
+/// | `tracing` | OpenTelemetry |
+/// |---|---|
+/// | span (name, fields) | span (name, attributes); started when the span is created, ended when it closes |
+/// | parent span (explicit or current) | parent; a span without one takes the current OpenTelemetry context (an attached remote parent) or the launcher's `TRACEPARENT` |
+/// | `i64`/`u64`/`bool`/`f64`/`&str` field | attribute of that type (`u64` above `i64::MAX` becomes a string) |
+/// | `?debug` / `%display` field | string attribute |
+/// | event inside a span | span event named by its message |
+/// | `ERROR` event, `#[instrument(err)]` | status `ERROR` with the message, plus an `exception` event with Python's `exception.type`, `exception.message`, `exception.stacktrace` (with [`TelemetryBuilder::error_backtraces`](crate::TelemetryBuilder::error_backtraces)), `exception.escaped = "False"` (see [`semconv::EXCEPTION_TYPE`](crate::semconv::EXCEPTION_TYPE)) |
+/// | `follows_from` | link |
+/// | field `otel.name` / `otel.kind` / `otel.status_code` / `otel.status_description` | span name / kind / status |
+/// | field named `nemo.group.<g>` | the span's [group](crate::groups); not exported |
+///
+/// String values of fields named `prompt`, `input_text`, `output_text`, `text`, `password`,
+/// `token`, `secret` or `key` are replaced with `[REDACTED]` ([`DEFAULT_REDACT_KEYS`], or the
+/// keys given to [`TelemetryBuilder::redact_keys`](crate::TelemetryBuilder::redact_keys)), on
+/// spans and events alike. String values longer than `OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT`
+/// (else `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`) characters are cut to it, on a character boundary,
+/// on spans and events alike; redaction comes first, as in Python (limit 8: `[REDACTE`).
+///
+/// Spans and events raised while OpenTelemetry telemetry is suppressed on the thread (an
+/// exporter at work: nemo-lens exports in a suppressed scope) are not recorded, so an exporter
+/// that logs through `tracing` never feeds back into the pipeline nor re-enters itself.
+///
+/// # Cost
+///
+/// Which callsites the layer records is decided by [`LensFilter`] once per callsite; on a
+/// non-exporting rank or for a disabled group the callsite is `Interest::never` and a span costs
+/// what a disabled callsite costs. Events outside any span are ignored by this layer.
+///
+/// On an exporting rank the training thread keeps only a compact record per span (see
+/// the `record` stage): ids, timestamps, attributes, events. The OpenTelemetry SDK span is
+/// built from it later on the batch worker thread, where span processors also run.
 pub struct LensLayer<S> {
     filter: LensFilter,
     logs: LogFilter,

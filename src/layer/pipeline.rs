@@ -13,6 +13,7 @@ use tracing_core::span::Id;
 
 use crate::ids;
 use crate::layer::fields::TextRules;
+use crate::layer::stacktrace::{Stacktrace, UserFrames};
 use crate::queue::span_processor::{RecordBuilder, SpanQueue};
 use crate::rank::groups::declared_group;
 use crate::record::open_spans::OpenSpans;
@@ -58,6 +59,9 @@ pub(crate) struct Pipeline {
     /// Groups whose spans each start a trace of their own (`NEMO_LENS_TRACE_PER`), lower-case;
     /// empty (the default) costs one branch per span.
     trace_per: Box<[String]>,
+    /// `ERROR` events (and every panic) carry a backtrace
+    /// ([`TelemetryBuilder::error_backtraces`](crate::TelemetryBuilder::error_backtraces)).
+    pub(crate) error_backtraces: bool,
 }
 
 impl Pipeline {
@@ -96,6 +100,7 @@ impl Pipeline {
             parent_based: !rank_sampler,
             env_sampler: if rank_sampler { None } else { env_sampler() },
             trace_per: Box::default(),
+            error_backtraces: false,
         }
     }
 
@@ -103,6 +108,12 @@ impl Pipeline {
     /// have been their parent.
     pub(crate) fn with_trace_per(mut self, groups: Vec<String>) -> Self {
         self.trace_per = groups.into_boxed_slice();
+        self
+    }
+
+    /// `ERROR` events (and every panic) carry a backtrace.
+    pub(crate) fn with_error_backtraces(mut self, on: bool) -> Self {
+        self.error_backtraces = on;
         self
     }
 
@@ -196,10 +207,9 @@ impl Pipeline {
     pub(crate) fn record_panic(&self, store: Option<&Arc<OpenSpans>>, scope: &[Id], message: &str) {
         let limit = self.text.limit;
         let message = crate::layer::fields::truncate_chars(message.to_string(), limit);
-        let stacktrace = crate::layer::fields::captured_backtrace(
-            limit,
-            crate::layer::fields::UserFrames::AfterPanic,
-        );
+        // Captured here, resolved by the worker (or not at all if no span records it).
+        let mut stacktrace =
+            Stacktrace::capture(self.error_backtraces, UserFrames::AfterPanic, limit);
         let stores = self.stores();
         let stores: Vec<&Arc<OpenSpans>> = match store {
             Some(s) if stores.iter().any(|o| Arc::ptr_eq(o, s)) => vec![s],
@@ -208,7 +218,7 @@ impl Pipeline {
         for id in scope {
             for store in &stores {
                 if let Some(state) = store.find(id.into_u64())
-                    && state.record_exception("panic", &message, stacktrace.as_deref(), self.limits)
+                    && state.record_exception("panic", &message, &mut stacktrace, self.limits)
                 {
                     return;
                 }

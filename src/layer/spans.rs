@@ -259,7 +259,7 @@ where
             return;
         };
         // User code (`Display`/`Debug` of the fields) runs here, with no lock held.
-        let values = EventValues::of(event, &pipeline.text);
+        let values = EventValues::of(event, &pipeline.text, pipeline.error_backtraces);
         state.add_event(values, pipeline.limits);
     }
 

@@ -1,59 +1,4 @@
-//! Metrics from `tracing` events: `info!(histogram.step_ms = dt)` records a histogram.
-//!
-//! [`EventMetricsLayer`] turns event fields with a metric prefix into measurements, with the
-//! semantics of `tracing-opentelemetry`'s `MetricsLayer`, so code written for that layer works
-//! unchanged:
-//!
-//! | field name | instrument | value types |
-//! |---|---|---|
-//! | `monotonic_counter.<name>` | counter (monotonic), value added | `u64`/`i64` → `u64` counter, `f64` → `f64` counter |
-//! | `counter.<name>` | up-down counter, value added | `i64`/`u64` → `i64`, `f64` → `f64` |
-//! | `histogram.<name>` | histogram, value recorded | `u64`/`i64` → `u64`, `f64` → `f64` |
-//! | `gauge.<name>` | gauge, value set | `u64` → `u64`, `i64` → `i64`, `f64` → `f64` |
-//!
-//! The instrument is named `<name>` (the prefix removed). Every other field of the event becomes
-//! an attribute of the measurements (strings, booleans, integers, floats; anything else in its
-//! `Debug` form), except the `message` (free text: unbounded cardinality) and `nemo.group.*`
-//! declarations. One event may carry several metric fields; they share the attributes.
-//!
-//! ```
-//! use nemo_lens::{LensConfig, Telemetry};
-//! use tracing_subscriber::prelude::*;
-//!
-//! let telemetry = Telemetry::builder(LensConfig::default()).build().unwrap();
-//! let _guard = tracing_subscriber::registry()
-//!     .with(telemetry.metrics_layer())
-//!     .set_default();
-//! for step in 0..3 {
-//!     let dt_ms = 840.0 + f64::from(step);
-//!     tracing::info!(histogram.step_ms = dt_ms, monotonic_counter.steps = 1_u64, phase = "train");
-//! }
-//! tracing::info!(gauge.gpu_mem_gib = 61.5, device = 0_i64);
-//! ```
-//!
-//! # Cost
-//!
-//! Whether an event can hold a metric is a property of its callsite: its field *names* are
-//! static. The layer's per-layer filter looks at them once, in `register_callsite`, and answers
-//! `Interest::never` for every callsite without a metric field, so ordinary events, and all
-//! spans, never reach this layer. On a rank that exports no metrics (telemetry disabled,
-//! metrics disabled, a non-exporting rank) the layer is inert: every callsite is
-//! `Interest::never` and the level hint is `OFF`.
-//!
-//! Like the lens layer, it ignores the exporters' own stacks
-//! ([`INTERNAL_TARGETS`]).
-//!
-//! # Misuse
-//!
-//! A metric field whose value is not a number (`histogram.x = "slow"`), a negative value for a
-//! monotonic counter or a `u64` histogram, or a `u64` above `i64::MAX` for an up-down counter, is
-//! skipped and reported once per metric (see
-//! [the metrics module](crate::metrics#never-hurting-the-trainer)).
-//!
-//! # Composition
-//!
-//! `EventMetricsLayer<S>` is an ordinary `Layer<S>` that carries its own per-layer filter:
-//! stack it next to the lens layer, `fmt` or `EnvFilter` in any order.
+//! [`EventMetricsLayer`]: metrics from the fields of `tracing` events.
 
 use std::any::TypeId;
 use std::collections::HashMap;
@@ -76,13 +21,13 @@ use crate::layer::filter::INTERNAL_TARGETS;
 use crate::rank::groups::GROUP_FIELD_PREFIX;
 
 /// Field-name prefix of a monotonic counter.
-pub const MONOTONIC_COUNTER_PREFIX: &str = "monotonic_counter.";
+pub(super) const MONOTONIC_COUNTER_PREFIX: &str = "monotonic_counter.";
 /// Field-name prefix of an up-down counter.
-pub const COUNTER_PREFIX: &str = "counter.";
+pub(super) const COUNTER_PREFIX: &str = "counter.";
 /// Field-name prefix of a histogram.
-pub const HISTOGRAM_PREFIX: &str = "histogram.";
+pub(super) const HISTOGRAM_PREFIX: &str = "histogram.";
 /// Field-name prefix of a gauge.
-pub const GAUGE_PREFIX: &str = "gauge.";
+pub(super) const GAUGE_PREFIX: &str = "gauge.";
 
 /// What a metric field name asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,29 +69,18 @@ fn is_internal(target: &str) -> bool {
 /// declares a metric field, `Interest::never` for everything else (and for everything when
 /// inert).
 #[derive(Clone, Copy, Debug)]
-pub struct MetricFieldFilter {
+pub(super) struct MetricFieldFilter {
     inert: bool,
 }
 
 impl MetricFieldFilter {
     /// `true` when the layer records nothing at all.
-    ///
-    /// ```
-    /// let layer = nemo_lens::EventMetricsLayer::<tracing_subscriber::Registry>::inert();
-    /// assert!(layer.filter().is_inert());
-    /// ```
-    pub fn is_inert(&self) -> bool {
+    pub(crate) fn is_inert(&self) -> bool {
         self.inert
     }
 
     /// The decision for one callsite.
-    ///
-    /// ```
-    /// # let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
-    /// let layer = telemetry.metrics_layer::<tracing_subscriber::Registry>();
-    /// assert!(layer.filter().is_inert()); // disabled telemetry: nothing is recorded
-    /// ```
-    pub fn allows(&self, meta: &Metadata<'_>) -> bool {
+    pub(crate) fn allows(&self, meta: &Metadata<'_>) -> bool {
         !self.inert
             && !meta.is_span()
             && !is_internal(meta.target())
@@ -172,7 +106,65 @@ impl<S> Filter<S> for MetricFieldFilter {
 }
 
 /// A `tracing` layer that records `counter.*`, `monotonic_counter.*`, `histogram.*` and
-/// `gauge.*` event fields as OpenTelemetry measurements; see the [module docs](self).
+/// `gauge.*` event fields as OpenTelemetry measurements: `info!(histogram.step_ms = dt)`
+/// records a histogram.
+///
+/// [`EventMetricsLayer`] turns event fields with a metric prefix into measurements, with the
+/// semantics of `tracing-opentelemetry`'s `MetricsLayer`, so code written for that layer works
+/// unchanged:
+///
+/// | field name | instrument | value types |
+/// |---|---|---|
+/// | `monotonic_counter.<name>` | counter (monotonic), value added | `u64`/`i64` → `u64` counter, `f64` → `f64` counter |
+/// | `counter.<name>` | up-down counter, value added | `i64`/`u64` → `i64`, `f64` → `f64` |
+/// | `histogram.<name>` | histogram, value recorded | `u64`/`i64` → `u64`, `f64` → `f64` |
+/// | `gauge.<name>` | gauge, value set | `u64` → `u64`, `i64` → `i64`, `f64` → `f64` |
+///
+/// The instrument is named `<name>` (the prefix removed). Every other field of the event becomes
+/// an attribute of the measurements (strings, booleans, integers, floats; anything else in its
+/// `Debug` form), except the `message` (free text: unbounded cardinality) and `nemo.group.*`
+/// declarations. One event may carry several metric fields; they share the attributes.
+///
+/// ```
+/// use nemo_lens::{LensConfig, Telemetry};
+/// use tracing_subscriber::prelude::*;
+///
+/// let telemetry = Telemetry::builder(LensConfig::default()).build().unwrap();
+/// let _guard = tracing_subscriber::registry()
+///     .with(telemetry.metrics_layer())
+///     .set_default();
+/// for step in 0..3 {
+///     let dt_ms = 840.0 + f64::from(step);
+///     tracing::info!(histogram.step_ms = dt_ms, monotonic_counter.steps = 1_u64, phase = "train");
+/// }
+/// tracing::info!(gauge.gpu_mem_gib = 61.5, device = 0_i64);
+/// ```
+///
+/// # Cost
+///
+/// Whether an event can hold a metric is a property of its callsite: its field *names* are
+/// static. The layer's per-layer filter looks at them once, in `register_callsite`, and answers
+/// `Interest::never` for every callsite without a metric field, so ordinary events, and all
+/// spans, never reach this layer. On a rank that exports no metrics (telemetry disabled,
+/// metrics disabled, a non-exporting rank) the layer is inert: every callsite is
+/// `Interest::never` and the level hint is `OFF`.
+///
+/// Like the lens layer, it ignores the exporters' own stacks
+/// ([`INTERNAL_TARGETS`]).
+///
+/// # Misuse
+///
+/// A metric field whose value is not a number (`histogram.x = "slow"`), a negative value for a
+/// monotonic counter or a `u64` histogram, or a `u64` above `i64::MAX` for an up-down counter, is
+/// skipped and reported once per metric (see
+/// [the metrics module](crate::metrics#never-hurting-the-trainer)).
+///
+/// # Composition
+///
+/// `EventMetricsLayer<S>` is an ordinary `Layer<S>` that carries its own per-layer filter:
+/// stack it next to the lens layer, `fmt` or `EnvFilter` in any order.
+///
+/// # Building one
 ///
 /// Get one from [`Telemetry::metrics_layer`](crate::Telemetry::metrics_layer), or build one on
 /// any meter's [`Instruments`] with [`EventMetricsLayer::new`].
@@ -217,9 +209,9 @@ where
     /// there, shared with every other layer on the same cache).
     ///
     /// ```
-    /// use nemo_lens::{EventMetricsLayer, Instruments};
+    /// use nemo_lens::metrics::{EventMetricsLayer, Instruments};
     /// let layer = EventMetricsLayer::<tracing_subscriber::Registry>::new(Instruments::noop());
-    /// assert!(!layer.filter().is_inert());
+    /// assert!(!layer.is_inert());
     /// ```
     pub fn new(instruments: Instruments) -> Self {
         EventMetricsLayer {
@@ -231,25 +223,22 @@ where
     }
 
     /// A layer that records nothing and is `Interest::never` for every callsite.
-    ///
-    /// ```
-    /// let layer = nemo_lens::metrics::EventMetricsLayer::<tracing_subscriber::Registry>::inert();
-    /// assert!(layer.filter().is_inert());
-    /// ```
-    pub fn inert() -> Self {
+    pub(crate) fn inert() -> Self {
         EventMetricsLayer {
             inner: Recorder { instruments: None }.with_filter(MetricFieldFilter { inert: true }),
         }
     }
 
-    /// The filter that decides which callsites reach the layer.
+    /// `true` when the layer records nothing at all: telemetry disabled, metrics disabled, or a
+    /// rank that exports no metrics. Every callsite is then `Interest::never`.
     ///
     /// ```
-    /// let layer = nemo_lens::EventMetricsLayer::<tracing_subscriber::Registry>::inert();
-    /// assert!(layer.filter().is_inert());
+    /// # let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// let layer = telemetry.metrics_layer::<tracing_subscriber::Registry>();
+    /// assert!(layer.is_inert()); // disabled telemetry: nothing is recorded
     /// ```
-    pub fn filter(&self) -> &MetricFieldFilter {
-        self.inner.filter()
+    pub fn is_inert(&self) -> bool {
+        self.inner.filter().is_inert()
     }
 }
 

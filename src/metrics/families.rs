@@ -1,64 +1,4 @@
-//! Lens's instrument families: inference (`gen_ai.*`), RL (`rl.*`), Gym (`gym.*`) and training
-//! (`dl.*`), each a struct of optional values with a `record` method.
-//!
-//! This is the Rust form of the Python `record_inference_metrics(meter, request_duration_s=…,
-//! …)`, `record_rl_metrics` and `record_gym_metrics`: keyword arguments become fields, `None`
-//! means *not recorded*, and `..Default::default()` fills the rest.
-//!
-//! ```
-//! use nemo_lens::metrics::{GymMetrics, Instruments, RlMetrics};
-//! use opentelemetry::metrics::MeterProvider as _;
-//! use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
-//!
-//! let exporter = InMemoryMetricExporter::default();
-//! let provider = SdkMeterProvider::builder()
-//!     .with_reader(PeriodicReader::builder(exporter.clone()).build())
-//!     .build();
-//! let instruments = Instruments::new(provider.meter("nemo.lens"));
-//!
-//! RlMetrics { reward_mean: Some(0.85), generation_duration_ms: Some(450.0), ..Default::default() }
-//!     .record(&instruments);
-//! GymMetrics { active_servers: Some(4), ..Default::default() }.record(&instruments);
-//!
-//! provider.force_flush()?;
-//! let batches = exporter.get_finished_metrics()?;
-//! let names: Vec<&str> = batches[0].scope_metrics().flat_map(|s| s.metrics()).map(|m| m.name()).collect();
-//! assert!(names.contains(&"rl.reward.mean") && names.contains(&"gym.servers.active"));
-//! assert!(!names.contains(&"rl.kl_divergence")); // never set, never created
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
-//!
-//! # Instrument caching
-//!
-//! Python caches each family's instruments per meter in a `WeakKeyDictionary`. An OpenTelemetry
-//! [`Meter`] in Rust has no identity to key a cache on, so the cache is a value you hold:
-//! [`Instruments`], one per meter. Each family's instruments are created together the first
-//! time that family is recorded and reused afterwards; recording is then a few atomic
-//! operations in the SDK, with no allocation beyond the attribute values. The
-//! [`Telemetry`](crate::Telemetry) handle holds one for its meter ([`Telemetry::instruments`]),
-//! and every `record` accepts anything that is `AsRef<Instruments>`, the handle included.
-//!
-//! # The families
-//!
-//! | struct | instrument | kind | unit | attributes |
-//! |---|---|---|---|---|
-//! | [`InferenceMetrics`] | `gen_ai.server.request.duration` | histogram (f64) | `s` | operation, provider, model |
-//! | | `gen_ai.client.token.usage` | histogram (u64) | `{token}` | the above + `gen_ai.token.type` = `input` / `output` |
-//! | [`RlMetrics`] | `rl.reward.mean`, `rl.kl_divergence`, `rl.policy_loss`, `rl.value_loss`, `rl.entropy`, `rl.response_length.mean`, `rl.grad_norm`, `rl.learning_rate` | gauge (f64) | | none |
-//! | | `rl.throughput.tokens_per_sec` | gauge (f64) | `{token}/s` | none |
-//! | | `rl.generation.duration_ms`, `rl.rollout.duration_ms` | histogram (f64) | `ms` | none |
-//! | [`GymMetrics`] | `gym.server.request_duration_ms`, `gym.rollout.duration_ms`, `gym.verify.duration_ms` | histogram (f64) | `ms` | none |
-//! | | `gym.verify.success_rate` | gauge (f64) | none (as Python) | none |
-//! | | `gym.servers.active` | gauge (u64) | none (as Python) | none |
-//! | [`TrainingMetrics`] | `dl.step.duration` | histogram (f64) | `s` | yours |
-//! | | `dl.loss`, `dl.grad_norm`, `dl.learning_rate` | gauge (f64) | | yours |
-//! | | `dl.throughput_tokens_per_sec` | gauge (f64) | `{token}/s` | yours |
-//! | | `dl.throughput_tflops` | gauge (f64) | `TFLOP/s` | yours |
-//!
-//! Attributes are the sort of thing that takes tens to hundreds of values (model name, phase);
-//! never put the step number or a request id on a metric.
-//!
-//! [`Telemetry::instruments`]: crate::Telemetry::instruments
+//! Lens's instrument families: `InferenceMetrics`, `RlMetrics`, `GymMetrics`, `TrainingMetrics`.
 
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{Gauge, Histogram, Meter};
@@ -155,8 +95,8 @@ impl InferenceMetrics<'_> {
     /// [`Instruments`] or the [`Telemetry`](crate::Telemetry) handle).
     ///
     /// ```
-    /// let instruments = nemo_lens::Instruments::noop();
-    /// nemo_lens::InferenceMetrics { output_tokens: Some(42), ..Default::default() }.record(&instruments);
+    /// let instruments = nemo_lens::metrics::Instruments::noop();
+    /// nemo_lens::metrics::InferenceMetrics { output_tokens: Some(42), ..Default::default() }.record(&instruments);
     /// ```
     pub fn record(&self, instruments: &impl AsRef<Instruments>) {
         let inner = &instruments.as_ref().inner;
@@ -259,8 +199,8 @@ impl RlMetrics {
     /// Records the fields that are set.
     ///
     /// ```
-    /// let instruments = nemo_lens::Instruments::noop();
-    /// nemo_lens::RlMetrics { entropy: Some(2.1), ..Default::default() }.record(&instruments);
+    /// let instruments = nemo_lens::metrics::Instruments::noop();
+    /// nemo_lens::metrics::RlMetrics { entropy: Some(2.1), ..Default::default() }.record(&instruments);
     /// ```
     pub fn record(&self, instruments: &impl AsRef<Instruments>) {
         let inner = &instruments.as_ref().inner;
@@ -382,8 +322,8 @@ impl GymMetrics {
     /// Records the fields that are set.
     ///
     /// ```
-    /// let instruments = nemo_lens::Instruments::noop();
-    /// nemo_lens::GymMetrics { active_servers: Some(4), ..Default::default() }.record(&instruments);
+    /// let instruments = nemo_lens::metrics::Instruments::noop();
+    /// nemo_lens::metrics::GymMetrics { active_servers: Some(4), ..Default::default() }.record(&instruments);
     /// ```
     pub fn record(&self, instruments: &impl AsRef<Instruments>) {
         let inner = &instruments.as_ref().inner;
@@ -502,8 +442,8 @@ impl TrainingMetrics<'_> {
     /// Records the fields that are set.
     ///
     /// ```
-    /// let instruments = nemo_lens::Instruments::noop();
-    /// nemo_lens::TrainingMetrics { grad_norm: Some(1.02), ..Default::default() }.record(&instruments);
+    /// let instruments = nemo_lens::metrics::Instruments::noop();
+    /// nemo_lens::metrics::TrainingMetrics { grad_norm: Some(1.02), ..Default::default() }.record(&instruments);
     /// ```
     pub fn record(&self, instruments: &impl AsRef<Instruments>) {
         let inner = &instruments.as_ref().inner;

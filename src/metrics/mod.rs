@@ -10,7 +10,7 @@
 //!
 //! There are three ways to record, from most to least structured:
 //!
-//! 1. **Lens's own instrument families** ([`families`]): fill a struct of optional values and
+//! 1. **Lens's own instrument families** ([below](#instrument-families)): fill a struct of optional values and
 //!    call `record`. Only the fields you set are recorded; the instruments are created on first
 //!    use and cached in an [`Instruments`] (the handle holds one: [`Telemetry::instruments`]).
 //!
@@ -24,7 +24,7 @@
 //!        .record(&telemetry);
 //!    ```
 //!
-//! 2. **Registered metric groups** ([`registry`]): a library declares its metrics once
+//! 2. **Registered metric groups** ([below](#metric-groups)): a library declares its metrics once
 //!    ([`register_metric_group`]) and records them by key ([`record_metrics`]). Recording never
 //!    fails: an unknown group or key is reported once and skipped.
 //!
@@ -38,7 +38,7 @@
 //!    record_metrics(&telemetry, "doc_rl", [("reward", 0.7), ("gen_ms", 1250.0)], &[]);
 //!    ```
 //!
-//! 3. **Fields of `tracing` events** ([`events`]): with [`Telemetry::metrics_layer`] in the
+//! 3. **Fields of `tracing` events** ([`EventMetricsLayer`]): with [`Telemetry::metrics_layer`] in the
 //!    subscriber, an event field named `histogram.<name>`, `gauge.<name>`, `counter.<name>`
 //!    (up-down) or `monotonic_counter.<name>` records into that instrument, and the event's other
 //!    fields become attributes:
@@ -58,10 +58,115 @@
 //! so the warning reaches your `fmt` layer but is never exported as telemetry itself. Where
 //! `tracing` cannot deliver it (no subscriber is installed, or the problem is found inside
 //! [`EventMetricsLayer`], where `tracing` drops re-entrant events) it is one `WARN
-//! nemo_lens::metrics: …` line on stderr instead. At most [`MAX_DISTINCT_WARNINGS`] distinct
+//! nemo_lens::metrics: …` line on stderr instead. At most 1,024 distinct
 //! warnings are remembered, so a loop inventing new keys cannot grow memory. Registration errors
 //! ([`register_metric_group`]) are typed [`LensError`](crate::LensError)s, since they happen at
 //! start-up.
+//!
+//! # Instrument families
+//!
+//! Lens's families: inference (`gen_ai.*`), RL (`rl.*`), Gym (`gym.*`) and training (`dl.*`),
+//! each a struct of optional values with a `record` method.
+//!
+//! This is the Rust form of the Python `record_inference_metrics(meter, request_duration_s=…,
+//! …)`, `record_rl_metrics` and `record_gym_metrics`: keyword arguments become fields, `None`
+//! means *not recorded*, and `..Default::default()` fills the rest.
+//!
+//! ```
+//! use nemo_lens::metrics::{GymMetrics, Instruments, RlMetrics};
+//! use opentelemetry::metrics::MeterProvider as _;
+//! use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
+//!
+//! let exporter = InMemoryMetricExporter::default();
+//! let provider = SdkMeterProvider::builder()
+//!     .with_reader(PeriodicReader::builder(exporter.clone()).build())
+//!     .build();
+//! let instruments = Instruments::new(provider.meter("nemo.lens"));
+//!
+//! RlMetrics { reward_mean: Some(0.85), generation_duration_ms: Some(450.0), ..Default::default() }
+//!     .record(&instruments);
+//! GymMetrics { active_servers: Some(4), ..Default::default() }.record(&instruments);
+//!
+//! provider.force_flush()?;
+//! let batches = exporter.get_finished_metrics()?;
+//! let names: Vec<&str> = batches[0].scope_metrics().flat_map(|s| s.metrics()).map(|m| m.name()).collect();
+//! assert!(names.contains(&"rl.reward.mean") && names.contains(&"gym.servers.active"));
+//! assert!(!names.contains(&"rl.kl_divergence")); // never set, never created
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Instrument caching
+//!
+//! Python caches each family's instruments per meter in a `WeakKeyDictionary`. An OpenTelemetry
+//! [`Meter`] in Rust has no identity to key a cache on, so the cache is a value you hold:
+//! [`Instruments`], one per meter. Each family's instruments are created together the first
+//! time that family is recorded and reused afterwards; recording is then a few atomic
+//! operations in the SDK, with no allocation beyond the attribute values. The
+//! [`Telemetry`](crate::Telemetry) handle holds one for its meter ([`Telemetry::instruments`]),
+//! and every `record` accepts anything that is `AsRef<Instruments>`, the handle included.
+//!
+//! ## The families
+//!
+//! | struct | instrument | kind | unit | attributes |
+//! |---|---|---|---|---|
+//! | [`InferenceMetrics`] | `gen_ai.server.request.duration` | histogram (f64) | `s` | operation, provider, model |
+//! | | `gen_ai.client.token.usage` | histogram (u64) | `{token}` | the above + `gen_ai.token.type` = `input` / `output` |
+//! | [`RlMetrics`] | `rl.reward.mean`, `rl.kl_divergence`, `rl.policy_loss`, `rl.value_loss`, `rl.entropy`, `rl.response_length.mean`, `rl.grad_norm`, `rl.learning_rate` | gauge (f64) | | none |
+//! | | `rl.throughput.tokens_per_sec` | gauge (f64) | `{token}/s` | none |
+//! | | `rl.generation.duration_ms`, `rl.rollout.duration_ms` | histogram (f64) | `ms` | none |
+//! | [`GymMetrics`] | `gym.server.request_duration_ms`, `gym.rollout.duration_ms`, `gym.verify.duration_ms` | histogram (f64) | `ms` | none |
+//! | | `gym.verify.success_rate` | gauge (f64) | none (as Python) | none |
+//! | | `gym.servers.active` | gauge (u64) | none (as Python) | none |
+//! | [`TrainingMetrics`] | `dl.step.duration` | histogram (f64) | `s` | yours |
+//! | | `dl.loss`, `dl.grad_norm`, `dl.learning_rate` | gauge (f64) | | yours |
+//! | | `dl.throughput_tokens_per_sec` | gauge (f64) | `{token}/s` | yours |
+//! | | `dl.throughput_tflops` | gauge (f64) | `TFLOP/s` | yours |
+//!
+//! Attributes are the sort of thing that takes tens to hundreds of values (model name, phase);
+//! never put the step number or a request id on a metric.
+//!
+//!
+//! # Metric groups
+//!
+//! A library (an RL framework, a data loader) owns its metric names. It declares them at
+//! start-up as [`MetricSpec`]s under a *group* with [`register_metric_group`], then records
+//! whichever of them it has values for with [`record_metrics`], as Python NeMo Lens's
+//! `instruments.registry` (nightly):
+//!
+//! ```
+//! use nemo_lens::metrics::{MetricKind, MetricSpec, record_metrics, register_metric_group};
+//! # let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+//!
+//! register_metric_group("doc_loader", [
+//!     MetricSpec::new("batches", "loader.batches", MetricKind::Counter).with_unit("{batch}"),
+//!     MetricSpec::new("wait_ms", "loader.wait.duration", MetricKind::Histogram)
+//!         .with_unit("ms")
+//!         .with_description("Time the trainer waited for a batch."),
+//!     MetricSpec::new("queue", "loader.queue.depth", MetricKind::UpDownCounter),
+//! ], false)?;
+//!
+//! // In the loop: only the keys you have values for; `None` is skipped.
+//! let wait_ms: Option<f64> = Some(3.5);
+//! record_metrics(&telemetry, "doc_loader", [("batches", Some(1.0)), ("wait_ms", wait_ms)], &[]);
+//! # Ok::<(), nemo_lens::LensError>(())
+//! ```
+//!
+//! ## Errors and warnings
+//!
+//! Registration happens once, at start-up, so its mistakes are typed errors
+//! ([`LensError::Registry`](crate::LensError::Registry)): an empty group, no specs, an empty key or name, a key declared
+//! twice, or a group that is already registered (unless `allow_override`).
+//!
+//! Recording happens in the training loop, so it **never** returns an error: an unknown group,
+//! an unknown key, or a negative value for a counter is reported once per
+//! `(reason, group, key)` (see [the metrics module](crate::metrics#never-hurting-the-trainer))
+//! and skipped.
+//!
+//! ## Instruments
+//!
+//! Every spec becomes an `f64` instrument of its [`MetricKind`], created the first time it is
+//! recorded through an [`Instruments`] cache and reused afterwards. Re-registering a group with
+//! `allow_override` takes effect for the next record.
 //!
 //! [`Telemetry::instruments`]: crate::Telemetry::instruments
 //! [`Telemetry::metrics_layer`]: crate::Telemetry::metrics_layer
@@ -73,18 +178,21 @@ use std::sync::{Arc, OnceLock};
 use opentelemetry::metrics::{Meter, MeterProvider as _, NoopMeterProvider};
 use parking_lot::Mutex;
 
-pub mod events;
-pub mod families;
-pub mod registry;
+mod events;
+mod families;
+mod registry;
 
 pub use events::EventMetricsLayer;
-pub use families::{GymMetrics, InferenceMetrics, RlMetrics, TrainingMetrics};
+pub use families::{
+    GymMetrics, InferenceMetrics, RlMetrics, STEP_DURATION_BOUNDS_S, TrainingMetrics,
+};
 pub use registry::{
     MetricKind, MetricSpec, record_metrics, register_metric_group, registered_metric_groups,
     unregister_metric_group,
 };
 
-/// Lazily created, cached instruments of one [`Meter`] (see [`families`]).
+/// Lazily created, cached instruments of one [`Meter`] (see
+/// [instrument caching](crate::metrics#instrument-caching)).
 ///
 /// Cloning is cheap and clones share the cache.
 ///
@@ -181,7 +289,7 @@ impl AsRef<Instruments> for Instruments {
 pub const DIAGNOSTICS_TARGET: &str = "nemo_lens::metrics";
 
 /// How many distinct recording problems are remembered (and so warned about) per process.
-pub const MAX_DISTINCT_WARNINGS: usize = 1024;
+pub(crate) const MAX_DISTINCT_WARNINGS: usize = 1024;
 
 /// Emits `message()` as a warning unless the same `(reason, group, key)` was already reported.
 /// Beyond [`MAX_DISTINCT_WARNINGS`] problems, one last warning says further ones are dropped.

@@ -1,44 +1,4 @@
-//! The metric-group registry: declare your metrics once, record them by key.
-//!
-//! A library (an RL framework, a data loader) owns its metric names. It declares them at
-//! start-up as [`MetricSpec`]s under a *group* with [`register_metric_group`], then records
-//! whichever of them it has values for with [`record_metrics`], as Python NeMo Lens's
-//! `instruments.registry` (nightly):
-//!
-//! ```
-//! use nemo_lens::metrics::{MetricKind, MetricSpec, record_metrics, register_metric_group};
-//! # let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
-//!
-//! register_metric_group("doc_loader", [
-//!     MetricSpec::new("batches", "loader.batches", MetricKind::Counter).with_unit("{batch}"),
-//!     MetricSpec::new("wait_ms", "loader.wait.duration", MetricKind::Histogram)
-//!         .with_unit("ms")
-//!         .with_description("Time the trainer waited for a batch."),
-//!     MetricSpec::new("queue", "loader.queue.depth", MetricKind::UpDownCounter),
-//! ], false)?;
-//!
-//! // In the loop: only the keys you have values for; `None` is skipped.
-//! let wait_ms: Option<f64> = Some(3.5);
-//! record_metrics(&telemetry, "doc_loader", [("batches", Some(1.0)), ("wait_ms", wait_ms)], &[]);
-//! # Ok::<(), nemo_lens::LensError>(())
-//! ```
-//!
-//! # Errors and warnings
-//!
-//! Registration happens once, at start-up, so its mistakes are typed errors
-//! ([`LensError::Registry`]): an empty group, no specs, an empty key or name, a key declared
-//! twice, or a group that is already registered (unless `allow_override`).
-//!
-//! Recording happens in the training loop, so it **never** returns an error: an unknown group,
-//! an unknown key, or a negative value for a counter is reported once per
-//! `(reason, group, key)` (see [the metrics module](crate::metrics#never-hurting-the-trainer))
-//! and skipped.
-//!
-//! # Instruments
-//!
-//! Every spec becomes an `f64` instrument of its [`MetricKind`], created the first time it is
-//! recorded through an [`Instruments`] cache and reused afterwards. Re-registering a group with
-//! `allow_override` takes effect for the next record.
+//! The metric-group registry: `register_metric_group`, `record_metrics`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -88,7 +48,7 @@ impl MetricKind {
     /// The Python spelling (`gauge`, `histogram`, `counter`, `up_down_counter`).
     ///
     /// ```
-    /// assert_eq!(nemo_lens::MetricKind::UpDownCounter.as_str(), "up_down_counter");
+    /// assert_eq!(nemo_lens::metrics::MetricKind::UpDownCounter.as_str(), "up_down_counter");
     /// ```
     pub fn as_str(self) -> &'static str {
         match self {
@@ -150,7 +110,7 @@ impl MetricSpec {
     /// A spec with no unit and no description.
     ///
     /// ```
-    /// use nemo_lens::{MetricKind, MetricSpec};
+    /// use nemo_lens::metrics::{MetricKind, MetricSpec};
     /// let spec = MetricSpec::new("reward_mean", "rl.reward.mean", MetricKind::Gauge);
     /// assert_eq!((spec.unit.as_str(), spec.description.as_str()), ("", ""));
     /// ```
@@ -167,7 +127,7 @@ impl MetricSpec {
     /// Sets the unit.
     ///
     /// ```
-    /// use nemo_lens::{MetricKind, MetricSpec};
+    /// use nemo_lens::metrics::{MetricKind, MetricSpec};
     /// let spec = MetricSpec::new("tps", "rl.throughput.tokens_per_sec", MetricKind::Gauge).with_unit("{token}/s");
     /// assert_eq!(spec.unit, "{token}/s");
     /// ```
@@ -179,7 +139,7 @@ impl MetricSpec {
     /// Sets the description.
     ///
     /// ```
-    /// use nemo_lens::{MetricKind, MetricSpec};
+    /// use nemo_lens::metrics::{MetricKind, MetricSpec};
     /// let spec = MetricSpec::new("kl", "rl.kl_divergence", MetricKind::Gauge).with_description("KL to the reference.");
     /// assert_eq!(spec.description, "KL to the reference.");
     /// ```

@@ -1,29 +1,5 @@
 //! [`Batcher`]: a bounded lock-free queue and the worker thread that exports it in batches,
 //! for any item type.
-//!
-//! ```
-//! use std::sync::Arc;
-//! use std::sync::atomic::{AtomicU64, Ordering};
-//! use std::time::Duration;
-//! use nemo_lens::export::{QueueConfig, BatchExport, Batcher};
-//!
-//! struct Print;
-//! impl BatchExport<String> for Print {
-//!     fn export(&mut self, batch: Vec<String>, _timeout: Duration) -> Result<(), String> {
-//!         println!("{}", batch.join(","));
-//!         Ok(())
-//!     }
-//! }
-//!
-//! let dropped = Arc::new(AtomicU64::new(0));
-//! let config = QueueConfig { max_queue_size: 2, ..QueueConfig::default() };
-//! let batcher = Batcher::new("demo", config, dropped.clone(), Print).unwrap();
-//! for word in ["a", "b", "c"] {
-//!     batcher.push(word.to_string()); // "c" finds the queue full (unless the worker was quick)
-//! }
-//! batcher.shutdown(Duration::from_secs(5)).unwrap();
-//! assert!(dropped.load(Ordering::Relaxed) <= 1);
-//! ```
 
 use std::fmt;
 use std::future::Future;
@@ -42,7 +18,7 @@ use super::config::{MAX_QUEUE_SIZE_LIMIT, QueueConfig};
 use crate::error::{LensError, Result};
 
 /// What a [`Batcher`]'s worker does with a batch.
-pub trait BatchExport<T>: Send + 'static {
+pub(crate) trait BatchExport<T>: Send + 'static {
     /// Exports `batch`, taking at most about `timeout`. An `Err` (or a timeout) counts the
     /// batch as dropped.
     fn export(&mut self, batch: Vec<T>, timeout: Duration) -> std::result::Result<(), String>;
@@ -80,7 +56,7 @@ pub(crate) struct Shared<T> {
 
 /// A bounded queue with a worker thread that exports it in batches (see
 /// [`LensBatchProcessor`](crate::export::LensBatchProcessor)).
-pub struct Batcher<T: Send + 'static> {
+pub(crate) struct Batcher<T: Send + 'static> {
     shared: Arc<Shared<T>>,
     control: mpsc::Sender<Control>,
     worker: Mutex<Option<JoinHandle<()>>>,
@@ -152,7 +128,7 @@ fn deadline_after(d: Duration) -> Instant {
 impl<T: Send + 'static> Batcher<T> {
     /// Allocates the queue and starts the worker thread (named `nemo-lens-<name>`). Items
     /// dropped (queue full, failed export, left at shutdown) are added to `dropped`.
-    pub fn new(
+    pub(crate) fn new(
         name: &str,
         config: QueueConfig,
         dropped: Arc<AtomicU64>,
@@ -208,7 +184,7 @@ impl<T: Send + 'static> Batcher<T> {
     /// Queues `item` without blocking; drops and counts it when the queue is full or the
     /// batcher is shut down.
     #[inline]
-    pub fn push(&self, item: T)
+    pub(crate) fn push(&self, item: T)
     where
         T: ApproxSize,
     {
@@ -224,13 +200,8 @@ impl<T: Send + 'static> Batcher<T> {
         }
     }
 
-    /// Items waiting now.
-    pub fn queued(&self) -> usize {
-        self.shared.queue.len()
-    }
-
     /// Exports everything queued now, waiting at most `timeout`.
-    pub fn force_flush(&self, timeout: Duration) -> std::result::Result<(), String> {
+    pub(crate) fn force_flush(&self, timeout: Duration) -> std::result::Result<(), String> {
         if self.shared.shut.load(Ordering::Relaxed) {
             return Ok(());
         }
@@ -245,7 +216,7 @@ impl<T: Send + 'static> Batcher<T> {
     /// Exports what is queued until `timeout` has passed, counts what is left as dropped, shuts
     /// the exporter down and stops the worker. Later pushes are dropped and counted; a second
     /// call does nothing.
-    pub fn shutdown(&self, timeout: Duration) -> std::result::Result<(), String> {
+    pub(crate) fn shutdown(&self, timeout: Duration) -> std::result::Result<(), String> {
         if self.shared.shut.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
@@ -482,5 +453,72 @@ pub(crate) fn block_on_timeout<F: Future>(future: F, timeout: Duration) -> Optio
             return None;
         }
         std::thread::park_timeout(deadline - now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_full_queue_drops_and_counts() {
+        use super::{BatchExport, Batcher};
+        use crate::queue::QueueConfig;
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::time::Duration;
+
+        struct Print;
+        impl BatchExport<String> for Print {
+            fn export(&mut self, batch: Vec<String>, _timeout: Duration) -> Result<(), String> {
+                println!("{}", batch.join(","));
+                Ok(())
+            }
+        }
+
+        let dropped = Arc::new(AtomicU64::new(0));
+        let config = QueueConfig {
+            max_queue_size: 2,
+            ..QueueConfig::default()
+        };
+        let batcher = Batcher::new("demo", config, dropped.clone(), Print).unwrap();
+        for word in ["a", "b", "c"] {
+            batcher.push(word.to_string()); // "c" finds the queue full (unless the worker was quick)
+        }
+        batcher.shutdown(Duration::from_secs(5)).unwrap();
+        assert!(dropped.load(Ordering::Relaxed) <= 1);
+    }
+
+    /// The queue and worker are generic: here they batch log lines (the shape a log-record
+    /// processor with `OTEL_BLRP_*` takes).
+    #[test]
+    fn the_batcher_batches_any_item_type() {
+        use super::{BatchExport, Batcher};
+        use crate::queue::QueueConfig;
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::time::Duration;
+        struct Lines(Arc<parking_lot::Mutex<Vec<Vec<String>>>>);
+        impl BatchExport<String> for Lines {
+            fn export(&mut self, batch: Vec<String>, _timeout: Duration) -> Result<(), String> {
+                self.0.lock().push(batch);
+                Ok(())
+            }
+        }
+        let batches = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let lookup = |k: &str| (k == "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE").then(|| "4".to_string());
+        let config = QueueConfig::from_env("OTEL_BLRP", &lookup).unwrap();
+        let dropped = Arc::new(AtomicU64::new(0));
+        let batcher =
+            Batcher::new("logs", config, dropped.clone(), Lines(batches.clone())).unwrap();
+        for i in 0..10 {
+            batcher.push(format!("line {i}"));
+        }
+        batcher.force_flush(Duration::from_secs(10)).unwrap();
+        batcher.shutdown(Duration::from_secs(10)).unwrap();
+        let batches = batches.lock();
+        assert!(batches.iter().all(|b| b.len() <= 4));
+        let all: Vec<&String> = batches.iter().flatten().collect();
+        assert_eq!(all.len(), 10);
+        assert_eq!(all[9], "line 9");
+        assert_eq!(dropped.load(Ordering::Relaxed), 0);
     }
 }

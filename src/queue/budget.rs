@@ -13,17 +13,6 @@
 //! The item limits (`OTEL_BSP_MAX_QUEUE_SIZE`, `OTEL_BLRP_MAX_QUEUE_SIZE`) still apply; the ring
 //! of slots a queue allocates up front is kept within the byte budget too: a larger item limit
 //! is clamped, with a warning ([`clamp_queue_size`]).
-//!
-//! ```
-//! use nemo_lens::export::{ApproxSize, ByteBudget};
-//!
-//! let budget = ByteBudget::new(1000);
-//! let item = "x".repeat(600);
-//! assert!(budget.try_reserve(item.approx_size()));
-//! assert!(!budget.try_reserve(item.approx_size())); // would exceed 1000 bytes: refused
-//! budget.release(item.approx_size());
-//! assert_eq!(budget.used(), 0);
-//! ```
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -37,20 +26,20 @@ use crate::config::env::{Env, invalid};
 use crate::error::Result;
 
 /// The variable of the queue byte budget.
-pub const QUEUE_MAX_BYTES_VAR: &str = "NEMO_LENS_QUEUE_MAX_BYTES";
+pub(crate) const QUEUE_MAX_BYTES_VAR: &str = "NEMO_LENS_QUEUE_MAX_BYTES";
 
 /// The byte budget of each queue when [`QUEUE_MAX_BYTES_VAR`] is unset: 64 MiB.
-pub const DEFAULT_QUEUE_MAX_BYTES: usize = 64 << 20;
+pub(crate) const DEFAULT_QUEUE_MAX_BYTES: usize = 64 << 20;
 
 /// The smallest accepted budget (64 KiB): less would refuse ordinary spans.
-pub const MIN_QUEUE_MAX_BYTES: usize = 64 << 10;
+pub(crate) const MIN_QUEUE_MAX_BYTES: usize = 64 << 10;
 
 /// What every key-value and every event costs beyond its text (pointers, tags, lengths).
 pub(crate) const ENTRY_OVERHEAD: usize = 32;
 
 /// An item's approximate size in bytes: its text and a fixed cost per entry. It errs high, and
 /// stays the same while the item waits (the budget gives back what it took).
-pub trait ApproxSize {
+pub(crate) trait ApproxSize {
     /// The approximate size, in bytes.
     fn approx_size(&self) -> usize;
 }
@@ -152,21 +141,15 @@ impl ApproxSize for (SdkLogRecord, InstrumentationScope) {
 /// [`DEFAULT_QUEUE_MAX_BYTES`] (64 MiB) for the span queue and as much for the log queue. An
 /// `OTEL_BSP_MAX_QUEUE_SIZE` / `OTEL_BLRP_MAX_QUEUE_SIZE` whose ring of slots (allocated up
 /// front) would not fit in it is clamped, with a warning on stderr.
-///
-/// ```
-/// let budget = nemo_lens::export::ByteBudget::new(1 << 20);
-/// assert!(budget.try_reserve(4096));
-/// assert_eq!(budget.used(), 4096);
-/// ```
 #[derive(Debug)]
-pub struct ByteBudget {
+pub(crate) struct ByteBudget {
     used: AtomicUsize,
     limit: usize,
 }
 
 impl ByteBudget {
     /// A budget of `limit` bytes.
-    pub fn new(limit: usize) -> Self {
+    pub(crate) fn new(limit: usize) -> Self {
         ByteBudget {
             used: AtomicUsize::new(0),
             limit,
@@ -175,7 +158,7 @@ impl ByteBudget {
 
     /// Takes `bytes` from the budget; `false` (nothing taken) when they do not fit.
     #[inline]
-    pub fn try_reserve(&self, bytes: usize) -> bool {
+    pub(crate) fn try_reserve(&self, bytes: usize) -> bool {
         let before = self.used.fetch_add(bytes, Ordering::AcqRel);
         if before.saturating_add(bytes) > self.limit {
             self.used.fetch_sub(bytes, Ordering::AcqRel);
@@ -186,18 +169,14 @@ impl ByteBudget {
 
     /// Gives back `bytes` taken by [`ByteBudget::try_reserve`].
     #[inline]
-    pub fn release(&self, bytes: usize) {
+    pub(crate) fn release(&self, bytes: usize) {
         self.used.fetch_sub(bytes, Ordering::AcqRel);
     }
 
     /// Bytes held now.
-    pub fn used(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn used(&self) -> usize {
         self.used.load(Ordering::Acquire)
-    }
-
-    /// The limit, in bytes.
-    pub fn limit(&self) -> usize {
-        self.limit
     }
 }
 
@@ -314,5 +293,24 @@ pub(crate) mod tests {
     fn a_huge_item_limit_is_clamped_to_the_budget() {
         assert_eq!(clamp_queue_size("V", 2048, 300, 64 << 20), 2048);
         assert_eq!(clamp_queue_size("V", 1 << 24, 256, 64 << 20), 1 << 18);
+    }
+
+    #[test]
+    fn reservations_beyond_the_limit_are_refused() {
+        use super::{ApproxSize, ByteBudget};
+
+        let budget = ByteBudget::new(1000);
+        let item = "x".repeat(600);
+        assert!(budget.try_reserve(item.approx_size()));
+        assert!(!budget.try_reserve(item.approx_size())); // would exceed 1000 bytes: refused
+        budget.release(item.approx_size());
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn reserved_bytes_are_used() {
+        let budget = super::ByteBudget::new(1 << 20);
+        assert!(budget.try_reserve(4096));
+        assert_eq!(budget.used(), 4096);
     }
 }

@@ -1,14 +1,4 @@
-//! The sizes of a queue come from the standard variables ([`QueueConfig::from_env`]):
-//!
-//! | Variable (spans; logs use `OTEL_BLRP_*`) | Default | Meaning |
-//! |---|---|---|
-//! | `OTEL_BSP_MAX_QUEUE_SIZE` | 2048 | items waiting, at most ([`MAX_QUEUE_SIZE_LIMIT`] at most) |
-//! | `OTEL_BSP_SCHEDULE_DELAY` | 5000 | ms between two exports of a partial batch |
-//! | `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` | 512 | items per export (at most the queue size) |
-//! | `OTEL_BSP_EXPORT_TIMEOUT` | 30000 | ms one export may take before its batch counts as dropped |
-//!
-//! An empty or blank value means the default; anything else that is not a positive integer (a
-//! non-negative one for the delay) is a [`LensError::InvalidValue`] naming the variable.
+//! [`QueueConfig`]: the sizes and timeouts of a batch queue, read from the standard variables.
 
 use std::time::Duration;
 
@@ -19,7 +9,22 @@ use crate::error::{LensError, Result};
 /// front.
 pub const MAX_QUEUE_SIZE_LIMIT: usize = 1 << 24;
 
-/// Sizes and timeouts of a [`Batcher`](crate::export::Batcher).
+/// Sizes and timeouts of the batch queues of [`LensBatchProcessor`](crate::export::LensBatchProcessor)
+/// and [`LensBatchLogProcessor`](crate::export::LensBatchLogProcessor), read at setup from the
+/// standard variables ([`QueueConfig::from_env`]):
+///
+/// | Variable (spans; logs use `OTEL_BLRP_*`) | Default | Meaning |
+/// |---|---|---|
+/// | `OTEL_BSP_MAX_QUEUE_SIZE` | 2048 | items waiting, at most ([`MAX_QUEUE_SIZE_LIMIT`] at most) |
+/// | `OTEL_BSP_SCHEDULE_DELAY` | 5000 (logs: 1000) | ms between two exports of a partial batch |
+/// | `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` | 512 | items per export (at most the queue size) |
+/// | `OTEL_BSP_EXPORT_TIMEOUT` | 30000 | ms one export may take before its batch counts as dropped |
+/// | `NEMO_LENS_QUEUE_MAX_BYTES` | 67108864 (64 MiB) | bytes each queue may hold, waiting and in flight; at least 65536 |
+///
+/// An empty or blank value means the default; anything else that is not a positive integer (a
+/// non-negative one for the delay) is a [`LensError::InvalidValue`] naming the variable. A full
+/// queue never blocks the thread that ends a span: the item is dropped and counted
+/// ([`Telemetry::dropped`](crate::Telemetry::dropped)).
 ///
 /// ```
 /// let c = nemo_lens::export::QueueConfig::default();
@@ -35,8 +40,8 @@ pub struct QueueConfig {
     pub max_export_batch_size: usize,
     /// Time one export may take; then its batch counts as dropped.
     pub export_timeout: Duration,
-    /// Bytes the queue may hold, waiting and in flight ([`crate::export::ByteBudget`];
-    /// `NEMO_LENS_QUEUE_MAX_BYTES`); more are dropped (and counted).
+    /// Bytes the queue may hold, waiting and in flight (`NEMO_LENS_QUEUE_MAX_BYTES`); more are
+    /// dropped (and counted).
     pub max_queue_bytes: usize,
 }
 

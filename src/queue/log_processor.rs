@@ -45,7 +45,7 @@ impl<E: LogExporter + 'static> BatchExport<(SdkLogRecord, InstrumentationScope)>
     }
 }
 
-/// The log-record processor of nemo-lens: a [`Batcher`] of records in front of a
+/// The log-record processor of nemo-lens: a bounded queue and worker thread in front of a
 /// [`LogExporter`], sized by `OTEL_BLRP_*`, counting what it drops.
 ///
 /// ```

@@ -29,10 +29,6 @@ pub(crate) mod log_processor;
 pub(crate) mod sdk_span_closer;
 pub(crate) mod span_processor;
 
-pub use batcher::{BatchExport, Batcher};
-pub use budget::{
-    ApproxSize, ByteBudget, DEFAULT_QUEUE_MAX_BYTES, MIN_QUEUE_MAX_BYTES, QUEUE_MAX_BYTES_VAR,
-};
 pub use config::{MAX_QUEUE_SIZE_LIMIT, QueueConfig};
 pub use drops::DropCounts;
 pub use log_processor::LensBatchLogProcessor;

@@ -32,7 +32,7 @@
 //! The lens layer's own spans are built through the SDK too (on the batch worker, `on_start`
 //! and `on_end` back to back, see `src/record/to_sdk.rs`); they are marked while built and the
 //! closer skips them with one thread-local read. For an SDK span, the cost is the copy at start
-//! plus one short lock at start and one at end (measured in README "Performance"). The table
+//! plus one short lock at start and one at end (`benches/instructions.sh` counts it). The table
 //! holds at most [`MAX_TRACKED_SPANS`] spans and [`MAX_TRACKED_BYTES`] bytes of copies; a span
 //! that does not fit is not tracked and counted
 //! ([`Telemetry::untracked_sdk_spans`](crate::Telemetry::untracked_sdk_spans)).
@@ -68,8 +68,8 @@ struct Tracked {
     data: SpanData,
 }
 
-/// Hashes a span id with one multiplication: span ids are random already (SipHash, the
-/// default, cost ~150 instructions per lookup here, measured with `benches/instructions.sh`).
+/// Hashes a span id with one multiplication: span ids are random already, so SipHash (the
+/// default, a few times dearer per lookup) buys nothing.
 #[derive(Default)]
 struct IdHasher(u64);
 

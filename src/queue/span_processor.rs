@@ -208,7 +208,8 @@ impl<E: SpanExporter + 'static> BatchExport<SpanItem> for SpanExport<E> {
     }
 }
 
-/// The span processor of nemo-lens: a [`Batcher`] of sampled, ended spans in front of a
+/// The span processor of nemo-lens: a bounded queue and worker thread of sampled, ended spans
+/// in front of a
 /// [`SpanExporter`].
 ///
 /// Spans recorded by the lens layer reach its queue as compact records, and their SDK spans

@@ -329,7 +329,7 @@ pub(crate) fn install_process_gate(gate: Arc<GroupGate>) {
 /// expensive attributes:
 ///
 /// ```
-/// if nemo_lens::is_span_group_enabled("step") {
+/// if nemo_lens::groups::is_span_group_enabled("step") {
 ///     // compute the attribute values only when they will be exported
 /// }
 /// ```

@@ -63,6 +63,7 @@ use parking_lot::Mutex;
 use crate::layer::fields::{
     EventValues, Reserved, SpanAttributes, SpanFields, TextRules, exception_attributes,
 };
+use crate::layer::stacktrace::{PendingStacktraces, Stacktrace};
 use crate::queue::budget::{ApproxSize, ENTRY_OVERHEAD, kv_size};
 use crate::semconv;
 
@@ -138,6 +139,8 @@ pub(crate) struct SpanRecord {
     dropped_events: u32,
     links: Vec<Link>,
     dropped_links: u32,
+    /// Backtraces of `exception` events, resolved by the worker.
+    stacktraces: PendingStacktraces,
     /// The worker has built its SDK span.
     built: bool,
 }
@@ -158,6 +161,7 @@ impl SpanRecord {
             dropped_events: 0,
             links: Vec::new(),
             dropped_links: 0,
+            stacktraces: PendingStacktraces::default(),
             built: false,
         }
     }
@@ -185,6 +189,7 @@ impl SpanRecord {
         self.dropped_events = 0;
         self.links.clear();
         self.dropped_links = 0;
+        self.stacktraces.clear();
         self.built = false;
     }
 
@@ -228,7 +233,21 @@ impl SpanRecord {
     }
 
     fn add_event(&mut self, event: Event, limits: Limits) {
+        self.add_event_with_stacktrace(event, None, limits);
+    }
+
+    /// Adds an event (with the backtrace of its exception, if any), or counts it past the
+    /// limit.
+    fn add_event_with_stacktrace(
+        &mut self,
+        event: Event,
+        stacktrace: Option<Stacktrace>,
+        limits: Limits,
+    ) {
         if self.events.len() < limits.events {
+            if let Some(trace) = stacktrace {
+                self.stacktraces.push(self.events.len(), trace);
+            }
             self.events.push(event);
         } else {
             self.dropped_events = self.dropped_events.saturating_add(1);
@@ -350,7 +369,7 @@ impl SpanState {
         if let Some(status) = values.status {
             record.set_status(status);
         }
-        record.add_event(values.event, limits);
+        record.add_event_with_stacktrace(values.event, values.stacktrace, limits);
     }
 
     /// Adds a link; `false` when the span has ended or is not recorded.
@@ -419,13 +438,14 @@ impl SpanState {
     }
 
     /// Adds an `exception` event of type `kind` (`exception.escaped = "True"`: a panic unwinds
-    /// out of the span) and sets the status `ERROR` (the panic hook: never waits more than
-    /// [`LOCK_PATIENCE`] for the lock). `false` when the span is not open.
+    /// out of the span) with the backtrace in `stacktrace` (taken when the event is added) and
+    /// sets the status `ERROR` (the panic hook: never waits more than [`LOCK_PATIENCE`] for the
+    /// lock). `false` when the span is not open.
     pub(crate) fn record_exception(
         &self,
         kind: &'static str,
         message: &str,
-        stacktrace: Option<&str>,
+        stacktrace: &mut Option<Stacktrace>,
         limits: Limits,
     ) -> bool {
         let Some(mut guard) = self.record.try_lock_for(LOCK_PATIENCE) else {
@@ -434,19 +454,14 @@ impl SpanState {
         let Some(record) = guard.as_mut().filter(|r| r.is_open()) else {
             return false;
         };
-        record.add_event(
+        record.add_event_with_stacktrace(
             Event::new(
                 semconv::EXCEPTION_EVENT,
                 SystemTime::now(),
-                exception_attributes(
-                    kind.to_string(),
-                    message.to_string(),
-                    stacktrace.map(str::to_string),
-                    true,
-                    0,
-                ),
+                exception_attributes(kind.to_string(), message.to_string(), true, 0),
                 0,
             ),
+            stacktrace.take(),
             limits,
         );
         record.set_status(Status::error(message.to_string()));
@@ -491,5 +506,6 @@ impl SpanRecord {
                 .iter()
                 .map(|l| 64 + l.attributes.iter().map(kv_size).sum::<usize>())
                 .sum::<usize>()
+            + record.stacktraces.approx_size()
     }
 }

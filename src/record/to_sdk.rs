@@ -102,23 +102,30 @@ impl SpanState {
     /// Moves the contents of the ended record out (the lock is held for this only), leaving
     /// the record in place, ended and marked built, so that the state can be reused for
     /// another span; `None` when it is still open or was built already.
+    /// Backtraces captured for its events are resolved here, outside the lock: resolving
+    /// symbols is the slow part of a backtrace, and this runs on the export worker.
     pub(crate) fn take_ended(&self) -> Option<Ended> {
-        let mut guard = self.record.lock();
-        let r = guard.as_mut().filter(|r| !r.built && !r.is_open())?;
-        r.built = true;
-        Some(Ended {
-            name: std::mem::replace(&mut r.name, Cow::Borrowed("")),
-            kind: r.kind.take(),
-            status: std::mem::replace(&mut r.status, Status::Unset),
-            start: r.start,
-            end: r.end.unwrap_or_else(SystemTime::now),
-            parent: std::mem::replace(&mut r.parent, Parent::Root),
-            attributes: std::mem::take(&mut r.attributes),
-            events: std::mem::take(&mut r.events),
-            dropped_events: r.dropped_events,
-            links: std::mem::take(&mut r.links),
-            dropped_links: r.dropped_links,
-        })
+        let (mut ended, stacktraces) = {
+            let mut guard = self.record.lock();
+            let r = guard.as_mut().filter(|r| !r.built && !r.is_open())?;
+            r.built = true;
+            let ended = Ended {
+                name: std::mem::replace(&mut r.name, Cow::Borrowed("")),
+                kind: r.kind.take(),
+                status: std::mem::replace(&mut r.status, Status::Unset),
+                start: r.start,
+                end: r.end.unwrap_or_else(SystemTime::now),
+                parent: std::mem::replace(&mut r.parent, Parent::Root),
+                attributes: std::mem::take(&mut r.attributes),
+                events: std::mem::take(&mut r.events),
+                dropped_events: r.dropped_events,
+                links: std::mem::take(&mut r.links),
+                dropped_links: r.dropped_links,
+            };
+            (ended, std::mem::take(&mut r.stacktraces))
+        };
+        stacktraces.resolve_into(&mut ended.events, crate::layer::fields::truncate_chars);
+        Some(ended)
     }
 }
 

@@ -26,6 +26,7 @@ use crate::config::{ExporterKind, LensConfig};
 use crate::error::{LensError, Result};
 use crate::export::otlp::{self, Signal};
 use crate::flight_recorder::{self, FlightRecorder};
+use crate::gpu;
 use crate::ids;
 use crate::layer::fields::{RedactKeys, TextRules};
 use crate::layer::filter::LensFilter;
@@ -53,23 +54,37 @@ pub(super) struct Unknown {
     pub(super) run_id: bool,
 }
 
+/// What the application told the builder about the process's place in the job.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Place {
+    /// [`TelemetryBuilder::rank`](crate::TelemetryBuilder::rank), if called.
+    pub(super) rank: Option<u32>,
+    /// [`TelemetryBuilder::world_size`](crate::TelemetryBuilder::world_size), if called.
+    pub(super) world_size: Option<u32>,
+    pub(super) unknown: Unknown,
+    /// Also write `dl.rank` / `dl.world_size`.
+    pub(super) legacy_rank_keys: bool,
+}
+
 /// Who this process is, once resolved.
 pub(super) struct Identity {
+    /// The rank export strategies and `{rank}` see (0 when unknown).
     pub(super) rank: u32,
+    /// The world size export strategies see (above the rank when unknown).
     pub(super) world_size: u32,
     /// The fork generation of this setup.
     pub(super) generation: u64,
-    pub(super) unknown: Unknown,
+    /// What the resource says about the rank.
+    pub(super) participant: resource::Participant,
 }
 
 /// Checks the configuration and resolves who this process is: `OTEL_SDK_DISABLED`, the rank and
-/// world size (an unknown one defaults), the one-enabled-setup-per-process rule and the run id.
-/// Installs the fork handler and the HTTP client's crypto provider (on every rank).
+/// world size (the application's, else the launcher's), the one-enabled-setup-per-process rule
+/// and the run id.
+/// Installs the fork handler (on every rank).
 pub(super) fn resolve_identity(
     config: &mut LensConfig,
-    rank: u32,
-    world_size: u32,
-    unknown: Unknown,
+    place: Place,
     reinit_allowed: bool,
     lookup: &Lookup,
 ) -> Result<Identity> {
@@ -79,35 +94,48 @@ pub(super) fn resolve_identity(
     if lookup("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
         config.enabled = false;
     }
-    let rank = if unknown.rank { 0 } else { rank };
-    let world_size = if unknown.world_size {
-        world_size.max(rank.saturating_add(1))
-    } else {
-        world_size
-    };
+    let (rank, world_size) = resource::participant::resolve(
+        (place.rank, place.unknown.rank),
+        (place.world_size, place.unknown.world_size),
+        lookup,
+    );
+    let rank_number = rank.value.unwrap_or(0);
+    let world_number = world_size
+        .value
+        .unwrap_or_else(|| rank_number.saturating_add(1));
     // A disabled setup builds nothing and uses neither, so it takes any rank and world size
     // (a launcher may hand out numbers nemo-lens would refuse when enabled).
-    if config.enabled && (world_size == 0 || rank >= world_size) {
+    if config.enabled && (world_number == 0 || rank_number >= world_number) {
         return Err(LensError::InvalidArgument(format!(
-            "rank must be below world_size (rank {rank}, world_size {world_size})"
+            "rank must be below world_size (rank {rank_number}, world_size {world_number}{})",
+            [&rank, &world_size]
+                .iter()
+                .filter_map(|r| r.from_launcher.then_some(r.key))
+                .map(|key| format!("; {key} from {}", crate::carrier::OTEL_RESOURCE_ATTRIBUTES))
+                .collect::<String>()
         )));
     }
     ids::install_fork_handler();
-    otlp::transport::install_crypto_provider();
     let generation = ids::fork_generation();
     if config.enabled && !reinit_allowed && INITIALIZED_IN.load(Ordering::SeqCst) == generation + 1
     {
         return Err(LensError::AlreadyInitialized);
     }
+    let run_id_configured = !config.run_id.is_empty();
     let no_job_id = lookup("SLURM_JOB_ID").is_none_or(|v| v.trim().is_empty());
-    if !(unknown.run_id && config.run_id.is_empty() && no_job_id) {
+    if !(place.unknown.run_id && config.run_id.is_empty() && no_job_id) {
         config.run_id = resource::resolve_run_id(&config.run_id, lookup);
     }
     Ok(Identity {
-        rank,
-        world_size,
+        rank: rank_number,
+        world_size: world_number,
         generation,
-        unknown,
+        participant: resource::Participant {
+            rank: rank.value,
+            world_size: world_size.value,
+            legacy_rank_keys: place.legacy_rank_keys,
+            run_id_configured,
+        },
     })
 }
 
@@ -322,9 +350,13 @@ pub(super) struct Given {
     pub(super) provider_builder: Option<TracerProviderBuilder>,
     pub(super) install_globals: bool,
     pub(super) redact: RedactKeys,
+    /// [`TelemetryBuilder::error_backtraces`](crate::TelemetryBuilder::error_backtraces).
+    pub(super) error_backtraces: bool,
     /// How the environment is read
     /// ([`TelemetryBuilder::env_lookup`](crate::TelemetryBuilder::env_lookup)).
     pub(super) lookup: Box<Lookup>,
+    /// [`TelemetryBuilder::local_rank`](crate::TelemetryBuilder::local_rank).
+    pub(super) local_rank: Option<u32>,
 }
 
 /// Builds the exporting rank's pipelines: checks every OTLP setting first, then the resource,
@@ -372,11 +404,18 @@ pub(super) fn build_pipelines(
     }
     let env = Env::new(lookup);
     let rank = identity.rank;
-    let resource = resource::build_resource_for(
+    let resource = resource::build_resource(
         config,
-        (!identity.unknown.rank).then_some(rank),
-        (!identity.unknown.world_size).then_some(identity.world_size),
+        &identity.participant,
         &given.resource_attributes,
+        lookup,
+    );
+    // The GPU of this rank, read once, here (a process without a rank, a launcher or a
+    // job-level tool, has no GPU of its own).
+    let resource = gpu::with_gpu_identity(
+        resource,
+        config.detect_gpu && identity.participant.rank.is_some(),
+        given.local_rank,
         lookup,
     );
     if config.traces_enabled {
@@ -397,6 +436,7 @@ pub(super) fn build_pipelines(
                 redact: given.redact.clone(),
             },
             trace_per: plan.trace_per.clone(),
+            error_backtraces: given.error_backtraces,
             provider_builder: given.provider_builder.take(),
             install_global: given.install_globals,
         };
@@ -471,8 +511,7 @@ pub(super) fn start_flight_recorder(
     let resource = built.resource.clone().unwrap_or_else(|| {
         resource::build_resource(
             config,
-            identity.rank,
-            identity.world_size,
+            &identity.participant,
             &given.resource_attributes,
             &*given.lookup,
         )
@@ -515,6 +554,8 @@ pub(super) struct HandleParts {
     pub(super) filter: LensFilter,
     pub(super) flight_recorder: Option<FlightRecorder>,
     pub(super) context_activation: bool,
+    /// The groups of NVTX ranges, when this rank pushes them.
+    pub(super) nvtx: Option<Arc<GroupGate>>,
 }
 
 /// Assembles the [`Telemetry`] handle.
@@ -528,6 +569,7 @@ pub(super) fn assemble_handle(parts: HandleParts) -> Telemetry {
         filter,
         flight_recorder,
         context_activation,
+        nvtx,
     } = parts;
     Telemetry::from_inner(Inner {
         instruments,
@@ -545,5 +587,6 @@ pub(super) fn assemble_handle(parts: HandleParts) -> Telemetry {
         generation: identity.generation,
         context_activation,
         dropped: plan.dropped,
+        nvtx,
     })
 }

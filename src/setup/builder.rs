@@ -46,8 +46,8 @@ type Lookup = Box<build::Lookup>;
 /// ```
 pub struct TelemetryBuilder {
     config: LensConfig,
-    rank: u32,
-    world_size: u32,
+    rank: Option<u32>,
+    world_size: Option<u32>,
     resource_attributes: Vec<KeyValue>,
     span_exporter: Option<ProcessorFactory>,
     span_processors: Vec<Box<dyn FnOnce() -> BoxedProcessor + Send>>,
@@ -62,8 +62,14 @@ pub struct TelemetryBuilder {
     lookup: Lookup,
     /// `unknown_rank`, `unknown_world_size`, `no_random_run_id`.
     unknown: build::Unknown,
+    /// [`TelemetryBuilder::legacy_rank_attributes`] (default on).
+    legacy_rank_keys: bool,
     /// [`TelemetryBuilder::redact_keys`] (default: [`crate::DEFAULT_REDACT_KEYS`]).
     redact: RedactKeys,
+    /// [`TelemetryBuilder::error_backtraces`].
+    error_backtraces: bool,
+    /// [`TelemetryBuilder::local_rank`].
+    local_rank: Option<u32>,
 }
 
 impl fmt::Debug for TelemetryBuilder {
@@ -96,8 +102,8 @@ impl TelemetryBuilder {
     fn new(config: LensConfig) -> Self {
         TelemetryBuilder {
             config,
-            rank: 0,
-            world_size: 1,
+            rank: None,
+            world_size: None,
             resource_attributes: Vec::new(),
             span_exporter: None,
             span_processors: Vec::new(),
@@ -111,26 +117,106 @@ impl TelemetryBuilder {
             provider_builder: None,
             lookup: Box::new(crate::config::env::process_var),
             unknown: build::Unknown::default(),
+            legacy_rank_keys: true,
             redact: RedactKeys::default(),
+            error_backtraces: false,
+            local_rank: None,
         }
     }
 
-    /// This process's rank (default 0).
+    /// This process's rank. Without it, the rank is the launcher's `nv.dl.rank` in
+    /// `OTEL_RESOURCE_ATTRIBUTES`, else 0.
+    ///
+    /// The resource carries it as `nv.dl.rank` (and `dl.rank`, see
+    /// [`TelemetryBuilder::legacy_rank_attributes`]); export strategies, the rank sampler and
+    /// `{rank}` in `NEMO_LENS_CONSOLE_PATH` use it.
+    ///
+    /// ```
+    /// use nemo_lens::{LensConfig, Telemetry};
+    /// use opentelemetry::{Key, Value};
+    /// use opentelemetry_sdk::trace::InMemorySpanExporter;
+    ///
+    /// // A launcher handed this process its rank and world size.
+    /// let env = [("OTEL_RESOURCE_ATTRIBUTES", "nv.dl.rank=3,nv.dl.world_size=8")];
+    /// let config = LensConfig::default().with_enabled(true).with_export_strategy("all_ranks")
+    ///     .with_run_id("exp-1").with_metrics_enabled(false);
+    /// let telemetry = Telemetry::builder(config)
+    ///     .span_exporter(InMemorySpanExporter::default())
+    ///     .env_lookup(move |k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
+    ///     # .allow_reinit_for_testing(true)
+    ///     .build()?;
+    /// let resource = telemetry.resource().unwrap();
+    /// assert_eq!(resource.get(&Key::from_static_str("nv.dl.rank")), Some(Value::I64(3)));
+    /// assert_eq!(resource.get(&Key::from_static_str("dl.world_size")), Some(Value::I64(8)));
+    /// assert_eq!(
+    ///     resource.get(&Key::from_static_str("service.instance.id")),
+    ///     Some("exp-1-rank3".into())
+    /// );
+    /// # telemetry.shutdown(std::time::Duration::from_secs(5))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn rank(mut self, rank: u32) -> Self {
-        self.rank = rank;
+        self.rank = Some(rank);
         self
     }
 
-    /// The number of ranks (default 1).
+    /// The number of ranks. Without it, the launcher's `nv.dl.world_size` in
+    /// `OTEL_RESOURCE_ATTRIBUTES`; else unknown when the rank came from the launcher, else 1.
     pub fn world_size(mut self, world_size: u32) -> Self {
-        self.world_size = world_size;
+        self.world_size = Some(world_size);
+        self
+    }
+
+    /// Whether the resource also carries the 0.1.0 names of the rank attributes, `dl.rank` and
+    /// `dl.world_size`, beside `nv.dl.rank` and `nv.dl.world_size` (default `true`: consumers
+    /// of NeMo Lens 0.1.0 read those). Turn it off in a job whose consumers all read the
+    /// `nv.dl.*` names.
+    ///
+    /// ```
+    /// use nemo_lens::{LensConfig, Telemetry};
+    /// use opentelemetry::Key;
+    /// use opentelemetry_sdk::trace::InMemorySpanExporter;
+    ///
+    /// let config = LensConfig::default().with_enabled(true).with_metrics_enabled(false);
+    /// let telemetry = Telemetry::builder(config)
+    ///     .span_exporter(InMemorySpanExporter::default())
+    ///     .env_lookup(|_| None)
+    ///     .legacy_rank_attributes(false)
+    ///     # .allow_reinit_for_testing(true)
+    ///     .build()?;
+    /// let resource = telemetry.resource().unwrap();
+    /// assert!(resource.get(&Key::from_static_str("dl.rank")).is_none());
+    /// assert!(resource.get(&Key::from_static_str("nv.dl.rank")).is_some());
+    /// # telemetry.shutdown(std::time::Duration::from_secs(5))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn legacy_rank_attributes(mut self, on: bool) -> Self {
+        self.legacy_rank_keys = on;
+        self
+    }
+
+    /// This process's rank among the ranks of its node, which picks its GPU for the `nv.gpu.*`
+    /// resource attributes ([`LensConfig::detect_gpu`]). Default: `LOCAL_RANK`, else
+    /// `SLURM_LOCALID`, else 0.
+    ///
+    /// ```
+    /// // A launcher that names the local rank in a variable of its own (Open MPI):
+    /// let local_rank = std::env::var("OMPI_COMM_WORLD_LOCAL_RANK").ok().and_then(|v| v.parse().ok());
+    /// let mut builder = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default());
+    /// if let Some(local_rank) = local_rank {
+    ///     builder = builder.local_rank(local_rank);
+    /// }
+    /// # let _ = builder;
+    /// ```
+    pub fn local_rank(mut self, local_rank: u32) -> Self {
+        self.local_rank = Some(local_rank);
         self
     }
 
     /// This process does not know its rank (a launcher, a job-level tool such as `nemo-lens
-    /// emit-spans`): the resource gets no `dl.rank` and no rank-derived `service.instance.id`
-    /// (values given in `OTEL_RESOURCE_ATTRIBUTES` still apply). Export strategies and `{rank}`
-    /// in `NEMO_LENS_CONSOLE_PATH` see rank 0.
+    /// emit-spans`): unless the launcher gave one (`nv.dl.rank` in `OTEL_RESOURCE_ATTRIBUTES`),
+    /// the resource gets no rank attribute and no rank-derived `service.instance.id`. Export
+    /// strategies and `{rank}` in `NEMO_LENS_CONSOLE_PATH` then see rank 0.
     ///
     /// ```
     /// use nemo_lens::{LensConfig, Telemetry};
@@ -147,7 +233,7 @@ impl TelemetryBuilder {
     ///     # .allow_reinit_for_testing(true)
     ///     .build()?;
     /// let resource = telemetry.resource().unwrap();
-    /// for key in ["dl.rank", "dl.world_size", "service.instance.id", "nemo.run.id"] {
+    /// for key in ["dl.rank", "nv.dl.rank", "dl.world_size", "service.instance.id", "nemo.run.id"] {
     ///     assert_eq!(resource.get(&Key::from_static_str(key)), None, "{key}");
     /// }
     /// assert_eq!(telemetry.run_id(), "");
@@ -159,7 +245,9 @@ impl TelemetryBuilder {
         self
     }
 
-    /// This process does not know the world size: the resource gets no `dl.world_size`.
+    /// This process does not know the world size: unless the launcher gave one
+    /// (`nv.dl.world_size` in `OTEL_RESOURCE_ATTRIBUTES`), the resource gets no world size
+    /// attribute.
     pub fn unknown_world_size(mut self) -> Self {
         self.unknown.world_size = true;
         self
@@ -271,7 +359,7 @@ impl TelemetryBuilder {
 
     /// Whether setup installs anything process-wide (default `true`): the global tracer and
     /// meter providers, the global W3C propagator, the process-wide span-group state read by
-    /// [`crate::is_span_group_enabled`], and the one-enabled-setup-per-process guard.
+    /// [`crate::groups::is_span_group_enabled`], and the one-enabled-setup-per-process guard.
     ///
     /// With `false`, the [`Telemetry`] is self-contained: its layer, [`Telemetry::tracer`],
     /// [`Telemetry::meter`] and [`Telemetry::is_span_group_enabled`] work as usual, and nothing
@@ -369,6 +457,52 @@ impl TelemetryBuilder {
         self
     }
 
+    /// Gives every `ERROR` event and `#[instrument(err)]` an `exception.stacktrace`, and every
+    /// recorded panic too, whatever `RUST_BACKTRACE` says (default: off).
+    ///
+    /// Off, an `ERROR` event carries no backtrace, and a panic (with
+    /// [`Telemetry::install_panic_hook`]) carries one when `RUST_BACKTRACE` /
+    /// `RUST_LIB_BACKTRACE` enable backtraces, as `std`'s panic message does. On, the stack is
+    /// captured on the thread of the event (its frames' addresses: microseconds) and resolved
+    /// into text on the export worker when the span is exported, never on the training thread.
+    /// Resolving costs the worker up to hundreds of microseconds per backtrace (a steady stream
+    /// of errors can make it fall behind, and the queue then drops and counts spans), and the
+    /// first resolution maps and parses the binary's debug information, which raises the
+    /// process's resident memory once (tens of megabytes for a binary with line tables). The
+    /// text starts at the event's own frame (a panic's: the panicking frame) and is cut to the
+    /// attribute value length limit. With
+    /// [`synchronous_export`](TelemetryBuilder::synchronous_export) the thread that ends the span
+    /// resolves it.
+    ///
+    /// ```
+    /// use nemo_lens::{LensConfig, Telemetry};
+    /// use opentelemetry_sdk::trace::InMemorySpanExporter;
+    /// use tracing_subscriber::prelude::*;
+    ///
+    /// let spans = InMemorySpanExporter::default();
+    /// let config = LensConfig::default().with_enabled(true).with_export_strategy("all_ranks");
+    /// let telemetry = Telemetry::builder(config)
+    ///     .install_globals(false)
+    ///     .span_exporter(spans.clone())
+    ///     .error_backtraces(true)
+    ///     .build()?;
+    /// tracing::subscriber::with_default(tracing_subscriber::registry().with(telemetry.layer()), || {
+    ///     tracing::info_span!("step").in_scope(|| tracing::error!("nan loss"));
+    /// });
+    /// telemetry.force_flush()?;
+    /// let event = &spans.get_finished_spans().unwrap()[0].events.events[0];
+    /// let keys: Vec<&str> = event.attributes.iter().map(|kv| kv.key.as_str()).collect();
+    /// assert_eq!(
+    ///     keys,
+    ///     ["exception.type", "exception.message", "exception.stacktrace", "exception.escaped"]
+    /// );
+    /// # Ok::<(), nemo_lens::LensError>(())
+    /// ```
+    pub fn error_backtraces(mut self, on: bool) -> Self {
+        self.error_backtraces = on;
+        self
+    }
+
     /// Builds the tracer provider from the application's own `builder` (its processors,
     /// exporters, sampler and resource) instead of an empty one. Lens adds its ID generator
     /// (replacing the builder's), the rank sampler when enabled, the processors of
@@ -437,7 +571,10 @@ impl TelemetryBuilder {
             provider_builder,
             lookup,
             unknown,
+            legacy_rank_keys,
             redact,
+            error_backtraces,
+            local_rank,
         } = self;
         let mut given = build::Given {
             resource_attributes,
@@ -448,18 +585,19 @@ impl TelemetryBuilder {
             provider_builder,
             install_globals,
             redact,
+            error_backtraces,
             lookup,
+            local_rank,
         };
         // Only a setup that installs globals counts as the process's one enabled setup.
         let reinit_allowed = allow_reinit || !install_globals;
-        let identity = build::resolve_identity(
-            &mut config,
+        let place = build::Place {
             rank,
             world_size,
             unknown,
-            reinit_allowed,
-            &*given.lookup,
-        )?;
+            legacy_rank_keys,
+        };
+        let identity = build::resolve_identity(&mut config, place, reinit_allowed, &*given.lookup)?;
         let decision = build::decide_export(&config, &identity, export_strategy, &*given.lookup)?;
         let variables = build::read_export_variables(
             &config,
@@ -468,6 +606,7 @@ impl TelemetryBuilder {
             &*given.lookup,
         )?;
         let plan = build::plan_pipelines(&config, &identity, &decision, variables, synchronous);
+        let nvtx = crate::gpu::nvtx::start(&config, decision.groups.iter().cloned());
         let built = build::build_pipelines(&config, &identity, &plan, &mut given)?;
         build::install_process_state(&config, install_globals, &plan.gate, identity.generation);
         let (instruments, filter) = build::instruments_and_filter(&built, &plan.gate);
@@ -489,6 +628,7 @@ impl TelemetryBuilder {
             filter,
             flight_recorder,
             context_activation,
+            nvtx,
         }))
     }
 }

@@ -19,6 +19,7 @@ use crate::SCOPE_NAME;
 use crate::config::LensConfig;
 use crate::error::{LensError, Result};
 use crate::flight_recorder::{FlightRecorder, RecorderLayer};
+use crate::gpu::nvtx::NvtxLayer;
 use crate::ids;
 use crate::layer::LensLayer;
 use crate::layer::filter::LensFilter;
@@ -47,6 +48,8 @@ pub(crate) struct Inner {
     pub(super) generation: u64,
     /// [`TelemetryBuilder::context_activation`](crate::TelemetryBuilder::context_activation).
     pub(super) context_activation: bool,
+    /// The groups of NVTX ranges, when this rank pushes them (`NEMO_LENS_NVTX`).
+    pub(super) nvtx: Option<Arc<GroupGate>>,
 }
 
 /// The handle of one process's telemetry: the layer, the tracer, flush and shutdown.
@@ -54,6 +57,22 @@ pub(crate) struct Inner {
 /// Cloning is cheap (shared). Call [`Telemetry::shutdown`] before the process exits (a
 /// `finally`-style path): spans still open are ended as truncated and everything queued is
 /// exported. Dropping the last clone shuts down with a 5-second timeout.
+///
+/// # Fork
+///
+/// A process forked without exec (a data-loader worker) inherits the telemetry of its parent,
+/// but not its threads: the batch processor's worker, the gRPC runtime and the HTTP client are
+/// gone. In the child, the inherited handle and its layer are therefore inert:
+///
+/// * the layer records nothing (one relaxed atomic load per span compares the `pthread_atfork`
+///   generation recorded at setup with the current one; no syscall);
+/// * spans the parent had open are neither ended nor truncated nor exported by the child (the
+///   parent exports them once), and the closer's slab is never touched;
+/// * [`Telemetry::force_flush`], [`Telemetry::shutdown`] and dropping the handle return at once
+///   (the inherited providers are leaked, never shut down: that would wait for dead threads);
+/// * the child may set up its own telemetry (the double-init guard counts per fork generation),
+///   which draws IDs from a freshly seeded stream ([`ChaChaIdGenerator`](crate::ChaChaIdGenerator)).
+///
 #[derive(Clone)]
 pub struct Telemetry {
     pub(super) inner: Arc<Inner>,
@@ -108,7 +127,7 @@ impl Telemetry {
     /// span groups), so that crates built on `tracing_opentelemetry::OpenTelemetrySpanExt`
     /// (HTTP and gRPC middleware calling `set_parent` / `context`) work unchanged. Use it
     /// *instead of* [`Telemetry::layer`] for spans (both would record every span twice); the
-    /// lens layer is cheaper (see README "Which layer to pick"). Its spans skip the lens
+    /// lens layer is cheaper (see `docs/interop.md`, "Which layer to pick"). Its spans skip the lens
     /// layer's record path; those the SDK has started (tracing-opentelemetry starts one at its
     /// first enter, with context activation on) and that are still open at shutdown are
     /// exported as truncated from their start data (see [`Telemetry::shutdown`]). On a rank that records
@@ -154,6 +173,25 @@ impl Telemetry {
         FlightRecorder::layer(self.inner.flight_recorder.as_ref())
     }
 
+    /// Spans as NVTX ranges for Nsight Systems (feature `nvtx`, `NEMO_LENS_NVTX=1`): add it next
+    /// to [`Telemetry::layer`]. On every enabled rank, exporting or not, spans the span groups
+    /// let through become ranges in the NVTX domain `NeMo Lens`, with their group as the
+    /// category, and events in them marks ([`NvtxLayer`] has the details). Inert (no interest
+    /// registered, level hint `OFF`, no NVTX call) when the feature or the variable is off, or
+    /// telemetry is disabled.
+    ///
+    /// ```
+    /// use tracing_subscriber::prelude::*;
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// let _s = tracing_subscriber::registry().with(t.layer()).with(t.nvtx_layer());
+    /// ```
+    pub fn nvtx_layer<S>(&self) -> NvtxLayer<S>
+    where
+        S: tracing_core::Subscriber + for<'a> LookupSpan<'a>,
+    {
+        NvtxLayer::new(self.inner.nvtx.clone())
+    }
+
     /// The [flight recorder](crate::flight_recorder), when `NEMO_LENS_FLIGHT_RECORDER` (or a
     /// control file) turned it on for this enabled rank.
     ///
@@ -184,35 +222,55 @@ impl Telemetry {
     ///
     /// # What the resource holds
     ///
-    /// Setup composes the OpenTelemetry [`Resource`] of one rank exactly as NeMo Lens
-    /// 0.1.0 / main does in Python. The layers are applied in this order and **a later layer wins**
-    /// on a key collision:
+    /// Setup composes the OpenTelemetry [`Resource`] of one rank as NeMo Lens does in Python
+    /// (0.1.0's layers, with the nightly identity). The layers are applied in this order and
+    /// **a later layer wins** on a key collision:
     ///
     /// 1. `service.name` = [`LensConfig::service_name`](crate::LensConfig::service_name),
-    ///    `service.version` = this crate's version, `dl.rank` and `dl.world_size` (integers);
-    /// 2. if the run id is non-empty: `nemo.run.id` = run id and
+    ///    `service.version` = this crate's version; the rank and world size when known, as
+    ///    `nv.dl.rank` / `nv.dl.world_size` and (unless
+    ///    [`legacy_rank_attributes(false)`](crate::TelemetryBuilder::legacy_rank_attributes))
+    ///    `dl.rank` / `dl.world_size`, integers. The rank is the application's
+    ///    ([`TelemetryBuilder::rank`](crate::TelemetryBuilder::rank)), else the launcher's
+    ///    `nv.dl.rank` in `OTEL_RESOURCE_ATTRIBUTES`, else 0 (the world size likewise);
+    /// 2. if the run id is non-empty: `nemo.run.id` = run id, and when the rank is known and
+    ///    neither the application nor `OTEL_RESOURCE_ATTRIBUTES` gives a `service.instance.id`:
     ///    `service.instance.id` = `"{run_id}-rank{rank}"`;
     /// 3. `nemo.user.id`, `wandb.entity`, `wandb.project`, each only if non-empty;
     /// 4. `deployment.environment` = `DEPLOYMENT_ENV` if that variable exists (even when empty),
     ///    otherwise `ENVIRONMENT`; set only if the chosen value is non-empty;
     /// 5. the caller's attributes (the `caller` argument);
-    /// 6. detected attributes: local (`host.name`, `process.pid`, `host.gpu.count`), then SLURM,
-    ///    then Kubernetes. Note that **detected values override the caller's** on a collision, as in
-    ///    Python;
-    /// 7. everything above is laid over the attributes parsed from `OTEL_RESOURCE_ATTRIBUTES`, which
-    ///    in turn lie over the SDK defaults `telemetry.sdk.name` = `opentelemetry`,
-    ///    `telemetry.sdk.language` = `rust` and `telemetry.sdk.version` = the `opentelemetry_sdk`
-    ///    version. So `OTEL_RESOURCE_ATTRIBUTES` can add keys but never replace a key Lens sets.
+    /// 6. detected attributes: local (`host.name`, `process.pid`, `host.gpu.count`), then the
+    ///    job's identity: the Slurm attributes of [`identity::slurm_attributes`](crate::identity::slurm_attributes)
+    ///    (typed integers, `nv.dl.job.uuid`), where the allowlisted `slurm.*` keys and the two
+    ///    UUIDs found in `OTEL_RESOURCE_ATTRIBUTES` win over the derived ones (the launcher is
+    ///    authoritative), and `nv.dl.run.uuid` unless the launcher or the application gave it
+    ///    ([`identity::run_uuid`](crate::identity::run_uuid): under Slurm from the job and its
+    ///    restart counts; outside, from the configured run id, else `TORCHELASTIC_RUN_ID`, else
+    ///    this process's run id — every rank must share it for one run UUID); then Kubernetes.
+    ///    Note that **detected values override the caller's** on a collision, as in Python;
+    /// 7. everything above is laid over the attributes parsed from `OTEL_RESOURCE_ATTRIBUTES`
+    ///    ([`carrier::parse`](crate::carrier::parse); the integer `nv.dl.*` / `nv.gpu.*` keys
+    ///    restored to integers, an invalid one kept as its string with a warning), which in
+    ///    turn lie over the SDK defaults `telemetry.sdk.name` = `opentelemetry`,
+    ///    `telemetry.sdk.language` = `rust` and `telemetry.sdk.version` = the
+    ///    `opentelemetry_sdk` version. So `OTEL_RESOURCE_ATTRIBUTES` can add keys but not
+    ///    replace a key Lens sets.
     ///
     /// As in the Python SDK's `Resource.create`, an empty `service.name` at the end becomes
     /// `unknown_service`.
     ///
+    /// With [`LensConfig::detect_gpu`](crate::LensConfig::detect_gpu) (`NEMO_LENS_DETECT_GPU`,
+    /// feature `nvml`), the `nv.gpu.*` attributes of the rank's GPU, read through NVML, fill the
+    /// keys that none of the above set (a launcher's value in `OTEL_RESOURCE_ATTRIBUTES` wins);
+    /// `docs/gpu.md` has the rules.
+    ///
     /// Environment variables are read only through the `lookup` function passed in (production
-    /// passes the process environment), so the composition is deterministic and testable. Two inputs are not
-    /// behind `lookup`: the existence of `/var/run/secrets/kubernetes.io` (one way to detect
-    /// Kubernetes) and, when `CUDA_VISIBLE_DEVICES` is unset, the output of `nvidia-smi`, which is
+    /// passes the process environment), so the composition is deterministic and testable. Three inputs are
+    /// not behind `lookup`: the existence of `/var/run/secrets/kubernetes.io` (one way to detect
+    /// Kubernetes), when `CUDA_VISIBLE_DEVICES` is unset the output of `nvidia-smi`, which is
     /// found through the `PATH` given by `lookup` if any, else the process's own `PATH`, and is
-    /// abandoned after 5 seconds.
+    /// abandoned after 5 seconds, and NVML's answers with GPU detection on.
     ///
     /// ```
     /// use nemo_lens::{semconv, LensConfig, Telemetry};
@@ -220,8 +278,9 @@ impl Telemetry {
     ///
     /// let env = [
     ///     ("SLURM_JOB_ID", "4242"),
+    ///     ("SLURM_NNODES", "2"),
     ///     ("CUDA_VISIBLE_DEVICES", "0,1"),
-    ///     ("OTEL_RESOURCE_ATTRIBUTES", "team=ml%20infra,dl.rank=99"),
+    ///     ("OTEL_RESOURCE_ATTRIBUTES", "team=ml%20infra,nv.dl.rank=99"),
     /// ];
     /// let config = LensConfig::default()
     ///     .with_enabled(true)
@@ -237,9 +296,12 @@ impl Telemetry {
     /// let res = telemetry.resource().expect("an exporting rank");
     ///
     /// let get = |k: &'static str| res.get(&Key::from_static_str(k));
-    /// assert_eq!(get(semconv::DL_RANK), Some(Value::I64(3))); // Lens beats the environment
+    /// assert_eq!(get(semconv::NV_DL_RANK), Some(Value::I64(3))); // the application's rank wins
+    /// assert_eq!(get(semconv::DL_RANK), Some(Value::I64(3)));
     /// assert_eq!(get(semconv::SERVICE_INSTANCE_ID), Some("4242-rank3".into()));
     /// assert_eq!(get(semconv::SLURM_JOB_ID), Some("4242".into()));
+    /// assert_eq!(get(semconv::SLURM_NNODES), Some(Value::I64(2)));
+    /// assert!(get(semconv::NV_DL_JOB_UUID).is_some() && get(semconv::NV_DL_RUN_UUID).is_some());
     /// assert_eq!(get(semconv::HOST_GPU_COUNT), Some(Value::I64(2)));
     /// assert_eq!(get("team"), Some("ml infra".into())); // percent-decoded
     /// assert_eq!(get(semconv::TELEMETRY_SDK_LANGUAGE), Some("rust".into()));
@@ -290,12 +352,12 @@ impl Telemetry {
     }
 
     /// The cached instruments of [`Telemetry::meter`], used by
-    /// [`InferenceMetrics`](crate::InferenceMetrics) and friends, [`crate::record_metrics`] and
+    /// [`InferenceMetrics`](crate::metrics::InferenceMetrics) and friends, [`crate::metrics::record_metrics`] and
     /// [`Telemetry::metrics_layer`]. The handle itself is `AsRef<Instruments>`, so those accept
     /// `&telemetry` directly.
     ///
     /// ```
-    /// use nemo_lens::TrainingMetrics;
+    /// use nemo_lens::metrics::TrainingMetrics;
     /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
     /// TrainingMetrics { loss: Some(0.9), ..Default::default() }.record(telemetry.instruments());
     /// TrainingMetrics { loss: Some(0.8), ..Default::default() }.record(&telemetry); // same thing
@@ -305,7 +367,7 @@ impl Telemetry {
     }
 
     /// A layer that records `histogram.*`, `gauge.*`, `counter.*` and `monotonic_counter.*`
-    /// event fields as metrics (see [`crate::metrics::events`]). Inert (`Interest::never` for
+    /// event fields as metrics (see [`EventMetricsLayer`](crate::metrics::EventMetricsLayer)). Inert (`Interest::never` for
     /// every callsite) on a rank that exports no metrics.
     ///
     /// ```
@@ -332,9 +394,10 @@ impl Telemetry {
         self.inner.groups.is_enabled(group)
     }
 
-    /// Replaces the enabled span groups of this telemetry (a spec like `NEMO_LENS_SPAN_GROUPS`)
-    /// and re-evaluates every callsite. An unknown name is an error and changes nothing; on a
-    /// non-exporting rank nothing is recorded whatever the groups.
+    /// Replaces the enabled span groups of this telemetry (a spec like `NEMO_LENS_SPAN_GROUPS`),
+    /// for export and for [NVTX ranges](Telemetry::nvtx_layer), and re-evaluates every callsite.
+    /// An unknown name is an error and changes nothing; on a non-exporting rank nothing is
+    /// exported whatever the groups.
     ///
     /// ```
     /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
@@ -343,6 +406,9 @@ impl Telemetry {
     /// ```
     pub fn set_span_groups(&self, spec: &str) -> Result<()> {
         let set = groups::resolve(spec, "set_span_groups")?;
+        if let Some(nvtx) = &self.inner.nvtx {
+            nvtx.set(set.clone());
+        }
         self.inner.groups.set(set);
         Ok(())
     }

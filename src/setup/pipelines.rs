@@ -93,6 +93,8 @@ pub(super) struct TraceParts {
     pub(super) text: TextRules,
     /// Groups whose spans each start a trace (`NEMO_LENS_TRACE_PER`), lower-case.
     pub(super) trace_per: Vec<String>,
+    /// `ERROR` events and panics carry a backtrace.
+    pub(super) error_backtraces: bool,
     /// The application's own provider builder ([`TelemetryBuilder::tracer_provider`]).
     ///
     /// [`TelemetryBuilder::tracer_provider`]: super::TelemetryBuilder::tracer_provider
@@ -190,7 +192,8 @@ impl Built {
                     config.sampler_enabled,
                     direct,
                 )
-                .with_trace_per(parts.trace_per),
+                .with_trace_per(parts.trace_per)
+                .with_error_backtraces(parts.error_backtraces),
             ));
         }
         self.tracer_provider = Some(provider);

@@ -1,5 +1,12 @@
 //! When the process dies: the opt-in panic hook and SIGTERM/SIGINT handlers.
 //!
+//! A panic hook runs before unwinding and cannot know whether the panic will be caught, so it
+//! only records the panic (and, for a main-thread panic, has the flight recorder dump what is
+//! open). The telemetry ends where the process does: when the handle is dropped while its
+//! thread unwinds (a handle in `main`'s frame), or, for a main-thread panic, at `exit` (an
+//! `atexit` handler: a handle in a static). Under `panic = "abort"` nothing runs after the hook,
+//! so the hook ends it itself.
+//!
 //! A signal that arrives decides how the process ends, whatever `main` does meanwhile: the
 //! signal thread flushes and then dies by the signal; if `main` finishes first (its own
 //! `shutdown` waits for the signal thread's flush) and returns, an `atexit` handler waits for
@@ -25,6 +32,8 @@ use crate::ids;
 pub(crate) trait ExitTarget: Send + Sync {
     /// Records `message` as a panic on the innermost span the layer records on this thread.
     fn record_panic(&self, message: &str);
+    /// A panic that may end the process: the flight recorder dumps the spans open now.
+    fn dump_for_panic(&self);
     /// Ends open spans as truncated with `reason` and flushes within `timeout`.
     fn shutdown_because(&self, timeout: Duration, reason: &'static str) -> Result<()>;
 }
@@ -37,8 +46,21 @@ pub(crate) const REASON_PANIC: &str = "process panicked";
 const REASON_SIGTERM: &str = "process received SIGTERM";
 const REASON_SIGINT: &str = "process received SIGINT";
 
-/// Installs the panic hook for `inner` (chaining the previous hook).
+/// `1 +` the fork generation in which the main thread panicked (0: it has not).
+static MAIN_PANICKED: AtomicU64 = AtomicU64::new(0);
+/// The telemetry the `atexit` handler ends after a main-thread panic.
+static PANIC_TARGET: Mutex<Option<Weak<dyn ExitTarget>>> = Mutex::new(None);
+static REGISTER_PANIC_EXIT: Once = Once::new();
+
+/// Installs the panic hook for `inner` (chaining the previous hook), and the `atexit` handler
+/// that ends `inner` when the process exits after a main-thread panic.
 pub(crate) fn install_panic_hook(inner: Weak<dyn ExitTarget>) {
+    *PANIC_TARGET.lock() = Some(inner.clone());
+    REGISTER_PANIC_EXIT.call_once(|| {
+        // SAFETY: registers a plain `extern "C"` function that never unwinds. Should it fail,
+        // a handle held in `main`'s frame still ends when unwinding drops it.
+        unsafe { libc::atexit(end_after_main_panic) };
+    });
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         if let Some(inner) = inner.upgrade() {
@@ -46,6 +68,11 @@ pub(crate) fn install_panic_hook(inner: Weak<dyn ExitTarget>) {
         }
         previous(info);
     }));
+}
+
+/// Whether this is the program's main thread (the one Rust names `main`).
+pub(crate) fn on_main_thread() -> bool {
+    std::thread::current().name() == Some("main")
 }
 
 fn on_panic(inner: &dyn ExitTarget, info: &PanicHookInfo<'_>) {
@@ -60,9 +87,31 @@ fn on_panic(inner: &dyn ExitTarget, info: &PanicHookInfo<'_>) {
         None => text.to_string(),
     };
     inner.record_panic(&message);
-    let fatal = cfg!(panic = "abort") || std::thread::current().name() == Some("main");
-    if fatal {
+    if cfg!(panic = "abort") {
+        // The process aborts when the hooks return: nothing else will end the telemetry.
         let _ = inner.shutdown_because(EXIT_FLUSH_TIMEOUT, REASON_PANIC);
+    } else if on_main_thread() {
+        // It ends the process unless the program catches it: what is open now is dumped, and
+        // the telemetry ends when the process does (`atexit`, or the handle's drop while
+        // unwinding), not here.
+        inner.dump_for_panic();
+        MAIN_PANICKED.store(ids::fork_generation() + 1, Ordering::Release);
+    }
+}
+
+/// Runs at `exit` (after `main` returns, unwound by a panic or not, and on
+/// `std::process::exit`): once the main thread has panicked, a telemetry still running is
+/// ended as the panic's (open spans truncated, queues flushed within [`EXIT_FLUSH_TIMEOUT`]).
+extern "C" fn end_after_main_panic() {
+    if MAIN_PANICKED.load(Ordering::Acquire) != ids::fork_generation() + 1 {
+        return;
+    }
+    let target = PANIC_TARGET.lock().clone();
+    if let Some(inner) = target.and_then(|w| w.upgrade()) {
+        // Never unwind out of an `extern "C"` function.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            inner.shutdown_because(EXIT_FLUSH_TIMEOUT, REASON_PANIC)
+        }));
     }
 }
 

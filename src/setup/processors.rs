@@ -155,7 +155,7 @@ pub(super) fn exporter_processor<E: SpanExporter + 'static>(
 /// One registered processor, not one per processor: the SDK clones a span's data for each
 /// registered processor when there are several, so a separately registered closer would add
 /// a clone to every span. Here a single inner processor (the usual case: the exporter's)
-/// gets the data without a copy, as before.
+/// gets the data without a copy.
 #[derive(Clone)]
 struct SharedProcessors(Arc<Shared>);
 

@@ -16,10 +16,11 @@ use crate::record::open_spans::REASON_SHUTDOWN;
 
 impl Telemetry {
     /// Opts in to recording panics: a panic adds an `exception` event to the innermost open span
-    /// of its thread, and a panic that ends the process (on the main thread, or any panic under
-    /// `panic = "abort"`) then ends every open span as truncated and flushes, within
-    /// [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT). The previous panic hook still
-    /// runs, after it. See [`Telemetry::install_signal_handlers`] for the reasoning. Call it once, after setup.
+    /// of its thread; a panic that ends the process then ends the telemetry (spans still open
+    /// truncated, everything flushed within [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT)),
+    /// and a panic the program catches leaves it running. The previous panic hook still runs,
+    /// after it. See [`Telemetry::install_signal_handlers`] for the details. Call it once, after
+    /// setup.
     ///
     /// ```
     /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
@@ -63,17 +64,29 @@ impl Telemetry {
     /// * the innermost span the lens layer records on that thread gets an `exception` event
     ///   (`exception.type = "panic"`, `exception.message` = the panic message and location,
     ///   `exception.stacktrace` from the panicking frame down when a backtrace is captured
-    ///   (`RUST_BACKTRACE`), `exception.escaped = "True"`) and the status `ERROR`;
-    /// * when the panic ends the process (a panic on the thread named `main`, or any panic under
-    ///   `panic = "abort"`), every open span is then ended as truncated (reason `"process
-    ///   panicked"`) and the telemetry is shut down, flushing everything queued, within
-    ///   [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT).
+    ///   (`RUST_BACKTRACE`, or [`error_backtraces`](crate::TelemetryBuilder::error_backtraces);
+    ///   resolved on the export worker), `exception.escaped = "True"`) and the status `ERROR`;
+    /// * the spans the panic unwinds through end as it leaves them (as Python's context managers
+    ///   end theirs while an exception propagates);
+    /// * a panic on the thread named `main` may end the process, so the [flight
+    ///   recorder](crate::flight_recorder) dumps the spans open at that moment (the first such
+    ///   panic only).
     ///
-    /// **The choice**: a panic on another thread often does not end the process (it is joined, or
-    /// caught, and the run goes on), so the hook does not end the run's spans for it: that thread's
-    /// spans end normally while it unwinds, the innermost one marked `ERROR` with the panic. If the
-    /// process then dies because the main thread re-panics on the `join`, the main-thread rule
-    /// applies.
+    /// The hook cannot know whether the panic will be caught (it runs before unwinding), so it
+    /// ends nothing. The telemetry ends where the process does, as a panic's (spans still open,
+    /// such as those of other threads, truncated with reason `"process panicked"`, everything
+    /// queued flushed within [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT)):
+    ///
+    /// * when the `Telemetry` is dropped while `main` unwinds (a handle in `main`'s frame);
+    /// * at `exit` after a main-thread panic (an `atexit` handler: a handle in a static, which
+    ///   nothing drops; also after a caught main-thread panic when the program then exits
+    ///   without shutting telemetry down);
+    /// * under `panic = "abort"`, in the hook itself, for a panic on any thread: nothing runs
+    ///   after it.
+    ///
+    /// A panic the program catches (`catch_unwind`, a job runner, a server, a joined thread)
+    /// leaves telemetry running. A panic on another thread that ends the process some other way
+    /// (the main thread re-panics on the `join`) follows the main-thread rule.
     ///
     /// # SIGTERM and SIGINT ([`Telemetry::install_signal_handlers`](crate::Telemetry::install_signal_handlers))
     ///
@@ -173,6 +186,15 @@ impl ExitTarget for Inner {
                 pipeline.record_panic(Some(&with.store), &(with.scope)(dispatch, id), message);
             }
         });
+    }
+
+    fn dump_for_panic(&self) {
+        if self.inherited() {
+            return;
+        }
+        if let Some(r) = &self.flight_recorder {
+            r.on_panic();
+        }
     }
 
     fn shutdown_because(&self, timeout: Duration, reason: &'static str) -> Result<()> {
@@ -306,7 +328,13 @@ impl Drop for Inner {
             self.built.transport.forget();
             return;
         }
-        let _ = self.shutdown(Duration::from_secs(5));
+        // Dropped while `main` unwinds a panic: the panic is what ends the telemetry.
+        let reason = if std::thread::panicking() && process_exit::on_main_thread() {
+            process_exit::REASON_PANIC
+        } else {
+            REASON_SHUTDOWN
+        };
+        let _ = self.shutdown_because(process_exit::EXIT_FLUSH_TIMEOUT, reason);
         self.built.transport.shutdown_background();
     }
 }

@@ -222,6 +222,29 @@ impl Child {
         self
     }
 
+    /// Limits the size of every file the child writes to `bytes` (`RLIMIT_FSIZE`, a full disk
+    /// as a process sees it): a write beyond it fails with `EFBIG` (`SIGXFSZ` is ignored, as
+    /// the limit's signal would otherwise kill the child). Pipes are not limited.
+    pub fn limit_file_size(mut self, bytes: u64) -> Child {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: only async-signal-safe calls (`setrlimit`, `signal`) between fork and exec.
+        unsafe {
+            self.cmd.pre_exec(move || {
+                let limit = libc::rlimit {
+                    rlim_cur: bytes,
+                    rlim_max: bytes,
+                };
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0
+                    || libc::signal(libc::SIGXFSZ, libc::SIG_IGN) == libc::SIG_ERR
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        self
+    }
+
     /// Runs the child in `dir`.
     pub fn current_dir(mut self, dir: impl AsRef<Path>) -> Child {
         self.cmd.current_dir(dir);

@@ -9,7 +9,8 @@
 //! * [`memory`]: an exporting telemetry whose spans land in memory;
 //! * [`metrics`]: an exporting telemetry whose metrics land in memory;
 //! * [`collector`]: a real OTLP collector (rotel) and what it received;
-//! * [`hung`]: a collector that accepts connections and never answers.
+//! * [`hung`]: a collector that accepts connections and never answers;
+//! * [`python`]: Python 3's standard library as the oracle of a test.
 
 #![allow(dead_code)]
 
@@ -19,6 +20,7 @@ pub mod console;
 pub mod hung;
 pub mod memory;
 pub mod metrics;
+pub mod python;
 /// Declared in `collector.rs` (which `benches/otlp.rs` compiles on its own).
 pub use collector::wait;
 // `tls.rs` (the TLS front before the collector) is included only by the tests that use it

@@ -66,7 +66,7 @@ const BATCH_KEYS: [&str; 4] = [
 ];
 
 /// Every variable the setup path reads through its lookup (`NEMO_LENS_*` via the config).
-const SETUP_VARS: [&str; 37] = [
+const SETUP_VARS: [&str; 39] = [
     "NEMO_LENS_ENABLED",
     "NEMO_LENS_EXPORT_STRATEGY",
     "NEMO_LENS_EXPORT_RANK",
@@ -75,6 +75,8 @@ const SETUP_VARS: [&str; 37] = [
     "NEMO_LENS_TRACES_ENABLED",
     "NEMO_LENS_METRICS_ENABLED",
     "NEMO_LENS_LOGS_ENABLED",
+    "NEMO_LENS_DETECT_GPU",
+    "NEMO_LENS_NVTX",
     "NEMO_LENS_LOGS_LEVEL",
     "NEMO_LENS_SPAN_GROUPS",
     "NEMO_LENS_RUN_ID",
@@ -267,7 +269,7 @@ fn a_failed_setup_leaves_no_global_state_and_a_later_good_one_works() {
             "a tracer provider was installed by: {err}"
         );
         assert!(
-            !nemo_lens::is_span_group_enabled("step"),
+            !nemo_lens::groups::is_span_group_enabled("step"),
             "span groups installed by: {err}"
         );
     }
@@ -279,7 +281,7 @@ fn a_failed_setup_leaves_no_global_state_and_a_later_good_one_works() {
         .build()
         .expect("a good setup after failed ones");
     assert!(global_tracer_records());
-    assert!(nemo_lens::is_span_group_enabled("step"));
+    assert!(nemo_lens::groups::is_span_group_enabled("step"));
     telemetry.shutdown(Duration::from_secs(10)).unwrap();
 }
 

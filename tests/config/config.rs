@@ -10,12 +10,14 @@ use proptest::prelude::*;
 
 use crate::common::child;
 
-const BOOL_KEYS: [&str; 5] = [
+const BOOL_KEYS: [&str; 7] = [
     "ENABLED",
     "SAMPLER_ENABLED",
     "TRACES_ENABLED",
     "METRICS_ENABLED",
     "LOGS_ENABLED",
+    "DETECT_GPU",
+    "NVTX",
 ];
 
 const TRUE_WORDS: [&str; 4] = ["1", "true", "yes", "on"];
@@ -85,6 +87,8 @@ fn bool_field(cfg: &LensConfig, key: &str) -> bool {
         "TRACES_ENABLED" => cfg.traces_enabled,
         "METRICS_ENABLED" => cfg.metrics_enabled,
         "LOGS_ENABLED" => cfg.logs_enabled,
+        "DETECT_GPU" => cfg.detect_gpu,
+        "NVTX" => cfg.nvtx,
         other => panic!("not a boolean key: {other}"),
     }
 }
@@ -736,12 +740,14 @@ fn reads_the_process_environment() {
 // ---------------------------------------------------------------------------------------------
 // Property tests.
 
-const ALL_KEYS: [&str; 13] = [
+const ALL_KEYS: [&str; 15] = [
     "ENABLED",
     "SAMPLER_ENABLED",
     "TRACES_ENABLED",
     "METRICS_ENABLED",
     "LOGS_ENABLED",
+    "DETECT_GPU",
+    "NVTX",
     "EXPORT_STRATEGY",
     "EXPORT_RANK",
     "EXPORT_SAMPLE_RATE",

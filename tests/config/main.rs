@@ -10,10 +10,14 @@
 mod common;
 
 mod bad_input;
+mod carrier;
 mod config;
 mod env_sampler;
 mod first_rank_per_node;
 mod hostile_env;
+mod identity;
+mod identity_vectors;
 mod job_env;
+mod named_files;
 mod resource;
 mod strategy;

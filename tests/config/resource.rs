@@ -152,6 +152,10 @@ fn resource_holds_exactly_the_expected_keys() {
         semconv::SERVICE_VERSION,
         semconv::DL_RANK,
         semconv::DL_WORLD_SIZE,
+        semconv::NV_DL_RANK,
+        semconv::NV_DL_WORLD_SIZE,
+        // Outside Slurm, from the configured run id.
+        semconv::NV_DL_RUN_UUID,
         semconv::NEMO_RUN_ID,
         semconv::SERVICE_INSTANCE_ID,
         semconv::HOST_NAME,
@@ -351,7 +355,7 @@ fn no_environment_variables_no_deployment_environment() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
-fn slurm_attributes_are_detected_as_strings() {
+fn slurm_attributes_are_typed_as_python_s() {
     let map = env(&[
         ("SLURM_JOB_ID", "4242"),
         ("SLURM_JOB_NAME", "pretrain"),
@@ -363,12 +367,16 @@ fn slurm_attributes_are_detected_as_strings() {
     ]);
     let res = build(&config("r"), 0, 1, &[], &map);
     assert_eq!(get_str(&res, semconv::SLURM_JOB_ID), s("4242"));
+    assert_eq!(get_str(&res, semconv::SLURM_JOB_ID_RAW), s("4242"));
     assert_eq!(get_str(&res, semconv::SLURM_JOB_NAME), s("pretrain"));
-    assert_eq!(get_str(&res, semconv::SLURM_NODELIST), s("node[01-02]"));
-    assert_eq!(get(&res, semconv::SLURM_NNODES), Some(Value::from("2")));
-    assert_eq!(get(&res, semconv::SLURM_NTASKS), Some(Value::from("16")));
+    assert_eq!(get(&res, semconv::SLURM_NNODES), Some(Value::I64(2)));
+    assert_eq!(get(&res, semconv::SLURM_NTASKS), Some(Value::I64(16)));
+    assert_eq!(get(&res, semconv::SLURM_ARRAY_COUNT), Some(Value::I64(1)));
+    assert_eq!(get(&res, semconv::SLURM_RESTART_COUNT), Some(Value::I64(0)));
     assert_eq!(get_str(&res, semconv::SLURM_PARTITION), s("batch"));
     assert_eq!(get_str(&res, semconv::SLURM_CLUSTER_NAME), s("eos"));
+    // Retired in today's NeMo Lens: never emitted.
+    assert_eq!(get(&res, semconv::SLURM_NODELIST), None);
 }
 
 #[test]

@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 use opentelemetry::KeyValue;
 use opentelemetry::trace::{SpanContext, SpanId, SpanKind, TraceFlags, TraceId, TraceState};
 
-use nemo_lens::export::{
-    BatchExport, Batcher, LensBatchProcessor, MAX_QUEUE_SIZE_LIMIT, QueueConfig,
-};
+use nemo_lens::export::{LensBatchProcessor, MAX_QUEUE_SIZE_LIMIT, QueueConfig};
 use nemo_lens::{LensConfig, LensError, Telemetry};
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter, SpanProcessor};
@@ -263,35 +261,6 @@ fn hung_exports_time_out_and_shutdown_is_bounded() {
     // After shutdown, spans are dropped and counted, never queued.
     processor.on_end(finished_span(1));
     assert_eq!(dropped.load(Ordering::Relaxed), 2001);
-}
-
-/// The queue and worker are generic: here they batch log lines (the shape a log-record
-/// processor with `OTEL_BLRP_*` takes).
-#[test]
-fn the_batcher_batches_any_item_type() {
-    struct Lines(Arc<parking_lot::Mutex<Vec<Vec<String>>>>);
-    impl BatchExport<String> for Lines {
-        fn export(&mut self, batch: Vec<String>, _timeout: Duration) -> Result<(), String> {
-            self.0.lock().push(batch);
-            Ok(())
-        }
-    }
-    let batches = Arc::new(parking_lot::Mutex::new(Vec::new()));
-    let lookup = |k: &str| (k == "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE").then(|| "4".to_string());
-    let config = QueueConfig::from_env("OTEL_BLRP", &lookup).unwrap();
-    let dropped = Arc::new(AtomicU64::new(0));
-    let batcher = Batcher::new("logs", config, dropped.clone(), Lines(batches.clone())).unwrap();
-    for i in 0..10 {
-        batcher.push(format!("line {i}"));
-    }
-    batcher.force_flush(Duration::from_secs(10)).unwrap();
-    batcher.shutdown(Duration::from_secs(10)).unwrap();
-    let batches = batches.lock();
-    assert!(batches.iter().all(|b| b.len() <= 4));
-    let all: Vec<&String> = batches.iter().flatten().collect();
-    assert_eq!(all.len(), 10);
-    assert_eq!(all[9], "line 9");
-    assert_eq!(dropped.load(Ordering::Relaxed), 0);
 }
 
 /// `OTEL_BSP_*`: blank means the default; garbage, zero, negative, huge or out-of-range values

@@ -17,6 +17,7 @@ mod tls;
 mod batch;
 mod collector_faults;
 mod console_jsonl;
+mod crypto_provider;
 mod drops;
 mod hung_collector;
 mod otlp;

@@ -21,7 +21,7 @@ fn child() {
         tracing::info!(tokens = 4096_i64, "step done");
         tracing::warn!(grad_norm = 12.5_f64, "loss spiked");
     });
-    nemo_lens::TrainingMetrics {
+    nemo_lens::metrics::TrainingMetrics {
         loss: Some(0.5),
         step_duration_s: Some(0.25),
         attributes: &[opentelemetry::KeyValue::new("phase", "train")],

@@ -23,7 +23,7 @@ fn child() {
             tracing::warn!(step, "loss spiked");
         });
     }
-    nemo_lens::TrainingMetrics {
+    nemo_lens::metrics::TrainingMetrics {
         loss: Some(0.5),
         ..Default::default()
     }

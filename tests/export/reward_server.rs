@@ -3,9 +3,11 @@
 //! to one real collector (rotel) over OTLP, and the server's `reward` spans are children of the
 //! trainer's `train_step` spans, in the trainer's trace.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::Duration;
 
-use crate::common::child::Child;
+use crate::common::child::{Child, Running};
 use crate::common::collector::{self, Collector, count_named};
 
 /// An example exporting to `collector` over gRPC as `service`.
@@ -30,14 +32,7 @@ fn the_reward_servers_span_is_a_child_of_the_trainers_step() {
     let mut server = base("reward_server", &collector, "reward")
         .args(["--listen", "127.0.0.1:0"])
         .spawn();
-    server.wait_for_output("its address", |stdout, _| stdout.contains('\n'));
-    let stdout = server.stdout();
-    let first_line = stdout.lines().next().unwrap();
-    let addr = first_line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {first_line:?}"))
-        .to_string();
+    let addr = listening_address(&mut server);
 
     let out = base("trainer", &collector, "trainer")
         .args(["--steps", "3", "--step-ms", "1", "--checkpoint-every", "0"])
@@ -91,4 +86,53 @@ fn the_reward_servers_span_is_a_child_of_the_trainers_step() {
             Some("Str(trainer)")
         );
     }
+}
+
+/// The address the server printed on stderr (`listening on ADDR`).
+fn listening_address(server: &mut Running) -> String {
+    server.wait_for_output("its address", |_, stderr| stderr.contains("listening on "));
+    let stderr = server.stderr();
+    stderr
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("listening on "))
+        .unwrap_or_else(|| panic!("no `listening on` line in {stderr:?}"))
+        .to_string()
+}
+
+/// With the console exporter, stdout is the JSONL the server exports and nothing else: its
+/// `listening on` line goes to stderr.
+#[test]
+fn the_reward_servers_stdout_is_only_its_console_jsonl() {
+    let mut server = Child::example("reward_server")
+        .envs([
+            ("NEMO_LENS_ENABLED", "1"),
+            ("NEMO_LENS_EXPORTER", "console"),
+            ("NEMO_LENS_METRICS_ENABLED", "0"),
+            ("OTEL_SERVICE_NAME", "reward"),
+        ])
+        .args(["--listen", "127.0.0.1:0"])
+        .spawn();
+    let addr = listening_address(&mut server);
+    let mut stream = TcpStream::connect(&addr).unwrap();
+    let body = "rollout";
+    write!(
+        stream,
+        "POST /reward HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.contains("\"reward\""), "{response}");
+    server.signal(libc::SIGTERM);
+    let out = server.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(!lines.is_empty(), "nothing exported on stdout");
+    for line in &lines {
+        let value: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("a stdout line that is not JSON ({e}): {line:?}"));
+        assert!(value.is_object(), "{line}");
+    }
+    assert!(stdout.contains(r#""name": "reward""#), "{stdout}");
 }

@@ -1,6 +1,7 @@
 //! How the process dies: a panic, SIGTERM and SIGINT on the real trainer example, which
-//! installs the panic hook and the signal handlers (`nemo_lens::exit`). The spans it finished
-//! are exported, and the spans open at that moment arrive truncated.
+//! installs the panic hook and the signal handlers, and on `examples/panic_exit` (a telemetry in
+//! a static). The spans it finished are exported, and the spans still open when the process
+//! ends arrive truncated; a panic the program catches leaves telemetry running.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -26,8 +27,11 @@ fn finished_steps(stderr: &str) -> usize {
         .count()
 }
 
+/// An uncaught panic on the main thread ends the process (status 101) and the telemetry with
+/// it: the spans the panic unwinds through end there, the innermost with the panic, and the
+/// handle, dropped while `main` unwinds, flushes everything.
 #[test]
-fn a_panic_truncates_open_spans_records_the_panic_and_flushes() {
+fn an_uncaught_panic_records_the_panic_and_flushes() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("spans.jsonl");
     let output = command(&out)
@@ -40,10 +44,9 @@ fn a_panic_truncates_open_spans_records_the_panic_and_flushes() {
 
     let spans = console::read(&out);
     let steps = by_name(&spans, "train_step");
-    assert_eq!(steps.len(), 3, "steps 1 and 2 finished, step 3 truncated");
+    assert_eq!(steps.len(), 3, "steps 1 and 2 finished, step 3 unwound");
     let crashed = steps.iter().find(|s| s["attributes"]["step"] == 3).unwrap();
-    assert!(truncated(crashed));
-    assert_eq!(truncation_reason(crashed), Some("process panicked"));
+    assert!(!truncated(crashed), "ended by the unwinding: {crashed}");
     assert_eq!(crashed["status"]["status_code"], "ERROR");
     let exception = crashed["events"]
         .as_array()
@@ -59,18 +62,11 @@ fn a_panic_truncates_open_spans_records_the_panic_and_flushes() {
         message.contains("simulated failure in step 3") && message.contains("trainer.rs"),
         "{message}"
     );
-    assert!(steps.iter().filter(|s| !truncated(s)).count() == 2);
     // forward_backward of step 3 had ended before the panic: exported normally.
     assert_eq!(by_name(&spans, "forward_backward").len(), 3);
-    assert!(
-        by_name(&spans, "forward_backward")
-            .iter()
-            .all(|s| !truncated(s))
-    );
+    assert!(spans.iter().all(|s| !truncated(s)), "nothing was left open");
     let train = by_name(&spans, "train");
-    assert_eq!(train.len(), 1);
-    assert!(truncated(train[0]));
-    assert_eq!(truncation_reason(train[0]), Some("process panicked"));
+    assert_eq!(train.len(), 1, "the run span, unwound, is flushed");
     assert!(
         train[0]["events"]
             .as_array()
@@ -79,6 +75,102 @@ fn a_panic_truncates_open_spans_records_the_panic_and_flushes() {
             .all(|e| e["name"] != "exception"),
         "the exception is on the innermost span only"
     );
+}
+
+/// `examples/panic_exit` (telemetry in a static, a worker thread with an open span) with
+/// `args`: its exit code, stderr and spans.
+fn panic_exit(args: &[&str]) -> (Option<i32>, String, Vec<serde_json::Value>) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("spans.jsonl");
+    let output = Child::example("panic_exit")
+        .env("NEMO_LENS_ENABLED", "1")
+        .env("NEMO_LENS_EXPORTER", "console")
+        .env("NEMO_LENS_METRICS_ENABLED", "0")
+        .env("NEMO_LENS_CONSOLE_PATH", &out)
+        .args(args)
+        .run();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (output.status.code(), stderr, console::read(&out))
+}
+
+/// A telemetry nothing drops (a static) is ended at `exit` after an uncaught main-thread
+/// panic: the span still open on another thread arrives truncated, the rest flushed.
+#[test]
+fn an_uncaught_panic_ends_a_static_telemetry_at_exit_truncating_what_is_open() {
+    let (code, stderr, spans) = panic_exit(&[]);
+    assert_eq!(code, Some(101), "{stderr}");
+    assert_eq!(by_name(&spans, "before").len(), 1, "{stderr}");
+    let step = by_name(&spans, "step");
+    assert_eq!(step.len(), 1, "{stderr}");
+    assert_eq!(step[0]["status"]["status_code"], "ERROR");
+    assert!(!truncated(step[0]));
+    let prefetch = by_name(&spans, "prefetch");
+    assert_eq!(prefetch.len(), 1, "the worker's open span: {stderr}");
+    assert_eq!(truncation_reason(prefetch[0]), Some("process panicked"));
+    assert!(by_name(&spans, "after").is_empty());
+}
+
+/// The same program catching the panic goes on exporting, and its own shutdown truncates the
+/// worker's span as any shutdown does.
+#[test]
+fn a_caught_panic_in_a_program_with_a_static_telemetry_leaves_it_running() {
+    let (code, stderr, spans) = panic_exit(&["--catch"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(by_name(&spans, "step").len(), 1, "{stderr}");
+    assert_eq!(by_name(&spans, "after").len(), 1, "{stderr}");
+    let prefetch = by_name(&spans, "prefetch");
+    assert_eq!(prefetch.len(), 1, "{stderr}");
+    assert_eq!(
+        truncation_reason(prefetch[0]),
+        Some("still open at telemetry shutdown")
+    );
+}
+
+/// A panic on the main thread that the program catches (a job runner, a server, a test
+/// harness) leaves telemetry running: the panic is recorded on its span, and the hundred steps
+/// after it are exported as usual; nothing is truncated.
+#[test]
+fn a_caught_main_thread_panic_leaves_telemetry_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("spans.jsonl");
+    let output = command(&out)
+        .args([
+            "--steps",
+            "103",
+            "--step-ms",
+            "0",
+            "--checkpoint-every",
+            "0",
+        ])
+        .args(["--panic-at", "3", "--catch-panics"])
+        .run();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("simulated failure in step 3"), "{stderr}");
+    assert!(!stderr.contains("dropped"), "{stderr}");
+
+    let spans = console::read(&out);
+    let steps = by_name(&spans, "train_step");
+    assert_eq!(
+        steps.len(),
+        103,
+        "every step, the hundred after the panic included"
+    );
+    assert!(spans.iter().all(|s| !truncated(s)), "nothing truncated");
+    let crashed = steps.iter().find(|s| s["attributes"]["step"] == 3).unwrap();
+    assert_eq!(crashed["status"]["status_code"], "ERROR");
+    assert!(
+        crashed["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "exception" && e["attributes"]["exception.type"] == "panic"),
+        "{crashed}"
+    );
+    for s in steps.iter().filter(|s| s["attributes"]["step"] != 3) {
+        assert_ne!(s["status"]["status_code"], "ERROR", "{s}");
+    }
+    assert_eq!(by_name(&spans, "train").len(), 1);
 }
 
 /// Starts a trainer that runs until killed, waits until it has finished `steps` steps (it logs

@@ -11,6 +11,7 @@
 mod common;
 
 mod double_init;
+mod dumps;
 mod examples;
 mod exit;
 mod fork;

@@ -62,8 +62,8 @@ fn unknown_groups_ignored() {
         .allow_reinit_for_testing(true)
         .build()
         .unwrap();
-    assert!(nemo_lens::is_span_group_enabled("checkpoint"));
-    assert!(!nemo_lens::is_span_group_enabled("warp_drive"));
+    assert!(nemo_lens::groups::is_span_group_enabled("checkpoint"));
+    assert!(!nemo_lens::groups::is_span_group_enabled("warp_drive"));
     telemetry
         .shutdown(std::time::Duration::from_secs(5))
         .unwrap();

@@ -5,9 +5,10 @@
 //!
 //! Every scenario is a real process, `examples/failing_step` (an `ERROR` event, an
 //! `#[instrument(err)]` and an `#[instrument(err(Debug))]` function returning `Err`, and with
-//! `--panic` a panic), writing console JSONL to a file: whether a backtrace is captured depends
-//! on `RUST_BACKTRACE`, which is read once per process. Build the examples first when running
-//! this file alone (`cargo build --examples --all-features`).
+//! `--panic` a panic), writing console JSONL to a file: which exceptions carry a backtrace
+//! depends on `RUST_BACKTRACE` (read once per process: panics) and on `--error-backtraces`
+//! (`TelemetryBuilder::error_backtraces(true)`: every exception). Build the examples first when
+//! running this file alone (`cargo build --examples --all-features`).
 
 use std::process::ExitStatus;
 
@@ -35,6 +36,29 @@ enum Backtrace {
     Unset,
     /// `RUST_BACKTRACE=<value>`.
     Set(&'static str),
+}
+
+/// Every `exception` event the run wrote, in the order of its spans.
+fn all_exceptions(spans: &[Value]) -> Vec<&Value> {
+    spans.iter().flat_map(exceptions).collect()
+}
+
+/// Checks that `attributes` hold a stack trace that starts at the user's code in
+/// `examples/failing_step.rs` and goes down to `main`, with no frame of nemo-lens's own.
+fn assert_user_stacktrace(what: &str, attributes: &Value) {
+    let trace = attributes["exception.stacktrace"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{what}: no stacktrace in {attributes}"));
+    let first_frame: String = trace.lines().take(2).collect::<Vec<_>>().join("\n");
+    assert!(
+        first_frame.contains("examples/failing_step.rs:"),
+        "{what}: the first frame is the user's code, not nemo-lens's: {first_frame}"
+    );
+    assert!(
+        !trace.contains("nemo_lens::"),
+        "{what}: no frame of nemo-lens's own: {trace}"
+    );
+    assert!(trace.contains("main"), "{what}: down to main: {trace}");
 }
 
 /// Runs `failing_step` (with `args`) and returns its exit status and its spans by name.
@@ -180,41 +204,73 @@ fn a_panic_is_an_escaped_exception_of_type_panic() {
 }
 
 #[test]
-fn with_rust_backtrace_the_stacktrace_starts_at_the_users_frame() {
-    let (py, _) = python_exception();
-    let (status, spans) = run(Backtrace::Set("1"), &["--panic"]);
-    assert_eq!(status.code(), Some(101));
-    let step = span(&spans, "train_step");
-    let found = exceptions(step);
-    assert_eq!(found.len(), 2);
-    let error = &found[0]["attributes"];
-    assert_eq!(
-        keys(error),
-        keys(&py["attributes"]),
-        "exactly Python's keys, in Python's order"
-    );
-    for (what, attributes) in [("error event", error), ("panic", &found[1]["attributes"])] {
-        let trace = attributes["exception.stacktrace"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{what}: no stacktrace in {attributes}"));
-        let first_frame: String = trace.lines().take(2).collect::<Vec<_>>().join("\n");
-        assert!(
-            first_frame.contains("examples/failing_step.rs:"),
-            "{what}: the first frame is the user's code, not nemo-lens's: {first_frame}"
+fn rust_backtrace_gives_panics_a_stacktrace_and_error_events_none() {
+    // `RUST_BACKTRACE` set but empty enables backtraces as `1` does.
+    for value in ["1", ""] {
+        let (status, spans) = run(Backtrace::Set(value), &["--panic"]);
+        assert_eq!(status.code(), Some(101), "RUST_BACKTRACE={value:?}");
+        let step = span(&spans, "train_step");
+        let found = exceptions(step);
+        assert_eq!(found.len(), 2, "the ERROR event's, then the panic's");
+        assert_eq!(
+            keys(&found[1]["attributes"]),
+            [
+                "exception.type",
+                "exception.message",
+                "exception.stacktrace",
+                "exception.escaped"
+            ],
+            "the panic, RUST_BACKTRACE={value:?}"
         );
-        assert!(
-            !trace.contains("nemo_lens::"),
-            "{what}: no frame of nemo-lens's own: {trace}"
-        );
-        assert!(trace.contains("main"), "{what}: down to main: {trace}");
+        assert_user_stacktrace("panic", &found[1]["attributes"]);
+        // Error events are not panics: no backtrace unless the application asks for them.
+        let errors: Vec<&Value> = all_exceptions(&spans)
+            .into_iter()
+            .filter(|e| e["attributes"]["exception.escaped"] == "False")
+            .collect();
+        assert_eq!(errors.len(), 3, "ERROR event, err, err(Debug)");
+        for event in errors {
+            assert!(
+                event["attributes"].get("exception.stacktrace").is_none(),
+                "RUST_BACKTRACE={value:?}: {event}"
+            );
+        }
     }
-    // The functions of `#[instrument(err)]`: their own frame first.
-    let load = exception(&spans, "load_shard");
-    let trace = load["exception.stacktrace"].as_str().unwrap();
-    assert!(
-        trace.lines().next().unwrap().contains("load_shard"),
-        "{trace}"
-    );
+}
+
+#[test]
+fn error_backtraces_give_every_exception_a_stacktrace_from_the_users_frame() {
+    let (py, _) = python_exception();
+    for backtrace in [Backtrace::Unset, Backtrace::Set("1"), Backtrace::Set("0")] {
+        let (status, spans) = run(backtrace, &["--panic", "--error-backtraces"]);
+        assert_eq!(status.code(), Some(101));
+        let step = span(&spans, "train_step");
+        let found = exceptions(step);
+        assert_eq!(found.len(), 2);
+        let error = &found[0]["attributes"];
+        assert_eq!(
+            keys(error),
+            keys(&py["attributes"]),
+            "exactly Python's keys, in Python's order"
+        );
+        assert_user_stacktrace("error event", error);
+        assert_user_stacktrace("panic", &found[1]["attributes"]);
+        // The functions of `#[instrument(err)]`: their own frame first.
+        for name in ["load_shard", "read_checkpoint"] {
+            let attributes = exception(&spans, name);
+            assert_eq!(
+                keys(attributes),
+                [
+                    "exception.type",
+                    "exception.message",
+                    "exception.stacktrace",
+                    "exception.escaped"
+                ]
+            );
+            let trace = attributes["exception.stacktrace"].as_str().unwrap();
+            assert!(trace.lines().next().unwrap().contains(name), "{trace}");
+        }
+    }
 }
 
 #[test]
@@ -222,7 +278,7 @@ fn without_a_captured_backtrace_there_is_no_stacktrace() {
     for backtrace in [Backtrace::Unset, Backtrace::Set("0")] {
         let (status, spans) = run(backtrace, &["--panic"]);
         assert_eq!(status.code(), Some(101));
-        let all: Vec<&Value> = spans.iter().flat_map(exceptions).collect();
+        let all = all_exceptions(&spans);
         assert_eq!(
             all.len(),
             4,

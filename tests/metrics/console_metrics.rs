@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use nemo_lens::export::ConsoleMetricExporter;
 use nemo_lens::export::{ConsoleSpanExporter, ConsoleWriter};
-use nemo_lens::{ExporterKind, InferenceMetrics, LensConfig, Telemetry};
+use nemo_lens::metrics::InferenceMetrics;
+use nemo_lens::{ExporterKind, LensConfig, Telemetry};
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::trace::{Tracer, TracerProvider as _};

@@ -153,7 +153,7 @@ fn the_layer_is_inert_where_no_metrics_are_exported() {
     .unwrap();
     for t in [&disabled, &metrics_off] {
         let layer = t.metrics_layer::<tracing_subscriber::Registry>();
-        assert!(layer.filter().is_inert());
+        assert!(layer.is_inert());
         tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
             assert!(!tracing::enabled!(Level::ERROR, histogram.step_ms));
             tracing::info!(histogram.step_ms = 1.0);

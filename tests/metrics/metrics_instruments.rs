@@ -3,11 +3,10 @@
 
 use std::time::Duration;
 
-use nemo_lens::metrics::families::STEP_DURATION_BOUNDS_S;
-use nemo_lens::{
-    GymMetrics, InferenceMetrics, LensConfig, RlMetrics, SCOPE_NAME, Telemetry, TrainingMetrics,
-    semconv,
+use nemo_lens::metrics::{
+    GymMetrics, InferenceMetrics, RlMetrics, STEP_DURATION_BOUNDS_S, TrainingMetrics,
 };
+use nemo_lens::{LensConfig, SCOPE_NAME, Telemetry, semconv};
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::metrics::InMemoryMetricExporter;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, Metric, MetricData, ResourceMetrics};

@@ -6,11 +6,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nemo_lens::metrics::DIAGNOSTICS_TARGET;
-use nemo_lens::{
-    LensConfig, LensError, MetricKind, MetricSpec, Telemetry, record_metrics,
-    register_metric_group, registered_metric_groups, unregister_metric_group,
+use nemo_lens::metrics::{
+    DIAGNOSTICS_TARGET, MetricKind, MetricSpec, record_metrics, register_metric_group,
+    registered_metric_groups, unregister_metric_group,
 };
+use nemo_lens::{LensConfig, LensError, Telemetry};
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use tracing_subscriber::layer::{Context, Layer};

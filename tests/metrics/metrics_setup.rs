@@ -239,11 +239,7 @@ fn no_provider_and_no_thread() {
             .build()
             .unwrap();
         assert!(t.meter_provider().is_none());
-        assert!(
-            t.metrics_layer::<tracing_subscriber::Registry>()
-                .filter()
-                .is_inert()
-        );
+        assert!(t.metrics_layer::<tracing_subscriber::Registry>().is_inert());
         t.meter().f64_histogram("h").build().record(1.0, &[]);
         assert_eq!(spawned_threads(), 0);
     }

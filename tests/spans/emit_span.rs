@@ -1,9 +1,9 @@
 //! `nemo_lens::emit`: backdated spans through a real SDK pipeline.
 //!
 //! `group_gate_decides_before_any_work` runs in a process of its own (the span-group gate is per
-//! process, and other tests of this binary install telemetries), and only
-//! `end_before_start_is_clamped_tagged_and_warned_once` emits inverted spans (the warning is
-//! once per process).
+//! process, and other tests of this binary install telemetries). Clock inversions follow the
+//! values of Python's `test_span_utilities.py`, and Python's `decimal` module checks the
+//! `inverted.delta_seconds` of hostile times.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
@@ -119,8 +119,9 @@ impl std::io::Write for Buf {
     }
 }
 
+/// Python's inverted pairs: (start, end, the nanoseconds both ends get, `inverted.*` strings).
 #[test]
-fn end_before_start_is_clamped_tagged_and_warned_once() {
+fn end_before_start_is_clamped_tagged_and_warned_each_time() {
     let (_p, tracer, exporter) = pipeline();
     let log = Buf::default();
     let writer = log.clone();
@@ -128,48 +129,181 @@ fn end_before_start_is_clamped_tagged_and_warned_once() {
         .with_writer(move || writer.clone())
         .with_ansi(false)
         .finish();
+    let t = |s: &str| s.parse::<EpochSeconds>().unwrap();
+    let cases: Vec<(EpochSeconds, EpochSeconds, i128, &str, &str, &str)> = vec![
+        (
+            1.0000000002.into(),
+            1.0000000001.into(),
+            1_000_000_000,
+            "1.0000000002",
+            "1.0000000001",
+            "1E-10",
+        ),
+        (
+            1.004.into(),
+            1.0.into(),
+            1_004_000_000,
+            "1.004",
+            "1.0",
+            "0.004",
+        ),
+        (
+            1.03.into(),
+            1.0.into(),
+            1_030_000_000,
+            "1.03",
+            "1.0",
+            "0.03",
+        ),
+        (
+            1.05.into(),
+            1.0.into(),
+            1_050_000_000,
+            "1.05",
+            "1.0",
+            "0.05",
+        ),
+        (2.0.into(), 1.0.into(), 2_000_000_000, "2.0", "1.0", "1.0"),
+        (
+            1.0300000001.into(),
+            1.0.into(),
+            1_030_000_000,
+            "1.0300000001",
+            "1.0",
+            "0.0300000001",
+        ),
+        (t("3600"), t("0"), 3_600_000_000_000, "3600", "0", "3600"),
+        (
+            t("1790038547.061741440"),
+            t("1790038547.061741439"),
+            1_790_038_547_061_741_440,
+            "1790038547.061741440",
+            "1790038547.061741439",
+            "1E-9",
+        ),
+    ];
     tracing::subscriber::with_default(subscriber, || {
-        for _ in 0..2 {
-            EmitSpan::new(
-                "skewed",
-                "1700000000.25".parse::<EpochSeconds>().unwrap(),
-                "1699999999.75".parse::<EpochSeconds>().unwrap(),
-            )
-            .attribute(KeyValue::new("host", "b"))
-            .attribute(KeyValue::new(semconv::INVERTED_SKEW, false))
-            .emit(&tracer)
-            .unwrap();
+        for (start, end, ..) in &cases {
+            EmitSpan::new("skewed", start.clone(), end.clone())
+                .attribute(KeyValue::new("phase", "launch"))
+                .attribute(KeyValue::new(semconv::INVERTED_SKEW, false))
+                .emit(&tracer)
+                .unwrap();
         }
     });
     let spans = exporter.spans();
-    assert_eq!(spans.len(), 2);
-    let s = &spans[0];
-    assert_eq!(s.start_time, s.end_time);
+    assert_eq!(spans.len(), cases.len());
+    for (s, (_, _, ns, start, end, delta)) in spans.iter().zip(&cases) {
+        let at = UNIX_EPOCH + Duration::from_nanos(*ns as u64);
+        assert_eq!((s.start_time, s.end_time), (at, at), "{start}");
+        assert_eq!(attr(s, "phase"), Some("launch".into()));
+        assert_eq!(attr(s, semconv::INVERTED_SKEW), Some(Value::Bool(true)));
+        assert_eq!(
+            attr(s, semconv::INVERTED_START_EPOCH_SECONDS),
+            Some((*start).into())
+        );
+        assert_eq!(
+            attr(s, semconv::INVERTED_END_EPOCH_SECONDS),
+            Some((*end).into())
+        );
+        assert_eq!(
+            attr(s, semconv::INVERTED_DELTA_SECONDS),
+            Some((*delta).into())
+        );
+        // The caller's `inverted.skew = false` is left out: the evidence wins.
+        assert_eq!(
+            s.attributes
+                .iter()
+                .filter(|kv| kv.key.as_str() == semconv::INVERTED_SKEW)
+                .count(),
+            1
+        );
+    }
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    let warnings: Vec<&str> = text.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), cases.len(), "{text}");
+    assert!(
+        warnings[7].contains(
+            "Span skewed has inverted timestamps: start_epoch_seconds=1790038547.061741440, \
+             end_epoch_seconds=1790038547.061741439, inversion=1E-9 seconds; possible clock \
+             skew; clamping end to start (zero duration), inverted.skew=true"
+        ),
+        "{text}"
+    );
+
+    // A span whose end is not before its start carries no evidence and logs nothing.
+    let (_p, tracer, exporter) = pipeline();
+    EmitSpan::new("fine", 1_700_000_000.25, 1_700_000_001.5)
+        .emit(&tracer)
+        .unwrap();
+    let s = &exporter.spans()[0];
     assert_eq!(
         s.start_time,
-        UNIX_EPOCH + Duration::from_millis(1_700_000_000_250)
-    );
-    assert_eq!(attr(s, "host"), Some("b".into()));
-    assert_eq!(attr(s, semconv::INVERTED_SKEW), Some(Value::Bool(true)));
-    assert_eq!(
-        attr(s, semconv::INVERTED_START_EPOCH_SECONDS),
-        Some("1700000000.25".into())
+        UNIX_EPOCH + Duration::from_nanos(1_700_000_000_250_000_000)
     );
     assert_eq!(
-        attr(s, semconv::INVERTED_END_EPOCH_SECONDS),
-        Some("1699999999.75".into())
+        s.end_time,
+        UNIX_EPOCH + Duration::from_nanos(1_700_000_001_500_000_000)
     );
-    assert_eq!(attr(s, semconv::INVERTED_DELTA_SECONDS), Some("0.5".into()));
-    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
-    assert_eq!(text.matches("end precedes start").count(), 1, "{text}");
-    assert!(text.contains("WARN"), "{text}");
+    assert_eq!(attr(s, semconv::INVERTED_SKEW), None);
+}
+
+/// Hostile but valid decimals: the `inverted.*` strings are Python's `str(Decimal)`, checked by
+/// Python's own `decimal` module.
+#[test]
+fn inverted_evidence_is_python_s_decimal_for_hostile_times() {
+    let pairs = [
+        ("1e3", "1"),
+        ("1_000.5", " 999.25 "),
+        ("-1e-7", "-0.5"),
+        ("0.0000001", "-0"),
+        (".5", "-5."),
+        ("1E+2", "9.99999999999999999999999999999e1"),
+        ("1.9999999999999999999999999999999", "0.1"),
+        ("1.0000000000000000000000000000005", "1"),
+        ("1", "-1e-5000"),
+        ("+1790038547.000000001", "1790038547"),
+    ];
+    let (_p, tracer, exporter) = pipeline();
+    for (start, end) in pairs {
+        EmitSpan::new(
+            "x",
+            start.parse::<EpochSeconds>().unwrap(),
+            end.parse::<EpochSeconds>().unwrap(),
+        )
+        .emit(&tracer)
+        .unwrap();
+    }
+    let lines: Vec<String> = pairs.iter().map(|(a, b)| format!("{a}|{b}")).collect();
+    let python = crate::common::python::map_lines(
+        "from decimal import Decimal as D",
+        "'|'.join([str(D(line.split('|')[0])), str(D(line.split('|')[1])), \
+         str(D(line.split('|')[0]) - D(line.split('|')[1])), \
+         str(int(D(line.split('|')[0]) * 1000000000))])",
+        &lines,
+    );
+    let spans = exporter.spans();
+    for (s, want) in spans.iter().zip(&python) {
+        let got = format!(
+            "{}|{}|{}|{}",
+            attr(s, semconv::INVERTED_START_EPOCH_SECONDS).unwrap(),
+            attr(s, semconv::INVERTED_END_EPOCH_SECONDS).unwrap(),
+            attr(s, semconv::INVERTED_DELTA_SECONDS).unwrap(),
+            s.start_time
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos() as i128)
+                .unwrap_or_else(|e| -(e.duration().as_nanos() as i128))
+        );
+        assert_eq!(&got, want);
+        assert_eq!(s.start_time, s.end_time);
+    }
 }
 
 #[test]
 fn exact_decimals_equal_times_and_redaction() {
     let (_p, tracer, exporter) = pipeline();
     let start: EpochSeconds = "1700000000.123456789".parse().unwrap();
-    EmitSpan::new("marker", start, start)
+    EmitSpan::new("marker", start.clone(), start)
         .attributes([
             KeyValue::new("password", "hunter2"),
             KeyValue::new("api_key", "kept"),

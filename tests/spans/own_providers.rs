@@ -71,7 +71,7 @@ fn two_telemetries_side_by_side() {
     // Each telemetry keeps its own groups; the process-wide gate was not touched.
     assert!(first.is_span_group_enabled("step"));
     assert!(!second.is_span_group_enabled("step"));
-    assert!(!nemo_lens::is_span_group_enabled("job"));
+    assert!(!nemo_lens::groups::is_span_group_enabled("job"));
     // Flushed, not shut down: the in-memory exporter forgets its spans at shutdown.
     first.force_flush().unwrap();
     second.force_flush().unwrap();

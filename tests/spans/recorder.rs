@@ -282,7 +282,6 @@ fn off_by_default_the_recorder_layer_is_inert() {
     assert!(t.flight_recorder().is_none());
     assert!(
         t.recorder_layer::<tracing_subscriber::Registry>()
-            .filter()
             .is_inert()
     );
     let d = dispatch(&t);
@@ -407,7 +406,7 @@ proptest::proptest! {
                 if value.trim().is_empty() {
                     proptest::prop_assert_eq!(&c.flight_recorder, &Default::default());
                 }
-                proptest::prop_assert!(c.flight_recorder.capacity <= nemo_lens::flight_recorder::config::MAX_CAPACITY);
+                proptest::prop_assert!(c.flight_recorder.capacity <= nemo_lens::flight_recorder::MAX_CAPACITY);
             }
             Err(e) => {
                 proptest::prop_assert!(

@@ -1,5 +1,5 @@
-//! The compact span record (`src/recording.rs`): the SDK span is built on the batch worker, and
-//! everything the SDK span used to carry still arrives: ids seen on the training thread, span
+//! The compact span record (`src/record/`): the SDK span is built on the batch worker, and
+//! everything an SDK span carries arrives: ids seen on the training thread, span
 //! processors' `on_start` and `on_end` (on the worker), re-recorded fields, event limits.
 
 use std::sync::{Arc, Mutex};

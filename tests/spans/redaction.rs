@@ -107,6 +107,20 @@ fn the_default_set_applies_without_user_keys_and_can_be_extended() {
 }
 
 #[test]
+fn a_large_set_matches_exactly_as_a_small_one() {
+    // 10,000 keys, `api_key` last: each key is matched exactly and case-sensitively, whatever
+    // the set's size (`benches/redaction.rs` measures that the cost does not grow with it).
+    let keys: Vec<String> = (0..9_999)
+        .map(|i| format!("field_{i}"))
+        .chain(["api_key".to_string()])
+        .collect();
+    let written = scenario(move |b| b.redact_keys(keys), &[]);
+    assert_eq!(written.all("api_key"), ["[REDACTED]"; 3]);
+    assert_eq!(written.all("token"), ["tok-456"; 3]);
+    assert_eq!(written.all("model"), ["m"; 3]);
+}
+
+#[test]
 fn an_empty_set_redacts_nothing() {
     let written = scenario(|b| b.redact_keys(Vec::<String>::new()), &[]);
     assert_eq!(written.all("token"), ["tok-456"; 3]);

@@ -63,6 +63,12 @@ pub struct ResourceAttributes {
     /// `host.name`.
     #[serde(rename = "host.name", default)]
     pub host_name: Option<String>,
+    /// `dl.world_size`.
+    #[serde(rename = "dl.world_size", default)]
+    pub dl_world_size: Option<Value>,
+    /// `nv.dl.world_size` (nightly Python).
+    #[serde(rename = "nv.dl.world_size", default)]
+    pub nv_dl_world_size: Option<Value>,
 }
 
 impl ResourceAttributes {
@@ -71,11 +77,24 @@ impl ResourceAttributes {
         [&self.dl_rank, &self.nv_dl_rank]
             .into_iter()
             .flatten()
-            .find_map(|v| match v {
-                Value::Number(n) => n.as_i64(),
-                Value::String(s) => s.trim().parse().ok(),
-                _ => None,
-            })
+            .find_map(as_int)
+    }
+
+    /// The world size, from `dl.world_size`, else `nv.dl.world_size`.
+    pub fn world_size(&self) -> Option<i64> {
+        [&self.dl_world_size, &self.nv_dl_world_size]
+            .into_iter()
+            .flatten()
+            .find_map(as_int)
+    }
+}
+
+/// An integer attribute: a number or a numeric string.
+fn as_int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
     }
 }
 
@@ -212,6 +231,8 @@ pub struct Span {
     pub rank: Option<i64>,
     /// The resource's `host.name`.
     pub host: Option<String>,
+    /// The resource's `dl.world_size` (or `nv.dl.world_size`).
+    pub world_size: Option<i64>,
 }
 
 impl Span {
@@ -366,6 +387,7 @@ pub fn parse_record(bytes: &[u8], file_rank: Option<i64>) -> Result<Record, Stri
             events: raw.events,
             links: raw.links,
             rank,
+            world_size: resource.world_size(),
             host: resource.host_name,
         })));
     }

@@ -16,7 +16,7 @@ mod writer;
 
 pub use logs::ConsoleLogExporter;
 pub use metrics::ConsoleMetricExporter;
-pub(crate) use python_json::{write_attributes, write_json_str, write_time};
+pub(crate) use python_json::{write_attributes, write_f64, write_json_str, write_time};
 pub use spans::ConsoleSpanExporter;
 pub(crate) use spans::resource_json;
 #[cfg(test)]

@@ -20,6 +20,8 @@
 
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 pub(crate) mod endpoint;
+#[cfg(feature = "otlp-grpc")]
+mod grpc_tls;
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 mod report;
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]

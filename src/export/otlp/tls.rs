@@ -12,11 +12,13 @@
 //!
 //! Without a CA file the server is checked against the system's roots (`SSL_CERT_FILE` /
 //! `SSL_CERT_DIR`, else the platform's store, read by `rustls-native-certs`). Both transports use
-//! rustls with the *ring* provider: gRPC through tonic, HTTP through reqwest with a client
-//! configuration built here.
+//! rustls with a client configuration built here with the *ring* provider, given explicitly (the
+//! process's default provider is the application's, and is neither read nor installed): gRPC
+//! through a channel of nemo-lens's own ([`grpc_tls`](super::grpc_tls)), HTTP through reqwest.
 //!
 //! The files are read and parsed at setup, on the exporting rank only, and only for an
-//! `https://` endpoint: a file that cannot be read, holds no PEM certificate (or key), or a
+//! `https://` endpoint: a file that cannot be read (or is not a regular file of at most 1 MiB:
+//! a FIFO or a device is refused without blocking), holds no PEM certificate (or key), or a
 //! certificate without its key is a [`LensError::Certificate`] naming the variable. A server the
 //! certificates do not accept fails at export time instead: one line on stderr names the
 //! endpoint and the cause, and what the failed exports carried is counted as dropped.
@@ -79,14 +81,18 @@ fn cert_error(var: &str, path: &str, reason: impl Into<String>) -> LensError {
     }
 }
 
-/// Reads `path` (named by `var`) and checks that it holds PEM items `check` accepts.
+/// The most of a certificate or key file read: a system CA bundle (about 200 KiB) fits.
+const MAX_PEM_BYTES: u64 = 1 << 20;
+
+/// Reads `path` (named by `var`) and checks that it holds PEM items `check` accepts. Only a
+/// regular file of at most [`MAX_PEM_BYTES`] is read: a FIFO or a device never blocks setup.
 fn read_pem(
     var: String,
     path: &str,
     check: impl FnOnce(&[u8]) -> Result<(), String>,
 ) -> Result<PemFile> {
-    let pem =
-        std::fs::read(path).map_err(|e| cert_error(&var, path, format!("cannot read it: {e}")))?;
+    let pem = crate::config::named_file::read(std::path::Path::new(path), MAX_PEM_BYTES)
+        .map_err(|e| cert_error(&var, path, format!("cannot read it: {e}")))?;
     check(&pem).map_err(|reason| cert_error(&var, path, reason))?;
     Ok(PemFile {
         var,
@@ -155,9 +161,8 @@ impl TlsFiles {
         Ok(TlsFiles { ca, client })
     }
 
-    /// The rustls client configuration of the HTTP transport: the CA file's certificates, else
-    /// the system's roots; the client certificate and key when given.
-    #[cfg(feature = "otlp-http")]
+    /// The rustls client configuration of both transports: the CA file's certificates, else
+    /// the system's roots; the client certificate and key when given; the *ring* provider.
     pub(crate) fn rustls_config(&self) -> Result<rustls::ClientConfig> {
         let mut roots = rustls::RootCertStore::empty();
         match &self.ca {
@@ -173,6 +178,7 @@ impl TlsFiles {
                 }
             }
             None => {
+                check_system_bundle()?;
                 roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
             }
         }
@@ -214,22 +220,27 @@ impl TlsFiles {
         .with_root_certificates(rustls::RootCertStore::empty())
         .with_no_client_auth()
     }
+}
 
-    /// The tonic TLS configuration of the gRPC transport.
-    #[cfg(feature = "otlp-grpc")]
-    pub(crate) fn tonic_config(
-        &self,
-    ) -> opentelemetry_otlp::tonic_types::transport::ClientTlsConfig {
-        use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig, Identity};
-        let mut tls = ClientTlsConfig::new();
-        tls = match &self.ca {
-            Some(ca) => tls.ca_certificate(Certificate::from_pem(&ca.pem)),
-            None => tls.with_native_roots(),
-        };
-        if let Some((cert, key)) = &self.client {
-            tls = tls.identity(Identity::from_pem(&cert.pem, &key.pem));
-        }
-        tls
+/// The most of `SSL_CERT_FILE` let through: a system bundle is well under it.
+const MAX_BUNDLE_BYTES: u64 = 16 << 20;
+
+/// rustls-native-certs reads `SSL_CERT_FILE` (the system roots' bundle, when set) whole and
+/// without a bound, and opening a FIFO blocks: unless it is a regular file of at most
+/// [`MAX_BUNDLE_BYTES`] (checked without opening it), setup fails naming the variable. A file
+/// that does not exist is left to rustls-native-certs (it reads nothing).
+fn check_system_bundle() -> Result<()> {
+    const VAR: &str = "SSL_CERT_FILE";
+    let Some(path) = std::env::var_os(VAR).filter(|p| !p.is_empty()) else {
+        return Ok(());
+    };
+    match crate::config::named_file::check(std::path::Path::new(&path), MAX_BUNDLE_BYTES) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(cert_error(
+            VAR,
+            &path.to_string_lossy(),
+            format!("cannot read it: {e}"),
+        )),
+        _ => Ok(()),
     }
 }
 

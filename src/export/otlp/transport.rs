@@ -108,7 +108,19 @@ macro_rules! build_exporter {
                     .with_timeout(destination.timeout)
                     .with_metadata(metadata(signal, &destination)?);
                 if let Some(tls) = &destination.tls {
-                    builder = builder.with_tls_config(tls.tonic_config());
+                    let channel = crate::export::otlp::grpc_tls::channel(
+                        &destination.endpoint,
+                        destination.timeout,
+                        tls.rustls_config()?,
+                    )
+                    .map_err(|message| LensError::Exporter {
+                        signal: signal.as_str(),
+                        message: format!(
+                            "{} (endpoint {} from {})",
+                            message, destination.shown, destination.source
+                        ),
+                    })?;
+                    builder = builder.with_channel(channel);
                 }
                 builder.build().map_err(err)
             }
@@ -161,24 +173,11 @@ fn metadata(
     Ok(opentelemetry_otlp::tonic_types::metadata::MetadataMap::from_headers(headers))
 }
 
-/// The HTTP transport's client: reqwest's blocking client with rustls (the certificates of
-/// `destination`, or the system roots) and the exporter's timeout, reporting the cause of each
-/// failed request. Built on a thread of its own: reqwest's blocking client cannot be built
-/// inside a Tokio runtime, and setup may run in one.
-/// reqwest is built with rustls but without a crypto provider of its own (feature
-/// `rustls-no-provider`, to avoid aws-lc's C build), and cargo unifies that feature with any
-/// reqwest 0.13 the application uses: a client the application builds would then panic for want
-/// of a provider. Every setup (any rank, enabled or not) therefore gives the process ring as its
-/// default provider when it has none; an application that installs its own first keeps it.
-#[cfg(feature = "otlp-http")]
-pub(crate) fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// Without the HTTP transport there is no reqwest of ours: nothing to provide.
-#[cfg(not(feature = "otlp-http"))]
-pub(crate) fn install_crypto_provider() {}
-
+/// The HTTP transport's client: reqwest's blocking client with nemo-lens's rustls configuration
+/// (the certificates of `destination`, or the system roots; the *ring* provider, given
+/// explicitly: reqwest never looks for the process's default) and the exporter's timeout,
+/// reporting the cause of each failed request. Built on a thread of its own: reqwest's blocking
+/// client cannot be built inside a Tokio runtime, and setup may run in one.
 #[cfg(feature = "otlp-http")]
 fn http_client(
     signal: Signal,
@@ -189,7 +188,6 @@ fn http_client(
         Some(files) => files.rustls_config()?,
         None => crate::export::otlp::tls::TlsFiles::plain_rustls_config(),
     };
-    install_crypto_provider();
     let timeout = destination.timeout;
     let build = move || {
         reqwest::blocking::Client::builder()

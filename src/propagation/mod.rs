@@ -55,21 +55,21 @@
 //! [`set_pp_trace_carrier`] once per iteration after the broadcast, [`get_pp_trace_carrier`] in
 //! the pipeline schedule.
 
+mod w3c;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use opentelemetry::Context;
 use opentelemetry::global;
-use opentelemetry::propagation::text_map_propagator::FieldIter;
-use opentelemetry::propagation::{
-    Extractor, Injector, TextMapCompositePropagator, TextMapPropagator,
-};
+use opentelemetry::propagation::{TextMapCompositePropagator, TextMapPropagator};
 use opentelemetry::trace::TraceContextExt;
-use opentelemetry_sdk::propagation::{BaggagePropagator, TraceContextPropagator};
+use opentelemetry_sdk::propagation::BaggagePropagator;
 
-use opentelemetry::trace::{Link, Span, SpanBuilder, SpanContext, TraceFlags, Tracer};
+use opentelemetry::trace::{Link, Span, SpanBuilder, SpanContext, Tracer};
 use opentelemetry::{KeyValue, Value};
 
+pub use self::w3c::W3cTraceContextPropagator;
 use crate::layer::span_ext::LensSpanExt;
 
 /// Installs the global TraceContext + Baggage propagator (TraceContext through
@@ -79,99 +79,6 @@ pub fn install_global_propagator() {
         Box::new(W3cTraceContextPropagator::new()),
         Box::new(BaggagePropagator::new()),
     ]));
-}
-
-/// The W3C Trace Context propagator of the SDK, except that it keeps the Level 2 `random`
-/// trace flag (`0x02`) beside `sampled`, on injection and on extraction, as the Python SDK's
-/// propagator does.
-///
-/// A trace started by nemo-lens has random trace ids and says so with flags `03` (see
-/// [`ChaChaIdGenerator`](crate::ChaChaIdGenerator)); the SDK's `TraceContextPropagator` clears
-/// every flag but `sampled`, so a Python process downstream would see `01` where a Python
-/// upstream sends `03`. Other flags are cleared as the W3C specification asks. Setup installs
-/// it globally ([`install_global_propagator`]); [`extract_context`] uses it too.
-///
-/// ```
-/// use std::collections::HashMap;
-/// use opentelemetry::propagation::TextMapPropagator;
-/// use opentelemetry::trace::TraceContextExt;
-/// use nemo_lens::propagation::W3cTraceContextPropagator;
-///
-/// let w3c = W3cTraceContextPropagator::new();
-/// let incoming = HashMap::from([(
-///     "traceparent".to_string(),
-///     "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03".to_string(),
-/// )]);
-/// let cx = w3c.extract(&incoming);
-/// assert_eq!(cx.span().span_context().trace_flags().to_u8(), 0x03);
-/// let mut outgoing = HashMap::new();
-/// w3c.inject_context(&cx, &mut outgoing);
-/// assert!(outgoing["traceparent"].ends_with("-03"));
-/// ```
-#[derive(Clone, Debug, Default)]
-pub struct W3cTraceContextPropagator {
-    inner: TraceContextPropagator,
-}
-
-/// The trace flags a `traceparent` may carry through [`W3cTraceContextPropagator`]: `sampled`
-/// and `random`.
-const KEPT_FLAGS: u8 = 0x01 | crate::ids::RANDOM_FLAG;
-
-impl W3cTraceContextPropagator {
-    /// The propagator.
-    pub fn new() -> Self {
-        Self::default()
-    }
-}
-
-impl TextMapPropagator for W3cTraceContextPropagator {
-    fn inject_context(&self, cx: &Context, injector: &mut dyn Injector) {
-        let span = cx.span();
-        let sc = span.span_context();
-        // A lens span's context left current on this thread after the span exited on another
-        // (see `layer/activation.rs`) is never injected; this thread drops it now.
-        let stale = crate::layer::activation::is_stale(sc.span_id());
-        crate::layer::activation::clear_stale();
-        if sc.is_valid() && !stale {
-            injector.set(
-                "traceparent",
-                format!(
-                    "00-{}-{}-{:02x}",
-                    sc.trace_id(),
-                    sc.span_id(),
-                    sc.trace_flags().to_u8() & KEPT_FLAGS
-                ),
-            );
-            injector.set("tracestate", sc.trace_state().header());
-        }
-    }
-
-    fn extract_with_context(&self, cx: &Context, extractor: &dyn Extractor) -> Context {
-        let extracted = self.inner.extract_with_context(cx, extractor);
-        let sc = extracted.span().span_context().clone();
-        // The SDK validated the header; its flags field is the fourth part.
-        let random = extractor
-            .get("traceparent")
-            .and_then(|h| h.trim().split('-').nth(3))
-            .and_then(|f| u8::from_str_radix(f.get(..2)?, 16).ok())
-            .is_some_and(|f| f & crate::ids::RANDOM_FLAG != 0);
-        if !sc.is_valid() || !sc.is_remote() || !random {
-            return extracted;
-        }
-        let flags = TraceFlags::new(sc.trace_flags().to_u8() | crate::ids::RANDOM_FLAG);
-        let sc = SpanContext::new(
-            sc.trace_id(),
-            sc.span_id(),
-            flags,
-            true,
-            sc.trace_state().clone(),
-        );
-        extracted.with_remote_span_context(sc)
-    }
-
-    fn fields(&self) -> FieldIter<'_> {
-        self.inner.fields()
-    }
 }
 
 /// The OpenTelemetry context of the current `tracing` span when the lens layer records it,
@@ -191,7 +98,8 @@ pub fn current_context() -> Context {
 pub fn inject_context(carrier: &mut HashMap<String, String>) {
     let cx = current_context();
     global::get_text_map_propagator(|p| p.inject_context(&cx, carrier));
-    // The Rust propagator writes an empty `tracestate`; Python writes it only when present.
+    // The SDK's propagator (if the application installed it) writes an empty `tracestate`;
+    // Python writes it only when present.
     if carrier.get("tracestate").is_some_and(|v| v.is_empty()) {
         carrier.remove("tracestate");
     }

@@ -1,10 +1,13 @@
 //! Backdated spans: record a completed span from timestamps taken earlier.
 
+mod decimal;
+
 use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use self::decimal::{Decimal, Parsed};
 
 use opentelemetry::trace::{Span as _, SpanContext, Tracer};
 use opentelemetry::{Context, KeyValue, Value};
@@ -15,8 +18,6 @@ use crate::semconv::{
     INVERTED_DELTA_SECONDS, INVERTED_END_EPOCH_SECONDS, INVERTED_SKEW, INVERTED_START_EPOCH_SECONDS,
 };
 
-const NANOS_PER_SEC: i128 = 1_000_000_000;
-
 const EVIDENCE_KEYS: [&str; 4] = [
     INVERTED_SKEW,
     INVERTED_START_EPOCH_SECONDS,
@@ -24,9 +25,8 @@ const EVIDENCE_KEYS: [&str; 4] = [
     INVERTED_DELTA_SECONDS,
 ];
 
-static WARNED_INVERTED: AtomicBool = AtomicBool::new(false);
-
-/// A point in time as Unix-epoch seconds: a float, a [`SystemTime`], or an exact decimal.
+/// A point in time as Unix-epoch seconds: a float, a [`SystemTime`], or an exact decimal (read
+/// as Python's `decimal.Decimal` reads it).
 ///
 /// ```
 /// use nemo_lens::EpochSeconds;
@@ -34,18 +34,20 @@ static WARNED_INVERTED: AtomicBool = AtomicBool::new(false);
 /// let exact: EpochSeconds = "1700000000.000000001".parse()?;
 /// assert_eq!(exact.to_nanos("start")?, 1_700_000_000_000_000_001);
 /// assert_eq!(exact.to_string(), "1700000000.000000001");
+/// assert_eq!("1e3".parse::<EpochSeconds>()?.to_string(), "1E+3"); // Python's str(Decimal)
 /// assert_eq!(EpochSeconds::from(1.5).to_nanos("start")?, 1_500_000_000);
+/// assert_eq!(EpochSeconds::from(2.0).to_string(), "2.0"); // Python's repr(float)
 /// assert!(EpochSeconds::from(f64::NAN).to_nanos("start").is_err());
 /// assert!("soon".parse::<EpochSeconds>().is_err());
 /// # Ok::<(), nemo_lens::LensError>(())
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct EpochSeconds(Repr);
 
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 enum Repr {
     Float(f64),
-    Nanos(i128),
+    Decimal(Decimal),
 }
 
 impl EpochSeconds {
@@ -57,7 +59,7 @@ impl EpochSeconds {
     /// assert_eq!(t.to_string(), "1.500000001");
     /// ```
     pub fn from_nanos(nanos: i128) -> Self {
-        EpochSeconds(Repr::Nanos(nanos))
+        EpochSeconds(Repr::Decimal(Decimal::from_nanos(nanos)))
     }
 
     /// The current time.
@@ -71,8 +73,23 @@ impl EpochSeconds {
         SystemTime::now().into()
     }
 
-    /// Nanoseconds since the epoch (a float is truncated toward zero, as Python's
-    /// `int(seconds * 1e9)`). `label` names the value in the error for a non-finite float.
+    /// The exact value, as Python's `Decimal(str(x))`: a float through its `repr`.
+    fn decimal(&self, label: &'static str) -> Result<Decimal> {
+        match &self.0 {
+            Repr::Decimal(d) => Ok(d.clone()),
+            Repr::Float(f) if f.is_finite() => {
+                match Decimal::parse(&crate::carrier::python_float(*f)) {
+                    Parsed::Finite(d) => Ok(d),
+                    _ => Err(non_finite(label, f.to_string())),
+                }
+            }
+            Repr::Float(f) => Err(non_finite(label, f.to_string())),
+        }
+    }
+
+    /// Nanoseconds since the epoch, truncated toward zero as Python's
+    /// `int(Decimal(str(seconds)) * 1_000_000_000)`. `label` names the value in the error for a
+    /// non-finite float, or a time too far from the epoch for nanoseconds in an `i128`.
     ///
     /// ```
     /// use nemo_lens::{EpochSeconds, LensError};
@@ -81,16 +98,18 @@ impl EpochSeconds {
     /// assert!(matches!(err, LensError::NonFiniteTime { label: "start", .. }));
     /// # Ok::<(), LensError>(())
     /// ```
-    pub fn to_nanos(self, label: &'static str) -> Result<i128> {
-        match self.0 {
-            Repr::Nanos(n) => Ok(n),
-            Repr::Float(f) if f.is_finite() => Ok((f * 1e9) as i128),
-            Repr::Float(f) => Err(LensError::NonFiniteTime {
-                label,
-                value: f.to_string(),
-            }),
-        }
+    pub fn to_nanos(&self, label: &'static str) -> Result<i128> {
+        let d = self.decimal(label)?;
+        d.to_nanos().ok_or_else(|| {
+            LensError::InvalidArgument(format!(
+                "{label} {d} is out of range (nanoseconds since the epoch must fit 128 bits)"
+            ))
+        })
     }
+}
+
+fn non_finite(label: &'static str, value: String) -> LensError {
+    LensError::NonFiniteTime { label, value }
 }
 
 impl From<f64> for EpochSeconds {
@@ -110,11 +129,13 @@ impl From<SystemTime> for EpochSeconds {
 }
 
 impl fmt::Display for EpochSeconds {
-    /// The float as Rust prints it, or the exact decimal without trailing zeros.
+    /// As Python's `str()` prints the value: a float as `repr(float)` (`2.0`, `1e-07`), a
+    /// decimal as `str(Decimal)` (`1.50`, `1E+3`), a [`SystemTime`] or
+    /// [`EpochSeconds::from_nanos`] as its exact decimal without trailing zeros.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Repr::Float(v) => f.pad(&v.to_string()),
-            Repr::Nanos(n) => f.pad(&decimal_seconds(n)),
+        match &self.0 {
+            Repr::Float(v) => f.pad(&crate::carrier::python_float(*v)),
+            Repr::Decimal(d) => fmt::Display::fmt(d, f),
         }
     }
 }
@@ -122,65 +143,24 @@ impl fmt::Display for EpochSeconds {
 impl FromStr for EpochSeconds {
     type Err = LensError;
 
-    /// Parses `[-]DIGITS[.DIGITS]` exactly (digits past the ninth decimal are truncated);
-    /// `nan`/`inf`/`infinity` give [`LensError::NonFiniteTime`].
+    /// Parses a decimal exactly as Python's `Decimal(text)`: surrounding blanks and underscores
+    /// ignored, `[+-]`, digits with an optional point, an optional exponent (`1e3`, `.5`, `5.`).
+    /// `nan` / `inf` / `infinity` (any case, signed) give [`LensError::NonFiniteTime`]; other
+    /// text, and more than 1000 significant digits, [`LensError::InvalidArgument`]. Only ASCII
+    /// digits are read.
     fn from_str(s: &str) -> Result<Self> {
-        let t = s.trim();
-        let unsigned = t.trim_start_matches(['+', '-']);
-        if matches!(
-            unsigned.to_ascii_lowercase().as_str(),
-            "nan" | "inf" | "infinity"
-        ) {
-            return Err(LensError::NonFiniteTime {
+        match Decimal::parse(s) {
+            Parsed::Finite(d) => Ok(EpochSeconds(Repr::Decimal(d))),
+            Parsed::NonFinite => Err(LensError::NonFiniteTime {
                 label: "epoch seconds",
                 value: s.to_owned(),
-            });
+            }),
+            Parsed::Invalid => Err(LensError::InvalidArgument(format!(
+                "'{}' is not a number of epoch seconds (expected a decimal such as \
+                 1700000000.25)",
+                crate::config::env::shown(s)
+            ))),
         }
-        let bad = || {
-            LensError::InvalidArgument(format!(
-                "'{s}' is not a number of epoch seconds (expected a decimal such as \
-                 1700000000.25)"
-            ))
-        };
-        let negative = t.starts_with('-');
-        let (int, frac) = unsigned.split_once('.').unwrap_or((unsigned, ""));
-        if (int.is_empty() && frac.is_empty())
-            || !int.bytes().all(|b| b.is_ascii_digit())
-            || !frac.bytes().all(|b| b.is_ascii_digit())
-            || t.len() - unsigned.len() > 1
-            || int.len() > 20
-        {
-            return Err(bad());
-        }
-        let whole: i128 = if int.is_empty() {
-            0
-        } else {
-            int.parse().map_err(|_| bad())?
-        };
-        let mut frac_nanos: i128 = 0;
-        for (i, b) in frac.bytes().take(9).enumerate() {
-            frac_nanos += i128::from(b - b'0') * 10_i128.pow(8 - i as u32);
-        }
-        let nanos = whole * NANOS_PER_SEC + frac_nanos;
-        Ok(EpochSeconds::from_nanos(if negative {
-            -nanos
-        } else {
-            nanos
-        }))
-    }
-}
-
-/// `nanos` as a decimal number of seconds without trailing zeros (`1.5`, `0.000000001`, `3`).
-fn decimal_seconds(nanos: i128) -> String {
-    let sign = if nanos < 0 { "-" } else { "" };
-    let n = nanos.unsigned_abs();
-    let whole = n / NANOS_PER_SEC as u128;
-    let frac = n % NANOS_PER_SEC as u128;
-    if frac == 0 {
-        format!("{sign}{whole}")
-    } else {
-        let digits = format!("{frac:09}");
-        format!("{sign}{whole}.{}", digits.trim_end_matches('0'))
     }
 }
 
@@ -220,19 +200,22 @@ fn redact(kv: KeyValue) -> KeyValue {
 /// already-ended span, with the rules of Python NeMo Lens's nightly
 /// `nemo.lens.span_utilities.emit_span`:
 ///
-/// * **Group gate first.** With a `group` that is disabled ([`crate::is_span_group_enabled`]),
+/// * **Group gate first.** With a `group` that is disabled ([`crate::groups::is_span_group_enabled`]),
 ///   nothing is done at all (no validation, no tracer call) and `Ok(None)` is returned.
 /// * **Times are Unix-epoch seconds** ([`EpochSeconds`]): an `f64`, a [`SystemTime`], or a
-///   decimal string parsed exactly to the nanosecond (`"1700000000.123456789"`; an `f64` near
-///   today's epoch only resolves about 0.25 µs). A non-finite time is a typed error,
+///   decimal string read exactly (`"1700000000.123456789"`; an `f64` near today's epoch only
+///   resolves about 0.25 µs). As in Python, a float counts as the decimal of its `repr`, and
+///   nanoseconds are truncated toward zero. A non-finite time is a typed error,
 ///   [`LensError::NonFiniteTime`], and nothing is emitted.
 /// * **Equal times** give a zero-duration span (an instant marker).
 /// * **End before start** (clock skew between hosts): the end is clamped to the start and the
 ///   span carries [`INVERTED_SKEW`]` = true`, [`INVERTED_START_EPOCH_SECONDS`] and
 ///   [`INVERTED_END_EPOCH_SECONDS`] (the times as given, as strings) and
-///   [`INVERTED_DELTA_SECONDS`] (start − end, a decimal string). These keys win over caller
-///   attributes of the same name. The first such span of the process logs a warning (a
-///   `tracing` event with target `nemo_lens::emit`).
+///   [`INVERTED_DELTA_SECONDS`] (start − end, exact, as Python's `str(Decimal)`: `0.004`,
+///   `1E-9`). These keys win over caller attributes of the same name. Each such span logs a
+///   warning naming the span, both times and the inversion (a `tracing` event with target
+///   `nemo_lens::emit` when a subscriber is installed, else a line on stderr), as Python does.
+///   Times are compared exactly: an inversion below a nanosecond is still one.
 /// * **Parent**: the given [`Context`], else the context current *at the call* (backdating does
 ///   not recover an earlier context); pass `Context::new()` for a root span. The emitted span is
 ///   never made current.
@@ -341,7 +324,7 @@ impl<'a> EmitSpan<'a> {
         self
     }
 
-    /// Emit only when this span group is enabled ([`crate::is_span_group_enabled`]), checked
+    /// Emit only when this span group is enabled ([`crate::groups::is_span_group_enabled`]), checked
     /// first thing in [`EmitSpan::emit`].
     ///
     /// ```
@@ -377,13 +360,18 @@ impl<'a> EmitSpan<'a> {
         {
             return Ok(None);
         }
+        let start_exact = self.start.decimal("start_epoch_seconds")?;
+        let end_exact = self.end.decimal("end_epoch_seconds")?;
         let start = self.start.to_nanos("start_epoch_seconds")?;
-        let requested_end = self.end.to_nanos("end_epoch_seconds")?;
-        let inverted = requested_end < start;
-        let end = requested_end.max(start);
+        let inverted = end_exact < start_exact;
+        let end = if inverted {
+            start
+        } else {
+            self.end.to_nanos("end_epoch_seconds")?
+        };
 
         let builder = tracer
-            .span_builder(self.name)
+            .span_builder(self.name.clone())
             .with_start_time(system_time(start));
         let mut span = match self.parent {
             Some(cx) => tracer.build_with_context(builder, cx),
@@ -398,28 +386,35 @@ impl<'a> EmitSpan<'a> {
                 .map(redact),
         );
         if inverted {
+            let delta = start_exact.sub(&end_exact);
             span.set_attributes([
                 KeyValue::new(INVERTED_SKEW, true),
                 KeyValue::new(INVERTED_START_EPOCH_SECONDS, self.start.to_string()),
                 KeyValue::new(INVERTED_END_EPOCH_SECONDS, self.end.to_string()),
-                KeyValue::new(
-                    INVERTED_DELTA_SECONDS,
-                    decimal_seconds(start - requested_end),
-                ),
+                KeyValue::new(INVERTED_DELTA_SECONDS, delta.to_string()),
             ]);
-            if !WARNED_INVERTED.swap(true, Ordering::Relaxed) {
-                tracing::warn!(
-                    target: "nemo_lens::emit",
-                    start = %self.start,
-                    end = %self.end,
-                    "emit_span: end precedes start (clock skew?); end clamped to start and the \
-                     span tagged inverted.* (warned once per process)"
-                );
-            }
+            warn(&format!(
+                "Span {} has inverted timestamps: start_epoch_seconds={start_exact}, \
+                 end_epoch_seconds={end_exact}, inversion={delta} seconds; possible clock \
+                 skew; clamping end to start (zero duration), inverted.skew=true",
+                self.name
+            ));
         }
         let context = span.span_context().clone();
         span.end_with_timestamp(system_time(end));
         Ok(Some(context))
+    }
+}
+
+/// A warning on the `tracing` target `nemo_lens::emit` when a subscriber can take it; otherwise
+/// (none installed, as in a command-line tool) one line on stderr.
+fn warn(message: &str) {
+    let no_subscriber =
+        tracing::dispatcher::get_default(|d| d.is::<tracing_core::subscriber::NoSubscriber>());
+    if no_subscriber {
+        eprintln!("nemo-lens: warning: {message}");
+    } else {
+        tracing::warn!(target: "nemo_lens::emit", "{message}");
     }
 }
 

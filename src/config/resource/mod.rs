@@ -1,6 +1,15 @@
 //! Resource attributes: who produced the telemetry (service, run, rank, host, cluster).
+//!
+//! * `mod.rs`: the composition, the run id, the host and Kubernetes detectors;
+//! * [`participant`]: the rank and world size (the application's, else the launcher's), the
+//!   `nv.dl.*` / `dl.*` rank attributes and the rank-derived `service.instance.id`;
+//! * [`slurm`]: the Slurm attributes (derived, and inherited from the launcher);
+//! * [`uuids`]: `nv.dl.job.uuid` and `nv.dl.run.uuid`.
 
-use std::borrow::Cow;
+pub(crate) mod participant;
+pub(crate) mod slurm;
+pub(crate) mod uuids;
+
 use std::fmt::Write as _;
 use std::io::Read;
 use std::path::Path;
@@ -12,11 +21,11 @@ use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::resource::TelemetryResourceDetector;
 
+pub(crate) use self::participant::Participant;
+use crate::carrier::{self, OTEL_RESOURCE_ATTRIBUTES};
 use crate::config::LensConfig;
 use crate::semconv;
 
-/// The variable holding extra resource attributes (`k=v,k2=v2`, values percent-encoded).
-const OTEL_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
 /// A directory that exists inside every Kubernetes pod with a service account.
 const K8S_SECRETS_DIR: &str = "/var/run/secrets/kubernetes.io";
 /// How long `nvidia-smi` may take before it is killed and the GPU count is omitted.
@@ -25,6 +34,17 @@ const NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(5);
 const NVIDIA_SMI_MAX_OUTPUT: u64 = 1 << 20;
 /// `service.name` used when the composed one is empty (as the Python SDK does).
 const UNKNOWN_SERVICE: &str = "unknown_service";
+
+/// A base-10 integer as Python NeMo Lens reads identity integers: `[+-]?[0-9]+` once blanks
+/// are stripped (`" +007 "` is 7; `1_0`, `3.5`, `1e3` are not integers), fitting an `i64`.
+pub(crate) fn strict_integer(text: &str) -> Option<i64> {
+    let t = carrier::py_strip(text);
+    let digits = t.strip_prefix(['+', '-']).unwrap_or(t);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    t.parse().ok()
+}
 
 /// Returns the run id shared by all ranks of a job.
 ///
@@ -47,11 +67,13 @@ pub(crate) fn resolve_run_id(run_id: &str, lookup: &dyn Fn(&str) -> Option<Strin
     random_hex12()
 }
 
-/// Builds the [`Resource`] of one rank; see the [module documentation](self) for the layers and
-/// their precedence.
+/// Builds the [`Resource`] of one rank (the layers and their precedence are documented on
+/// `Telemetry::resource`).
 ///
 /// * `config.run_id` must already be resolved (see [`resolve_run_id`]); when it is empty,
 ///   `nemo.run.id` and `service.instance.id` are omitted.
+/// * `who`: the rank and world size setup resolved (an unknown one gets no rank attribute and
+///   no rank-derived `service.instance.id`).
 /// * `caller` holds extra attributes from the program (model name, parallel sizes …). Detected
 ///   attributes (host, SLURM, Kubernetes) replace caller attributes with the same key.
 /// * `lookup` reads environment variables; pass the process environment in production and a map in
@@ -62,26 +84,12 @@ pub(crate) fn resolve_run_id(run_id: &str, lookup: &dyn Fn(&str) -> Option<Strin
 #[must_use]
 pub(crate) fn build_resource(
     config: &LensConfig,
-    rank: u32,
-    world_size: u32,
-    caller: &[KeyValue],
-    lookup: &dyn Fn(&str) -> Option<String>,
-) -> Resource {
-    build_resource_for(config, Some(rank), Some(world_size), caller, lookup)
-}
-
-/// [`build_resource`] for a process that may not know its rank or world size (a launcher, a
-/// job-level tool): an unknown one gets no `dl.rank` / `dl.world_size`, and an unknown rank no
-/// rank-derived `service.instance.id` (values from `OTEL_RESOURCE_ATTRIBUTES` still apply).
-pub(crate) fn build_resource_for(
-    config: &LensConfig,
-    rank: Option<u32>,
-    world_size: Option<u32>,
+    who: &Participant,
     caller: &[KeyValue],
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Resource {
     let k8s_secrets = Path::new(K8S_SECRETS_DIR).exists();
-    compose(config, rank, world_size, caller, lookup, k8s_secrets)
+    compose(config, who, caller, lookup, k8s_secrets)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -91,16 +99,33 @@ pub(crate) fn build_resource_for(
 /// [`build_resource`] with the Kubernetes secrets-directory probe passed in.
 fn compose(
     config: &LensConfig,
-    rank: Option<u32>,
-    world_size: Option<u32>,
+    who: &Participant,
     caller: &[KeyValue],
     lookup: &dyn Fn(&str) -> Option<String>,
     k8s_secrets: bool,
 ) -> Resource {
-    let mut attrs = lens_attributes(config, rank, world_size, lookup);
+    let mut carried = lookup(OTEL_RESOURCE_ATTRIBUTES)
+        .map(|raw| carrier::parse(&raw))
+        .unwrap_or_default();
+    participant::restore_integers(&mut carried);
+
+    let in_caller = |key: &str| caller.iter().any(|kv| kv.key.as_str() == key);
+    let mut attrs = lens_attributes(config, who, lookup);
+    attrs.extend(participant::instance_id(
+        who,
+        &config.run_id,
+        &carried,
+        in_caller(semconv::SERVICE_INSTANCE_ID),
+    ));
     attrs.extend_from_slice(caller);
     attrs.extend(detect_local(lookup));
-    attrs.extend(detect_slurm(lookup));
+    attrs.extend(job_identity(
+        config,
+        who,
+        &carried,
+        lookup,
+        in_caller(semconv::NV_DL_RUN_UUID),
+    ));
     attrs.extend(detect_kubernetes(lookup, k8s_secrets));
 
     // Python's `Resource.create` replaces a missing or empty service.name; ours is always present
@@ -114,42 +139,26 @@ fn compose(
         attrs.push(KeyValue::new(semconv::SERVICE_NAME, UNKNOWN_SERVICE));
     }
 
-    let env_attrs = lookup(OTEL_RESOURCE_ATTRIBUTES)
-        .map(|raw| parse_otel_resource_attributes(&raw))
-        .unwrap_or_default();
-
     Resource::builder_empty()
         .with_detector(Box::new(TelemetryResourceDetector))
-        .with_attributes(env_attrs)
+        .with_attributes(carried)
         .with_attributes(attrs)
         .build()
 }
 
-/// Layers 1–4: the attributes Lens derives from its configuration.
+/// Layers 1–4: the attributes Lens derives from its configuration and the process's rank.
 fn lens_attributes(
     config: &LensConfig,
-    rank: Option<u32>,
-    world_size: Option<u32>,
+    who: &Participant,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Vec<KeyValue> {
     let mut attrs = vec![
         KeyValue::new(semconv::SERVICE_NAME, config.service_name.clone()),
         KeyValue::new(semconv::SERVICE_VERSION, env!("CARGO_PKG_VERSION")),
     ];
-    if let Some(rank) = rank {
-        attrs.push(KeyValue::new(semconv::DL_RANK, i64::from(rank)));
-    }
-    if let Some(world_size) = world_size {
-        attrs.push(KeyValue::new(semconv::DL_WORLD_SIZE, i64::from(world_size)));
-    }
+    attrs.extend(participant::rank_attributes(who));
     if !config.run_id.is_empty() {
         attrs.push(KeyValue::new(semconv::NEMO_RUN_ID, config.run_id.clone()));
-        if let Some(rank) = rank {
-            attrs.push(KeyValue::new(
-                semconv::SERVICE_INSTANCE_ID,
-                format!("{}-rank{rank}", config.run_id),
-            ));
-        }
     }
     for (key, value) in [
         (semconv::NEMO_USER_ID, &config.user),
@@ -168,56 +177,30 @@ fn lens_attributes(
     attrs
 }
 
-/// Parses `OTEL_RESOURCE_ATTRIBUTES` as the Python SDK does: split on `,`, skip segments without
-/// `=`, split at the first `=`, trim the key, trim then percent-decode the value. Segments with
-/// an empty key are skipped (the SDK drops such attributes as invalid).
-fn parse_otel_resource_attributes(raw: &str) -> Vec<KeyValue> {
-    raw.split(',')
-        .filter_map(|segment| {
-            let (key, value) = segment.split_once('=')?;
-            let key = key.trim();
-            if key.is_empty() {
-                return None;
-            }
-            let value = percent_decode(value.trim());
-            Some(KeyValue::new(key.to_owned(), value.into_owned()))
-        })
-        .collect()
-}
-
-/// Decodes `%XX` escapes (as Python's `urllib.parse.unquote`): invalid escapes are kept
-/// literally, `+` is not a space, and invalid UTF-8 becomes U+FFFD.
-fn percent_decode(value: &str) -> Cow<'_, str> {
-    if !value.contains('%') {
-        return Cow::Borrowed(value);
-    }
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let (Some(hi), Some(lo)) = (
-                bytes.get(i + 1).and_then(|b| hex_digit(*b)),
-                bytes.get(i + 2).and_then(|b| hex_digit(*b)),
-            )
-        {
-            out.push(hi << 4 | lo);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
+/// The job's identity: the Slurm attributes and `nv.dl.job.uuid` ([`slurm::detect`]: the
+/// launcher's values win), and `nv.dl.run.uuid` unless the launcher or the application gave
+/// it: the Slurm form, else the local form from the configured run id, `TORCHELASTIC_RUN_ID`,
+/// or this process's run id.
+fn job_identity(
+    config: &LensConfig,
+    who: &Participant,
+    carried: &[KeyValue],
+    lookup: &dyn Fn(&str) -> Option<String>,
+    run_uuid_in_caller: bool,
+) -> Vec<KeyValue> {
+    let mut attrs = slurm::detect(lookup, carried);
+    let inherited = attrs
+        .iter()
+        .any(|kv| kv.key.as_str() == semconv::NV_DL_RUN_UUID);
+    if !inherited && !run_uuid_in_caller {
+        let configured = who.run_id_configured.then_some(config.run_id.as_str());
+        let run_uuid = uuids::run_uuid(lookup, configured)
+            .or_else(|| uuids::run_uuid(lookup, Some(&config.run_id)));
+        if let Some(uuid) = run_uuid {
+            attrs.push(KeyValue::new(semconv::NV_DL_RUN_UUID, uuid));
         }
     }
-    Cow::Owned(String::from_utf8_lossy(&out).into_owned())
-}
-
-fn hex_digit(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
+    attrs
 }
 
 fn non_empty(value: Option<String>) -> Option<String> {
@@ -396,27 +379,6 @@ fn abandon(mut child: Child) {
         });
 }
 
-/// 0.1.0 SLURM detection: only under a job (`SLURM_JOB_ID` non-empty); string values.
-fn detect_slurm(lookup: &dyn Fn(&str) -> Option<String>) -> Vec<KeyValue> {
-    let Some(job_id) = non_empty(lookup("SLURM_JOB_ID")) else {
-        return Vec::new();
-    };
-    let mut attrs = vec![KeyValue::new(semconv::SLURM_JOB_ID, job_id)];
-    for (var, key) in [
-        ("SLURM_JOB_NAME", semconv::SLURM_JOB_NAME),
-        ("SLURM_NODELIST", semconv::SLURM_NODELIST),
-        ("SLURM_NNODES", semconv::SLURM_NNODES),
-        ("SLURM_NTASKS", semconv::SLURM_NTASKS),
-        ("SLURM_PARTITION", semconv::SLURM_PARTITION),
-        ("SLURM_CLUSTER_NAME", semconv::SLURM_CLUSTER_NAME),
-    ] {
-        if let Some(value) = non_empty(lookup(var)) {
-            attrs.push(KeyValue::new(key, value));
-        }
-    }
-    attrs
-}
-
 /// Kubernetes detection from downward-API variables; active if `KUBERNETES_SERVICE_HOST` is
 /// non-empty or the service-account secrets directory exists.
 fn detect_kubernetes(lookup: &dyn Fn(&str) -> Option<String>, k8s_secrets: bool) -> Vec<KeyValue> {
@@ -442,6 +404,16 @@ fn detect_kubernetes(lookup: &dyn Fn(&str) -> Option<String>, k8s_secrets: bool)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use opentelemetry::Key;
+
+    fn rank(rank: u32, world_size: u32) -> Participant {
+        Participant {
+            rank: Some(rank),
+            world_size: Some(world_size),
+            legacy_rank_keys: true,
+            run_id_configured: true,
+        }
+    }
 
     #[test]
     fn run_id_comes_from_config_then_slurm_then_random() {
@@ -454,7 +426,6 @@ mod tests {
         assert_eq!(random.len(), 12);
         assert!(random.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f')));
     }
-    use opentelemetry::Key;
 
     fn get_str(resource: &Resource, key: &'static str) -> Option<String> {
         resource
@@ -468,8 +439,6 @@ mod tests {
 
     #[test]
     fn caller_attributes_lose_to_detected_ones() {
-        use opentelemetry::{Key, KeyValue, Value};
-
         let env = [("CUDA_VISIBLE_DEVICES", ""), ("DEPLOYMENT_ENV", "staging")];
         let lookup = |name: &str| {
             env.iter()
@@ -483,7 +452,7 @@ mod tests {
             KeyValue::new(semconv::DL_TENSOR_PARALLEL_SIZE, 4_i64),
             KeyValue::new(semconv::HOST_GPU_COUNT, 8_i64), // loses: detected values win
         ];
-        let res = build_resource(&config, 0, 2, &caller, &lookup);
+        let res = build_resource(&config, &rank(0, 2), &caller, &lookup);
 
         let get = |k: &'static str| res.get(&Key::from_static_str(k));
         assert_eq!(get(semconv::SERVICE_NAME), Some("pretrain".into()));
@@ -493,6 +462,7 @@ mod tests {
             Some("exp-7-rank0".into())
         );
         assert_eq!(get(semconv::DL_WORLD_SIZE), Some(Value::I64(2)));
+        assert_eq!(get(semconv::NV_DL_WORLD_SIZE), Some(Value::I64(2)));
         assert_eq!(get(semconv::DEPLOYMENT_ENVIRONMENT), Some("staging".into()));
         assert_eq!(get(semconv::DL_TENSOR_PARALLEL_SIZE), Some(Value::I64(4)));
         assert_eq!(get(semconv::HOST_GPU_COUNT), Some(Value::I64(0)));
@@ -501,38 +471,49 @@ mod tests {
     #[test]
     fn an_empty_run_id_omits_the_run_attributes() {
         let cuda = |k: &str| (k == "CUDA_VISIBLE_DEVICES").then(String::new);
-        let res = build_resource(&LensConfig::default(), 5, 8, &[], &cuda);
+        let res = build_resource(&LensConfig::default(), &rank(5, 8), &[], &cuda);
         assert_eq!(get_str(&res, semconv::SERVICE_INSTANCE_ID), None);
         assert_eq!(get_str(&res, semconv::NEMO_RUN_ID), None);
+        assert_eq!(get_str(&res, semconv::NV_DL_RUN_UUID), None);
     }
 
     #[test]
-    fn percent_decoding_matches_python_unquote() {
-        assert_eq!(percent_decode("a%20b"), "a b");
-        assert_eq!(percent_decode("a+b"), "a+b");
-        assert_eq!(percent_decode("100%"), "100%");
-        assert_eq!(percent_decode("%zz%4"), "%zz%4");
-        assert_eq!(percent_decode("%C3%A9t%C3%A9"), "été");
-        assert_eq!(percent_decode("%FF"), "\u{FFFD}");
-        assert_eq!(percent_decode("%2C%3D"), ",=");
+    fn strict_integers_are_python_s() {
+        for (text, want) in [
+            (" +007 ", Some(7)),
+            ("-1", Some(-1)),
+            ("0", Some(0)),
+            ("9223372036854775807", Some(i64::MAX)),
+            ("9223372036854775808", None),
+            ("1_0", None),
+            ("3.5", None),
+            ("1e3", None),
+            ("--1", None),
+            ("+", None),
+            ("", None),
+            ("true", None),
+            ("\u{0663}", None),
+        ] {
+            assert_eq!(strict_integer(text), want, "{text:?}");
+        }
     }
 
     #[test]
     fn secrets_directory_activates_kubernetes() {
         let env = |name: &str| (name == "HOSTNAME").then(|| "pod-7".to_string());
-        let res = compose(&LensConfig::default(), Some(0), Some(1), &[], &env, true);
+        let res = compose(&LensConfig::default(), &rank(0, 1), &[], &env, true);
         assert_eq!(
             get_str(&res, semconv::K8S_POD_NAME).as_deref(),
             Some("pod-7")
         );
-        let res = compose(&LensConfig::default(), Some(0), Some(1), &[], &env, false);
+        let res = compose(&LensConfig::default(), &rank(0, 1), &[], &env, false);
         assert_eq!(get_str(&res, semconv::K8S_POD_NAME), None);
     }
 
     #[test]
     fn empty_service_name_becomes_unknown_service() {
         let config = LensConfig::default().with_service_name(String::new());
-        let res = compose(&config, Some(0), Some(1), &[], &no_env, false);
+        let res = compose(&config, &rank(0, 1), &[], &no_env, false);
         assert_eq!(
             get_str(&res, semconv::SERVICE_NAME).as_deref(),
             Some(UNKNOWN_SERVICE)

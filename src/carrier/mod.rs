@@ -1,0 +1,443 @@
+//! `OTEL_RESOURCE_ATTRIBUTES` as the carrier of a job's identity: what a launcher hands to the
+//! processes it starts, read and written as Python NeMo Lens's `resources.attributes` does.
+//!
+//! The variable holds `key=value` pairs separated by `,`. Values are percent-encoded (every byte
+//! but `A–Z a–z 0–9 - . _ ~`, as Python's `urllib.parse.quote(value, safe="")`); keys are not
+//! encoded, so a key holding `,` or `=` cannot be carried: such a key is refused with a warning.
+//! Segments a launcher already put there pass through **byte for byte** (even bytes that are
+//! not UTF-8, and escapes that are not the canonical ones); a segment without `=` or with a blank
+//! key is dropped, as every reader would ignore it.
+//!
+//! | function | Python (`nemo.lens.resources.attributes`) |
+//! |---|---|
+//! | [`parse`] | `parse_otel_resource_attributes` |
+//! | [`format()`] | `format_otel_resource_attributes` |
+//! | [`extend`], [`extend_bytes`] | `extend_otel_resource_attributes(value, additions, overwrite=)` |
+//! | [`set`] | `set_otel_resource_attributes(additions, overwrite=)` |
+//! | [`publish`] | `publish_otel_resource_attributes(additions, overwrite=)` |
+//! | [`check`] | `check_resource_attributes(attrs, required=, forbidden=, env_value=)` |
+//!
+//! Warnings (a refused key, a value that cannot be carried) go to the `tracing` target
+//! `nemo_lens::carrier` when a subscriber is installed, else to stderr.
+//!
+//! # Handing identity to a child
+//!
+//! The environment is shared by every thread of the process, and changing it while another
+//! thread reads it is undefined behaviour on most platforms: [`set`] and [`publish`] are
+//! therefore `unsafe`. A launcher that starts its children itself needs neither: it gives each
+//! [`std::process::Command`] its own value.
+//!
+//! ```
+//! use nemo_lens::carrier;
+//! use opentelemetry::KeyValue;
+//!
+//! // What this launcher inherited, and what it adds for one worker.
+//! let inherited = "slurm.job.id=12345_7,team=ml%20infra";
+//! let worker = [KeyValue::new("nv.dl.rank", 3_i64), KeyValue::new("nv.dl.world_size", 8_i64)];
+//! let value = carrier::extend(inherited, &worker, true);
+//! assert_eq!(value, "slurm.job.id=12345_7,team=ml%20infra,nv.dl.rank=3,nv.dl.world_size=8");
+//!
+//! let mut child = std::process::Command::new("trainer");
+//! child.env(carrier::OTEL_RESOURCE_ATTRIBUTES, &value);
+//! ```
+
+mod encoding;
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+
+use opentelemetry::{KeyValue, Value};
+
+pub(crate) use encoding::{percent_decode, py_strip, python_float, segments};
+
+/// The variable the carrier lives in.
+pub const OTEL_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
+
+/// The `tracing` target of the carrier's warnings.
+const TARGET: &str = "nemo_lens::carrier";
+
+/// Parses the text of `OTEL_RESOURCE_ATTRIBUTES` as the OpenTelemetry SDKs (and Python's
+/// `parse_otel_resource_attributes`) do: split on `,`; a segment without `=` or with a blank
+/// key is skipped; the key is the text before the first `=`, stripped (never decoded); the value
+/// the text after it, stripped then percent-decoded (a malformed escape stays as written, `+`
+/// stays `+`, bytes that are not UTF-8 become U+FFFD). A key given twice keeps its first
+/// position and its last value. Every value is a string.
+///
+/// ```
+/// use nemo_lens::carrier;
+/// use opentelemetry::KeyValue;
+///
+/// let attrs = carrier::parse("a=1, b = x%2Cy ,novalue,a=2,key%2Cpart=v");
+/// assert_eq!(
+///     attrs,
+///     [KeyValue::new("a", "2"), KeyValue::new("b", "x,y"), KeyValue::new("key%2Cpart", "v")]
+/// );
+/// ```
+pub fn parse(text: &str) -> Vec<KeyValue> {
+    let mut out: Vec<KeyValue> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for segment in segments(text.as_bytes()) {
+        let key = String::from_utf8_lossy(segment.key).into_owned();
+        let value = Value::from(percent_decode(segment.raw_value()).into_owned());
+        match index.get(&key) {
+            Some(&i) => out[i].value = value,
+            None => {
+                index.insert(key.clone(), out.len());
+                out.push(KeyValue::new(key, value));
+            }
+        }
+    }
+    out
+}
+
+/// Formats attributes for `OTEL_RESOURCE_ATTRIBUTES`, as Python's
+/// `format_otel_resource_attributes`: `key=value` joined by `,`, keys stripped and not encoded,
+/// values percent-encoded. Values print as Python prints them: `True` / `False`, integers,
+/// `repr(float)` (`0.5`, `1e-05`), strings as they are (`""` gives `key=`).
+///
+/// Dropped with a warning: a key that is blank or holds `,` or `=` (the format has no encoding
+/// for them), and an array value. A key given twice (after stripping) keeps its first position
+/// and its last value.
+///
+/// ```
+/// use nemo_lens::carrier;
+/// use opentelemetry::KeyValue;
+///
+/// let text = carrier::format(&[
+///     KeyValue::new("nemo.run.id", "exp/1,seed=7"),
+///     KeyValue::new("active", true),
+///     KeyValue::new("rate", 0.5),
+///     KeyValue::new("bad,key", "dropped with a warning"),
+/// ]);
+/// assert_eq!(text, "nemo.run.id=exp%2F1%2Cseed%3D7,active=True,rate=0.5");
+/// ```
+pub fn format(attributes: &[KeyValue]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    for kv in attributes {
+        let key = kv.key.as_str();
+        let name = py_strip(key);
+        if name.is_empty() || name.contains([',', '=']) {
+            warn(&format!(
+                "Resource attribute key {:?} cannot be carried in {OTEL_RESOURCE_ATTRIBUTES} and \
+                 was dropped; ',' and '=' have no encoding in this format.",
+                shown(key)
+            ));
+            continue;
+        }
+        let Some(text) = encoding::python_text(&kv.value) else {
+            warn(&format!(
+                "Resource attribute {:?} has value type array, which cannot survive \
+                 {OTEL_RESOURCE_ATTRIBUTES} and was dropped; only str, bool, int and float \
+                 round-trip.",
+                shown(name)
+            ));
+            continue;
+        };
+        let part = format!("{name}={}", encoding::percent_encode(&text));
+        match index.get(name) {
+            Some(&i) => parts[i] = part,
+            None => {
+                index.insert(name, parts.len());
+                parts.push(part);
+            }
+        }
+    }
+    parts.join(",")
+}
+
+/// Adds `additions` to the text of `OTEL_RESOURCE_ATTRIBUTES`, as Python's
+/// `extend_otel_resource_attributes(value, additions, overwrite=...)`.
+///
+/// * The segments of `inherited` pass through byte for byte, in order (a segment without `=` or
+///   with a blank key is dropped).
+/// * An addition whose value is the empty string counts as absent.
+/// * `overwrite = false`: a key already present wins; only missing keys are appended.
+/// * `overwrite = true`: every inherited segment with a key being added is removed (duplicates
+///   included) and the additions are appended.
+///
+/// The additions are formatted as [`format()`] does (and its warnings apply).
+///
+/// ```
+/// use nemo_lens::carrier;
+/// use opentelemetry::KeyValue;
+///
+/// let inherited = "nv.dl.rank=1,launcher.id=abc,nv.dl.rank=2, malformed ";
+/// let rank = [KeyValue::new("nv.dl.rank", 3_i64)];
+/// assert_eq!(carrier::extend(inherited, &rank, true), "launcher.id=abc,nv.dl.rank=3");
+/// assert_eq!(
+///     carrier::extend(inherited, &rank, false),
+///     "nv.dl.rank=1,launcher.id=abc,nv.dl.rank=2"
+/// );
+/// assert_eq!(
+///     carrier::extend("odd=%2Fpre%2Dencoded", &[KeyValue::new("slurm.job.id", "12345")], false),
+///     "odd=%2Fpre%2Dencoded,slurm.job.id=12345"
+/// );
+/// ```
+pub fn extend(inherited: &str, additions: &[KeyValue], overwrite: bool) -> String {
+    let bytes = extend_bytes(inherited.as_bytes(), additions, overwrite);
+    // Inherited segments are copied whole and additions are UTF-8: the result is UTF-8.
+    String::from_utf8(bytes).unwrap_or_default()
+}
+
+/// [`extend`] on the raw bytes of the variable (as [`std::os::unix::ffi::OsStrExt::as_bytes`]
+/// gives them), so that inherited bytes that are not UTF-8 pass through unchanged.
+///
+/// ```
+/// use nemo_lens::carrier;
+/// use opentelemetry::KeyValue;
+///
+/// let value = carrier::extend_bytes(b"odd=\xff", &[KeyValue::new("nv.dl.rank", 1_i64)], false);
+/// assert_eq!(value, b"odd=\xff,nv.dl.rank=1");
+/// ```
+pub fn extend_bytes(inherited: &[u8], additions: &[KeyValue], overwrite: bool) -> Vec<u8> {
+    let present: Vec<KeyValue> = additions
+        .iter()
+        .filter(|kv| !matches!(&kv.value, Value::String(s) if s.as_str().is_empty()))
+        .cloned()
+        .collect();
+    let encoded = format(&present);
+    let added: Vec<_> = segments(encoded.as_bytes()).collect();
+    let added_keys: HashSet<&[u8]> = added.iter().map(|a| a.key).collect();
+    let mut kept: Vec<_> = segments(inherited).collect();
+    if overwrite {
+        kept.retain(|s| !added_keys.contains(s.key));
+    }
+    let kept_keys: HashSet<&[u8]> = kept.iter().map(|s| s.key).collect();
+    let appended = added
+        .iter()
+        .filter(|a| overwrite || !kept_keys.contains(a.key));
+    let mut out = Vec::with_capacity(inherited.len() + encoded.len() + 1);
+    for (i, raw) in kept
+        .iter()
+        .map(|s| s.raw)
+        .chain(appended.map(|a| a.raw))
+        .enumerate()
+    {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(raw);
+    }
+    out
+}
+
+/// Reads the variable's raw bytes from the process environment (empty when unset).
+fn current() -> Option<OsString> {
+    std::env::var_os(OTEL_RESOURCE_ATTRIBUTES)
+}
+
+#[cfg(unix)]
+fn to_bytes(value: &std::ffi::OsStr) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    value.as_bytes().to_vec()
+}
+
+#[cfg(not(unix))]
+fn to_bytes(value: &std::ffi::OsStr) -> Vec<u8> {
+    value.to_string_lossy().into_owned().into_bytes()
+}
+
+#[cfg(unix)]
+fn from_bytes(bytes: Vec<u8>) -> OsString {
+    use std::os::unix::ffi::OsStringExt;
+    OsString::from_vec(bytes)
+}
+
+#[cfg(not(unix))]
+fn from_bytes(bytes: Vec<u8>) -> OsString {
+    OsString::from(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Extends the process's `OTEL_RESOURCE_ATTRIBUTES` with `additions` ([`extend`], on the
+/// variable's raw bytes) and returns the new value; processes started afterwards inherit it. As
+/// Python's `set_otel_resource_attributes`.
+///
+/// # Safety
+///
+/// This changes the process environment ([`std::env::set_var`]): no other thread may read or
+/// write the environment at the same time (that includes `getenv` inside C libraries, DNS
+/// resolution and time-zone lookups). Call it at startup, before other threads exist, or
+/// serialise every access yourself. To hand a value to one child, prefer [`extend`] and
+/// [`std::process::Command::env`], which are safe.
+///
+/// ```
+/// use nemo_lens::carrier;
+/// use opentelemetry::KeyValue;
+///
+/// // SAFETY: a doctest's only thread touches the environment.
+/// let value = unsafe { carrier::set(&[KeyValue::new("nv.dl.world_size", 8_i64)], false) };
+/// assert!(value.to_string_lossy().ends_with("nv.dl.world_size=8"));
+/// ```
+pub unsafe fn set(additions: &[KeyValue], overwrite: bool) -> OsString {
+    let inherited = current().map(|v| to_bytes(&v)).unwrap_or_default();
+    let value = from_bytes(extend_bytes(&inherited, additions, overwrite));
+    // SAFETY: the caller guarantees that no other thread accesses the environment meanwhile.
+    unsafe { std::env::set_var(OTEL_RESOURCE_ATTRIBUTES, &value) };
+    value
+}
+
+/// Publishes `additions` in the process's `OTEL_RESOURCE_ATTRIBUTES` for as long as the
+/// returned guard lives, as Python's `publish_otel_resource_attributes` context manager:
+/// processes started meanwhile inherit them. `overwrite = true` (Python's default) replaces
+/// inherited values of the same keys; `false` keeps them.
+///
+/// Dropping the guard restores the variable exactly as it was (the same bytes, or unset if it
+/// was unset), also when a panic unwinds through the scope. Guards nest: drop them in reverse
+/// order of creation (Rust's scoping does this for guards held in local variables).
+///
+/// # Safety
+///
+/// As [`set`]: publishing and the guard's drop change the process environment, so no other
+/// thread may read or write the environment while either happens. Scopes may nest in one thread;
+/// they must not overlap across threads.
+///
+/// ```
+/// use nemo_lens::carrier;
+/// use opentelemetry::KeyValue;
+///
+/// // SAFETY: a doctest's only thread touches the environment.
+/// unsafe {
+///     std::env::set_var("OTEL_RESOURCE_ATTRIBUTES", "nv.dl.rank=0,launcher.id=abc");
+///     {
+///         let _scope = carrier::publish(&[KeyValue::new("nv.dl.rank", 2_i64)], true);
+///         assert_eq!(
+///             std::env::var("OTEL_RESOURCE_ATTRIBUTES").unwrap(),
+///             "launcher.id=abc,nv.dl.rank=2"
+///         );
+///         // ... start the worker here ...
+///     }
+/// }
+/// assert_eq!(std::env::var("OTEL_RESOURCE_ATTRIBUTES").unwrap(), "nv.dl.rank=0,launcher.id=abc");
+/// ```
+#[must_use = "the previous value is restored when the guard is dropped"]
+pub unsafe fn publish(additions: &[KeyValue], overwrite: bool) -> Published {
+    let previous = current();
+    // SAFETY: forwarded from the caller.
+    unsafe { set(additions, overwrite) };
+    Published { previous }
+}
+
+/// The scope of [`publish`]: restores `OTEL_RESOURCE_ATTRIBUTES` when dropped.
+#[derive(Debug)]
+#[must_use = "the previous value is restored when the guard is dropped"]
+pub struct Published {
+    previous: Option<OsString>,
+}
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        // SAFETY: `publish`'s caller promised that no other thread accesses the environment
+        // while the scope is opened or closed.
+        unsafe {
+            match &self.previous {
+                Some(value) => std::env::set_var(OTEL_RESOURCE_ATTRIBUTES, value),
+                None => std::env::remove_var(OTEL_RESOURCE_ATTRIBUTES),
+            }
+        }
+    }
+}
+
+/// What [`check`] found: each list empty when all is well.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Check {
+    /// Required keys that are absent.
+    pub missing: Vec<String>,
+    /// Required keys whose value is the empty string.
+    pub empty: Vec<String>,
+    /// Forbidden keys that are present, in the order they were given.
+    pub forbidden: Vec<String>,
+    /// Keys that occur more than once in the variable's text, each once, in the order of its
+    /// first repetition.
+    pub duplicates: Vec<String>,
+}
+
+impl Check {
+    /// Whether nothing was found.
+    ///
+    /// ```
+    /// assert!(nemo_lens::carrier::check(&[], &[], &[], None).ok());
+    /// ```
+    pub fn ok(&self) -> bool {
+        self.missing.is_empty()
+            && self.empty.is_empty()
+            && self.forbidden.is_empty()
+            && self.duplicates.is_empty()
+    }
+}
+
+/// Checks attributes (typically [`parse`]d from the variable) as Python's
+/// `check_resource_attributes`: `required` keys missing or empty, `forbidden` keys present, and,
+/// given the variable's text, keys written more than once.
+///
+/// ```
+/// use nemo_lens::carrier;
+/// use opentelemetry::KeyValue;
+///
+/// let attrs = [KeyValue::new("slurm.job.id", ""), KeyValue::new("slurm.nodelist", "node-[1-4]")];
+/// let check = carrier::check(
+///     &attrs,
+///     &["slurm.job.id", "slurm.array.job_id"],
+///     &["slurm.nodelist"],
+///     Some("slurm.job.id=1,slurm.job.id=2"),
+/// );
+/// assert!(!check.ok());
+/// assert_eq!(check.empty, ["slurm.job.id"]);
+/// assert_eq!(check.missing, ["slurm.array.job_id"]);
+/// assert_eq!(check.forbidden, ["slurm.nodelist"]);
+/// assert_eq!(check.duplicates, ["slurm.job.id"]);
+/// ```
+pub fn check(
+    attributes: &[KeyValue],
+    required: &[&str],
+    forbidden: &[&str],
+    text: Option<&str>,
+) -> Check {
+    // A key given twice counts with its last value, as in a Python dict.
+    let last: HashMap<&str, &Value> = attributes
+        .iter()
+        .map(|kv| (kv.key.as_str(), &kv.value))
+        .collect();
+    let value_of = |key: &str| last.get(key).copied();
+    let mut check = Check::default();
+    for key in required {
+        match value_of(key) {
+            None => check.missing.push((*key).to_owned()),
+            Some(Value::String(s)) if s.as_str().is_empty() => check.empty.push((*key).to_owned()),
+            Some(_) => {}
+        }
+    }
+    check.forbidden = forbidden
+        .iter()
+        .filter(|key| value_of(key).is_some())
+        .map(|key| (*key).to_owned())
+        .collect();
+    let mut seen: HashSet<&[u8]> = HashSet::new();
+    let mut reported: HashSet<&[u8]> = HashSet::new();
+    for segment in segments(text.unwrap_or_default().as_bytes()) {
+        if !seen.insert(segment.key) && reported.insert(segment.key) {
+            check
+                .duplicates
+                .push(String::from_utf8_lossy(segment.key).into_owned());
+        }
+    }
+    check
+}
+
+/// A key as a warning shows it: at most 64 characters.
+fn shown(key: &str) -> String {
+    crate::config::env::shown(key)
+}
+
+/// A warning on the `tracing` target [`TARGET`] when a subscriber can take it; otherwise (none
+/// installed, as at startup) one line on stderr.
+pub(crate) fn warn(message: &str) {
+    let no_subscriber =
+        tracing::dispatcher::get_default(|d| d.is::<tracing_core::subscriber::NoSubscriber>());
+    if no_subscriber {
+        eprintln!("nemo-lens: warning: {message}");
+    } else {
+        tracing::warn!(target: TARGET, "{message}");
+    }
+}

@@ -1,0 +1,256 @@
+//! W3C Trace Context Level 2 on the wire: the `traceparent` and `tracestate` headers, read and
+//! written by the rules of the specification (<https://www.w3.org/TR/trace-context-2/>).
+//!
+//! A `traceparent` that does not follow them is ignored, so the trace restarts, and the
+//! `tracestate` beside it is not read. A `tracestate` list that does not follow them is dropped
+//! whole (as the W3C test suite and the Python SDK do); a valid one is kept, in order.
+
+use std::sync::LazyLock;
+
+use opentelemetry::Context;
+use opentelemetry::propagation::text_map_propagator::FieldIter;
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+
+use crate::ids::RANDOM_FLAG;
+
+const TRACEPARENT: &str = "traceparent";
+const TRACESTATE: &str = "tracestate";
+
+/// The header names, for [`TextMapPropagator::fields`].
+static FIELDS: LazyLock<[String; 2]> =
+    LazyLock::new(|| [TRACEPARENT.to_string(), TRACESTATE.to_string()]);
+
+/// The trace flags this version of the specification defines, `sampled` and Level 2's
+/// `random`: the others are cleared, on extraction and injection.
+const KEPT_FLAGS: u8 = 0x01 | RANDOM_FLAG;
+
+/// Optional whitespace (`OWS`): spaces and horizontal tabs.
+const OWS: [char; 2] = [' ', '\t'];
+
+/// Length of a version `00` `traceparent`: `version-trace_id-parent_id-flags`.
+const TRACEPARENT_LEN: usize = 2 + 1 + 32 + 1 + 16 + 1 + 2;
+
+/// At most this many members in a `tracestate` list.
+const MAX_MEMBERS: usize = 32;
+
+/// nemo-lens's W3C Trace Context propagator: `traceparent` and `tracestate` read and written by
+/// the rules of Trace Context Level 2, with the `random` trace flag.
+///
+/// * **`traceparent`**: lowercase hex fields of exactly 2, 32, 16 and 2 digits; trace and parent
+///   ids not all zero; version `ff` refused; version `00` with nothing after the flags; a later
+///   version read by the `00` layout, with more fields allowed after a dash (the header written
+///   is version `00`). Spaces and tabs around the value are ignored. Two `traceparent` headers
+///   (an [`Extractor`] whose `get_all` gives two) are refused. Anything else starts a new trace,
+///   and the `tracestate` beside it is not read.
+/// * **Flags**: `sampled` and `random` (Level 2: the trace id is random) are kept from the
+///   parent, the other bits cleared. A trace started by nemo-lens has random trace ids and
+///   says so with flags `03` (see [`ChaChaIdGenerator`](crate::ChaChaIdGenerator)), as the
+///   Python SDK does; the OpenTelemetry SDK's `TraceContextPropagator` would clear `random`.
+/// * **`tracestate`**: several headers form one list, in order; spaces and tabs around members
+///   and empty members are skipped; a key is 1 to 256 of `a-z 0-9 _ - * / @`, starting with a
+///   letter or digit (so `tenant@system` keys); a value is 1 to 256 printable ASCII characters
+///   but `,` and `=`, not ending in a space (leading spaces are kept). A list with an invalid
+///   member or more than 32 members is dropped whole; of duplicate keys the first is kept.
+///   OpenTelemetry's `TraceState` cannot hold every key the specification allows (it takes one
+///   `@` followed by at most 13 characters, the first a letter or digit): a member with another
+///   such key is left out, the rest kept.
+///
+/// Setup installs it globally ([`install_global_propagator`](super::install_global_propagator));
+/// [`extract_context`](super::extract_context) and the launcher's `TRACEPARENT` use it too.
+///
+/// ```
+/// use std::collections::HashMap;
+/// use opentelemetry::propagation::TextMapPropagator;
+/// use opentelemetry::trace::TraceContextExt;
+/// use nemo_lens::propagation::W3cTraceContextPropagator;
+///
+/// let w3c = W3cTraceContextPropagator::new();
+/// let incoming = HashMap::from([
+///     (
+///         "traceparent".to_string(),
+///         "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03".to_string(),
+///     ),
+///     ("tracestate".to_string(), "rojo=00f067aa0ba902b7, congo=t61rcWkgMzE".to_string()),
+/// ]);
+/// let cx = w3c.extract(&incoming);
+/// assert_eq!(cx.span().span_context().trace_flags().to_u8(), 0x03);
+/// let mut outgoing = HashMap::new();
+/// w3c.inject_context(&cx, &mut outgoing);
+/// assert!(outgoing["traceparent"].ends_with("-03"));
+/// assert_eq!(outgoing["tracestate"], "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE");
+///
+/// // Uppercase hex is not Trace Context: nothing is continued.
+/// let bad = HashMap::from([(
+///     "traceparent".to_string(),
+///     "00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01".to_string(),
+/// )]);
+/// assert!(!w3c.extract(&bad).span().span_context().is_valid());
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct W3cTraceContextPropagator {
+    _private: (),
+}
+
+impl W3cTraceContextPropagator {
+    /// The propagator.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl TextMapPropagator for W3cTraceContextPropagator {
+    fn inject_context(&self, cx: &Context, injector: &mut dyn Injector) {
+        let span = cx.span();
+        let sc = span.span_context();
+        // A lens span's context left current on this thread after the span exited on another
+        // (see `layer/activation.rs`) is never injected; this thread drops it now.
+        let stale = crate::layer::activation::is_stale(sc.span_id());
+        crate::layer::activation::clear_stale();
+        if !sc.is_valid() || stale {
+            return;
+        }
+        injector.set(
+            TRACEPARENT,
+            format!(
+                "00-{}-{}-{:02x}",
+                sc.trace_id(),
+                sc.span_id(),
+                sc.trace_flags().to_u8() & KEPT_FLAGS
+            ),
+        );
+        let state = sc.trace_state().header();
+        if !state.is_empty() {
+            injector.set(TRACESTATE, state);
+        }
+    }
+
+    fn extract_with_context(&self, cx: &Context, extractor: &dyn Extractor) -> Context {
+        match extract_span_context(extractor) {
+            Some(sc) => cx.with_remote_span_context(sc),
+            None => cx.clone(),
+        }
+    }
+
+    fn fields(&self) -> FieldIter<'_> {
+        FieldIter::new(FIELDS.as_slice())
+    }
+}
+
+/// The remote span context in `extractor`'s headers, when its one `traceparent` is valid.
+fn extract_span_context(extractor: &dyn Extractor) -> Option<SpanContext> {
+    let parents = extractor.get_all(TRACEPARENT)?;
+    let [parent] = parents.as_slice() else {
+        return None;
+    };
+    let (trace_id, span_id, flags) = parse_traceparent(parent)?;
+    // Read only once the `traceparent` is known to be valid, as the specification asks.
+    let state = extractor
+        .get_all(TRACESTATE)
+        .map(|headers| parse_tracestate(&headers))
+        .unwrap_or_default();
+    Some(SpanContext::new(trace_id, span_id, flags, true, state))
+}
+
+/// The ids and kept flags of a `traceparent` value; `None` when it breaks a rule (see
+/// [`W3cTraceContextPropagator`]).
+fn parse_traceparent(value: &str) -> Option<(TraceId, SpanId, TraceFlags)> {
+    let v = value.trim_matches(OWS).as_bytes();
+    if v.len() < TRACEPARENT_LEN || v[2] != b'-' || v[35] != b'-' || v[52] != b'-' {
+        return None;
+    }
+    let version = lower_hex(&v[..2])?;
+    let trace_id = lower_hex(&v[3..35])?;
+    let span_id = lower_hex(&v[36..52])?;
+    let flags = lower_hex(&v[53..TRACEPARENT_LEN])?;
+    let rest = &v[TRACEPARENT_LEN..];
+    let layout = match version {
+        0x00 => rest.is_empty(),
+        0xff => false,
+        // A later version: its own fields may follow, after a dash; they are not read.
+        _ => rest.first().is_none_or(|&b| b == b'-'),
+    };
+    if !layout || trace_id == 0 || span_id == 0 {
+        return None;
+    }
+    // The fields are 32, 16 and 2 digits long: the casts keep every bit.
+    Some((
+        TraceId::from(trace_id),
+        SpanId::from(span_id as u64),
+        TraceFlags::new(flags as u8 & KEPT_FLAGS),
+    ))
+}
+
+/// The number `digits` spell in lowercase hex (at most 32 of them), if they all are
+/// lowercase hex digits.
+fn lower_hex(digits: &[u8]) -> Option<u128> {
+    digits.iter().try_fold(0_u128, |n, &b| {
+        let digit = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            _ => return None,
+        };
+        Some(n << 4 | u128::from(digit))
+    })
+}
+
+/// The trace state of the `tracestate` header values `headers` (one list, in order); empty when
+/// the list breaks a rule (see [`W3cTraceContextPropagator`]).
+fn parse_tracestate(headers: &[&str]) -> TraceState {
+    let mut members: Vec<(&str, &str)> = Vec::new();
+    let mut count = 0;
+    for member in headers.iter().flat_map(|h| h.split(',')) {
+        let member = member.trim_matches(OWS);
+        if member.is_empty() {
+            continue;
+        }
+        count += 1;
+        if count > MAX_MEMBERS {
+            return TraceState::default();
+        }
+        let Some((key, value)) = member.split_once('=') else {
+            return TraceState::default();
+        };
+        if !valid_key(key) || !valid_value(value) {
+            return TraceState::default();
+        }
+        // The specification lets a vendor drop duplicate keys: the first is kept.
+        if !members.iter().any(|&(k, _)| k == key) {
+            members.push((key, value));
+        }
+    }
+    holdable(members)
+}
+
+/// `key = ( lcalpha / DIGIT ) 0*255 ( lcalpha / DIGIT / "_" / "-" / "*" / "/" / "@" )`.
+fn valid_key(key: &str) -> bool {
+    let b = key.as_bytes();
+    (1..=256).contains(&b.len())
+        && matches!(b[0], b'a'..=b'z' | b'0'..=b'9')
+        && b.iter()
+            .all(|&c| matches!(c, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'*' | b'/' | b'@'))
+}
+
+/// `value = 0*255( %x20 / nblk-chr ) nblk-chr`, `nblk-chr` any printable ASCII character but
+/// `,`, `=` and the space.
+fn valid_value(value: &str) -> bool {
+    let b = value.as_bytes();
+    (1..=256).contains(&b.len())
+        && b.last() != Some(&b' ')
+        && b.iter()
+            .all(|&c| (0x20..=0x7e).contains(&c) && c != b',' && c != b'=')
+}
+
+/// The `TraceState` of valid `members`, without those whose keys OpenTelemetry's `TraceState`
+/// refuses (see [`W3cTraceContextPropagator`]).
+fn holdable(members: Vec<(&str, &str)>) -> TraceState {
+    if members.is_empty() {
+        return TraceState::default();
+    }
+    TraceState::from_key_value(members.iter().copied()).unwrap_or_else(|_| {
+        let held = members
+            .into_iter()
+            .filter(|&member| TraceState::from_key_value([member]).is_ok());
+        TraceState::from_key_value(held).unwrap_or_default()
+    })
+}

@@ -1,0 +1,47 @@
+//! Python 3 as the oracle: a test hands it inputs and compares with what Python's own standard
+//! library (`uuid`, `urllib.parse`, `shlex`, `decimal`) computes. CI has Python 3; a missing
+//! `python3` fails the test (it never skips).
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+/// Runs `python3 -c script` with `input` on its standard input and returns its standard output
+/// (UTF-8). Fails the test when Python is missing or the script fails.
+pub fn run(script: &str, input: &str) -> String {
+    let mut child = Command::new("python3")
+        .args(["-c", script])
+        // UTF-8 on the pipes whatever the locale.
+        .env("PYTHONUTF8", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("python3 is needed as the test oracle: {e}"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "python3 failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("python3 printed UTF-8")
+}
+
+/// Python's answer for each input line: `expression` is evaluated with `line` bound to one line
+/// of `lines` (without its newline), after `imports`; one result per line, printed with `str`.
+pub fn map_lines(imports: &str, expression: &str, lines: &[String]) -> Vec<String> {
+    for line in lines {
+        assert!(!line.contains('\n'), "one input per line: {line:?}");
+    }
+    let script = format!(
+        "import sys\n{imports}\nfor line in sys.stdin.read().split('\\n')[:-1]:\n    print({expression})\n"
+    );
+    let mut input = lines.join("\n");
+    input.push('\n');
+    run(&script, &input).lines().map(str::to_owned).collect()
+}

@@ -1,0 +1,340 @@
+//! W3C Trace Context Level 2 through nemo-lens's propagator, written from the specification's
+//! rules (<https://www.w3.org/TR/trace-context-2/>): each case is the headers a service
+//! receives and the headers it sends on. The service extracts the incoming context, attaches
+//! it while it creates its server span (a lens span) and injects inside that span, as a service
+//! built on `extract_context` / `inject_context` does.
+//!
+//! A continued trace keeps the incoming trace id, has the server span as parent id, carries the
+//! expected flags and `tracestate`; a restarted one has a new trace id and no `tracestate`.
+
+use std::collections::HashMap;
+
+use nemo_lens::propagation::{W3cTraceContextPropagator, extract_context, inject_context};
+use nemo_lens::testing::SpanCapture;
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::trace::TraceContextExt;
+
+const TRACE_ID: &str = "0af7651916cd43dd8448eb211c80319c";
+const PARENT_ID: &str = "b7ad6b7169203331";
+/// A valid version `00` `traceparent` with `flags`.
+fn tp(flags: &str) -> String {
+    format!("00-{TRACE_ID}-{PARENT_ID}-{flags}")
+}
+
+/// What the service sends on.
+#[derive(Debug)]
+enum Out {
+    /// The incoming trace, with these flags and this `tracestate` (`None`: no header).
+    Continued(&'static str, Option<String>),
+    /// A new trace, without `tracestate`.
+    Restarted,
+}
+
+/// One case: incoming `traceparent` and `tracestate` header values (several of a name are
+/// several headers) and what goes out.
+struct Case {
+    name: &'static str,
+    traceparent: Vec<String>,
+    tracestate: Vec<String>,
+    out: Out,
+}
+
+fn case(name: &'static str, traceparent: &[&str], tracestate: &[&str], out: Out) -> Case {
+    Case {
+        name,
+        traceparent: traceparent.iter().map(|s| s.to_string()).collect(),
+        tracestate: tracestate.iter().map(|s| s.to_string()).collect(),
+        out,
+    }
+}
+
+fn continued(flags: &'static str, state: Option<&str>) -> Out {
+    Out::Continued(flags, state.map(str::to_string))
+}
+
+/// Request headers, as an HTTP server hands them over: names case-insensitive, a name may
+/// repeat.
+struct Headers(Vec<(String, String)>);
+
+impl Extractor for Headers {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v.as_str())
+    }
+    fn keys(&self) -> Vec<&str> {
+        self.0.iter().map(|(k, _)| k.as_str()).collect()
+    }
+    fn get_all(&self, key: &str) -> Option<Vec<&str>> {
+        let all: Vec<&str> = self
+            .0
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v.as_str())
+            .collect();
+        (!all.is_empty()).then_some(all)
+    }
+}
+
+/// The headers the service sends on, and its server span's id, for `cx` as the incoming
+/// context.
+fn serve(capture: &SpanCapture, cx: opentelemetry::Context) -> (HashMap<String, String>, String) {
+    capture.in_scope(|| {
+        let _remote = cx.attach();
+        let server = tracing::info_span!("server");
+        let _in = server.enter();
+        let mut out = HashMap::new();
+        inject_context(&mut out);
+        let id = nemo_lens::LensSpanExt::context(&server)
+            .span()
+            .span_context()
+            .span_id()
+            .to_string();
+        (out, id)
+    })
+}
+
+/// What is wrong with what `serve` sent for `case`, if anything.
+fn check(case: &Case, out: &HashMap<String, String>, server_id: &str) -> Result<(), String> {
+    let Some(tp) = out.get("traceparent") else {
+        return Err(format!("no traceparent sent: {out:?}"));
+    };
+    let fields: Vec<&str> = tp.split('-').collect();
+    let want = |ok: bool, what: &str| {
+        if ok {
+            Ok(())
+        } else {
+            Err(format!("{what}: sent {out:?}"))
+        }
+    };
+    want(
+        fields.len() == 4 && fields[0] == "00",
+        "a version 00 traceparent",
+    )?;
+    want(fields[2] == server_id, "the server span as parent id")?;
+    match &case.out {
+        Out::Continued(flags, state) => {
+            want(fields[1] == TRACE_ID, "the incoming trace")?;
+            want(fields[3] == *flags, &format!("flags {flags}"))?;
+            want(
+                out.get("tracestate") == state.as_ref(),
+                &format!("tracestate {state:?}"),
+            )
+        }
+        Out::Restarted => {
+            want(
+                fields[1] != TRACE_ID && fields[1] != "0".repeat(32),
+                "a new trace",
+            )?;
+            want(fields[3] == "03", "flags 03 (a trace started here)")?;
+            want(!out.contains_key("tracestate"), "no tracestate")
+        }
+    }
+}
+
+/// 32 members `m01=01` … `m32=32`, as one header.
+fn members(n: usize) -> String {
+    (1..=n)
+        .map(|i| format!("m{i:02}={i:02}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[rustfmt::skip]
+fn traceparent_cases() -> Vec<Case> {
+    use Out::Restarted;
+    let valid = tp("01");
+    vec![
+        case("sampled", &[&valid], &[], continued("01", None)),
+        case("not sampled", &[&tp("00")], &[], continued("00", None)),
+        case("sampled and random", &[&tp("03")], &[], continued("03", None)),
+        case("random only", &[&tp("02")], &[], continued("02", None)),
+        case("undefined flags are cleared", &[&tp("ff")], &[], continued("03", None)),
+        case("undefined flag beside sampled", &[&tp("09")], &[], continued("01", None)),
+        case("no traceparent", &[], &[], Restarted),
+        case("empty", &[""], &[], Restarted),
+        case("garbage", &["00-zz-yy-01"], &[], Restarted),
+        case("two traceparent headers", &[&valid, &tp("01")], &[], Restarted),
+        // Optional whitespace around the value.
+        case("leading space", &[&format!(" {valid}")], &[], continued("01", None)),
+        case("leading tab", &[&format!("\t{valid}")], &[], continued("01", None)),
+        case("trailing space", &[&format!("{valid} ")], &[], continued("01", None)),
+        case("trailing tab", &[&format!("{valid}\t")], &[], continued("01", None)),
+        case("both", &[&format!("\t {valid} \t")], &[], continued("01", None)),
+        case("space inside", &[&format!("00 -{TRACE_ID}-{PARENT_ID}-01")], &[], Restarted),
+        // version
+        case("version ff", &[&format!("ff-{TRACE_ID}-{PARENT_ID}-01")], &[], Restarted),
+        case("version of 1 digit", &[&format!("0-{TRACE_ID}-{PARENT_ID}-01")], &[], Restarted),
+        case("version of 3 digits", &[&format!("000-{TRACE_ID}-{PARENT_ID}-01")], &[], Restarted),
+        case("version not hex", &[&format!(".0-{TRACE_ID}-{PARENT_ID}-01")], &[], Restarted),
+        case("version not hex at its end", &[&format!("0.-{TRACE_ID}-{PARENT_ID}-01")], &[], Restarted),
+        case("version uppercase", &[&format!("0A-{TRACE_ID}-{PARENT_ID}-01")], &[], Restarted),
+        case("version 00, a character after the flags", &[&format!("{valid}.")], &[], Restarted),
+        case("version 00, a field after the flags", &[&format!("{valid}-what-the-future-will-be-like")], &[], Restarted),
+        // A later version is read by the 00 layout; what follows the flags is its own.
+        case("later version", &[&format!("cc-{TRACE_ID}-{PARENT_ID}-01")], &[], continued("01", None)),
+        case("later version, random", &[&format!("cc-{TRACE_ID}-{PARENT_ID}-03")], &[], continued("03", None)),
+        case("later version with fields", &[&format!("cc-{TRACE_ID}-{PARENT_ID}-01-what-the-future-will-be-like")], &[], continued("01", None)),
+        case("later version, non-ASCII field", &[&format!("cc-{TRACE_ID}-{PARENT_ID}-01-é")], &[], continued("01", None)),
+        case("later version, flags not followed by a dash", &[&format!("cc-{TRACE_ID}-{PARENT_ID}-01.what-the-future-will-be-like")], &[], Restarted),
+        case("later version, too short", &[&format!("cc-{TRACE_ID}-{PARENT_ID}-1")], &[], Restarted),
+        // trace-id
+        case("trace id all zero", &[&format!("00-{}-{PARENT_ID}-01", "0".repeat(32))], &[], Restarted),
+        case("trace id of 31 digits", &[&format!("00-{}-{PARENT_ID}-01", &TRACE_ID[1..])], &[], Restarted),
+        case("trace id of 33 digits", &[&format!("00-{TRACE_ID}0-{PARENT_ID}-01")], &[], Restarted),
+        case("trace id not hex", &[&format!("00-.{}-{PARENT_ID}-01", &TRACE_ID[1..])], &[], Restarted),
+        case("trace id not hex at its end", &[&format!("00-{}.-{PARENT_ID}-01", &TRACE_ID[..31])], &[], Restarted),
+        case("trace id uppercase", &[&format!("00-{}-{PARENT_ID}-01", TRACE_ID.to_uppercase())], &[], Restarted),
+        case("trace id non-ASCII", &[&format!("00-é{}-{PARENT_ID}-01", &TRACE_ID[2..])], &[], Restarted),
+        // parent-id
+        case("parent id all zero", &[&format!("00-{TRACE_ID}-{}-01", "0".repeat(16))], &[], Restarted),
+        case("parent id of 15 digits", &[&format!("00-{TRACE_ID}-{}-01", &PARENT_ID[1..])], &[], Restarted),
+        case("parent id of 17 digits", &[&format!("00-{TRACE_ID}-{PARENT_ID}7-01")], &[], Restarted),
+        case("parent id not hex", &[&format!("00-{TRACE_ID}-.{}-01", &PARENT_ID[1..])], &[], Restarted),
+        case("parent id not hex at its end", &[&format!("00-{TRACE_ID}-{}.-01", &PARENT_ID[..15])], &[], Restarted),
+        case("parent id uppercase", &[&format!("00-{TRACE_ID}-{}-01", PARENT_ID.to_uppercase())], &[], Restarted),
+        // trace-flags
+        case("flags of 1 digit", &[&format!("00-{TRACE_ID}-{PARENT_ID}-1")], &[], Restarted),
+        case("flags of 3 digits", &[&format!("00-{TRACE_ID}-{PARENT_ID}-001")], &[], Restarted),
+        case("flags not hex", &[&format!("00-{TRACE_ID}-{PARENT_ID}-.0")], &[], Restarted),
+        case("flags not hex at their end", &[&format!("00-{TRACE_ID}-{PARENT_ID}-0.")], &[], Restarted),
+        case("flags uppercase", &[&format!("00-{TRACE_ID}-{PARENT_ID}-0B")], &[], Restarted),
+        case("wrong delimiter", &[&format!("00_{TRACE_ID}-{PARENT_ID}-01")], &[], Restarted),
+        // The `tracestate` beside a missing or invalid `traceparent` is not read.
+        case("tracestate without traceparent", &[], &["foo=1"], Restarted),
+        case("tracestate beside an invalid traceparent", &[&format!("00-{TRACE_ID}-{PARENT_ID}-1")], &["foo=1"], Restarted),
+    ]
+}
+
+#[rustfmt::skip]
+fn tracestate_cases() -> Vec<Case> {
+    let valid = tp("01");
+    let kept = |name, states: &[&str], out: &str| case(name, &[&valid], states, continued("01", Some(out)));
+    let dropped = |name, states: &[&str]| case(name, &[&valid], states, continued("01", None));
+    let value: String = (0x20_u8..=0x7e).filter(|&c| c != b',' && c != b'=').map(char::from).collect();
+    let key = "abcdefghijklmnopqrstuvwxyz0123456789_-*/";
+    let z256 = "z".repeat(256);
+    let v256 = "v".repeat(256);
+    let tenant241 = format!("{}@{}", "t".repeat(241), "v".repeat(13));
+    let rest: String = (11..=32).map(|i| format!("m{i:02}={i:02}")).collect::<Vec<_>>().join(", ");
+    vec![
+        kept("two members", &["rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"], "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"),
+        dropped("empty header", &[""]),
+        dropped("only whitespace and empty members", &[" , \t,,"]),
+        kept("OWS around members", &["foo=1 \t , \t bar=2, \t baz=3"], "foo=1,bar=2,baz=3"),
+        kept("leading space", &[" foo=1"], "foo=1"),
+        kept("leading tab", &["\tfoo=1"], "foo=1"),
+        kept("trailing space", &["foo=1 "], "foo=1"),
+        kept("trailing tab", &["foo=1\t"], "foo=1"),
+        kept("empty members are skipped", &[",foo=1,,bar=2,"], "foo=1,bar=2"),
+        kept("several headers are one list, in order", &["foo=1,bar=2", "rojo=1,congo=2", "baz=3"], "foo=1,bar=2,rojo=1,congo=2,baz=3"),
+        kept("an empty header among others", &["", "foo=1", ""], "foo=1"),
+        kept("leading spaces of a value are kept", &["foo=  bar"], "foo=  bar"),
+        kept("every character a value may hold", &[&format!("foo={value}")], &format!("foo={value}")),
+        kept("every character a key may hold", &[&format!("{key}=1")], &format!("{key}=1")),
+        kept("a key starting with a digit", &["0vendor=1"], "0vendor=1"),
+        kept("a key of 256 characters", &["foo=1", &format!("{z256}=1")], &format!("foo=1,{z256}=1")),
+        kept("a value of 256 characters", &[&format!("foo={v256}")], &format!("foo={v256}")),
+        kept("multi-tenant keys", &["fw529a3039@dt=x,0tenant@sys=y,foo@=z"], "fw529a3039@dt=x,0tenant@sys=y,foo@=z"),
+        kept("a tenant of 241 characters", &["foo=1", &format!("{tenant241}=1")], &format!("foo=1,{tenant241}=1")),
+        kept("32 members", &[&members(32)], &members(32)),
+        kept("32 members over several headers with empty ones", &[&members(10), "", &rest], &members(32)),
+        kept("duplicate keys: the first is kept", &["foo=1,foo=2"], "foo=1"),
+        kept("duplicate keys over two headers", &["foo=1", "foo=2,bar=3"], "foo=1,bar=3"),
+        // An invalid list is dropped whole.
+        dropped("33 members", &[&members(33)]),
+        dropped("33 members over several headers", &[&members(32), "m33=33"]),
+        dropped("a key of 257 characters", &["foo=1", &format!("z{z256}=1")]),
+        dropped("a value of 257 characters", &["foo=1", &format!("bar=v{v256}")]),
+        dropped("an empty value", &["foo="]),
+        dropped("an empty value among valid members", &["foo=,bar=3"]),
+        dropped("a value holding =", &["foo=bar=baz"]),
+        dropped("a value holding a tab", &["foo=a\tb"]),
+        dropped("a non-ASCII value", &["foo=é,bar=2"]),
+        dropped("a member without =", &["foo,bar=2"]),
+        dropped("an empty key", &["=1,bar=2"]),
+        dropped("an uppercase key", &["FOO=1,bar=2"]),
+        dropped("a space before =", &["foo =1,bar=2"]),
+        dropped("a dot in a key", &["foo.bar=1,bar=2"]),
+        dropped("a key starting with @", &["@foo=1,bar=2"]),
+        dropped("a key starting with _", &["_foo=1,bar=2"]),
+        dropped("an invalid member in a second header", &["foo=1", "bar=2,BAZ=3"]),
+    ]
+}
+
+/// Keys the specification allows and OpenTelemetry's `TraceState` cannot hold: that member is
+/// left out, the others kept.
+#[rustfmt::skip]
+fn unholdable_cases() -> Vec<Case> {
+    let valid = tp("01");
+    let kept = |name, states: &[&str], out: &str| case(name, &[&valid], states, continued("01", Some(out)));
+    vec![
+        kept("two @", &["foo@@bar=1,bar=2"], "bar=2"),
+        kept("three parts", &["foo@bar@baz=1,bar=2"], "bar=2"),
+        kept("14 characters after @", &["foo=1", &format!("t@{}=1", "v".repeat(14))], "foo=1"),
+    ]
+}
+
+/// Runs `cases` through the propagator over a header list (several headers of a name) and, for
+/// those with at most one header of each name, through `extract_context` over a map too; fails
+/// naming every case that went wrong.
+fn run(cases: Vec<Case>) {
+    let capture = SpanCapture::new();
+    let w3c = W3cTraceContextPropagator::new();
+    let mut failed = Vec::new();
+    for case in &cases {
+        let headers = Headers(
+            case.traceparent
+                .iter()
+                .map(|v| ("traceparent".to_string(), v.clone()))
+                .chain(
+                    case.tracestate
+                        .iter()
+                        .map(|v| ("TraceState".to_string(), v.clone())),
+                )
+                .collect(),
+        );
+        let (out, server) = serve(&capture, w3c.extract(&headers));
+        if let Err(e) = check(case, &out, &server) {
+            failed.push(format!("{} (header list): expected {e}", case.name));
+        }
+        if case.traceparent.len() <= 1 && case.tracestate.len() <= 1 {
+            let map: HashMap<String, String> = headers
+                .0
+                .iter()
+                .map(|(k, v)| (k.to_lowercase(), v.clone()))
+                .collect();
+            let (out, server) = serve(&capture, extract_context(&map));
+            if let Err(e) = check(case, &out, &server) {
+                failed.push(format!("{} (extract_context): expected {e}", case.name));
+            }
+        }
+    }
+    let names: std::collections::BTreeSet<&str> = failed
+        .iter()
+        .map(|f| f.split(" (").next().unwrap_or(f))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} cases failed:\n{}",
+        names.len(),
+        cases.len(),
+        failed.join("\n")
+    );
+}
+
+#[test]
+fn traceparent_values_that_break_a_rule_restart_the_trace() {
+    run(traceparent_cases());
+}
+
+#[test]
+fn tracestate_lists_follow_the_grammar_and_the_member_limit() {
+    run(tracestate_cases());
+}
+
+#[test]
+fn tracestate_members_opentelemetry_cannot_hold_are_left_out() {
+    run(unholdable_cases());
+}
