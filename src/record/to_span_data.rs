@@ -118,7 +118,12 @@ impl SpanState {
         let max_attributes = limits.max_attributes_per_span as usize;
         let dropped_attributes_count = attributes.len().saturating_sub(max_attributes) as u32;
         attributes.truncate(max_attributes);
-        let mut events = bounded_events(std::mem::take(&mut r.events), limits);
+        let mut recorded = std::mem::take(&mut r.events);
+        // Backtraces captured for its events become text here, on the export worker (the
+        // record is ended: nothing on the training thread waits for its lock).
+        std::mem::take(&mut r.stacktraces)
+            .resolve_into(&mut recorded, crate::layer::fields::truncate_chars);
+        let mut events = bounded_events(recorded, limits);
         for _ in 0..r.dropped_events {
             // As the SDK's `add_event` after start: kept while there is room, else counted.
             if events.events.len() < limits.max_events_per_span as usize {
@@ -407,5 +412,55 @@ mod tests {
         );
         assert_eq!(open.span_data(&direct, &mut batch), Direct::Nothing);
         assert!(batch.is_empty());
+    }
+
+    /// A backtrace captured for an event becomes its `exception.stacktrace` on both paths.
+    #[test]
+    fn captured_backtraces_are_resolved_on_both_paths() {
+        use crate::layer::stacktrace::{Stacktrace, UserFrames};
+        use crate::record::Limits;
+        use crate::semconv;
+        let with_trace = || {
+            let mut r = SpanRecord::start("step", Parent::Root);
+            let event = Event::new(
+                "exception",
+                r.start,
+                vec![
+                    KeyValue::new(semconv::EXCEPTION_TYPE, "Error"),
+                    KeyValue::new(semconv::EXCEPTION_MESSAGE, "boom"),
+                ],
+                0,
+            );
+            let trace = Stacktrace::capture(true, UserFrames::All, None);
+            assert!(trace.is_some(), "a forced capture is captured");
+            r.add_event_with_stacktrace(event, trace, Limits::from_env());
+            r.end = Some(r.start + Duration::from_micros(5));
+            SpanState::new(sc(1, 2, 3, false, &[]), Some(r))
+        };
+        let keys = |span: &SpanData| -> Vec<String> {
+            span.events.events[0]
+                .attributes
+                .iter()
+                .map(|kv| kv.key.to_string())
+                .collect()
+        };
+        let expected = [
+            semconv::EXCEPTION_TYPE,
+            semconv::EXCEPTION_MESSAGE,
+            semconv::EXCEPTION_STACKTRACE,
+        ];
+
+        let direct = DirectBuild::new(SpanLimits::default(), crate::SCOPE_NAME);
+        let mut built = Vec::new();
+        assert_eq!(with_trace().span_data(&direct, &mut built), Direct::Built);
+        assert_eq!(keys(&built[0]), expected, "direct");
+
+        let collect = Collect::default();
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(collect.clone())
+            .build();
+        assert!(with_trace().build_sdk_span(&provider.tracer(crate::SCOPE_NAME)));
+        let via_sdk = collect.0.lock().pop().expect("the SDK exported the span");
+        assert_eq!(keys(&via_sdk), expected, "through the SDK");
     }
 }
