@@ -4,7 +4,7 @@
 # moves by a few percent with the allocator's state). Use it to compare two
 # builds, and to settle the cases below a few nanoseconds, where timing is noise.
 #
-# What is counted: the `peers` bench binary (benches/peers.rs) runs one wiring per process with
+# What is counted: the `peers` bench binary (benches/peers/) runs one wiring per process with
 # `--wiring W --shape S --count N`: 2,000 warm-up calls of the span function (callsite
 # registration, slab growth, thread-locals), then N calls through `peers::run_loop`. This
 # script reads the inclusive instruction count of `run_loop` (`callgrind_annotate
@@ -25,7 +25,7 @@
 #
 # Usage: benches/instructions.sh [N] [WIRING...]
 #   N        counted calls per case (default 20000; fastrace's child case makes 100 spans a call)
-#   WIRING   only these wirings (default: all of benches/peers.rs)
+#   WIRING   only these wirings (default: all of benches/peers/)
 # Needs valgrind (callgrind_annotate comes with it). Takes about 3 minutes. Exits 1 if any run
 # failed or a function's cost was missing (its cell is then blank and the reason is on stderr).
 set -euo pipefail

@@ -11,12 +11,13 @@ import os
 import sys
 from pathlib import Path
 
-# In the order of `Wiring::ALL` (benches/common/mod.rs).
+# In the order of `Wiring::ALL` (benches/common/mod.rs), with the wirings some groups add.
 WIRINGS = [
     "no_subscriber",
     "lens_non_exporting_rank",
     "lens_disabled_group",
     "lens_exported",
+    "lens_exported_no_context_activation",
     "plain_tracing_opentelemetry",
     "plain_tracing_opentelemetry_lean",
     "registry_only",
@@ -89,6 +90,10 @@ def main():
     for group in order:
         if group in results:
             wiring_table(group, results[group])
+            cases = results[group]
+            on, off = cases.get("lens_exported"), cases.get("lens_exported_no_context_activation")
+            if on and off:
+                print(f"\nlens_exported / lens_exported_no_context_activation: {ratio(on, off)}")
     cases = results.get("span_vs_registry")
     if cases:
         print("\n`span_vs_registry`\n")

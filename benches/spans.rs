@@ -9,7 +9,7 @@
 //! * `span`: the span, on one thread;
 //! * `span_2threads`: the same span from two threads at once (per-thread latency while both run);
 //! * `span_reentered`: the candle pattern, one span built once and entered and exited on every
-//!   forward pass;
+//!   forward pass (also with the lens layer's context activation off);
 //! * `span_vs_registry`: the exported lens span against the registry it sits on, as a root span and
 //!   as the child of a long-lived span.
 //!
@@ -61,7 +61,11 @@ fn bench_spans_two_threads(c: &mut Criterion) {
 /// The candle pattern: one span built once, entered and exited on every forward pass.
 fn bench_reentered(c: &mut Criterion) {
     let mut g = c.benchmark_group("span_reentered");
-    for wiring in Wiring::ALL {
+    // With context activation off too: what activation adds to a re-entry.
+    let wirings = Wiring::ALL
+        .into_iter()
+        .chain([Wiring::LensExportedNoActivation]);
+    for wiring in wirings {
         let built = build(wiring);
         built.run(|| {
             let span = tracing::info_span!("forward", nemo.group.step = Empty, layer = 3_i64);

@@ -10,7 +10,7 @@
 //! `rebuild_interest_cache()` does not lower it (with one dispatcher ever registered,
 //! `tracing-core` asks the *current default* for its hint, and with none set that is
 //! `NoSubscriber`, whose hint is "everything", `TRACE`). [`build`] therefore resets it (see
-//! [`reset_max_level_to_off`]) and asserts the result. `benches/peers.rs` measures the same floor
+//! [`reset_max_level_to_off`]) and asserts the result. `benches/peers/` measures the same floor
 //! in a process of its own, with no subscriber ever built, and `benches/instructions.sh` counts
 //! its instructions: the three agree or the in-process figure is wrong.
 
@@ -67,7 +67,7 @@ pub enum Wiring {
     /// Registry + `Telemetry::opentelemetry_layer()` (feature `tracing-opentelemetry`):
     /// tracing-opentelemetry's own layer on the lens tracer, exporting every group with the
     /// settings of [`Wiring::LensExported`] (lens's batch processor, [`Discard`] exporter, the
-    /// SDK-span closer in front of it). Not in [`Wiring::ALL`]: only `benches/peers.rs` runs it.
+    /// SDK-span closer in front of it). Not in [`Wiring::ALL`]: only `benches/peers/` runs it.
     LensOtelLayer,
     /// `tracing_subscriber::registry()` with no layer: the floor of any `tracing` layer.
     RegistryOnly,
@@ -120,6 +120,16 @@ impl Built {
         match &self.dispatch {
             Some(d) => tracing::dispatcher::with_default(d, f),
             None => f(),
+        }
+    }
+
+    /// Exports everything queued now and waits for it (the batch processor's flush).
+    pub fn flush(&self) {
+        if let Some(t) = &self.telemetry {
+            let _ = t.force_flush();
+        }
+        if let Some(p) = &self.provider {
+            let _ = p.force_flush();
         }
     }
 

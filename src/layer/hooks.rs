@@ -11,7 +11,8 @@ use tracing_core::{Dispatch, Subscriber};
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::layer::pipeline::{Pipeline, decide};
-use crate::record::{LensSpan, Limits, Parent, SpanState};
+use crate::record::open_spans::{Entry, OpenSpans};
+use crate::record::{Parent, SpanState};
 
 /// Why [`LensSpanExt::set_parent`](crate::LensSpanExt::set_parent) changed nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -28,97 +29,72 @@ pub enum SetParentError {
     AlreadyStarted,
 }
 
-/// Runs `f` on the lens data of span `id` in the subscriber behind `dispatch`.
-pub(crate) type WithSpanFn = fn(&Dispatch, &Id, &mut dyn FnMut(&LensSpan));
 /// Collects the ids of span `id`'s scope (itself first), without touching span extensions.
 pub(crate) type ScopeFn = fn(&Dispatch, &Id) -> Vec<Id>;
 
 /// Lets [`crate::LensSpanExt`] and the panic hook reach the lens data of a `tracing::Span`
-/// through the dispatcher.
+/// through the dispatcher: the span table of the subscriber's (first) lens layer.
 pub(crate) struct WithLens {
-    pub(crate) with_span: WithSpanFn,
     pub(crate) scope: ScopeFn,
-    pub(crate) limits: Option<Limits>,
-    pub(crate) set_parent: SetParentFn,
+    pub(crate) store: Arc<OpenSpans>,
     pub(crate) pipeline: Option<Arc<Pipeline>>,
 }
 
-/// Gives span `id` a new parent (see [`crate::LensSpanExt::set_parent`]).
-pub(crate) type SetParentFn =
-    fn(&WithLens, &Dispatch, &Id, Context) -> Result<(), crate::layer::hooks::SetParentError>;
+impl WithLens {
+    /// The state of span `id` in this layer's table, for an exporting rank's live layer.
+    pub(crate) fn state(&self, id: &Id) -> Option<Arc<SpanState>> {
+        self.live()?;
+        self.store.state(id.into_u64())
+    }
 
-pub(crate) fn set_parent<S>(
-    with: &WithLens,
-    dispatch: &Dispatch,
-    id: &Id,
-    cx: Context,
-) -> Result<(), crate::layer::hooks::SetParentError>
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
-    use crate::layer::hooks::SetParentError;
-    let pipeline = with.pipeline.as_ref().ok_or(SetParentError::NotRecorded)?;
-    let subscriber = dispatch
-        .downcast_ref::<S>()
-        .ok_or(SetParentError::NotRecorded)?;
-    let span = subscriber.span(id).ok_or(SetParentError::NotRecorded)?;
-    let name = span.metadata().name();
-    let mut ext = span.extensions_mut();
-    let data = ext
-        .get_mut::<LensSpan>()
-        .filter(|d| d.is_live())
-        .ok_or(SetParentError::NotRecorded)?;
-    if data.is_used() {
-        return Err(SetParentError::AlreadyStarted);
+    /// Runs `f` on span `id`'s entry (no user code: the table's shard is locked meanwhile).
+    pub(crate) fn with<R>(&self, id: &Id, f: impl FnOnce(&mut Entry) -> R) -> Option<R> {
+        self.live()?;
+        self.store.with(id.into_u64(), f)
     }
-    let parent = if cx.span().span_context().is_valid() {
-        Parent::Context(cx)
-    } else {
-        Parent::Root
-    };
-    let (trace_id, flags, trace_state) = decide(pipeline, &parent, name);
-    let old = data.state().clone();
-    // The record moves to a new state (the old one, still in the open-span table until it is
-    // removed below, is left without a record: the closer finds nothing to end in it).
-    let record = old.record.lock().take();
-    let sampled = flags.is_sampled() && record.is_some();
-    let flags = flags.with_sampled(sampled);
-    let new_cx = SpanContext::new(
-        trace_id,
-        data.span_context().span_id(),
-        flags,
-        false,
-        trace_state,
-    );
-    if let Some(key) = data.open_key.take() {
-        pipeline.open.remove(key, &old);
-    }
-    let record = record.filter(|_| sampled).map(|mut r| {
-        r.set_parent(parent);
-        r
-    });
-    let recorded = record.is_some();
-    let state = Arc::new(SpanState::new(new_cx, record));
-    if recorded {
-        data.open_key = Some(pipeline.open.insert(id.clone(), state.clone()));
-    }
-    data.replace_state(state);
-    Ok(())
-}
 
-pub(crate) fn with_span<S>(dispatch: &Dispatch, id: &Id, f: &mut dyn FnMut(&LensSpan))
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
-    let Some(subscriber) = dispatch.downcast_ref::<S>() else {
-        return;
-    };
-    let Some(span) = subscriber.span(id) else {
-        return;
-    };
-    let ext = span.extensions();
-    if let Some(data) = ext.get::<LensSpan>() {
-        f(data);
+    fn live(&self) -> Option<&Arc<Pipeline>> {
+        self.pipeline.as_ref().filter(|p| !p.inherited())
+    }
+
+    /// Gives span `id` a new parent (see [`crate::LensSpanExt::set_parent`]).
+    pub(crate) fn set_parent(&self, id: &Id, cx: Context) -> Result<(), SetParentError> {
+        let pipeline = self.live().ok_or(SetParentError::NotRecorded)?;
+        let parent = if cx.span().span_context().is_valid() {
+            Parent::Context(cx)
+        } else {
+            Parent::Root
+        };
+        self.store
+            .with(id.into_u64(), |e| {
+                if e.used {
+                    return Err(SetParentError::AlreadyStarted);
+                }
+                let (trace_id, flags, trace_state) = decide(pipeline, &parent, e.name);
+                // The record moves to a new state; the old one is left without a record.
+                let mut record = e.state.record.lock().take();
+                let sampled = flags.is_sampled() && record.is_some();
+                let new_cx = SpanContext::new(
+                    trace_id,
+                    e.state.span_context().span_id(),
+                    flags.with_sampled(sampled),
+                    false,
+                    trace_state,
+                );
+                // The replaced parent and an unsampled record are dropped by the caller, after
+                // the table's lock: a context may hold user values.
+                let old = match record.as_mut() {
+                    Some(r) if sampled => r.replace_parent(parent),
+                    _ => parent,
+                };
+                let kept = record.take_if(|_| sampled);
+                e.recorded = kept.is_some();
+                e.state.mark_closed();
+                e.state = Arc::new(SpanState::new(new_cx, kept));
+                Ok((old, record))
+            })
+            .ok_or(SetParentError::NotRecorded)?
+            .map(drop)
     }
 }
 

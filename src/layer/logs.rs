@@ -24,7 +24,7 @@ use tracing_subscriber::registry::LookupSpan;
 use crate::layer::fields::{TextRules, truncate_chars};
 use crate::layer::filter::is_internal_target;
 use crate::rank::groups::{GroupGate, declared_group};
-use crate::record::recorded_span_context;
+use crate::record::open_spans::OpenSpans;
 use crate::semconv;
 
 thread_local! {
@@ -404,6 +404,9 @@ impl<S> Filter<S> for LogFilter {
 /// The bridge layer: the `opentelemetry-appender-tracing` bridge, fed the lens span of each event.
 pub(crate) struct LogLayer<S> {
     bridge: Option<OpenTelemetryTracingBridge<LensLoggerProvider, LensLogger>>,
+    /// The span table of the lens layer's span part: a log record inside a recorded span
+    /// carries that span's ids.
+    spans: Arc<OpenSpans>,
     _subscriber: PhantomData<fn(S)>,
 }
 
@@ -423,13 +426,29 @@ where
     pub(crate) fn filtered(
         provider: Option<&LensLoggerProvider>,
         filter: LogFilter,
+        spans: Arc<OpenSpans>,
     ) -> Filtered<Self, LogFilter, S> {
         debug_assert!(provider.is_some() || !filter.is_on());
         LogLayer {
             bridge: provider.map(OpenTelemetryTracingBridge::new),
+            spans,
             _subscriber: PhantomData,
         }
         .with_filter(filter)
+    }
+
+    /// The span context of the innermost span around `event` that the lens layer records: the
+    /// innermost lens span entered on this thread, or for an event with an explicit parent,
+    /// the first of that span's scope in the table.
+    fn span_context(&self, event: &Event<'_>, ctx: &LayerContext<'_, S>) -> Option<SpanContext> {
+        let context = |id: u64| self.spans.with(id, |e| e.state.span_context().clone());
+        if event.is_contextual() {
+            return context(crate::layer::activation::current(
+                Arc::as_ptr(&self.spans) as usize
+            )?);
+        }
+        ctx.event_scope(event)?
+            .find_map(|span| context(span.id().into_u64()))
     }
 }
 
@@ -458,7 +477,7 @@ where
         let Some(bridge) = &self.bridge else {
             return;
         };
-        let span = recorded_span_context(event, &ctx).map(|cx| ids(&cx));
+        let span = self.span_context(event, &ctx).map(|cx| ids(&cx));
         EVENT_SPAN.with(|c| c.set(span));
         let _reset = EventSpanGuard;
         bridge.on_event(event, ctx);

@@ -90,8 +90,6 @@ pub struct LensLayer<S> {
     logs_on: bool,
     spans: Filtered<SpanLayer<S>, LensFilter, S>,
     logs_layer: Filtered<LogLayer<S>, LogFilter, S>,
-    /// Context activation is on (forward `on_enter`/`on_exit` to the span part).
-    activate: bool,
 }
 
 impl<S> fmt::Debug for LensLayer<S> {
@@ -115,13 +113,13 @@ where
     ) -> Self {
         let (provider, log_filter) = logs;
         let activate = activate && pipeline.is_some();
+        let spans = SpanLayer::new(pipeline, activate);
         LensLayer {
-            activate,
             filter: filter.clone(),
             logs_on: log_filter.is_on(),
-            logs_layer: LogLayer::filtered(provider, log_filter.clone()),
+            logs_layer: LogLayer::filtered(provider, log_filter.clone(), spans.store().clone()),
             logs: log_filter,
-            spans: SpanLayer::new(pipeline, activate).with_filter(filter),
+            spans: spans.with_filter(filter),
         }
     }
 
@@ -146,12 +144,11 @@ where
 // layer set-up (`on_layer` gives it its filter id). Registering its `never` would merge with
 // the span part's `always` into `sometimes`, and `tracing` would then ask `enabled` on every
 // span and event; and each `Filtered` callback that takes a span id (`on_enter`, `on_exit`,
-// `on_close`, `on_record`) looks the span up in the registry to check its filter bit, even
-// when the wrapped layer ignores the callback. Only context activation acts on
-// `on_enter`/`on_exit`: they go straight to the span part (past its `Filtered` wrapper, as
-// `on_close` does: `SpanLayer` acts only on spans carrying lens data), and not at all when
-// activation is off. The log part never acts on them, so
-// those are not forwarded at all (a part that starts to needs its forwarding back here).
+// `on_close`, `on_record`, `on_follows_from`) looks the span up in the registry to check its
+// filter bit. The span part finds its spans in its own table by id (a span its filter
+// disabled is not there), so those callbacks go straight to it, past its `Filtered` wrapper.
+// The log part never acts on `on_enter`/`on_exit`, so those are not forwarded to it at all (a
+// part that starts to needs its forwarding back here).
 impl<S> Layer<S> for LensLayer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
@@ -189,13 +186,15 @@ where
         Some(spans.max(self.logs_layer.max_level_hint()?))
     }
     fn on_record(&self, span: &Id, values: &Record<'_>, ctx: LayerContext<'_, S>) {
-        self.spans.on_record(span, values, ctx.clone());
+        self.spans.inner().on_record(span, values, ctx.clone());
         if self.logs_on {
             self.logs_layer.on_record(span, values, ctx);
         }
     }
     fn on_follows_from(&self, span: &Id, follows: &Id, ctx: LayerContext<'_, S>) {
-        self.spans.on_follows_from(span, follows, ctx.clone());
+        self.spans
+            .inner()
+            .on_follows_from(span, follows, ctx.clone());
         if self.logs_on {
             self.logs_layer.on_follows_from(span, follows, ctx);
         }
@@ -211,23 +210,18 @@ where
         }
     }
     fn on_enter(&self, id: &Id, ctx: LayerContext<'_, S>) {
-        // Always: the span part marks the span entered (and activates its context when
-        // context activation is on); it returns at once on a non-exporting rank.
+        // The span part keeps the thread's stack of entered lens spans (and activates their
+        // contexts when context activation is on); it returns at once on a non-exporting rank.
         self.spans.inner().on_enter(id, ctx);
     }
     fn on_exit(&self, id: &Id, ctx: LayerContext<'_, S>) {
-        if self.activate {
-            self.spans.inner().on_exit(id, ctx);
-        }
+        self.spans.inner().on_exit(id, ctx);
     }
     fn on_close(&self, id: Id, ctx: LayerContext<'_, S>) {
         if self.logs_on {
             self.logs_layer.on_close(id.clone(), ctx.clone());
         }
-        // Straight to the span part, past its `Filtered` wrapper: the wrapper would look the
-        // span up once more only to check its filter bit (and `LensFilter` has no `on_close`),
-        // while `SpanLayer::on_close` looks it up anyway and acts only on spans carrying lens
-        // data, which only spans the filter enabled have.
+        // `LensFilter` has no `on_close`: the wrapper would only check the filter bit.
         self.spans.inner().on_close(id, ctx);
     }
     fn on_id_change(&self, old: &Id, new: &Id, ctx: LayerContext<'_, S>) {

@@ -1,6 +1,6 @@
-//! The pipeline an exporting rank's layer records into: where finished records go, the table
-//! of live pipelines (so that a span the subscriber drops without closing it is still ended),
-//! and the sampling decision (trace id, flags, trace state) of a new span.
+//! The pipeline an exporting rank's layer records into: where finished records go, the span
+//! tables of its layers (which shutdown and the panic hook reach), and the sampling decision
+//! (trace id, flags, trace state) of a new span.
 
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Weak};
@@ -14,10 +14,11 @@ use tracing_core::span::Id;
 use crate::ids;
 use crate::layer::fields::TextRules;
 use crate::layer::stacktrace::{Stacktrace, UserFrames};
-use crate::queue::span_processor::SpanQueue;
+use crate::queue::span_processor::{RecordBuilder, SpanQueue};
 use crate::rank::groups::declared_group;
-use crate::record::open_spans::{OpenSpans, REASON_DROPPED};
-use crate::record::{LensSpan, Limits, Parent, SpanState};
+use crate::record::open_spans::OpenSpans;
+use crate::record::to_span_data::DirectBuild;
+use crate::record::{Limits, Parent, SpanState};
 
 /// Where finished span records go.
 #[derive(Debug)]
@@ -35,7 +36,9 @@ pub(crate) struct Pipeline {
     /// Never dropped in a forked child: dropping the last reference to an inherited provider
     /// would shut it down and wait for its dead worker thread.
     pub(crate) tracer: ManuallyDrop<SdkTracer>,
-    pub(crate) open: OpenSpans,
+    /// The span tables of the layers made for this pipeline (one per
+    /// [`Telemetry::layer`](crate::Telemetry::layer) call).
+    stores: parking_lot::Mutex<Vec<Weak<OpenSpans>>>,
     /// Parent of root spans (from `TRACEPARENT`), if the launcher gave one.
     pub(crate) default_parent: Option<Context>,
     /// The [fork generation](crate::ids) the pipeline was built in; in a forked child (another
@@ -59,30 +62,36 @@ pub(crate) struct Pipeline {
     /// `ERROR` events (and every panic) carry a backtrace
     /// ([`TelemetryBuilder::error_backtraces`](crate::TelemetryBuilder::error_backtraces)).
     pub(crate) error_backtraces: bool,
-    index: PipelineIndex,
 }
 
 impl Pipeline {
     /// `queue` is the batch processor's record queue when spans are exported in batches;
     /// `rank_sampler` says whether the provider samples with [`crate::RankAwareSampler`]
     /// (which ignores the parent's flag) instead of the SDK default.
+    ///
+    /// `direct` (what the worker needs to build `SpanData` itself) when no span processor of
+    /// the application needs to see the spans: see [`crate::record::to_span_data`].
     pub(crate) fn new(
         tracer: SdkTracer,
         default_parent: Option<Context>,
         text: TextRules,
         queue: Option<SpanQueue>,
         rank_sampler: bool,
+        direct: Option<DirectBuild>,
     ) -> Self {
         let sink = match queue {
             Some(queue) => {
-                queue.attach(tracer.clone());
+                queue.attach(RecordBuilder {
+                    tracer: tracer.clone(),
+                    direct,
+                });
                 RecordSink::Queue(queue)
             }
             None => RecordSink::Inline,
         };
         Pipeline {
             tracer: ManuallyDrop::new(tracer),
-            open: OpenSpans::default(),
+            stores: parking_lot::Mutex::new(Vec::new()),
             default_parent,
             generation: ids::fork_generation(),
             text,
@@ -92,7 +101,6 @@ impl Pipeline {
             env_sampler: if rank_sampler { None } else { env_sampler() },
             trace_per: Box::default(),
             error_backtraces: false,
-            index: PipelineIndex::default(),
         }
     }
 
@@ -132,24 +140,61 @@ impl Pipeline {
         }
     }
 
-    /// Hands an ended record over for export.
+    /// Hands an ended record (of approximate size `size`) over for export.
     #[inline]
-    pub(crate) fn finish(&self, state: Arc<SpanState>) {
+    pub(crate) fn finish(&self, state: Arc<SpanState>, size: usize) {
         match &self.sink {
-            RecordSink::Queue(queue) => queue.push_record(state),
+            RecordSink::Queue(queue) => queue.push_record(state, size),
             RecordSink::Inline => {
                 let _ = state.build_sdk_span(&self.tracer);
             }
         }
     }
 
+    /// A new span table, for a new layer: shutdown and the panic hook reach its spans.
+    pub(crate) fn new_store(&self) -> Arc<OpenSpans> {
+        let store = Arc::new(OpenSpans::default());
+        let mut stores = self.stores.lock();
+        stores.retain(|s| s.strong_count() > 0);
+        stores.push(Arc::downgrade(&store));
+        store
+    }
+
+    fn stores(&self) -> Vec<Arc<OpenSpans>> {
+        match self
+            .stores
+            .try_lock_for(std::time::Duration::from_millis(200))
+        {
+            Some(stores) => stores.iter().filter_map(Weak::upgrade).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Recorded spans open now, in every layer of this pipeline.
+    pub(crate) fn open_spans(&self) -> usize {
+        self.stores().iter().map(|s| s.len()).sum()
+    }
+
     /// Ends every open span as truncated with `reason`, innermost first, and hands them over
     /// for export; returns how many.
     pub(crate) fn close_all(&self, reason: &'static str) -> usize {
+        let mut open: Vec<_> = self.stores().iter().flat_map(|s| s.drain()).collect();
+        // Each table's spans are innermost first; across layers, by start time.
+        open.sort_by_key(|s| std::cmp::Reverse(s.start_time()));
+        self.truncate_all(open, reason)
+    }
+
+    /// Ends the open spans of `store` as truncated with `reason` (its layer is dropped, with the
+    /// subscriber, while they are open); returns how many.
+    pub(crate) fn close_store(&self, store: &OpenSpans, reason: &'static str) -> usize {
+        self.truncate_all(store.drain(), reason)
+    }
+
+    fn truncate_all(&self, open: Vec<Arc<SpanState>>, reason: &'static str) -> usize {
         let mut closed = 0;
-        for state in self.open.drain() {
-            if state.truncate(reason, self.limits) {
-                self.finish(state);
+        for state in open {
+            if let Some(size) = state.truncate(reason, self.limits) {
+                self.finish(state, size);
                 closed += 1;
             }
         }
@@ -157,18 +202,26 @@ impl Pipeline {
     }
 
     /// Records a panic on the innermost open span among `scope` (span ids, innermost first),
-    /// without waiting on any lock for long (the panic hook).
-    pub(crate) fn record_panic(&self, scope: &[Id], message: &str) {
+    /// without waiting on any lock for long (the panic hook): in `store` when it is one of
+    /// this pipeline's tables (the subscriber's lens layer), else in this pipeline's tables.
+    pub(crate) fn record_panic(&self, store: Option<&Arc<OpenSpans>>, scope: &[Id], message: &str) {
         let limit = self.text.limit;
         let message = crate::layer::fields::truncate_chars(message.to_string(), limit);
         // Captured here, resolved by the worker (or not at all if no span records it).
         let mut stacktrace =
             Stacktrace::capture(self.error_backtraces, UserFrames::AfterPanic, limit);
+        let stores = self.stores();
+        let stores: Vec<&Arc<OpenSpans>> = match store {
+            Some(s) if stores.iter().any(|o| Arc::ptr_eq(o, s)) => vec![s],
+            _ => stores.iter().collect(),
+        };
         for id in scope {
-            if let Some(state) = self.open.find(id)
-                && state.record_exception("panic", &message, &mut stacktrace, self.limits)
-            {
-                return;
+            for store in &stores {
+                if let Some(state) = store.find(id.into_u64())
+                    && state.record_exception("panic", &message, &mut stacktrace, self.limits)
+                {
+                    return;
+                }
             }
         }
     }
@@ -207,59 +260,8 @@ fn env_sampler() -> Option<Sampler> {
     })
 }
 
-/// The table of live pipelines, so that a span the subscriber drops without closing it (a
-/// rare path) can reach its pipeline without every span holding a reference to it.
-static PIPELINES: parking_lot::Mutex<slab::Slab<Weak<Pipeline>>> =
-    parking_lot::Mutex::new(slab::Slab::new());
-
-/// A pipeline's index in the table (registered once, when its first layer is made).
-#[derive(Debug, Default)]
-pub(crate) struct PipelineIndex(std::sync::OnceLock<usize>);
-
-impl Pipeline {
-    pub(crate) fn index(self: &Arc<Self>) -> usize {
-        *self
-            .index
-            .0
-            .get_or_init(|| PIPELINES.lock().insert(Arc::downgrade(self)))
-    }
-}
-
-/// Ends, as truncated, an open span whose extension is dropped without the span being closed.
-pub(crate) fn end_dropped_span(pipeline: usize, key: usize, state: &Arc<SpanState>) {
-    let pipeline = PIPELINES
-        .try_lock_for(std::time::Duration::from_millis(200))
-        .and_then(|t| t.get(pipeline).and_then(Weak::upgrade));
-    let Some(pipeline) = pipeline else {
-        return;
-    };
-    pipeline.open.remove_if(key, state);
-    if state.truncate(REASON_DROPPED, pipeline.limits) {
-        pipeline.finish(state.clone());
-    }
-}
-
-impl Drop for LensSpan {
-    fn drop(&mut self) {
-        // The subscriber dropped the span without closing it (e.g. the subscriber itself was
-        // dropped, or the span's parent was released on a thread without the subscriber): end
-        // it now, saying so. Nothing to do in a forked child (the record belongs to the
-        // parent) or once it has ended.
-        if let Some(key) = self.open_key.take()
-            && self.is_live()
-        {
-            end_dropped_span(self.pipeline_index(), key, self.state());
-        }
-    }
-}
-
 impl Drop for Pipeline {
     fn drop(&mut self) {
-        if let Some(index) = self.index.0.get()
-            && let Some(mut table) = PIPELINES.try_lock_for(std::time::Duration::from_millis(200))
-        {
-            table.try_remove(*index);
-        }
         if !self.inherited() {
             // SAFETY: dropped once, here, and never used again.
             unsafe { ManuallyDrop::drop(&mut self.tracer) }

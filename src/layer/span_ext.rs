@@ -7,8 +7,10 @@
 use opentelemetry::trace::{SpanContext, Status, TraceContextExt};
 use opentelemetry::{Context, Key, KeyValue, Value};
 
+use tracing_core::span::Id;
+
 use crate::layer::hooks::{SetParentError, WithLens};
-use crate::record::LensSpan;
+use crate::record::open_spans::Entry;
 
 /// OpenTelemetry views and setters of a `tracing::Span` recorded by the lens layer, with the
 /// method names and argument types of `tracing_opentelemetry::OpenTelemetrySpanExt` (0.34).
@@ -110,44 +112,31 @@ pub trait LensSpanExt {
     fn set_status(&self, status: Status) -> bool;
 }
 
-/// Runs `f` on the lens data of `span`, if the lens layer records it.
-fn with_lens(span: &tracing::Span, f: &mut dyn FnMut(&WithLens, &LensSpan)) {
-    span.with_subscriber(|(id, dispatch)| {
-        if let Some(with) = dispatch.downcast_ref::<WithLens>() {
-            (with.with_span)(dispatch, id, &mut |data| f(with, data));
-        }
-    });
+/// Runs `f` with the lens layer of `span`'s subscriber (its first lens layer) and the span's
+/// id, if there is one.
+fn with_lens<R>(span: &tracing::Span, f: impl FnOnce(&WithLens, &Id) -> Option<R>) -> Option<R> {
+    span.with_subscriber(|(id, dispatch)| f(dispatch.downcast_ref::<WithLens>()?, id))
+        .flatten()
 }
 
 impl LensSpanExt for tracing::Span {
     fn span_context(&self) -> Option<SpanContext> {
-        let mut out = None;
-        with_lens(self, &mut |_, data| out = Some(data.span_context().clone()));
-        out
+        with_lens(self, |with, id| {
+            with.with(id, |e| e.state.span_context().clone())
+        })
     }
 
     fn context(&self) -> Context {
-        let mut out = None;
-        with_lens(self, &mut |_, data| {
-            data.mark_used();
-            out = Some(data.span_context().clone());
-        });
-        match out {
+        crate::layer::activation::clear_stale();
+        match with_lens(self, |with, id| with.with(id, Entry::use_context)) {
             Some(sc) => Context::current().with_remote_span_context(sc),
             None => Context::current(),
         }
     }
 
     fn set_parent(&self, cx: Context) -> Result<(), SetParentError> {
-        let mut cx = Some(cx);
-        self.with_subscriber(|(id, dispatch)| {
-            let with = dispatch
-                .downcast_ref::<WithLens>()
-                .ok_or(SetParentError::NotRecorded)?;
-            let cx = cx.take().ok_or(SetParentError::NotRecorded)?;
-            (with.set_parent)(with, dispatch, id, cx)
-        })
-        .unwrap_or(Err(SetParentError::NotRecorded))
+        with_lens(self, |with, id| Some(with.set_parent(id, cx)))
+            .unwrap_or(Err(SetParentError::NotRecorded))
     }
 
     fn add_link(&self, cx: SpanContext) -> bool {
@@ -158,36 +147,19 @@ impl LensSpanExt for tracing::Span {
         if !cx.is_valid() {
             return false;
         }
-        let mut linked = false;
-        let mut link = Some((cx, attributes));
-        with_lens(self, &mut |with, data| {
-            let Some(limits) = with.limits else { return };
-            if let Some((cx, attrs)) = link.take() {
-                linked = data.is_live() && data.state().add_link(cx, attrs, limits);
-            }
-        });
-        linked
+        with_lens(self, |with, id| {
+            let limits = with.pipeline.as_ref()?.limits;
+            Some(with.state(id)?.add_link(cx, attributes, limits))
+        })
+        .unwrap_or(false)
     }
 
     fn set_attribute(&self, key: impl Into<Key>, value: impl Into<Value>) -> bool {
-        let mut kv = Some(KeyValue::new(key, value));
-        let mut set = false;
-        with_lens(self, &mut |_, data| {
-            if let Some(kv) = kv.take() {
-                set = data.is_live() && data.state().set_attribute(kv);
-            }
-        });
-        set
+        let kv = KeyValue::new(key, value);
+        with_lens(self, |with, id| Some(with.state(id)?.set_attribute(kv))).unwrap_or(false)
     }
 
     fn set_status(&self, status: Status) -> bool {
-        let mut status = Some(status);
-        let mut set = false;
-        with_lens(self, &mut |_, data| {
-            if let Some(status) = status.take() {
-                set = data.is_live() && data.state().set_status(status);
-            }
-        });
-        set
+        with_lens(self, |with, id| Some(with.state(id)?.set_status(status))).unwrap_or(false)
     }
 }

@@ -1,6 +1,9 @@
 //! The span part of the lens layer: `tracing` span callbacks on the training thread. A new span
-//! gets its ids and a compact record ([`crate::record`]) in its registry extension; fields,
-//! events and links go into the record; on close the record goes to the pipeline's queue.
+//! gets its ids and a compact record ([`crate::record`]) in the layer's table of open spans
+//! ([`OpenSpans`]); fields, events and links go into the record; on close the record goes to
+//! the pipeline's queue. The registry is not consulted: the table is found by span id, and the
+//! contextual parent is the innermost lens span entered on the thread
+//! ([`crate::layer::activation`]).
 
 use std::any::TypeId;
 use std::fmt;
@@ -15,14 +18,18 @@ use tracing_subscriber::layer::{Context as LayerContext, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::ids;
+use crate::layer::activation;
 use crate::layer::fields::{EventValues, SpanAttributes, SpanFields};
-use crate::layer::hooks::{WithLens, scope_ids, set_parent, with_span};
+use crate::layer::hooks::{WithLens, scope_ids};
 use crate::layer::pipeline::{Pipeline, decide};
-use crate::record::{LensSpan, Parent, SpanState};
+use crate::record::open_spans::{Entry, OpenSpans, REASON_DROPPED};
+use crate::record::{Parent, SpanState};
 
-/// The inner, unfiltered layer. Users get it wrapped in [`LensLayer`].
+/// The inner, unfiltered layer. Users get it wrapped in [`LensLayer`](crate::LensLayer).
 pub(crate) struct SpanLayer<S> {
     pipeline: Option<Arc<Pipeline>>,
+    /// This layer's open spans (one table per layer: see [`OpenSpans`]).
+    store: Arc<OpenSpans>,
     /// Context activation (see [`crate::layer::activation`]).
     activate: bool,
     with_lens: WithLens,
@@ -42,50 +49,68 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     pub(crate) fn new(pipeline: Option<Arc<Pipeline>>, activate: bool) -> Self {
-        if let Some(p) = &pipeline {
-            p.index();
-        }
+        let store = match &pipeline {
+            Some(p) => p.new_store(),
+            None => Arc::default(),
+        };
         SpanLayer {
             activate: activate && pipeline.is_some(),
             with_lens: WithLens {
-                with_span: with_span::<S>,
                 scope: scope_ids::<S>,
-                limits: pipeline.as_ref().map(|p| p.limits),
-                set_parent: set_parent::<S>,
+                store: store.clone(),
                 pipeline: pipeline.clone(),
             },
+            store,
             pipeline,
             _subscriber: PhantomData,
         }
     }
 
-    fn parent(
-        &self,
-        pipeline: &Pipeline,
-        attrs: &Attributes<'_>,
-        ctx: &LayerContext<'_, S>,
-    ) -> Parent {
-        let parent = if let Some(id) = attrs.parent() {
-            ctx.span(id)
+    /// The table's identity on the per-thread stack of entered spans.
+    #[inline]
+    fn key(&self) -> usize {
+        Arc::as_ptr(&self.store) as usize
+    }
+
+    /// This layer's open spans (the log bridge reads span contexts from it).
+    pub(crate) fn store(&self) -> &Arc<OpenSpans> {
+        &self.store
+    }
+
+    /// The pipeline, unless this rank does not export or the process is a forked child (whose
+    /// parent's table and queue are never touched: another parent thread may have held their
+    /// locks at fork time).
+    #[inline]
+    fn live(&self) -> Option<&Arc<Pipeline>> {
+        self.pipeline.as_ref().filter(|p| !p.inherited())
+    }
+
+    /// The parent of a new span: a lens span of this layer, an attached remote context, the
+    /// launcher's `TRACEPARENT`, or none.
+    ///
+    /// `active` says whether the current OpenTelemetry context has an active span (read by the
+    /// caller): only then can it be a remote parent.
+    fn parent(&self, pipeline: &Pipeline, attrs: &Attributes<'_>, active: bool) -> Parent {
+        let lens_parent = if let Some(id) = attrs.parent() {
+            Some(id.into_u64())
         } else if attrs.is_contextual() {
-            ctx.lookup_current()
+            activation::current(self.key())
         } else {
             return Parent::Root;
         };
-        if let Some(parent) = parent
-            && let Some(data) = parent.extensions().get::<LensSpan>()
-        {
-            // A span with children keeps its parent (`LensSpanExt::set_parent`).
-            data.mark_used();
-            return Parent::Span(data.span_context().clone());
+        // A span with children keeps its parent (`LensSpanExt::set_parent`).
+        if let Some(sc) = lens_parent.and_then(|id| self.store.with(id, Entry::use_context)) {
+            return Parent::Span(sc);
         }
-        // An attached remote parent (clone the context only when it has one); a context this
-        // thread activated for a lens span is not one.
-        if let Some(current) = Context::map_current(|cx| {
-            (cx.has_active_span()
-                && !crate::layer::activation::is_activated(cx.span().span_context().span_id()))
-            .then(|| cx.clone())
-        }) {
+        // An attached remote parent; a context this thread activated for a lens span is not
+        // one.
+        if active
+            && let Some(current) = Context::map_current(|cx| {
+                (cx.has_active_span()
+                    && !activation::is_activated(cx.span().span_context().span_id()))
+                .then(|| cx.clone())
+            })
+        {
             return Parent::Context(current);
         }
         match &pipeline.default_parent {
@@ -94,12 +119,38 @@ where
         }
     }
 
-    /// The state of a span while this thread unwinds from a panic: found through the
-    /// open-span table, because the span's extension lock may be poisoned (another layer
-    /// panicked in user code while holding it), and touching a poisoned lock now would abort.
-    #[cold]
-    fn state_while_panicking(&self, id: &Id) -> Option<Arc<SpanState>> {
-        self.pipeline.as_ref()?.open.find(id)
+    /// The span being entered (its context built at its first enter), if this layer has it.
+    #[inline]
+    fn entered(&self, id: u64) -> Option<activation::Span> {
+        let activate = self.activate;
+        self.store.with(id, |e| {
+            // Entered: its parent is fixed from now on (`LensSpanExt::set_parent`).
+            e.used = true;
+            let cx = activate.then(|| {
+                e.activation
+                    .get_or_insert_with(|| {
+                        Context::map_current(|cx| {
+                            cx.with_remote_span_context(e.state.span_context().clone())
+                        })
+                    })
+                    .clone()
+            });
+            activation::Span {
+                span_id: e.state.span_context().span_id(),
+                state: e.state.clone(),
+                cx,
+            }
+        })
+    }
+}
+
+impl<S> Drop for SpanLayer<S> {
+    fn drop(&mut self) {
+        // The subscriber is dropped with spans still open (never closed, or whose parent was
+        // released on a thread without the subscriber): end them now, saying so.
+        if let Some(pipeline) = self.pipeline.as_ref().filter(|p| !p.inherited()) {
+            pipeline.close_store(&self.store, REASON_DROPPED);
+        }
     }
 }
 
@@ -107,35 +158,32 @@ impl<S> Layer<S> for SpanLayer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: LayerContext<'_, S>) {
-        let Some(pipeline) = &self.pipeline else {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _ctx: LayerContext<'_, S>) {
+        let Some(pipeline) = self.live() else {
             return;
         };
-        if pipeline.inherited() {
-            // A forked child: the parent's providers have no worker threads here.
-            return;
-        }
-        if Context::is_current_telemetry_suppressed() {
+        // One look at the current OpenTelemetry context.
+        let (suppressed, active) =
+            Context::map_current(|cx| (cx.is_telemetry_suppressed(), cx.has_active_span()));
+        if suppressed {
             // An exporter (or the SDK) at work on this thread: a span of its own would feed
             // back into the pipeline (or re-enter a locked exporter).
             return;
         }
-        let Some(span_ref) = ctx.span(id) else {
-            return;
-        };
-        let mut parent = self.parent(pipeline, attrs, &ctx);
+        activation::clear_stale();
+        let mut parent = self.parent(pipeline, attrs, active);
         // A span of a trace-per group starts a trace, linked to its would-be parent.
         let mut link = None;
         if pipeline.starts_trace(attrs.metadata()) {
             link = parent.span_context();
             parent = Parent::Root;
         }
-        let (trace_id, flags, trace_state) = decide(pipeline, &parent, attrs.metadata().name());
+        let name = attrs.metadata().name();
+        let (trace_id, flags, trace_state) = decide(pipeline, &parent, name);
         let sampled = flags.is_sampled();
         let cx = SpanContext::new(trace_id, ids::new_span_id(), flags, false, trace_state);
-        let data = if sampled {
-            let mut state =
-                SpanState::start(pipeline.spare_state(), cx, attrs.metadata().name(), parent);
+        let state = if sampled {
+            let mut state = SpanState::start(pipeline.spare_state(), cx, name, parent);
             // The fields are read straight into the record. User code (`Display`/`Debug`)
             // runs here: the state is not shared yet, so it is reached without its lock (a
             // panic drops it, and nothing else ever saw it).
@@ -146,157 +194,119 @@ where
                     record.push_link(link, Vec::new(), pipeline.limits);
                 }
             }
-            let key = pipeline.open.insert(id.clone(), state.clone());
-            LensSpan::new(state, Some(key), pipeline.generation, pipeline.index())
+            state
         } else {
             // Not sampled (a parent that is not): nothing recorded, the context is kept for
             // the children and propagation.
-            LensSpan::new(
-                Arc::new(SpanState::new(cx, None)),
-                None,
-                pipeline.generation,
-                0,
-            )
+            Arc::new(SpanState::new(cx, None))
         };
-        span_ref.extensions_mut().insert(data);
+        self.store
+            .insert(id.into_u64(), Entry::new(state, name, sampled));
     }
 
-    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: LayerContext<'_, S>) {
-        let Some(pipeline) = &self.pipeline else {
+    fn on_record(&self, id: &Id, values: &Record<'_>, _ctx: LayerContext<'_, S>) {
+        let Some(pipeline) = self.live() else {
             return;
         };
-        // User code runs here, before any lock is taken.
+        // A span of another layer (this one reaches every span): its fields are not read.
+        let Some(state) = self
+            .store
+            .with(id.into_u64(), |e| e.recorded.then(|| e.state.clone()))
+            .flatten()
+        else {
+            return;
+        };
+        // User code runs here, with no lock held.
         let mut attributes = SpanAttributes::new();
         let reserved = SpanFields::read_record(values, &mut attributes, &pipeline.text);
-        if std::thread::panicking() {
-            if let Some(state) = self.state_while_panicking(id) {
-                state.record_fields(attributes, reserved);
-            }
-            return;
-        }
-        let Some(span_ref) = ctx.span(id) else {
+        state.record_fields(attributes, reserved);
+    }
+
+    fn on_follows_from(&self, id: &Id, follows: &Id, _ctx: LayerContext<'_, S>) {
+        let Some(pipeline) = self.live() else {
             return;
         };
-        let ext = span_ref.extensions();
-        if let Some(data) = ext.get::<LensSpan>().filter(|d| d.is_live()) {
-            data.state().record_fields(attributes, reserved);
+        let Some(follows_cx) = self
+            .store
+            .with(follows.into_u64(), |e| e.state.span_context().clone())
+        else {
+            return;
+        };
+        if let Some(state) = self.store.state(id.into_u64()) {
+            state.add_link(follows_cx, Vec::new(), pipeline.limits);
         }
     }
 
-    fn on_follows_from(&self, id: &Id, follows: &Id, ctx: LayerContext<'_, S>) {
-        let Some(pipeline) = &self.pipeline else {
-            return;
-        };
-        let Some(follows_cx) = ctx.span(follows).and_then(|s| {
-            s.extensions()
-                .get::<LensSpan>()
-                .map(|d| d.span_context().clone())
-        }) else {
-            return;
-        };
-        let Some(span_ref) = ctx.span(id) else {
-            return;
-        };
-        let ext = span_ref.extensions();
-        if let Some(data) = ext.get::<LensSpan>().filter(|d| d.is_live()) {
-            data.state()
-                .add_link(follows_cx, Vec::new(), pipeline.limits);
-        }
-    }
-
-    fn on_event(&self, event: &Event<'_>, ctx: LayerContext<'_, S>) {
-        let Some(pipeline) = &self.pipeline else {
+    fn on_event(&self, event: &Event<'_>, _ctx: LayerContext<'_, S>) {
+        let Some(pipeline) = self.live() else {
             return;
         };
         if Context::is_current_telemetry_suppressed() {
             return;
         }
-        let Some(span_ref) = ctx.event_span(event) else {
-            return;
+        // The event's span: explicit, or the innermost lens span entered on this thread.
+        let span = if event.is_contextual() {
+            activation::current(self.key())
+        } else {
+            event.parent().map(Id::into_u64)
         };
-        if std::thread::panicking() {
-            if let Some(state) = self.state_while_panicking(&span_ref.id()) {
-                state.add_event(
-                    EventValues::of(event, &pipeline.text, pipeline.error_backtraces),
-                    pipeline.limits,
-                );
-            }
-            return;
-        }
         // Is the span recorded? (Checked first: the fields are read only for a live span.)
-        let state = {
-            let ext = span_ref.extensions();
-            match ext.get::<LensSpan>() {
-                Some(data) if data.is_live() && data.open_key.is_some() => data.state().clone(),
-                _ => return,
-            }
+        let Some(state) = span.and_then(|id| {
+            self.store
+                .with(id, |e| e.recorded.then(|| e.state.clone()))
+                .flatten()
+        }) else {
+            return;
         };
         // User code (`Display`/`Debug` of the fields) runs here, with no lock held.
         let values = EventValues::of(event, &pipeline.text, pipeline.error_backtraces);
         state.add_event(values, pipeline.limits);
     }
 
-    fn on_enter(&self, id: &Id, ctx: LayerContext<'_, S>) {
-        if self.pipeline.is_none() || std::thread::panicking() {
+    fn on_enter(&self, id: &Id, _ctx: LayerContext<'_, S>) {
+        if self.live().is_none() {
             return;
         }
-        let Some(span) = ctx.span(id) else {
+        let id = id.into_u64();
+        if activation::enter_again(self.key(), id) {
             return;
-        };
-        let cx = match span.extensions().get::<LensSpan>() {
-            Some(data) if data.is_live() => {
-                // Entered: its parent is fixed from now on (`LensSpanExt::set_parent`).
-                data.mark_used();
-                if !self.activate {
-                    return;
-                }
-                data.span_context().clone()
-            }
-            _ => return,
-        };
-        crate::layer::activation::enter(id, cx);
+        }
+        if let Some(span) = self.entered(id) {
+            activation::enter(self.key(), id, span);
+        }
     }
 
     fn on_exit(&self, id: &Id, _ctx: LayerContext<'_, S>) {
-        if self.activate {
-            crate::layer::activation::exit(id);
+        if self.live().is_none() {
+            return;
+        }
+        let id = id.into_u64();
+        if !activation::exit(self.key(), id) {
+            // Entered on another thread (a guard held across an `.await`): that thread's
+            // entry (and the context it attached) is stale from now on.
+            if let Some(span_id) = self.store.with(id, |e| e.state.span_context().span_id()) {
+                activation::exited_elsewhere(span_id);
+            }
         }
     }
 
-    fn on_close(&self, id: Id, ctx: LayerContext<'_, S>) {
-        let Some(pipeline) = &self.pipeline else {
+    fn on_close(&self, id: Id, _ctx: LayerContext<'_, S>) {
+        let Some(pipeline) = self.live() else {
             return;
         };
-        if std::thread::panicking() {
-            // Ended through the open-span table (see `state_while_panicking`); the extension
-            // is dropped later by the registry and finds the record ended.
-            if let Some(state) = self.state_while_panicking(&id) {
-                pipeline.open.remove_state(&state);
-                if state.end() {
-                    pipeline.finish(state);
-                }
-            }
-            return;
-        }
-        let Some(span_ref) = ctx.span(&id) else {
+        let id = id.into_u64();
+        let Some(entry) = self.store.remove(id) else {
             return;
         };
-        let data = span_ref.extensions_mut().remove::<LensSpan>();
-        let Some(mut data) = data else {
-            return;
-        };
-        // An inherited span (forked child): never touch the parent's table, whose lock
-        // another thread of the parent may have held at fork time, nor its queue.
-        if !data.is_live() {
-            return;
-        }
-        let Some(key) = data.open_key.take() else {
-            return;
-        };
-        let state = data.into_state();
-        pipeline.open.remove(key, &state);
-        if state.end() {
-            pipeline.finish(state);
+        let Entry {
+            state, activation, ..
+        } = entry;
+        state.mark_closed();
+        activation::closed(self.key(), id, state.span_context().span_id());
+        // Dropped here, with no lock held: a context may hold user values.
+        drop(activation);
+        if let Some(size) = state.end() {
+            pipeline.finish(state, size);
         }
     }
 

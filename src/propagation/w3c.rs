@@ -103,7 +103,11 @@ impl TextMapPropagator for W3cTraceContextPropagator {
     fn inject_context(&self, cx: &Context, injector: &mut dyn Injector) {
         let span = cx.span();
         let sc = span.span_context();
-        if !sc.is_valid() {
+        // A lens span's context left current on this thread after the span exited on another
+        // (see `layer/activation.rs`) is never injected; this thread drops it now.
+        let stale = crate::layer::activation::is_stale(sc.span_id());
+        crate::layer::activation::clear_stale();
+        if !sc.is_valid() || stale {
             return;
         }
         injector.set(

@@ -39,7 +39,8 @@ enum Control {
 }
 
 pub(crate) struct Shared<T> {
-    queue: ArrayQueue<T>,
+    /// Items with their size (taken from the budget when queued, given back once exported).
+    queue: ArrayQueue<(T, usize)>,
     dropped: Arc<AtomicU64>,
     /// A `Wake` is on its way: producers need not send another.
     notified: AtomicBool,
@@ -78,13 +79,10 @@ impl<T: Send + 'static> Clone for BatchHandle<T> {
 }
 
 impl<T: Send + 'static> BatchHandle<T> {
-    /// As [`Batcher::push`].
+    /// As [`Batcher::push`], for an item whose size the caller knows (see [`ApproxSize`]).
     #[inline]
-    pub(crate) fn push(&self, item: T)
-    where
-        T: ApproxSize,
-    {
-        push_within_budget(&self.shared, &self.control, item);
+    pub(crate) fn push_sized(&self, item: T, size: usize) {
+        push_within_budget(&self.shared, &self.control, item, size);
     }
 
     /// Items waiting now.
@@ -190,7 +188,8 @@ impl<T: Send + 'static> Batcher<T> {
     where
         T: ApproxSize,
     {
-        push_within_budget(&self.shared, &self.control, item);
+        let size = item.approx_size();
+        push_within_budget(&self.shared, &self.control, item, size);
     }
 
     /// A producer handle on this batcher's queue.
@@ -352,8 +351,8 @@ impl<T: ApproxSize + Send + 'static, E: BatchExport<T>> Worker<T, E> {
         }
         if deadline.is_some() {
             let mut abandoned = 0;
-            while let Some(item) = self.shared.queue.pop() {
-                self.shared.budget.release(item.approx_size());
+            while let Some((_, size)) = self.shared.queue.pop() {
+                self.shared.budget.release(size);
                 abandoned += 1;
             }
             self.shared.dropped.fetch_add(abandoned, Ordering::Relaxed);
@@ -380,9 +379,13 @@ impl<T: ApproxSize + Send + 'static, E: BatchExport<T>> Worker<T, E> {
     fn export_batch(&mut self, timeout: Duration) -> usize {
         let size = self.shared.batch_size.min(self.shared.queue.len());
         let mut batch = Vec::with_capacity(size);
+        let mut bytes = 0;
         while batch.len() < size {
             match self.shared.queue.pop() {
-                Some(item) => batch.push(item),
+                Some((item, size)) => {
+                    batch.push(item);
+                    bytes += size;
+                }
                 None => break,
             }
         }
@@ -390,7 +393,6 @@ impl<T: ApproxSize + Send + 'static, E: BatchExport<T>> Worker<T, E> {
         if n == 0 {
             return 0;
         }
-        let bytes: usize = batch.iter().map(ApproxSize::approx_size).sum();
         if let Err(e) = self.exporter.export(batch, timeout) {
             self.shared.dropped.fetch_add(n as u64, Ordering::Relaxed);
             self.first_error.get_or_insert(e);
@@ -403,17 +405,17 @@ impl<T: ApproxSize + Send + 'static, E: BatchExport<T>> Worker<T, E> {
 /// Queues `item` without blocking when the queue has a slot and the byte budget has room for
 /// it; otherwise drops and counts it. Wakes the worker once the queue holds a quarter batch.
 #[inline]
-fn push_within_budget<T: ApproxSize + Send + 'static>(
+fn push_within_budget<T: Send + 'static>(
     shared: &Shared<T>,
     control: &mpsc::Sender<Control>,
     item: T,
+    size: usize,
 ) {
-    let size = item.approx_size();
     if shared.shut.load(Ordering::Relaxed) || !shared.budget.try_reserve(size) {
         shared.dropped.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    if shared.queue.push(item).is_err() {
+    if shared.queue.push((item, size)).is_err() {
         shared.budget.release(size);
         shared.dropped.fetch_add(1, Ordering::Relaxed);
         return;

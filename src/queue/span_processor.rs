@@ -19,6 +19,7 @@ use super::budget::ApproxSize;
 use super::config::QueueConfig;
 use crate::error::Result;
 use crate::record::SpanState;
+use crate::record::to_span_data::{Direct, DirectBuild};
 
 /// One item of the span batch queue: a finished lens record (its SDK span is built on the
 /// worker) or an SDK span ended elsewhere (spans of [`Telemetry::tracer`](crate::Telemetry::tracer)).
@@ -44,21 +45,32 @@ thread_local! {
     static COLLECTING: RefCell<Option<(usize, Vec<SpanData>)>> = const { RefCell::new(None) };
 }
 
+/// How the worker turns records into spans: through the lens tracer (its provider's sampler,
+/// limits and processors), or straight into `SpanData` when no processor of the application
+/// needs to see them (see [`crate::record::to_span_data`]).
+#[derive(Clone, Debug)]
+pub(crate) struct RecordBuilder {
+    pub(crate) tracer: SdkTracer,
+    pub(crate) direct: Option<DirectBuild>,
+}
+
 /// The record side of the span queue, shared by the processor, its worker and the lens
-/// layer: the layer pushes finished records; the worker builds their SDK spans through the
-/// tracer attached here.
+/// layer: the layer pushes finished records; the worker builds their spans with the builder
+/// attached here.
 #[derive(Clone)]
 pub(crate) struct SpanQueue {
     handle: BatchHandle<SpanItem>,
-    tracer: Arc<Mutex<Option<SdkTracer>>>,
+    builder: Arc<Mutex<Option<RecordBuilder>>>,
     /// Emptied span states the worker hands back for reuse: a span then costs the training
     /// thread no allocation (memory a worker thread frees is slow for another thread to get
     /// back from the allocator).
     spare: Arc<ArrayQueue<Arc<SpanState>>>,
 }
 
-/// How many emptied span states wait for reuse, at most.
-const SPARE_STATES: usize = 512;
+/// How many emptied span states wait for reuse, at most: four export batches' worth, about
+/// 1.2 MB (a state the worker has emptied holds no attribute, event or link storage), so that
+/// the training thread rarely allocates one while the worker catches up with a burst.
+const SPARE_STATES: usize = 2048;
 
 impl fmt::Debug for SpanQueue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -69,17 +81,18 @@ impl fmt::Debug for SpanQueue {
 }
 
 impl SpanQueue {
-    /// The tracer (of the provider this queue's processor belongs to) that builds the SDK
-    /// spans of records on the worker. Released when the worker stops.
-    pub(crate) fn attach(&self, tracer: SdkTracer) {
-        *self.tracer.lock() = Some(tracer);
+    /// How the worker builds the spans of records: the tracer of the provider this queue's
+    /// processor belongs to, and, when no processor of the application needs to see them,
+    /// what it needs to build `SpanData` directly. Released when the worker stops.
+    pub(crate) fn attach(&self, builder: RecordBuilder) {
+        *self.builder.lock() = Some(builder);
     }
 
-    /// Queues a finished record (one pointer) without blocking; drops and counts it when the
-    /// queue is full.
+    /// Queues a finished record (one pointer) of approximate size `size` without blocking;
+    /// drops and counts it when the queue or the byte budget is full.
     #[inline]
-    pub(crate) fn push_record(&self, state: Arc<SpanState>) {
-        self.handle.push(SpanItem::Record(state));
+    pub(crate) fn push_record(&self, state: Arc<SpanState>, size: usize) {
+        self.handle.push_sized(SpanItem::Record(state), size);
     }
 
     /// Exports what is queued until `deadline` (before the provider shuts down).
@@ -102,8 +115,8 @@ impl SpanQueue {
 /// resource to it at build time).
 struct SpanExport<E> {
     exporter: Arc<StdMutex<E>>,
-    /// Builds the SDK spans of records.
-    tracer: Arc<Mutex<Option<SdkTracer>>>,
+    /// Builds the spans of records.
+    builder: Arc<Mutex<Option<RecordBuilder>>>,
     /// This queue's identity (see [`COLLECTING`]).
     identity: usize,
     dropped: Arc<AtomicU64>,
@@ -112,24 +125,27 @@ struct SpanExport<E> {
 }
 
 impl<E> SpanExport<E> {
-    /// Turns a batch of queue items into `SpanData`, in queue order: records become SDK spans
-    /// (through the provider: its sampler, limits and processors), whose `on_end` in
-    /// [`LensBatchProcessor`] hands them back here. Records the SDK does not record (its
-    /// provider is shut down) are counted as dropped.
+    /// Turns a batch of queue items into `SpanData`, in queue order: records become
+    /// `SpanData` directly, or SDK spans (through the provider: its sampler, limits and
+    /// processors) whose `on_end` in [`LensBatchProcessor`] hands them back here. Records the
+    /// SDK does not record (its provider is shut down) are counted as dropped.
     fn span_data(&self, batch: Vec<SpanItem>) -> Vec<SpanData> {
-        let tracer = self.tracer.lock().clone();
-        COLLECTING
-            .with(|c| *c.borrow_mut() = Some((self.identity, Vec::with_capacity(batch.len()))));
+        let builder = self.builder.lock().clone();
+        let direct = builder.as_ref().and_then(|b| b.direct.as_ref());
+        let mut out = Vec::with_capacity(batch.len());
         let mut lost = 0;
         for item in batch {
             match item {
-                SpanItem::Data(data) => COLLECTING.with(|c| {
-                    if let Some((_, spans)) = c.borrow_mut().as_mut() {
-                        spans.push(*data);
-                    }
-                }),
+                SpanItem::Data(data) => out.push(*data),
                 SpanItem::Record(mut state) => {
-                    let built = tracer.as_ref().is_some_and(|t| state.build_sdk_span(t));
+                    let how = match direct {
+                        Some(direct) => state.span_data(direct, &mut out),
+                        None => Direct::ViaSdk,
+                    };
+                    let built = how != Direct::ViaSdk
+                        || builder
+                            .as_ref()
+                            .is_some_and(|b| self.through_sdk(&state, &b.tracer, &mut out));
                     if !built {
                         lost += 1;
                     }
@@ -143,10 +159,18 @@ impl<E> SpanExport<E> {
         if lost > 0 {
             self.dropped.fetch_add(lost, Ordering::Relaxed);
         }
-        COLLECTING
-            .with(|c| c.borrow_mut().take())
-            .map(|(_, spans)| spans)
-            .unwrap_or_default()
+        out
+    }
+
+    /// Builds the SDK span of `state` through `tracer`; its `on_end` in [`LensBatchProcessor`]
+    /// appends it to `out` (see [`COLLECTING`]). `false` when the SDK did not record it.
+    fn through_sdk(&self, state: &SpanState, tracer: &SdkTracer, out: &mut Vec<SpanData>) -> bool {
+        COLLECTING.with(|c| *c.borrow_mut() = Some((self.identity, std::mem::take(out))));
+        let built = state.build_sdk_span(tracer);
+        if let Some((_, spans)) = COLLECTING.with(|c| c.borrow_mut().take()) {
+            *out = spans;
+        }
+        built
     }
 }
 
@@ -176,7 +200,7 @@ impl<E: SpanExporter + 'static> BatchExport<SpanItem> for SpanExport<E> {
 
     fn shutdown(&mut self, timeout: Duration) -> std::result::Result<(), String> {
         // The worker stops: release the provider it holds through the tracer.
-        self.tracer.lock().take();
+        self.builder.lock().take();
         let exporter = self.exporter.lock().map_err(|_| "exporter poisoned")?;
         exporter
             .shutdown_with_timeout(timeout)
@@ -223,12 +247,12 @@ impl<E: SpanExporter + 'static> LensBatchProcessor<E> {
     /// Starts the worker thread; spans dropped are added to `dropped`.
     pub fn new(exporter: E, config: QueueConfig, dropped: Arc<AtomicU64>) -> Result<Self> {
         let exporter = Arc::new(StdMutex::new(exporter));
-        let tracer = Arc::new(Mutex::new(None));
+        let builder = Arc::new(Mutex::new(None));
         let spare = Arc::new(ArrayQueue::new(SPARE_STATES));
         // The worker learns its queue's identity (see `COLLECTING`) before it starts.
         let export = SpanExport {
             exporter: exporter.clone(),
-            tracer: tracer.clone(),
+            builder: builder.clone(),
             identity: 0,
             dropped: dropped.clone(),
             spare: spare.clone(),
@@ -238,7 +262,7 @@ impl<E: SpanExporter + 'static> LensBatchProcessor<E> {
         })?;
         let queue = SpanQueue {
             handle: batcher.handle(),
-            tracer,
+            builder,
             spare,
         };
         Ok(LensBatchProcessor {

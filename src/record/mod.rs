@@ -1,24 +1,27 @@
-//! The compact record of a span, kept on the training thread; the SDK span is built from it
-//! later, on the batch worker ([`to_sdk`]). Spans still open are listed in the open-span table
-//! ([`open_spans`]), which ends them as truncated at shutdown or on a panic.
+//! The compact record of a span, kept on the training thread; the exported span is built from
+//! it later, on the batch worker ([`to_span_data`], or [`to_sdk`] through the SDK). The lens
+//! layer keeps each open span in its table ([`open_spans`]), which also ends them as truncated
+//! at shutdown, on a panic, or when the subscriber is dropped.
 //!
 //! # Why
 //!
 //! Building an `opentelemetry_sdk` span for every `tracing` span (sampler call, span data,
 //! processor callbacks, `SpanData` at the end) would be most of what an exported span costs on
-//! the thread that makes it. The lens layer keeps, in the span's registry extension, only what
-//! the span *is*: its static name (or `otel.name`), kind, status, two timestamps, its span
-//! context (ids drawn at once, so children, the log bridge and propagation see them), its
-//! parent, its attributes (static keys), events and links. When the span closes, the record
-//! goes into the batch queue as one pointer, and the worker thread
-//! ([`crate::export::LensBatchProcessor`]) builds the SDK span from it. An
-//! OpenTelemetry [`Context`] is built only when something asks for one
-//! ([`LensSpanExt::context`](crate::LensSpanExt::context), propagation, a `TRACEPARENT`
-//! parent).
+//! the thread that makes it. The lens layer keeps, in its table of open spans, only what the
+//! span *is*: its static name (or `otel.name`), kind, status, two timestamps, its span context
+//! (ids drawn at once, so children, the log bridge and propagation see them), its parent, its
+//! attributes (static keys), events and links. When the span closes, the record goes into the
+//! batch queue as one pointer, and the worker thread ([`crate::export::LensBatchProcessor`])
+//! builds the exported span from it. An OpenTelemetry [`Context`] is built only when something
+//! asks for one (context activation at the first enter,
+//! [`LensSpanExt::context`](crate::LensSpanExt::context), propagation, a `TRACEPARENT` parent).
 //!
 //! # What the SDK sees
 //!
-//! The SDK span is built through the tracer provider the application configured, with the ids
+//! When the application added no span processor of its own (and uses lens's provider and batch
+//! export), no processor of the application can see a lens-layer span: the worker builds the
+//! exporter's `SpanData` itself, exactly as the SDK would have ([`to_span_data`]). Otherwise
+//! the SDK span is built through the tracer provider the application configured, with the ids
 //! drawn at start ([`crate::ids`]), its start and end times, attributes, events, links and
 //! status: the sampler, the span limits (`OTEL_SPAN_*_COUNT_LIMIT`) and every span processor
 //! see the whole span. **Where processors run**: a span processor added with
@@ -39,13 +42,14 @@
 //!
 //! A field's `Display` or `Debug` runs while the layer *reads* the fields, before it takes any
 //! lock: a panic there is the application's own panic (the thread unwinds, the process exits
-//! 101 if it is the main thread), and nothing is poisoned. The record's own lock is held only
-//! for pushes and swaps. The panic hook and the shutdown closer reach open records through
-//! [`OpenSpans`](open_spans::OpenSpans) and take their locks with a timeout, never the
-//! registry's extension lock (which another layer, such as `fmt`, may hold while it formats).
+//! 101 if it is the main thread), and nothing is poisoned. The record's own lock and the
+//! table's shard locks are held only for pushes, lookups and swaps, never while user code runs.
+//! The panic hook and the shutdown closer take them with a timeout, and never touch the
+//! registry's span extensions (which another layer, such as `fmt`, may hold while it formats).
 
 pub(crate) mod open_spans;
 pub(crate) mod to_sdk;
+pub(crate) mod to_span_data;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -55,11 +59,7 @@ use std::time::{Duration, SystemTime};
 use opentelemetry::trace::{Event, Link, SpanContext, SpanKind, Status, TraceContextExt};
 use opentelemetry::{Context, KeyValue};
 use parking_lot::Mutex;
-use tracing_core::{Event as TracingEvent, Subscriber};
-use tracing_subscriber::layer::Context as LayerContext;
-use tracing_subscriber::registry::LookupSpan;
 
-use crate::ids;
 use crate::layer::fields::{
     EventValues, Reserved, SpanAttributes, SpanFields, TextRules, exception_attributes,
 };
@@ -254,9 +254,10 @@ impl SpanRecord {
         }
     }
 
-    /// Replaces the parent (`LensSpanExt::set_parent`, before the span is first entered).
-    pub(crate) fn set_parent(&mut self, parent: Parent) {
-        self.parent = parent;
+    /// Replaces the parent (`LensSpanExt::set_parent`, before the span is first entered);
+    /// returns the old one.
+    pub(crate) fn replace_parent(&mut self, parent: Parent) -> Parent {
+        std::mem::replace(&mut self.parent, parent)
     }
 
     fn set_status(&mut self, status: Status) {
@@ -274,6 +275,9 @@ pub(crate) struct SpanState {
     cx: SpanContext,
     /// `None` when the span is not sampled (nothing is recorded), or once the worker took it.
     pub(crate) record: Mutex<Option<SpanRecord>>,
+    /// The `tracing` span closed (or its state was replaced): a thread that kept this state to
+    /// enter the span again without a table lookup must look again (its id may be reused).
+    closed: AtomicBool,
 }
 
 impl SpanState {
@@ -282,7 +286,20 @@ impl SpanState {
         SpanState {
             cx,
             record: Mutex::new(record),
+            closed: AtomicBool::new(false),
         }
+    }
+
+    /// Marks the `tracing` span closed (see [`SpanState::is_closed`]).
+    #[inline]
+    pub(crate) fn mark_closed(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    /// Whether the `tracing` span closed.
+    #[inline]
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// The state of a new span with record `name`/`parent`: `spare` (an emptied state, see
@@ -300,6 +317,7 @@ impl SpanState {
             && let Some(record) = state.record.get_mut().as_mut()
         {
             state.cx = cx;
+            *state.closed.get_mut() = false;
             record.restart(name, parent);
             return spare;
         }
@@ -369,29 +387,42 @@ impl SpanState {
         true
     }
 
-    /// Ends the span now; `false` when it had ended already (or is not recorded).
+    /// When the span started (`None` when it is not recorded, or its lock is not free within
+    /// [`LOCK_PATIENCE`]).
+    pub(crate) fn start_time(&self) -> Option<SystemTime> {
+        self.record
+            .try_lock_for(LOCK_PATIENCE)?
+            .as_ref()
+            .map(|r| r.start)
+    }
+
+    /// The span's context.
     #[inline]
-    pub(crate) fn end(&self) -> bool {
+    pub(crate) fn span_context(&self) -> &SpanContext {
+        &self.cx
+    }
+
+    /// Ends the span now; its approximate size (see [`ApproxSize`]), or `None` when it had
+    /// ended already (or is not recorded).
+    #[inline]
+    pub(crate) fn end(&self) -> Option<usize> {
         let now = SystemTime::now();
         match self.record.lock().as_mut() {
             Some(record) if record.is_open() => {
                 record.end = Some(now);
-                true
+                Some(record.approx_size())
             }
-            _ => false,
+            _ => None,
         }
     }
 
-    /// Ends the span as truncated (`nemo.span.truncated`), unless it has ended; `false` when
-    /// it had, or when its lock could not be had within [`LOCK_PATIENCE`].
-    pub(crate) fn truncate(&self, reason: &'static str, limits: Limits) -> bool {
+    /// Ends the span as truncated (`nemo.span.truncated`), unless it has ended; its
+    /// approximate size, or `None` when it had ended, or when its lock could not be had within
+    /// [`LOCK_PATIENCE`].
+    pub(crate) fn truncate(&self, reason: &'static str, limits: Limits) -> Option<usize> {
         let now = SystemTime::now();
-        let Some(mut guard) = self.record.try_lock_for(LOCK_PATIENCE) else {
-            return false;
-        };
-        let Some(record) = guard.as_mut().filter(|r| r.is_open()) else {
-            return false;
-        };
+        let mut guard = self.record.try_lock_for(LOCK_PATIENCE)?;
+        let record = guard.as_mut().filter(|r| r.is_open())?;
         record.set_attribute(KeyValue::new(semconv::NEMO_SPAN_TRUNCATED, true));
         record.add_event(
             Event::new(
@@ -403,7 +434,7 @@ impl SpanState {
             limits,
         );
         record.end = Some(now);
-        true
+        Some(record.approx_size())
     }
 
     /// Adds an `exception` event of type `kind` (`exception.escaped = "True"`: a panic unwinds
@@ -438,18 +469,30 @@ impl SpanState {
     }
 }
 
+/// The fixed part of a record's size.
+const RECORD_BASE_SIZE: usize =
+    std::mem::size_of::<SpanState>() + std::mem::size_of::<SpanRecord>();
+
 impl ApproxSize for SpanState {
-    /// The record's size from its name, attributes, events and links (the same estimate as for
-    /// an SDK span); a record the worker holds right now counts its fixed part only.
+    /// The record's size (see [`SpanRecord::approx_size`]); a record the worker holds right
+    /// now counts its fixed part only.
     fn approx_size(&self) -> usize {
-        let base = std::mem::size_of::<SpanState>() + std::mem::size_of::<SpanRecord>();
-        let Some(guard) = self.record.try_lock() else {
-            return base;
-        };
-        let Some(record) = guard.as_ref() else {
-            return base;
-        };
-        base + record.name.len()
+        match self.record.try_lock() {
+            Some(guard) => guard
+                .as_ref()
+                .map_or(RECORD_BASE_SIZE, SpanRecord::approx_size),
+            None => RECORD_BASE_SIZE,
+        }
+    }
+}
+
+impl SpanRecord {
+    /// The record's size from its name, attributes, events and links: the same estimate as
+    /// for an SDK span (see [`ApproxSize`]).
+    fn approx_size(&self) -> usize {
+        let record = self;
+        RECORD_BASE_SIZE
+            + record.name.len()
             + record.attributes.iter().map(kv_size).sum::<usize>()
             + record
                 .events
@@ -465,97 +508,4 @@ impl ApproxSize for SpanState {
                 .sum::<usize>()
             + record.stacktraces.approx_size()
     }
-}
-
-/// The lens state of one `tracing` span, in its registry extension.
-pub(crate) struct LensSpan {
-    state: Arc<SpanState>,
-    /// Its slot in the open-span table, while it is open and recorded.
-    pub(crate) open_key: Option<usize>,
-    /// The [fork generation](crate::ids) the span was started in.
-    pub(crate) generation: u64,
-    /// The span was entered, has children or handed out its context: its parent is fixed.
-    used: AtomicBool,
-    /// The pipeline's index in the [pipeline table](crate::layer::pipeline::PipelineIndex), to end
-    /// the span if the subscriber drops it without closing it.
-    pipeline: usize,
-}
-
-impl LensSpan {
-    pub(crate) fn new(
-        state: Arc<SpanState>,
-        open_key: Option<usize>,
-        generation: u64,
-        pipeline: usize,
-    ) -> Self {
-        LensSpan {
-            state,
-            open_key,
-            generation,
-            used: AtomicBool::new(false),
-            pipeline,
-        }
-    }
-
-    /// Fixes the span's parent (entered, a child, or its context handed out).
-    #[inline]
-    pub(crate) fn mark_used(&self) {
-        if !self.used.load(Ordering::Relaxed) {
-            self.used.store(true, Ordering::Relaxed);
-        }
-    }
-
-    /// See [`LensSpan::mark_used`].
-    pub(crate) fn is_used(&self) -> bool {
-        self.used.load(Ordering::Relaxed)
-    }
-
-    /// Puts a new state in place (`LensSpanExt::set_parent`; the caller moved the record and
-    /// the open-span entry).
-    pub(crate) fn replace_state(&mut self, state: Arc<SpanState>) {
-        self.state = state;
-    }
-
-    pub(crate) fn state(&self) -> &Arc<SpanState> {
-        &self.state
-    }
-
-    /// The shared state, taking it out of the extension without running its `Drop` (the
-    /// caller has handled the open-span entry).
-    #[inline]
-    pub(crate) fn into_state(self) -> Arc<SpanState> {
-        let this = std::mem::ManuallyDrop::new(self);
-        // SAFETY: `this` is never dropped nor used again; the other fields need no drop.
-        unsafe { std::ptr::read(&this.state) }
-    }
-
-    /// The index of the span's pipeline in the pipeline table.
-    pub(crate) fn pipeline_index(&self) -> usize {
-        self.pipeline
-    }
-
-    pub(crate) fn span_context(&self) -> &SpanContext {
-        &self.state.cx
-    }
-
-    /// `true` when the span was started in this process (not inherited across `fork`).
-    #[inline]
-    pub(crate) fn is_live(&self) -> bool {
-        self.generation == ids::fork_generation()
-    }
-}
-
-/// The span context of the innermost span around `event` that the lens layer records.
-pub(crate) fn recorded_span_context<S>(
-    event: &TracingEvent<'_>,
-    ctx: &LayerContext<'_, S>,
-) -> Option<SpanContext>
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
-    ctx.event_scope(event)?.find_map(|span| {
-        span.extensions()
-            .get::<LensSpan>()
-            .map(|d| d.span_context().clone())
-    })
 }

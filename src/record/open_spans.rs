@@ -1,12 +1,32 @@
-//! The open-span closer: spans still open at shutdown are ended, marked as truncated.
+//! [`OpenSpans`]: the spans a lens layer started and has not closed, keyed by their `tracing`
+//! id. It is both where the layer keeps a span's state while the span is open (every callback
+//! finds it here by id) and the open-span table that shutdown, the panic hook and a dropped
+//! subscriber end as truncated: a span is inserted once, when it starts, and removed once,
+//! when it closes.
+//!
+//! # Why not the registry's span extensions
+//!
+//! Keeping the state in the span's registry extension *and* listing it in a table for the
+//! closer meant two insertions and two removals per span (the extension map allocates a box
+//! per value), and a type-keyed extension allows one lens layer per subscriber: a second one
+//! (a second telemetry in the same subscriber) inserted the same type and panicked. Each layer
+//! has its own table here, so layers never see each other's spans.
+//!
+//! # Cost and contention
+//!
+//! The table is split in [`SHARDS`] shards by a hash of the id, each a short-held lock around a
+//! hash map: spans of different threads rarely share a shard. No user code runs while a shard
+//! is locked (fields are read before, contexts dropped after), so a panic in user code never
+//! leaves a lock behind; the panic hook and shutdown still take shard locks with a timeout.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use opentelemetry::Context;
+use opentelemetry::trace::SpanContext;
 use parking_lot::Mutex;
-use slab::Slab;
-use tracing_core::span::Id;
 
 use crate::record::SpanState;
 
@@ -15,21 +35,101 @@ pub(crate) const REASON_SHUTDOWN: &str = "still open at telemetry shutdown";
 /// Why a span was ended when the subscriber dropped it without closing it.
 pub(crate) const REASON_DROPPED: &str = "dropped by the subscriber without being closed";
 
-/// How long the closer and the panic hook wait for the slab's lock.
+/// How long the closer and the panic hook wait for a shard's lock.
 const LOCK_PATIENCE: Duration = Duration::from_millis(200);
 
+/// Shards of the table (a power of two).
+const SHARDS: usize = 16;
+
+/// One open span of the layer.
 #[derive(Debug)]
-struct Entry {
-    id: Id,
+pub(crate) struct Entry {
+    /// Its identity and record (shared with the batch queue once it ends).
+    pub(crate) state: Arc<SpanState>,
+    /// The span's static name (the sampler's input when `set_parent` decides again).
+    pub(crate) name: &'static str,
+    /// The span was entered, has children or handed out its context: its parent is fixed
+    /// (`LensSpanExt::set_parent`).
+    pub(crate) used: bool,
+    /// The span records (sampled); an unsampled span is kept only for its context.
+    pub(crate) recorded: bool,
+    /// The OpenTelemetry context made current while the span is entered (context
+    /// activation): built at the first enter, attached by clone on every enter.
+    pub(crate) activation: Option<Context>,
+    /// Start order on the starting thread (ties of the start time, for innermost-first).
     seq: u64,
-    state: Arc<SpanState>,
 }
 
-/// Spans started by the lens layer and not yet ended.
+impl Entry {
+    /// A new span's entry.
+    #[inline]
+    pub(crate) fn new(state: Arc<SpanState>, name: &'static str, recorded: bool) -> Self {
+        thread_local! {
+            static SEQ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+        }
+        let seq = SEQ.with(|s| {
+            let n = s.get().wrapping_add(1);
+            s.set(n);
+            n
+        });
+        Entry {
+            state,
+            name,
+            used: false,
+            recorded,
+            activation: None,
+            seq,
+        }
+    }
+
+    /// The span's context, marking the span used (a child or a handed-out context fixes its
+    /// parent).
+    #[inline]
+    pub(crate) fn use_context(&mut self) -> SpanContext {
+        self.used = true;
+        self.state.cx.clone()
+    }
+}
+
+/// Hashes a `tracing` span id with one multiplication (ids are slab keys: dense, not random).
 #[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type Map = HashMap<u64, Entry, BuildHasherDefault<IdHasher>>;
+
+/// One shard, alone on its cache line.
+#[repr(align(64))]
+#[derive(Default)]
+struct Shard(Mutex<Map>);
+
+/// The open spans of one lens layer (see the [module docs](self)).
 pub(crate) struct OpenSpans {
-    slots: Mutex<Slab<Entry>>,
-    seq: AtomicU64,
+    shards: [Shard; SHARDS],
+}
+
+impl Default for OpenSpans {
+    fn default() -> Self {
+        OpenSpans {
+            shards: std::array::from_fn(|_| Shard::default()),
+        }
+    }
 }
 
 impl std::fmt::Debug for OpenSpans {
@@ -42,78 +142,73 @@ impl std::fmt::Debug for OpenSpans {
 
 impl OpenSpans {
     #[inline]
-    pub(crate) fn insert(&self, id: Id, state: Arc<SpanState>) -> usize {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        self.slots.lock().insert(Entry { id, seq, state })
+    fn shard(&self, id: u64) -> &Mutex<Map> {
+        let h = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        &self.shards[(h >> (64 - SHARDS.trailing_zeros())) as usize].0
     }
 
-    /// Removes entry `key` if it is `state`'s: after a [`drain`](Self::drain) (shutdown) the
-    /// key may hold another span's entry by now.
+    /// Adds the entry of new span `id`.
     #[inline]
-    pub(crate) fn remove(&self, key: usize, state: &Arc<SpanState>) {
-        let mut slots = self.slots.lock();
-        let entry = match slots.get(key) {
-            Some(e) if Arc::ptr_eq(&e.state, state) => slots.try_remove(key),
-            _ => None,
-        };
-        // The entry (and its reference to the record) is dropped after the lock is released.
-        drop(slots);
-        drop(entry);
+    pub(crate) fn insert(&self, id: u64, entry: Entry) {
+        let old = self.shard(id).lock().insert(id, entry);
+        // An id still present is a span the registry reused without our seeing it close
+        // (never, with `tracing_subscriber`'s registry): its entry goes.
+        drop(old);
     }
 
-    /// Removes entry `key` if it is `state`'s (the key may have been reused since).
-    pub(crate) fn remove_if(&self, key: usize, state: &Arc<SpanState>) {
-        let Some(mut slots) = self.slots.try_lock_for(LOCK_PATIENCE) else {
-            return;
-        };
-        let entry = match slots.get(key) {
-            Some(e) if Arc::ptr_eq(&e.state, state) => slots.try_remove(key),
-            _ => None,
-        };
-        drop(slots);
-        drop(entry);
+    /// Runs `f` on the entry of span `id`, if this layer has it. `f` must not run user code:
+    /// the shard is locked meanwhile.
+    #[inline]
+    pub(crate) fn with<R>(&self, id: u64, f: impl FnOnce(&mut Entry) -> R) -> Option<R> {
+        self.shard(id).lock().get_mut(&id).map(f)
     }
 
-    /// Removes the entry of `state`, wherever it is (slow: a scan; for unwinding threads).
-    pub(crate) fn remove_state(&self, state: &Arc<SpanState>) {
-        let Some(mut slots) = self.slots.try_lock_for(LOCK_PATIENCE) else {
-            return;
-        };
-        let key = slots
-            .iter()
-            .find(|(_, e)| Arc::ptr_eq(&e.state, state))
-            .map(|(k, _)| k);
-        let entry = key.and_then(|k| slots.try_remove(k));
-        drop(slots);
-        drop(entry);
+    /// The state of span `id`, if this layer has it.
+    #[inline]
+    pub(crate) fn state(&self, id: u64) -> Option<Arc<SpanState>> {
+        self.with(id, |e| e.state.clone())
     }
 
-    /// The record of open span `id` (a scan, for the panic hook and unwinding threads), or
-    /// `None` when it is not open or the slab's lock is not free within the patience.
-    pub(crate) fn find(&self, id: &Id) -> Option<Arc<SpanState>> {
-        let slots = self.slots.try_lock_for(LOCK_PATIENCE)?;
-        slots
-            .iter()
-            .filter(|(_, e)| e.id == *id)
-            .max_by_key(|(_, e)| e.seq)
-            .map(|(_, e)| e.state.clone())
+    /// Removes span `id`'s entry (its close).
+    #[inline]
+    pub(crate) fn remove(&self, id: u64) -> Option<Entry> {
+        self.shard(id).lock().remove(&id)
     }
 
-    /// Number of spans currently open.
+    /// The state of recorded span `id`, waiting at most [`LOCK_PATIENCE`] for its shard (the
+    /// panic hook: the panicking thread may hold it).
+    pub(crate) fn find(&self, id: u64) -> Option<Arc<SpanState>> {
+        let shard = self.shard(id).try_lock_for(LOCK_PATIENCE)?;
+        shard
+            .get(&id)
+            .filter(|e| e.recorded)
+            .map(|e| e.state.clone())
+    }
+
+    /// Recorded spans open now (shards whose lock is not free within the patience count 0).
     pub(crate) fn len(&self) -> usize {
-        self.slots
-            .try_lock_for(LOCK_PATIENCE)
-            .map_or(0, |s| s.len())
+        self.shards
+            .iter()
+            .filter_map(|s| s.0.try_lock_for(LOCK_PATIENCE))
+            .map(|m| m.values().filter(|e| e.recorded).count())
+            .sum()
     }
 
-    /// Empties the table and returns its records, innermost (latest started) first.
+    /// Empties the table and returns its recorded spans' states, innermost (latest started)
+    /// first: by start time, then by start order on their thread.
     pub(crate) fn drain(&self) -> Vec<Arc<SpanState>> {
-        let Some(mut slots) = self.slots.try_lock_for(LOCK_PATIENCE) else {
-            return Vec::new();
-        };
-        let mut entries: Vec<Entry> = slots.drain().collect();
-        drop(slots);
-        entries.sort_by_key(|e| std::cmp::Reverse(e.seq));
-        entries.into_iter().map(|e| e.state).collect()
+        let mut entries: Vec<Entry> = Vec::new();
+        for shard in &self.shards {
+            if let Some(mut map) = shard.0.try_lock_for(LOCK_PATIENCE) {
+                entries.extend(map.drain().map(|(_, e)| e));
+            }
+        }
+        let mut open: Vec<(Option<SystemTime>, u64, Arc<SpanState>)> = entries
+            .into_iter()
+            .filter(|e| e.recorded)
+            .map(|e| (e.state.start_time(), e.seq, e.state))
+            .collect();
+        open.sort_by_key(|(start, seq, _)| std::cmp::Reverse((*start, *seq)));
+        open.into_iter().map(|(_, _, s)| s).collect()
     }
 }

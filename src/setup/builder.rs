@@ -364,7 +364,9 @@ impl TelemetryBuilder {
     /// With `false`, the [`Telemetry`] is self-contained: its layer, [`Telemetry::tracer`],
     /// [`Telemetry::meter`] and [`Telemetry::is_span_group_enabled`] work as usual, and nothing
     /// else in the process sees it. For applications that own the globals themselves, and for
-    /// tests that set up several telemetries in parallel.
+    /// tests that set up several telemetries in parallel. Several telemetries' layers may share
+    /// one subscriber: each records its own spans ([`LensSpanExt`](crate::LensSpanExt)
+    /// addresses the first lens layer of a subscriber).
     ///
     /// ```
     /// use nemo_lens::{LensConfig, Telemetry};
@@ -386,9 +388,10 @@ impl TelemetryBuilder {
     /// Whether `opentelemetry::Context::current()` carries the entered lens span (default
     /// `true`), so OpenTelemetry-API code inside lens spans (a global propagator injecting
     /// `traceparent` into HTTP headers, tonic interceptors, spans of an OpenTelemetry tracer)
-    /// sees it as the current span. It costs an allocation per span enter on the training
-    /// thread (`docs/performance.md` has the figures); turn it off when no such code runs
-    /// inside lens spans.
+    /// sees it as the current span. A span's context is built at its first enter (one
+    /// allocation) and attached by clone at every enter, which costs about what the registry's
+    /// own enter and exit cost (figures in `docs/performance.md`); turn it off
+    /// when no such code runs inside lens spans.
     ///
     /// ```
     /// use nemo_lens::{LensConfig, Telemetry};

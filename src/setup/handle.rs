@@ -423,7 +423,7 @@ impl Telemetry {
             .built
             .pipeline
             .as_ref()
-            .map_or(0, |p| p.open.len())
+            .map_or(0, |p| p.open_spans())
     }
 
     /// Whether this handle was set up in a parent process and inherited through `fork` without

@@ -36,6 +36,7 @@ use crate::layer::pipeline::Pipeline;
 use crate::propagation;
 use crate::queue::drops::DropCounters;
 use crate::rank::sampler::RankAwareSampler;
+use crate::record::to_span_data::DirectBuild;
 
 /// Builds the processor of the exporter given to
 /// [`TelemetryBuilder::span_exporter`](crate::TelemetryBuilder::span_exporter).
@@ -147,6 +148,12 @@ impl Built {
         }
         let mut processors: Vec<BoxedProcessor> =
             parts.processors.into_iter().map(|make| make()).collect();
+        // No processor of the application sees the lens layer's spans (none added, not its own
+        // provider): the worker builds the exporter's `SpanData` itself. The SDK-span closer
+        // ignores lens-layer spans either way, and spans of the lens tracer (`tracer()`,
+        // `opentelemetry_layer()`) still go through the provider.
+        let direct =
+            (processors.is_empty() && !own_builder).then(|| DirectBuild::from_env(SCOPE_NAME));
         let exporter = match parts.exporter {
             Some(make) => Some(make(&parts.settings)?),
             None if own_builder => None,
@@ -183,6 +190,7 @@ impl Built {
                     parts.text,
                     parts.settings.span_queue.get().cloned(),
                     config.sampler_enabled,
+                    direct,
                 )
                 .with_trace_per(parts.trace_per)
                 .with_error_backtraces(parts.error_backtraces),

@@ -159,3 +159,42 @@ fn a_span_truncated_at_shutdown_and_closed_later_leaves_newer_spans_open() {
     drop(new);
     assert_eq!(capture.telemetry().open_spans(), 0);
 }
+
+/// A subscriber dropped while one of its spans is open ends that span as truncated, saying
+/// why. Here the span was never closed because its last child closed on a thread where the
+/// subscriber is not the default (the registry releases the parent through the thread's
+/// default subscriber).
+#[test]
+fn a_span_left_open_when_its_subscriber_is_dropped_is_ended_as_truncated() {
+    let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+    let telemetry = crate::common::memory::builder(&exporter).build().unwrap();
+    let subscriber = tracing_subscriber::registry().with(telemetry.layer());
+    let child = tracing::subscriber::with_default(subscriber, || {
+        let parent = tracing::info_span!("parent", nemo.group.job = tracing::field::Empty);
+        tracing::info_span!(parent: &parent, "child", nemo.group.job = tracing::field::Empty)
+    });
+    assert_eq!(telemetry.open_spans(), 2);
+    // Closed on a thread with no default subscriber: its parent is never released.
+    std::thread::spawn(move || drop(child)).join().unwrap();
+    assert_eq!(
+        telemetry.open_spans(),
+        0,
+        "the subscriber is gone, and its open span ended"
+    );
+    telemetry.force_flush().unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+    let parent = crate::common::memory::named(&spans, "parent");
+    let reason = &parent
+        .events
+        .iter()
+        .find(|e| e.name == "nemo.span.truncated")
+        .unwrap()
+        .attributes[0];
+    assert_eq!(
+        reason.value,
+        Value::from("dropped by the subscriber without being closed")
+    );
+    let child = crate::common::memory::named(&spans, "child");
+    assert!(child.events.is_empty(), "the child closed normally");
+    telemetry.shutdown(Duration::from_secs(5)).unwrap();
+}

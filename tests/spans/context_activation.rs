@@ -86,3 +86,123 @@ fn without_activation_the_opentelemetry_context_stays_empty() {
         );
     });
 }
+
+/// The guard of an entered span held across an `.await` on a multi-thread runtime: the span is
+/// entered on one worker and exited (then closed) on another. The context the first worker
+/// attached is never injected afterwards: code in no span, on every worker, injects no
+/// `traceparent` through nemo-lens's propagator or propagation functions.
+#[test]
+fn a_span_exited_on_another_worker_is_never_injected_afterwards() {
+    use std::collections::HashSet;
+    use std::sync::{Arc, Mutex};
+    use std::thread::ThreadId;
+    use std::time::{Duration, Instant};
+
+    use nemo_lens::propagation::{W3cTraceContextPropagator, current_context};
+
+    let exporter = InMemorySpanExporter::default();
+    let telemetry = telemetry(true, exporter.clone());
+    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(telemetry.layer()));
+    let workers: Arc<Mutex<HashSet<ThreadId>>> = Arc::default();
+    let runtime = {
+        let (dispatch, workers) = (dispatch.clone(), workers.clone());
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .on_thread_start(move || {
+                workers.lock().unwrap().insert(std::thread::current().id());
+                // The subscriber is every worker's default for its whole life.
+                std::mem::forget(tracing::dispatcher::set_default(&dispatch));
+            })
+            .build()
+            .unwrap()
+    };
+
+    // The pattern, until at least one span was exited on another worker than its entry's.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut crossed = 0;
+    while crossed == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no span was ever resumed on another worker"
+        );
+        let tasks: Vec<_> = (0..64)
+            .map(|i| {
+                runtime.spawn(async move {
+                    // A root: the tasks interleave on each worker, and a contextual span would
+                    // be the child of another task's (its close would then come later).
+                    let span = tracing::info_span!(
+                        parent: None,
+                        "request",
+                        nemo.group.job = tracing::field::Empty,
+                        i
+                    );
+                    let _entered = span.enter();
+                    let on = std::thread::current().id();
+                    // Busy enough that the other worker steals queued tasks.
+                    std::thread::sleep(Duration::from_micros(200));
+                    tokio::task::yield_now().await;
+                    on != std::thread::current().id()
+                })
+            })
+            .collect();
+        crossed += runtime.block_on(async {
+            let mut n = 0;
+            for t in tasks {
+                n += usize::from(t.await.unwrap());
+            }
+            n
+        });
+    }
+
+    // Code in no span, on every worker: nothing to inject.
+    let injected: Arc<Mutex<Vec<(ThreadId, String)>>> = Arc::default();
+    let mut seen = HashSet::new();
+    while seen.len() < workers.lock().unwrap().len() {
+        assert!(
+            Instant::now() < deadline,
+            "the injections did not reach every worker"
+        );
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let injected = injected.clone();
+                runtime.spawn(async move {
+                    assert!(tracing::Span::current().is_none(), "code in no span");
+                    let mut carrier = HashMap::new();
+                    W3cTraceContextPropagator::new()
+                        .inject_context(&opentelemetry::Context::current(), &mut carrier);
+                    W3cTraceContextPropagator::new()
+                        .inject_context(&current_context(), &mut carrier);
+                    // And after nemo-lens ran on this thread, the current context itself.
+                    if opentelemetry::Context::current()
+                        .span()
+                        .span_context()
+                        .is_valid()
+                    {
+                        carrier.insert("current".into(), "a span".into());
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                    let id = std::thread::current().id();
+                    injected.lock().unwrap().push((id, format!("{carrier:?}")));
+                    id
+                })
+            })
+            .collect();
+        runtime.block_on(async {
+            for t in tasks {
+                seen.insert(t.await.unwrap());
+            }
+        });
+    }
+    for (worker, carrier) in injected.lock().unwrap().iter() {
+        assert_eq!(carrier, "{}", "worker {worker:?} injected a closed span");
+    }
+    drop(runtime);
+    telemetry.force_flush().unwrap();
+    assert!(
+        exporter
+            .get_finished_spans()
+            .unwrap()
+            .iter()
+            .any(|s| s.name == "request")
+    );
+}

@@ -138,3 +138,64 @@ fn a_non_exporting_rank_never_builds_the_applications_provider() {
     telemetry.force_flush().unwrap();
     assert!(mine.get_finished_spans().unwrap().is_empty());
 }
+
+/// Two telemetries in one subscriber (each layer keeps its own spans): both export their
+/// spans, each with its own groups, parents and events.
+#[test]
+fn two_telemetries_in_one_subscriber_both_export() {
+    let (a, b) = (
+        InMemorySpanExporter::default(),
+        InMemorySpanExporter::default(),
+    );
+    let first = Telemetry::builder(exporting().with_span_groups("per_step"))
+        .install_globals(false)
+        .span_exporter(a.clone())
+        .build()
+        .unwrap();
+    let second = Telemetry::builder(exporting())
+        .install_globals(false)
+        .span_exporter(b.clone())
+        .build()
+        .unwrap();
+    let subscriber = tracing_subscriber::registry()
+        .with(first.layer())
+        .with(second.layer());
+    tracing::subscriber::with_default(subscriber, || {
+        let job = tracing::info_span!("job", nemo.group.job = tracing::field::Empty);
+        job.in_scope(|| {
+            tracing::info!("job started");
+            tracing::info_span!("step", nemo.group.step = tracing::field::Empty)
+                .in_scope(|| tracing::info!("step done"));
+        });
+    });
+    first.force_flush().unwrap();
+    second.force_flush().unwrap();
+    let (a, b) = (
+        a.get_finished_spans().unwrap(),
+        b.get_finished_spans().unwrap(),
+    );
+    assert_eq!(names(&a), ["job", "step"]);
+    assert_eq!(
+        names(&b),
+        ["job"],
+        "the second telemetry keeps its own groups"
+    );
+    let span =
+        |spans: &[SpanData], name: &str| spans.iter().find(|s| s.name == name).cloned().unwrap();
+    let (job_a, step_a, job_b) = (span(&a, "job"), span(&a, "step"), span(&b, "job"));
+    assert_eq!(step_a.parent_span_id, job_a.span_context.span_id());
+    assert_eq!(
+        step_a.span_context.trace_id(),
+        job_a.span_context.trace_id()
+    );
+    assert_eq!(step_a.events.events[0].name, "step done");
+    assert_eq!(job_a.events.events[0].name, "job started");
+    assert_eq!(job_b.events.events[0].name, "job started");
+    assert_ne!(
+        job_a.span_context.span_id(),
+        job_b.span_context.span_id(),
+        "each telemetry draws its own ids"
+    );
+    first.shutdown(Duration::from_secs(5)).unwrap();
+    second.shutdown(Duration::from_secs(5)).unwrap();
+}

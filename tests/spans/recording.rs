@@ -144,3 +144,41 @@ fn events_past_the_limit_are_counted_not_kept() {
         "the first events are kept"
     );
 }
+
+/// `span.record` on a span the lens layer does not record (its group is off; another layer
+/// keeps it) never reads the values: no `Display` of the application runs for it.
+#[test]
+fn record_on_a_span_of_another_layer_reads_nothing() {
+    struct Counted(Arc<Mutex<u32>>);
+    impl std::fmt::Display for Counted {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            *self.0.lock().unwrap() += 1;
+            f.write_str("value")
+        }
+    }
+    let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
+    let telemetry = crate::common::memory::builder(&exporter).build().unwrap();
+    let subscriber = tracing_subscriber::registry()
+        .with(telemetry.layer())
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::sink));
+    let reads = Arc::new(Mutex::new(0));
+    tracing::subscriber::with_default(subscriber, || {
+        // `step` is not in the default groups: the lens layer does not record it.
+        let off = tracing::info_span!("off", nemo.group.step = Empty, note = Empty);
+        off.record("note", tracing::field::display(Counted(reads.clone())));
+        let fmt_reads = *reads.lock().unwrap();
+        let on = tracing::info_span!("on", nemo.group.job = Empty, note = Empty);
+        on.record("note", tracing::field::display(Counted(reads.clone())));
+        // The fmt layer formats each record once; the lens layer only the recorded span's.
+        assert_eq!(*reads.lock().unwrap(), 2 * fmt_reads + 1);
+    });
+    telemetry.force_flush().unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+    let on = crate::common::memory::named(&spans, "on");
+    assert_eq!(
+        SpanCapture::attribute(on, "note"),
+        Some(Value::from("value"))
+    );
+    assert!(spans.iter().all(|s| s.name != "off"));
+    telemetry.shutdown(Duration::from_secs(5)).unwrap();
+}

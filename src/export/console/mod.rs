@@ -19,6 +19,8 @@ pub use metrics::ConsoleMetricExporter;
 pub(crate) use python_json::{write_attributes, write_f64, write_json_str, write_time};
 pub use spans::ConsoleSpanExporter;
 pub(crate) use spans::resource_json;
+#[cfg(test)]
+pub(crate) use spans::write_span_json;
 pub use writer::ConsoleWriter;
 pub(crate) use writer::resolve_path;
 

@@ -21,6 +21,16 @@
 //! core). `benches/instructions.sh` runs the same functions under callgrind (`--count N`) for a
 //! load-independent count.
 //!
+//! Whole process: a span's cost does not end on the training thread. For the exporting
+//! wirings (and the registry they sit on), each shape then gets one more run of
+//! `PEERS_PROCESS_SPANS` spans (500,000): the pipeline is flushed, the process's CPU time
+//! (every thread: the training thread, the batch worker, the exporter) is read, the spans are
+//! made, the pipeline is flushed again, and the CPU time is read again. Each child process
+//! gets queues large enough for the whole run (`OTEL_BSP_MAX_QUEUE_SIZE`, read by nemo-lens
+//! and the SDK alike, and `NEMO_LENS_QUEUE_MAX_BYTES`), so nothing is dropped; the table
+//! says how many spans the exporter did not receive. The training thread's wall time over the
+//! same run is given beside it.
+//!
 //! Wirings (exporting ones use a batch processor and an exporter that discards the batch):
 //!
 //! | name | what |
@@ -58,15 +68,17 @@
 //! `benches/run_all.sh` runs both with the other benches and writes the figures to
 //! `docs/performance.md`.
 use std::hint::black_box;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tracing::field::Empty;
 
+#[path = "../common/mod.rs"]
 mod common;
+mod driver;
 use common::Wiring;
+use driver::driver;
 
 /// Samples per case.
 const SAMPLES: usize = 9;
@@ -76,6 +88,8 @@ const WARM_UP_MS: u64 = 150;
 const SAMPLE_MS: u64 = 200;
 /// fastrace's intended shape: one root and this many spans in all (the root + 99 children).
 const FASTRACE_TRACE_LEN: u64 = 100;
+/// Spans of each whole-process run (`PEERS_PROCESS_SPANS` overrides it).
+const PROCESS_SPANS: u64 = 500_000;
 
 /// Every wiring of the table, in its row order.
 /// `lens_opentelemetry_layer` only with the `tracing-opentelemetry` feature.
@@ -146,6 +160,22 @@ impl Peer {
                     | Wiring::PlainOtel
                     | Wiring::PlainOtelLean
             ) | Peer::Fastrace { .. }
+        )
+    }
+
+    /// Whether the whole-process run (process CPU per span, after a flush) is made: the
+    /// exporting `tracing` wirings and the registry they sit on.
+    fn whole_process(self) -> bool {
+        matches!(
+            self,
+            Peer::Tracing(
+                Wiring::RegistryOnly
+                    | Wiring::LensExported
+                    | Wiring::LensExportedNoActivation
+                    | Wiring::LensOtelLayer
+                    | Wiring::PlainOtel
+                    | Wiring::PlainOtelLean
+            )
         )
     }
 
@@ -253,6 +283,60 @@ fn thread_cpu_time() -> Duration {
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// CPU time consumed by every thread of this process so far.
+fn process_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: as in `thread_cpu_time`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// What one shape's whole-process run measured, in ns per span.
+struct Process {
+    /// Wall-clock time of the loop on the training thread.
+    wall: f64,
+    /// CPU time of every thread of the process from just before the loop until the pipeline
+    /// had exported everything (flushed).
+    cpu: f64,
+    /// Spans the exporter received during the run, over the spans made.
+    exported: u64,
+    spans: u64,
+}
+
+/// Spans of each whole-process run: `PEERS_PROCESS_SPANS`, else [`PROCESS_SPANS`].
+fn process_spans() -> u64 {
+    std::env::var("PEERS_PROCESS_SPANS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(PROCESS_SPANS)
+}
+
+/// The whole-process run of `f`: `PEERS_PROCESS_SPANS` spans (after the pipeline was flushed),
+/// then a flush; process CPU time over both. The child processes get queues large enough
+/// that nothing is dropped (see [`run_child`]); `exported` says whether that held.
+fn whole_process(f: fn(i64), spans: u64, built: &common::Built, start: i64) -> Process {
+    let n = process_spans() / spans;
+    built.flush();
+    let before = built.exported.load(Ordering::Relaxed);
+    let cpu = process_cpu_time();
+    let wall = Instant::now();
+    run_loop(f, start, n);
+    let wall = wall.elapsed();
+    built.flush();
+    let cpu = process_cpu_time() - cpu;
+    let per_span = |d: Duration| d.as_nanos() as f64 / (n * spans) as f64;
+    Process {
+        wall: per_span(wall),
+        cpu: per_span(cpu),
+        exported: built.exported.load(Ordering::Relaxed) - before,
+        spans: n * spans,
+    }
 }
 
 /// `SAMPLES` samples of `f` (`spans` spans per call), after a warm-up and a calibration to
@@ -438,6 +522,21 @@ fn child(peer: Peer, shapes: &[Shape], count: Option<u64>) {
                     s.max,
                     s.cpu
                 );
+                if let Installed::Tracing(built) = &installed
+                    && peer.whole_process()
+                {
+                    let p = whole_process(f, spans, built, calls as i64);
+                    calls += p.spans / spans;
+                    println!(
+                        "PROCESS {} {} {} {:.3} {:.3} {}",
+                        peer.name(),
+                        shape.name(),
+                        p.spans,
+                        p.wall,
+                        p.cpu,
+                        p.exported
+                    );
+                }
             }
         }
         produced += calls * spans;
@@ -452,240 +551,6 @@ fn child(peer: Peer, shapes: &[Shape], count: Option<u64>) {
     let exported = finish(installed, &exported);
     if peer.exports() && drained {
         println!("EXPORTED {} {produced} {exported}", peer.name());
-    }
-}
-
-// ----- the driver ------------------------------------------------------------------------------
-
-fn fmt_ns(ns: f64) -> String {
-    if ns >= 1000.0 {
-        format!("{:.2} µs", ns / 1000.0)
-    } else if ns >= 100.0 {
-        format!("{ns:.0} ns")
-    } else if ns >= 10.0 {
-        format!("{ns:.1} ns")
-    } else {
-        format!("{ns:.2} ns")
-    }
-}
-
-fn cell(s: Option<&Sample>) -> String {
-    match s {
-        Some(s) => format!(
-            "{} ({} – {})",
-            fmt_ns(s.median),
-            fmt_ns(s.min),
-            fmt_ns(s.max)
-        ),
-        None => "failed".into(),
-    }
-}
-
-/// One row: the root and child samples and, for exporting wirings, the share of spans dropped.
-struct Row {
-    peer: Peer,
-    root: Option<Sample>,
-    child: Option<Sample>,
-    dropped: Option<f64>,
-}
-
-/// Runs `peer` in a process of its own (`quick`: 2 ms warm-up and samples, a smoke test).
-fn run_child(peer: Peer, quick: bool) -> Row {
-    let exe = std::env::current_exe().expect("own executable");
-    let mut cmd = Command::new(exe);
-    cmd.args(["--wiring", peer.name()]);
-    if quick {
-        cmd.env("PEERS_WARM_UP_MS", "2").env("PEERS_SAMPLE_MS", "2");
-    }
-    let out = cmd.output().expect("run a wiring's process");
-    let mut row = Row {
-        peer,
-        root: None,
-        child: None,
-        dropped: None,
-    };
-    if !out.status.success() {
-        eprintln!(
-            "{}: {}\n{}",
-            peer.name(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        match f.as_slice() {
-            ["PEERS", _, shape, median, min, max, cpu] => {
-                let s = Sample {
-                    median: median.parse().unwrap_or(f64::NAN),
-                    min: min.parse().unwrap_or(f64::NAN),
-                    max: max.parse().unwrap_or(f64::NAN),
-                    cpu: cpu.parse().unwrap_or(f64::NAN),
-                };
-                if *shape == "root" {
-                    row.root = Some(s);
-                } else {
-                    row.child = Some(s);
-                }
-            }
-            ["EXPORTED", _, produced, exported] => {
-                let p: f64 = produced.parse().unwrap_or(f64::NAN);
-                let e: f64 = exported.parse().unwrap_or(f64::NAN);
-                row.dropped = Some(1.0 - e / p);
-            }
-            _ => {}
-        }
-    }
-    row
-}
-
-/// The 1, 5 and 15 minute load averages.
-fn load_average() -> String {
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    load.split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// Runs every selected wiring and prints the table. Without `--bench` (`cargo test
-/// --benches`), a smoke test: every wiring with 2 ms samples, failing if one fails.
-fn driver(filters: &[String], bench: bool) {
-    let date = Command::new("date")
-        .args(["-u", "+%Y-%m-%dT%H:%MZ"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("model name")
-                .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
-        })
-        .unwrap_or_default();
-    if !bench {
-        println!("peers: smoke test (no --bench: 2 ms samples, maybe a debug build); not figures");
-    }
-    println!(
-        "peers {date}: {} cores ({cpu}), load average {} at start; one process per wiring, \
-         ns per span, median (min – max) of {SAMPLES} samples of wall-clock time",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        load_average()
-    );
-    // A word selects the wirings whose name contains it; `=name` selects that wiring only.
-    let selected = |p: &Peer| {
-        filters.iter().any(|f| match f.strip_prefix('=') {
-            Some(exact) => p.name() == exact,
-            None => p.name().contains(f.as_str()),
-        })
-    };
-    let rows: Vec<Row> = PEERS
-        .iter()
-        .copied()
-        .filter(|p| filters.is_empty() || selected(p))
-        .map(|p| {
-            eprintln!("peers: {} ...", p.name());
-            run_child(p, !bench)
-        })
-        .collect();
-    println!("load average {} at end", load_average());
-    println!();
-    println!(
-        "| wiring | root span | child of a long-lived span | root / child, thread CPU time | spans dropped |"
-    );
-    println!("|---|---|---|---|---|");
-    let cpu = |s: Option<&Sample>| s.map_or("failed".into(), |s| fmt_ns(s.cpu));
-    for r in &rows {
-        let dropped = match r.dropped {
-            Some(d) => format!("{:.1}%", (d * 100.0).max(0.0)),
-            None => String::new(),
-        };
-        println!(
-            "| {} | {} | {} | {} / {} | {dropped} |",
-            r.peer.label(),
-            cell(r.root.as_ref()),
-            cell(r.child.as_ref()),
-            cpu(r.root.as_ref()),
-            cpu(r.child.as_ref()),
-        );
-    }
-    print_ratios(&rows);
-    let failed: Vec<_> = rows
-        .iter()
-        .filter(|r| r.root.is_none() || r.child.is_none())
-        .map(|r| r.peer.name())
-        .collect();
-    if !failed.is_empty() {
-        eprintln!("peers: failed wirings: {}", failed.join(", "));
-        std::process::exit(1);
-    }
-}
-
-/// The exported lens span beside the registry it sits on and beside tracing-opentelemetry, its
-/// child / root ratio, and the off wirings beside no subscriber, from the wall-clock medians
-/// (thread CPU time in parentheses); a ratio whose two rows did not both run is left out.
-fn print_ratios(rows: &[Row]) {
-    let get = |w: Wiring, shape: Shape| {
-        rows.iter()
-            .find(|r| r.peer == Peer::Tracing(w))
-            .and_then(|r| match shape {
-                Shape::Root => r.root.as_ref(),
-                Shape::Child => r.child.as_ref(),
-            })
-            .map(|s| (s.median, s.cpu))
-    };
-    let ratio = |a: Option<(f64, f64)>, b: Option<(f64, f64)>| {
-        a.zip(b)
-            .map(|(a, b)| format!("{:.2}x ({:.2}x)", a.0 / b.0, a.1 / b.1))
-    };
-    let mut lines = Vec::new();
-    for shape in [Shape::Root, Shape::Child] {
-        let lens = get(Wiring::LensExported, shape);
-        for (other, what) in [
-            (Wiring::RegistryOnly, "registry alone"),
-            (Wiring::PlainOtelLean, "tracing-opentelemetry lean"),
-            (Wiring::PlainOtel, "tracing-opentelemetry defaults"),
-        ] {
-            if let Some(r) = ratio(lens, get(other, shape)) {
-                lines.push(format!("- {}: lens exported / {what}: {r}", shape.name()));
-            }
-        }
-    }
-    if let Some(r) = ratio(
-        get(Wiring::LensExported, Shape::Child),
-        get(Wiring::LensExported, Shape::Root),
-    ) {
-        lines.push(format!("- lens exported, child / root: {r}"));
-    }
-    for shape in [Shape::Root, Shape::Child] {
-        if let Some(r) = ratio(
-            get(Wiring::LensOtelLayer, shape),
-            get(Wiring::LensExported, shape),
-        ) {
-            lines.push(format!(
-                "- {}: opentelemetry_layer() / lens layer, both exported: {r}",
-                shape.name()
-            ));
-        }
-    }
-    for off in [Wiring::LensNonExporting, Wiring::LensDisabledGroup] {
-        if let Some(r) = ratio(
-            get(off, Shape::Root),
-            get(Wiring::NoSubscriber, Shape::Root),
-        ) {
-            lines.push(format!(
-                "- {} / no subscriber, root: {r} (a few ns: timing noise; benches/instructions.sh settles it)",
-                off.name()
-            ));
-        }
-    }
-    if !lines.is_empty() {
-        println!();
-        println!("Ratios of the medians, wall clock (thread CPU time):");
-        for l in lines {
-            println!("{l}");
-        }
     }
 }
 
