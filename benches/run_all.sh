@@ -3,7 +3,7 @@
 # date, toolchain, machine and load average before and after, then each bench's tables.
 #   1. `cargo bench --bench peers`: nemo-lens beside its peers, one process per wiring;
 #   2. benches/instructions.sh: instructions per span on the training thread under callgrind,
-#      the load-independent figure;
+#      the load-independent figure, and benches/profile.sh, where an exported span's instructions go;
 #   3. the criterion benches (spans, events, nesting, ids, console, recorder), tables by
 #      benches/report.py;
 #   4. the OTLP/HTTP run against a loopback rotel collector (benches/otlp.rs);
@@ -42,6 +42,8 @@ echo "run_all: peers" >&2
 cargo bench --quiet --features tracing-opentelemetry --bench peers >"$OUT/peers.txt"
 echo "run_all: instructions.sh" >&2
 benches/instructions.sh >"$OUT/instructions.txt"
+echo "run_all: profile.sh" >&2
+benches/profile.sh root >"$OUT/profile.txt"
 for b in spans events nesting ids console recorder; do
   echo "run_all: $b" >&2
   cargo bench --quiet --bench "$b" -- "$@" >"$OUT/$b.txt"
@@ -81,6 +83,8 @@ echo "run_all: nemo-lens throughput, ranks" >&2
 cargo bench --quiet -p nemo-lens-cli --bench throughput -- "$@" >"$OUT/cli.txt"
 cargo bench --quiet -p nemo-lens-cli --bench ranks >"$OUT/ranks.txt"
 
+# The goals against this run's figures (fails when a figure is missing).
+python3 benches/goals.py "$OUT/peers.txt" "$OUT/instructions.txt" "$OUT/criterion.txt" >"$OUT/goals.txt"
 END_DATE=$(date -u '+%H:%M')
 END_LOAD=$(load)
 CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
@@ -119,6 +123,16 @@ cat <<EOF
 | load average (1, 5, 15 min) | $START_LOAD at start, $END_LOAD at end |
 
 EOF
+cat <<'EOF'
+## Goals
+
+What the project aims for, against this run (`benches/goals.py` reads the tables below). A goal
+this run misses is marked missed; the profile under "Where an exported span's instructions go"
+shows what the training thread spends them on.
+
+EOF
+cat "$OUT/goals.txt"
+echo
 cat <<'EOF'
 ## Beside its peers
 
@@ -171,6 +185,18 @@ that nothing is dropped. Each figure includes 6 instructions of the calling loop
 
 EOF
 tables "$OUT/instructions.txt"
+cat <<'EOF'
+
+## Where an exported span's instructions go
+
+`bash benches/profile.sh root` (callgrind, one output per thread): the `lens_exported` root span
+of the table above, function by function, inclusive (a row counts what it calls, so rows
+overlap; indented rows are part of the row above). The registry's share of each callback is the
+callback's row minus the lens layer's. The other threads' totals are the export pipeline's cost
+per span, which the process pays beside the training thread's.
+
+EOF
+cat "$OUT/profile.txt"
 cat <<'EOF'
 
 ## Criterion benches
