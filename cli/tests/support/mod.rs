@@ -195,6 +195,18 @@ pub fn write_job(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// The files of `dir` whose name ends with `suffix`, sorted (none when `dir` does not exist).
+pub fn files_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    v.sort();
+    v
+}
+
 /// The `nemo-lens` binary built for this test run.
 pub fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_nemo-lens"))
