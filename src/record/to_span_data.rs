@@ -51,7 +51,7 @@ impl DirectBuild {
     /// parsed as the SDK parses them), and the scope of the tracer named `scope_name`.
     pub(crate) fn from_env(scope_name: &'static str) -> Self {
         let mut limits = SpanLimits::default();
-        let read = |var: &str| std::env::var(var).ok()?.parse::<u32>().ok();
+        let read = super::sdk_count_limit;
         if let Some(n) = read("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT") {
             limits.max_attributes_per_span = n;
         }
