@@ -281,15 +281,22 @@ impl IdGenerator for ChaChaIdGenerator {
 /// A map keyed by an id: a span id (random) or a `tracing` span id (a dense slab key).
 pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
-/// Hashes an id with one multiplication (Fibonacci hashing): it spreads dense keys as well as
-/// random ones, and SipHash (the default, a few times dearer per lookup) buys nothing here.
+/// Spreads an id over all 64 bits with one multiplication (Fibonacci hashing): dense keys as
+/// well as random ones; the high bits are the best mixed.
+#[inline]
+pub(crate) fn spread(id: u64) -> u64 {
+    id.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// Hashes an id with [`spread`]: SipHash (the default, a few times dearer per lookup) buys
+/// nothing for ids.
 #[derive(Default)]
 pub(crate) struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     #[inline]
     fn finish(&self) -> u64 {
-        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        spread(self.0)
     }
     #[inline]
     fn write(&mut self, bytes: &[u8]) {

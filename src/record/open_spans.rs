@@ -26,7 +26,7 @@ use opentelemetry::Context;
 use opentelemetry::trace::SpanContext;
 use parking_lot::Mutex;
 
-use crate::ids::IdMap;
+use crate::ids::{self, IdMap};
 use crate::record::SpanState;
 
 /// Why the closer ended a span.
@@ -121,7 +121,7 @@ impl std::fmt::Debug for OpenSpans {
 impl OpenSpans {
     #[inline]
     fn shard(&self, id: u64) -> &Mutex<Map> {
-        let h = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let h = ids::spread(id);
         &self.shards[(h >> (64 - SHARDS.trailing_zeros())) as usize].0
     }
 
