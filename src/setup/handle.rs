@@ -67,12 +67,11 @@ pub(crate) struct Inner {
 /// * the layer records nothing (one relaxed atomic load per span compares the `pthread_atfork`
 ///   generation recorded at setup with the current one; no syscall);
 /// * spans the parent had open are neither ended nor truncated nor exported by the child (the
-///   parent exports them once), and the closer's slab is never touched;
+///   parent exports them once), and the layer's table of open spans is never touched;
 /// * [`Telemetry::force_flush`], [`Telemetry::shutdown`] and dropping the handle return at once
 ///   (the inherited providers are leaked, never shut down: that would wait for dead threads);
 /// * the child may set up its own telemetry (the double-init guard counts per fork generation),
 ///   which draws IDs from a freshly seeded stream ([`ChaChaIdGenerator`](crate::ChaChaIdGenerator)).
-///
 #[derive(Clone)]
 pub struct Telemetry {
     pub(super) inner: Arc<Inner>,
