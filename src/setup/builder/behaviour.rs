@@ -10,9 +10,11 @@ impl TelemetryBuilder {
     /// meter providers, the global W3C propagator, the process-wide span-group state read by
     /// [`crate::groups::is_span_group_enabled`], and the one-enabled-setup-per-process guard.
     ///
-    /// With `false`, the [`Telemetry`] is self-contained: its layer, [`Telemetry::tracer`],
-    /// [`Telemetry::meter`] and [`Telemetry::is_span_group_enabled`] work as usual, and nothing
-    /// else in the process sees it. For applications that own the globals themselves, and for
+    /// With `false`, the [`Telemetry`](crate::Telemetry) is self-contained: its layer,
+    /// [`Telemetry::tracer`](crate::Telemetry::tracer),
+    /// [`Telemetry::meter`](crate::Telemetry::meter) and
+    /// [`Telemetry::is_span_group_enabled`](crate::Telemetry::is_span_group_enabled) work as
+    /// usual, and nothing else in the process sees it. For applications that own the globals themselves, and for
     /// tests that set up several telemetries in parallel. Several telemetries' layers may share
     /// one subscriber: each records its own spans ([`LensSpanExt`](crate::LensSpanExt)
     /// addresses the first lens layer of a subscriber).
@@ -110,8 +112,8 @@ impl TelemetryBuilder {
     /// recorded panic too, whatever `RUST_BACKTRACE` says (default: off).
     ///
     /// Off, an `ERROR` event carries no backtrace, and a panic (with
-    /// [`Telemetry::install_panic_hook`]) carries one when `RUST_BACKTRACE` /
-    /// `RUST_LIB_BACKTRACE` enable backtraces, as `std`'s panic message does. On, the stack is
+    /// [`Telemetry::install_panic_hook`](crate::Telemetry::install_panic_hook)) carries one
+    /// when `RUST_BACKTRACE` / `RUST_LIB_BACKTRACE` enable backtraces, as `std`'s panic message does. On, the stack is
     /// captured on the thread of the event (its frames' addresses: microseconds) and resolved
     /// into text on the export worker when the span is exported, never on the training thread.
     /// Resolving costs the worker up to hundreds of microseconds per backtrace (a steady stream

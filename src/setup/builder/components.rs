@@ -75,8 +75,8 @@ impl TelemetryBuilder {
     /// [`TelemetryBuilder::span_processor`], and an exporter only when
     /// [`TelemetryBuilder::span_exporter`] names one: the application's processors do the
     /// exporting. The builder's resource is kept (lens's resource attributes are not added to
-    /// it; [`Telemetry::resource`] still describes this rank). On a disabled or non-exporting
-    /// rank the builder is dropped unbuilt, and nothing is started.
+    /// it; [`Telemetry::resource`](crate::Telemetry::resource) still describes this rank). On
+    /// a disabled or non-exporting rank the builder is dropped unbuilt, and nothing is started.
     ///
     /// ```
     /// use nemo_lens::{LensConfig, Telemetry};
