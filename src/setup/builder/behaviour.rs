@@ -113,9 +113,10 @@ impl TelemetryBuilder {
     ///
     /// Off, an `ERROR` event carries no backtrace, and a panic (with
     /// [`Telemetry::install_panic_hook`](crate::Telemetry::install_panic_hook)) carries one
-    /// when `RUST_BACKTRACE` / `RUST_LIB_BACKTRACE` enable backtraces, as `std`'s panic message does. On, the stack is
-    /// captured on the thread of the event (its frames' addresses: microseconds) and resolved
-    /// into text on the export worker when the span is exported, never on the training thread.
+    /// when `RUST_BACKTRACE` / `RUST_LIB_BACKTRACE` enable backtraces, as `std`'s panic message
+    /// does. On, the stack is captured on the thread of the event (its frames' addresses:
+    /// microseconds) and resolved into text on the export worker when the span is exported,
+    /// never on the training thread.
     /// Resolving costs the worker up to hundreds of microseconds per backtrace (a steady stream
     /// of errors can make it fall behind, and the queue then drops and counts spans), and the
     /// first resolution maps and parses the binary's debug information, which raises the
