@@ -348,35 +348,35 @@ impl<W: Write> Writer<W> {
         self.emit(&instant)
     }
 
-    fn metrics(&mut self, batch: &[input::ResourceMetrics], pid: i64) -> Result<()> {
-        for rm in batch {
-            for sm in &rm.scope_metrics {
-                for metric in &sm.metrics {
-                    for point in &metric.data.data_points {
-                        let Some(ts) = point.time_unix_nano.map(|ns| (ns / 1000.0) as i64) else {
-                            continue;
-                        };
-                        let name = counter_name(&metric.name, &point.attributes);
-                        let mut args = Map::new();
-                        if let Some(v) = point.value {
-                            args.insert("value".into(), v.into());
-                        } else {
-                            if let Some(s) = point.sum {
-                                args.insert("sum".into(), s.into());
-                            }
-                            if let Some(c) = point.count {
-                                args.insert("count".into(), c.into());
-                            }
-                        }
-                        if args.is_empty() {
-                            continue;
-                        }
-                        let mut event = Event::new(&name, "C", pid, 0, args);
-                        event.ts = Some(ts);
-                        self.emit(&event)?;
-                    }
+    /// The data points of one resource's metrics: counter events on the rank's process.
+    fn metrics(&mut self, rm: &input::ResourceMetrics, pid: i64) -> Result<()> {
+        let points = rm
+            .scope_metrics
+            .iter()
+            .flat_map(|sm| &sm.metrics)
+            .flat_map(|metric| metric.data.data_points.iter().map(move |p| (metric, p)));
+        for (metric, point) in points {
+            let Some(ts) = point.time_unix_nano.map(|ns| (ns / 1000.0) as i64) else {
+                continue;
+            };
+            let mut args = Map::new();
+            if let Some(v) = point.value {
+                args.insert("value".into(), v.into());
+            } else {
+                if let Some(s) = point.sum {
+                    args.insert("sum".into(), s.into());
+                }
+                if let Some(c) = point.count {
+                    args.insert("count".into(), c.into());
                 }
             }
+            if args.is_empty() {
+                continue;
+            }
+            let name = counter_name(&metric.name, &point.attributes);
+            let mut event = Event::new(&name, "C", pid, 0, args);
+            event.ts = Some(ts);
+            self.emit(&event)?;
         }
         Ok(())
     }
@@ -476,7 +476,7 @@ pub fn run(
                     let attrs = &rm.resource.attributes;
                     let (pid, label) = pid_of(attrs.rank().or(file_rank), source.index);
                     writer.process(pid, &label, attrs.host_name.as_deref())?;
-                    writer.metrics(std::slice::from_ref(rm), pid)?;
+                    writer.metrics(rm, pid)?;
                 }
             }
             Record::Log(log) => {
