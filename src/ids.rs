@@ -1,6 +1,8 @@
 //! Trace and span IDs that stay unique across identically seeded ranks and forked workers.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Once;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -273,5 +275,38 @@ impl IdGenerator for ChaChaIdGenerator {
             }
             _ => new_span_id(),
         }
+    }
+}
+
+/// A map keyed by an id: a span id (random) or a `tracing` span id (a dense slab key).
+pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+
+/// Spreads an id over all 64 bits with one multiplication (Fibonacci hashing): dense keys as
+/// well as random ones; the high bits are the best mixed.
+#[inline]
+pub(crate) fn spread(id: u64) -> u64 {
+    id.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// Hashes an id with [`spread`]: SipHash (the default, a few times dearer per lookup) buys
+/// nothing for ids.
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        spread(self.0)
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    /// Both key types (`u64` and [`SpanId`]) hash as one `u64`.
+    #[inline]
+    fn write_u64(&mut self, n: u64) {
+        self.0 = self.0.rotate_left(32) ^ n;
     }
 }

@@ -86,8 +86,13 @@
 //!   re-seeded after `fork`, so identically seeded ranks and data-loader workers never share IDs.
 //! * **The closer** ([`Telemetry::shutdown`]): spans still open at shutdown are ended innermost
 //!   first with `nemo.span.truncated = true` and a `nemo.span.truncated` event.
-//! * **Resource** ([`Telemetry::resource`]): `service.name`, `dl.rank`, `nemo.run.id`,
-//!   `service.instance.id`, SLURM, Kubernetes and host attributes, as the Python library.
+//! * **Resource** ([`Telemetry::resource`]): `service.name`, `nv.dl.rank` (and 0.1.0's
+//!   `dl.rank`), `nemo.run.id`, `service.instance.id`, the job's identity (Slurm attributes,
+//!   `nv.dl.job.uuid`, `nv.dl.run.uuid`), Kubernetes and host attributes, as the Python library.
+//! * **Identity** ([`identity`]) and **carrier** ([`carrier`]): a launcher written in Rust
+//!   derives the job's identity as Python does and hands it to its ranks in
+//!   `OTEL_RESOURCE_ATTRIBUTES`, read and extended byte for byte; the ranks keep the
+//!   launcher's values.
 //! * **Exporters** ([`export`]): compact JSONL in the Python field layout (stdout or a per-rank
 //!   file), or OTLP over gRPC, HTTP/protobuf or HTTP/JSON.
 //! * **Metrics** ([`metrics`]): Lens's instrument families, a registry for your own metric
@@ -103,8 +108,8 @@
 //! * **Testing** ([`testing`], feature `testing`): capture finished spans in your own tests.
 //! * **On the GPU** (features `nvml`, `nvtx`): `NEMO_LENS_DETECT_GPU=1` names the exporting
 //!   rank's GPU in its resource (`nv.gpu.uuid`, …, read through NVML, the key to DCGM's GPU
-//!   metrics); `NEMO_LENS_NVTX=1` makes spans NVTX ranges in Nsight Systems
-//!   ([`Telemetry::nvtx_layer`]). `docs/gpu.md` shows both.
+//!   metrics); `NEMO_LENS_NVTX=1` makes spans NVTX ranges in Nsight Systems (an [`NvtxLayer`]
+//!   from [`Telemetry::nvtx_layer`]). `docs/gpu.md` shows both.
 //!
 //! ## Where a span goes
 //!

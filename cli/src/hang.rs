@@ -42,7 +42,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::input::{self, ReadOptions, Record, Source};
-use crate::ranges::{format_ranges, ranges};
+use crate::ranges::{count, format_ranges, gaps, ranges};
 
 /// Attributes holding a span's step, in order of preference.
 const STEP_ATTRIBUTES: [&str; 2] = ["dl.step", "step"];
@@ -305,23 +305,6 @@ fn state_of(rank: i64, dump: &Dump) -> RankState {
     }
 }
 
-/// The ranks in `0..world_size` that are not keys of `present`, as inclusive ranges: at most
-/// one more range than `present` holds, whatever the world size.
-fn missing_ranges(present: &BTreeMap<i64, Latest>, world_size: i64) -> Vec<[i64; 2]> {
-    let mut out = Vec::new();
-    let mut next = 0_i64;
-    for &rank in present.keys().filter(|&&r| (0..world_size).contains(&r)) {
-        if rank > next {
-            out.push([next, rank - 1]);
-        }
-        next = rank + 1;
-    }
-    if next < world_size {
-        out.push([next, world_size - 1]);
-    }
-    out
-}
-
 /// Builds the report from dump files.
 pub fn analyse(files: &[PathBuf], world_size: Option<i64>, read: &ReadOptions) -> Result<Report> {
     let latest = read_dumps(files, read)?;
@@ -372,8 +355,8 @@ pub fn analyse(files: &[PathBuf], world_size: Option<i64>, read: &ReadOptions) -
             });
         }
     }
-    let no_dump = world_size.map_or_else(Vec::new, |ws| missing_ranges(&latest, ws));
-    let no_dump_count: u64 = no_dump.iter().map(|[a, b]| b.abs_diff(*a) + 1).sum();
+    let no_dump = world_size.map_or_else(Vec::new, |ws| gaps(latest.keys().copied(), ws));
+    let no_dump_count = count(&no_dump);
     let listed = no_dump
         .iter()
         .flat_map(|&[a, b]| a..=b)
@@ -516,36 +499,4 @@ pub fn run(
         print!("{}", render(&report));
     }
     Ok(!report.suspects.is_empty())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn missing_ranks_are_the_gaps_below_the_world_size() {
-        let latest: BTreeMap<i64, Latest> = [0, 5, 9, 12]
-            .into_iter()
-            .map(|rank| {
-                let state = RankState {
-                    rank,
-                    span: None,
-                    group: None,
-                    step: None,
-                    open_s: None,
-                    file: PathBuf::new(),
-                };
-                let latest = Latest {
-                    time_us: 0,
-                    world_size: None,
-                    state,
-                };
-                (rank, latest)
-            })
-            .collect();
-        assert_eq!(missing_ranges(&latest, 11), [[1, 4], [6, 8], [10, 10]]);
-        assert_eq!(missing_ranges(&latest, i64::MAX).len(), 4);
-        assert!(missing_ranges(&latest, 1).is_empty());
-        assert!(missing_ranges(&latest, -3).is_empty());
-    }
 }

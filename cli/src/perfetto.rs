@@ -33,17 +33,21 @@
 //!
 //! [Trace Event format]: https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU
 
-use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
-use nemo_lens::semconv;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::input::{self, LogRecord, ReadOptions, Record, Span, Stats};
+
+mod links;
+mod tracks;
+
+use links::Links;
+use tracks::Tracks;
 
 /// How many recent spans' positions are kept to draw links (the index takes about 20 MB).
 pub const RECENT_SPANS: usize = 1 << 18;
@@ -170,38 +174,15 @@ struct Loc {
     ts: i64,
 }
 
-/// A link read before the span it points to: where the linking span is, and the link's
-/// attributes as JSON.
-type PendingLink = (Loc, String);
-
 /// Streams events into the output file.
 struct Writer<W: Write> {
     out: W,
     first: bool,
     events: u64,
-    processes: HashSet<i64>,
-    /// `(pid, thread.name)` → tid, for tracks named but not numbered.
-    named_threads: HashMap<i64, HashMap<String, i64>>,
-    /// Tracks numbered for their `thread.name` so far.
-    named_count: i64,
-    threads: HashSet<(i64, i64)>,
-    recent: HashMap<u64, Loc>,
-    recent_order: VecDeque<u64>,
-    /// Linked span id → the linking spans' positions, for links read before their span.
-    pending: HashMap<u64, Vec<PendingLink>>,
-    pending_count: usize,
-    pending_bytes: usize,
-    /// Bytes charged to `processes`, `threads` and `named_threads`.
-    track_bytes: usize,
+    tracks: Tracks,
+    links: Links,
     next_flow_id: u64,
     flows: u64,
-    unresolved_links: u64,
-    links_over_budget: u64,
-    unnamed_tracks: u64,
-}
-
-fn span_id_key(hex: &str) -> Option<u64> {
-    u64::from_str_radix(hex.trim_start_matches("0x"), 16).ok()
 }
 
 impl<W: Write> Writer<W> {
@@ -211,31 +192,11 @@ impl<W: Write> Writer<W> {
             out,
             first: true,
             events: 0,
-            processes: HashSet::new(),
-            named_threads: HashMap::new(),
-            named_count: 0,
-            threads: HashSet::new(),
-            recent: HashMap::with_capacity(RECENT_SPANS),
-            recent_order: VecDeque::with_capacity(RECENT_SPANS),
-            pending: HashMap::new(),
-            pending_count: 0,
-            pending_bytes: 0,
-            track_bytes: 0,
+            tracks: Tracks::default(),
+            links: Links::new(),
             next_flow_id: 1,
             flows: 0,
-            unresolved_links: 0,
-            links_over_budget: 0,
-            unnamed_tracks: 0,
         })
-    }
-
-    /// Charges `bytes` to the track table; false when it is full.
-    fn charge_track(&mut self, bytes: usize) -> bool {
-        if self.track_bytes + bytes > TRACK_TABLE_BYTES {
-            return false;
-        }
-        self.track_bytes += bytes;
-        true
     }
 
     fn emit<A: Serialize>(&mut self, event: &Event<'_, A>) -> Result<()> {
@@ -248,15 +209,11 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
+    /// Names process `pid` the first time it is seen.
     fn process(&mut self, pid: i64, label: &str, host: Option<&str>) -> Result<()> {
-        if self.processes.contains(&pid) {
+        if !self.tracks.new_process(pid) {
             return Ok(());
         }
-        if !self.charge_track(ENTRY_BYTES) {
-            self.unnamed_tracks += 1;
-            return Ok(());
-        }
-        self.processes.insert(pid);
         let name = match host {
             Some(h) => format!("{label} ({h})"),
             None => label.to_owned(),
@@ -277,74 +234,19 @@ impl<W: Write> Writer<W> {
         ))
     }
 
-    /// The span's track: `thread.id`, else a number for `thread.name`, else 0 (one per rank).
+    /// The track of an event with `attributes` (see [`Tracks::thread`]), named the first time.
     fn thread(&mut self, pid: i64, attributes: &Map<String, Value>) -> Result<i64> {
-        let id = attributes.get(semconv::THREAD_ID).and_then(Value::as_i64);
-        let mut name = attributes.get(semconv::THREAD_NAME).and_then(Value::as_str);
-        let mut over_budget = false;
-        let tid = match (id, name) {
-            (Some(id), _) => id,
-            (None, Some(n)) => match self.named_threads.get(&pid).and_then(|m| m.get(n)).copied() {
-                Some(tid) => tid,
-                // Room for the name twice: its entry here and its track's label below.
-                None if self.track_bytes + 2 * (n.len() + ENTRY_BYTES) <= TRACK_TABLE_BYTES => {
-                    self.track_bytes += n.len() + ENTRY_BYTES;
-                    self.named_count += 1;
-                    let tid = self.named_count;
-                    self.named_threads
-                        .entry(pid)
-                        .or_default()
-                        .insert(n.to_owned(), tid);
-                    tid
-                }
-                None => {
-                    // The rank's main track, under its own name.
-                    over_budget = true;
-                    name = None;
-                    0
-                }
-            },
-            (None, None) => 0,
-        };
-        if !self.threads.contains(&(pid, tid)) {
-            if self.charge_track(name.map_or(16, str::len) + ENTRY_BYTES) {
-                self.threads.insert((pid, tid));
-                let label = match (name, tid) {
-                    (Some(n), _) => n.to_owned(),
-                    (None, 0) => "spans".to_owned(),
-                    (None, t) => format!("thread {t}"),
-                };
-                self.emit(&Event::new(
-                    "thread_name",
-                    "M",
-                    pid,
-                    tid,
-                    serde_json::json!({ "name": label }),
-                ))?;
-            } else {
-                over_budget = true;
-            }
-        }
-        if over_budget {
-            self.unnamed_tracks += 1;
+        let (tid, label) = self.tracks.thread(pid, attributes);
+        if let Some(label) = label {
+            self.emit(&Event::new(
+                "thread_name",
+                "M",
+                pid,
+                tid,
+                serde_json::json!({ "name": label }),
+            ))?;
         }
         Ok(tid)
-    }
-
-    /// Indexes a span's position, forgetting the oldest when the index is full (evicting before
-    /// inserting, so the map never grows past its pre-sized capacity).
-    fn remember(&mut self, span_id: u64, loc: Loc) {
-        if let Some(known) = self.recent.get_mut(&span_id) {
-            *known = loc;
-            return;
-        }
-        if self.recent_order.len() == RECENT_SPANS
-            && let Some(old) = self.recent_order.pop_front()
-        {
-            self.recent.remove(&old);
-        }
-        self.recent.insert(span_id, loc);
-        self.recent_order.push_back(span_id);
     }
 
     /// A flow arrow from the linked span to the linking span; the link's attributes are the
@@ -405,43 +307,16 @@ impl<W: Write> Writer<W> {
             ts: span.start_us,
         };
         for link in &span.links {
-            let Some(key) = span_id_key(&link.context.span_id) else {
-                self.unresolved_links += 1;
-                continue;
-            };
-            if let Some(from) = self.recent.get(&key).copied() {
+            if let Some(from) = self
+                .links
+                .link(&link.context.span_id, &link.attributes, here)?
+            {
                 self.flow(from, here, &link.attributes)?;
-                continue;
-            }
-            // Measured before serializing, so a link over the budget costs no copy.
-            let fits =
-                |bytes: usize| self.pending_bytes + bytes + ENTRY_BYTES <= PENDING_LINK_BYTES;
-            let attributes = match fits(json_len(&link.attributes)) {
-                true => Some(serde_json::to_string(&link.attributes)?).filter(|a| fits(a.len())),
-                false => None,
-            };
-            if let Some(attributes) = attributes {
-                self.pending_bytes += attributes.len() + ENTRY_BYTES;
-                self.pending
-                    .entry(key)
-                    .or_default()
-                    .push((here, attributes));
-                self.pending_count += 1;
-            } else {
-                self.unresolved_links += 1;
-                self.links_over_budget += 1;
             }
         }
-        if let Some(key) = span_id_key(&span.context.span_id) {
-            if let Some(waiting) = self.pending.remove(&key) {
-                self.pending_count -= waiting.len();
-                for (to, attributes) in waiting {
-                    self.pending_bytes -= attributes.len() + ENTRY_BYTES;
-                    let attributes: Map<String, Value> = serde_json::from_str(&attributes)?;
-                    self.flow(here, to, &attributes)?;
-                }
-            }
-            self.remember(key, here);
+        for (to, attributes) in self.links.arrived(&span.context.span_id, here) {
+            let attributes: Map<String, Value> = serde_json::from_str(&attributes)?;
+            self.flow(here, to, &attributes)?;
         }
         Ok(())
     }
@@ -473,35 +348,35 @@ impl<W: Write> Writer<W> {
         self.emit(&instant)
     }
 
-    fn metrics(&mut self, batch: &[input::ResourceMetrics], pid: i64) -> Result<()> {
-        for rm in batch {
-            for sm in &rm.scope_metrics {
-                for metric in &sm.metrics {
-                    for point in &metric.data.data_points {
-                        let Some(ts) = point.time_unix_nano.map(|ns| (ns / 1000.0) as i64) else {
-                            continue;
-                        };
-                        let name = counter_name(&metric.name, &point.attributes);
-                        let mut args = Map::new();
-                        if let Some(v) = point.value {
-                            args.insert("value".into(), v.into());
-                        } else {
-                            if let Some(s) = point.sum {
-                                args.insert("sum".into(), s.into());
-                            }
-                            if let Some(c) = point.count {
-                                args.insert("count".into(), c.into());
-                            }
-                        }
-                        if args.is_empty() {
-                            continue;
-                        }
-                        let mut event = Event::new(&name, "C", pid, 0, args);
-                        event.ts = Some(ts);
-                        self.emit(&event)?;
-                    }
+    /// The data points of one resource's metrics: counter events on the rank's process.
+    fn metrics(&mut self, rm: &input::ResourceMetrics, pid: i64) -> Result<()> {
+        let points = rm
+            .scope_metrics
+            .iter()
+            .flat_map(|sm| &sm.metrics)
+            .flat_map(|metric| metric.data.data_points.iter().map(move |p| (metric, p)));
+        for (metric, point) in points {
+            let Some(ts) = point.time_unix_nano.map(|ns| (ns / 1000.0) as i64) else {
+                continue;
+            };
+            let mut args = Map::new();
+            if let Some(v) = point.value {
+                args.insert("value".into(), v.into());
+            } else {
+                if let Some(s) = point.sum {
+                    args.insert("sum".into(), s.into());
+                }
+                if let Some(c) = point.count {
+                    args.insert("count".into(), c.into());
                 }
             }
+            if args.is_empty() {
+                continue;
+            }
+            let name = counter_name(&metric.name, &point.attributes);
+            let mut event = Event::new(&name, "C", pid, 0, args);
+            event.ts = Some(ts);
+            self.emit(&event)?;
         }
         Ok(())
     }
@@ -518,23 +393,6 @@ impl<W: Write> Writer<W> {
         self.out.flush()?;
         Ok(())
     }
-}
-
-/// A lower bound of the length of `map` written as JSON (its keys and strings unescaped), found
-/// without writing it.
-fn json_len(map: &Map<String, Value>) -> usize {
-    fn value_len(v: &Value) -> usize {
-        match v {
-            Value::Null | Value::Bool(_) | Value::Number(_) => 4,
-            Value::String(s) => s.len() + 2,
-            Value::Array(a) => 2 + a.iter().map(|v| value_len(v) + 1).sum::<usize>(),
-            Value::Object(m) => json_len(m),
-        }
-    }
-    2 + map
-        .iter()
-        .map(|(k, v)| k.len() + 4 + value_len(v))
-        .sum::<usize>()
 }
 
 /// `s` cut to `max` characters (with `…`).
@@ -618,7 +476,7 @@ pub fn run(
                     let attrs = &rm.resource.attributes;
                     let (pid, label) = pid_of(attrs.rank().or(file_rank), source.index);
                     writer.process(pid, &label, attrs.host_name.as_deref())?;
-                    writer.metrics(std::slice::from_ref(rm), pid)?;
+                    writer.metrics(rm, pid)?;
                 }
             }
             Record::Log(log) => {
@@ -634,9 +492,9 @@ pub fn run(
         stats,
         events: writer.events,
         flows: writer.flows,
-        unresolved_links: writer.unresolved_links + writer.pending_count as u64,
-        links_over_budget: writer.links_over_budget,
-        unnamed_tracks: writer.unnamed_tracks,
+        unresolved_links: writer.links.unresolved(),
+        links_over_budget: writer.links.over_budget,
+        unnamed_tracks: writer.tracks.unnamed,
     };
     writer
         .finish(&outcome)
@@ -676,7 +534,7 @@ mod tests {
                 w.span(s, 0).unwrap();
             }
             let outcome = Outcome {
-                unresolved_links: w.unresolved_links + w.pending_count as u64,
+                unresolved_links: w.links.unresolved(),
                 ..Outcome::default()
             };
             w.finish(&outcome).unwrap();

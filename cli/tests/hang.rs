@@ -2,49 +2,38 @@
 //! signals, real files, and the `nemo-lens hang` command over the dumps.
 //!
 //! Run `cargo build -p nemo-lens --all-features --examples` first (a `cargo test -p
-//! nemo-lens-cli --test hang` alone does not build the library's examples). Every wait polls with a bounded deadline; every child is killed on the way
-//! out, even when an assertion fails.
-
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
-
-use serde_json::Value;
+//! nemo-lens-cli --test hang` alone does not build the library's examples). Every wait polls
+//! with a bounded deadline; every child is killed on the way out, even when an assertion fails.
 
 mod support;
+
+// The library's child-process harness (it finds `example` and `clear_telemetry_env` here).
+#[path = "../../tests/common/child.rs"]
+#[allow(dead_code)]
+mod child;
+#[path = "../../tests/common/wait.rs"]
+#[allow(dead_code)]
+mod wait;
+use support::{clear_telemetry_env, example, files_ending};
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use child::{Child, Running};
+use serde_json::Value;
 
 /// Generous: eight debug-build ranks share two cores with other builds.
 const DEADLINE: Duration = Duration::from_secs(120);
 
-/// Kills and reaps the children when dropped.
-struct Ranks(Vec<Child>);
-
-impl Drop for Ranks {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Polls `f` every 20 ms until it returns `Some`, panicking with `what` after [`DEADLINE`].
-fn poll<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// Polls `f` until it returns `Some`, panicking with `what` after [`DEADLINE`].
+fn poll<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    wait::wait_for(DEADLINE, what, f)
 }
 
 fn trainer(dir: &Path, rank: u32, env: &[(&str, &str)], args: &[&str]) -> Child {
-    let mut cmd = Command::new(support::example("trainer"));
-    support::clear_telemetry_env(&mut cmd);
-    cmd.current_dir(dir)
+    Child::example("trainer")
+        .current_dir(dir)
         .env("NEMO_LENS_ENABLED", "1")
         .env("NEMO_LENS_EXPORTER", "console")
         .env("NEMO_LENS_CONSOLE_PATH", dir.join("spans-{rank}.jsonl"))
@@ -53,29 +42,11 @@ fn trainer(dir: &Path, rank: u32, env: &[(&str, &str)], args: &[&str]) -> Child 
         .envs(env.iter().copied())
         .args(["--rank", &rank.to_string()])
         .args(args)
-        .stdout(Stdio::null())
-        .stderr(File::create(dir.join(format!("stderr-{rank}.txt"))).unwrap())
-        .spawn()
-        .unwrap()
+        .timeout(DEADLINE)
 }
 
 fn nemo_lens(args: &[&str], files: &[PathBuf]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nemo-lens"))
-        .args(args)
-        .args(files)
-        .output()
-        .unwrap()
-}
-
-fn files_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(suffix))
-        .collect();
-    v.sort();
-    v
+    support::bin().args(args).args(files).output().unwrap()
 }
 
 fn lines(path: &Path) -> Vec<Value> {
@@ -89,15 +60,6 @@ fn lines(path: &Path) -> Vec<Value> {
 
 fn count(path: &Path, name: &str) -> usize {
     lines(path).iter().filter(|l| l["name"] == name).count()
-}
-
-fn stderr(dir: &Path, rank: u32) -> String {
-    std::fs::read_to_string(dir.join(format!("stderr-{rank}.txt"))).unwrap_or_default()
-}
-
-fn signal(child: &Child, signo: libc::c_int) {
-    // SAFETY: plain kill(2) on our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, signo) }, 0);
 }
 
 #[test]
@@ -118,34 +80,32 @@ fn eight_ranks_rank_5_hangs_the_watchdog_fires_everywhere_and_hang_names_rank_5(
         ("NEMO_LENS_RUN_ID", "hang-test"),
     ];
     let barrier = dir.join("barrier");
-    let ranks = Ranks(
-        (0..8)
-            .map(|r| {
-                let mut args = vec![
-                    "--world-size",
-                    "8",
-                    "--steps",
-                    "0",
-                    "--step-ms",
-                    "3",
-                    "--barrier-dir",
-                    barrier.to_str().unwrap(),
-                ];
-                if r == 5 {
-                    args.extend(["--hang-at", "4"]);
-                }
-                trainer(dir, r, &env, &args)
-            })
-            .collect(),
-    );
+    let ranks: Vec<Running> = (0..8)
+        .map(|r| {
+            let mut args = vec![
+                "--world-size",
+                "8",
+                "--steps",
+                "0",
+                "--step-ms",
+                "3",
+                "--barrier-dir",
+                barrier.to_str().unwrap(),
+            ];
+            if r == 5 {
+                args.extend(["--hang-at", "4"]);
+            }
+            trainer(dir, r, &env, &args).spawn()
+        })
+        .collect();
     // The watchdog fires on every rank, the stuck one and the seven waiting for it.
     let watchdog = poll("a watchdog dump from each of the 8 ranks", || {
         let found = files_ending(&dumps, "-watchdog.jsonl");
         (found.len() == 8).then_some(found)
     });
-    for r in 0..8 {
+    for (r, rank) in ranks.iter().enumerate() {
         let warning = poll("the watchdog's warning", || {
-            let e = stderr(dir, r);
+            let e = rank.stderr();
             e.contains("WARNING: no span of groups").then_some(e)
         });
         assert!(warning.contains("NEMO_LENS_HANG_TIMEOUT"), "{warning}");
@@ -267,16 +227,11 @@ fn sigusr1_writes_a_dump_and_training_goes_on_and_sigterm_dumps_the_open_spans()
         ("NEMO_LENS_DUMP_DIR", "dumps"),
         ("NEMO_LENS_SPAN_GROUPS", "per_step"),
     ];
-    let mut ranks = Ranks(vec![trainer(
-        dir,
-        0,
-        &env,
-        &["--steps", "0", "--step-ms", "5"],
-    )]);
+    let trainer = trainer(dir, 0, &env, &["--steps", "0", "--step-ms", "5"]).spawn();
     poll("the first steps", || {
         (count(&spans, "train_step") >= 2).then_some(())
     });
-    signal(&ranks.0[0], libc::SIGUSR1);
+    trainer.signal(libc::SIGUSR1);
     let dump = poll("the SIGUSR1 dump", || {
         files_ending(&dir.join("dumps"), "-signal.jsonl").pop()
     });
@@ -284,7 +239,6 @@ fn sigusr1_writes_a_dump_and_training_goes_on_and_sigterm_dumps_the_open_spans()
     poll("more steps after the dump", || {
         (count(&spans, "train_step") >= at_dump + 5).then_some(())
     });
-    assert!(ranks.0[0].try_wait().unwrap().is_none(), "still training");
     let d = lines(&dump);
     let open: Vec<&Value> = d
         .iter()
@@ -298,12 +252,11 @@ fn sigusr1_writes_a_dump_and_training_goes_on_and_sigterm_dumps_the_open_spans()
         d.iter()
             .any(|l| l["name"] == "train_step" && l["attributes"].get("nemo.span.open").is_none())
     );
-    assert!(stderr(dir, 0).contains("SIGUSR1: flight recorder dump"));
+    assert!(trainer.stderr().contains("SIGUSR1: flight recorder dump"));
 
-    signal(&ranks.0[0], libc::SIGTERM);
-    let status = poll("the trainer to die of SIGTERM", || {
-        ranks.0[0].try_wait().unwrap()
-    });
+    // Still training after the dump: it dies of the SIGTERM below, not before.
+    trainer.signal(libc::SIGTERM);
+    let status = trainer.wait().status;
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(status.signal(), Some(libc::SIGTERM));
     let dump = files_ending(&dir.join("dumps"), "-sigterm.jsonl");
@@ -313,7 +266,6 @@ fn sigusr1_writes_a_dump_and_training_goes_on_and_sigterm_dumps_the_open_spans()
             .iter()
             .any(|l| l["name"] == "train" && l["attributes"]["nemo.span.open"] == true)
     );
-    ranks.0.clear();
 }
 
 /// Waits until every span that ended before now is in the trainer's file. A step that started
@@ -343,13 +295,13 @@ fn a_control_file_switch_turns_per_step_spans_on_and_back_off_in_a_running_train
         ("NEMO_LENS_SPAN_GROUPS", "default"),
         ("NEMO_LENS_CONTROL_FILE", ctl.to_str().unwrap()),
     ];
-    let ranks = Ranks(vec![trainer(
+    let child = trainer(
         dir,
         0,
         &env,
         &["--steps", "0", "--step-ms", "6", "--checkpoint-every", "1"],
-    )]);
-    let child = &ranks.0[0];
+    )
+    .spawn();
     let checkpoints = || count(&spans, "save_checkpoint");
     poll("checkpoints (the default groups)", || {
         (checkpoints() >= 3).then_some(())
@@ -357,12 +309,13 @@ fn a_control_file_switch_turns_per_step_spans_on_and_back_off_in_a_running_train
     assert_eq!(count(&spans, "train_step"), 0, "per-step spans are off");
 
     // `per_step 3`: three steps in detail, then back to `default` by itself.
-    signal(child, libc::SIGUSR2);
+    child.signal(libc::SIGUSR2);
     poll("three per-step spans", || {
         (count(&spans, "train_step") >= 3).then_some(())
     });
     poll("the switch back", || {
-        stderr(dir, 0)
+        child
+            .stderr()
             .contains("back to the configured")
             .then_some(())
     });
@@ -389,7 +342,7 @@ fn a_control_file_switch_turns_per_step_spans_on_and_back_off_in_a_running_train
 
     // A switch without a count holds until the file is emptied.
     std::fs::write(&ctl, "default, step\n").unwrap();
-    signal(child, libc::SIGUSR2);
+    child.signal(libc::SIGUSR2);
     poll("steps under `default,step`", || {
         (count(&spans, "train_step") >= captured + 5).then_some(())
     });
@@ -399,9 +352,9 @@ fn a_control_file_switch_turns_per_step_spans_on_and_back_off_in_a_running_train
         "only `step` was added"
     );
     std::fs::write(&ctl, "").unwrap();
-    signal(child, libc::SIGUSR2);
+    child.signal(libc::SIGUSR2);
     poll("the second switch back", || {
-        (stderr(dir, 0).matches("back to the configured").count() == 2).then_some(())
+        (child.stderr().matches("back to the configured").count() == 2).then_some(())
     });
     settle(&spans);
     let off = count(&spans, "train_step");
@@ -416,13 +369,14 @@ fn a_control_file_switch_turns_per_step_spans_on_and_back_off_in_a_running_train
 
     // A bad spec changes nothing and says why.
     std::fs::write(&ctl, "warp 5\n").unwrap();
-    signal(child, libc::SIGUSR2);
+    child.signal(libc::SIGUSR2);
     poll("the error", || {
-        stderr(dir, 0)
+        child
+            .stderr()
             .contains("Unknown span group or preset: 'warp'")
             .then_some(())
     });
-    assert!(stderr(dir, 0).contains("NEMO_LENS_CONTROL_FILE"));
+    assert!(child.stderr().contains("NEMO_LENS_CONTROL_FILE"));
 }
 
 #[test]
@@ -433,16 +387,16 @@ fn a_fatal_panic_dumps_the_open_spans() {
         ("NEMO_LENS_FLIGHT_RECORDER", "64"),
         ("NEMO_LENS_DUMP_DIR", "dumps"),
     ];
-    let mut child = trainer(
+    let out = trainer(
         dir,
         0,
         &env,
         &["--steps", "5", "--step-ms", "1", "--panic-at", "3"],
-    );
-    let status = poll("the trainer to panic", || child.try_wait().unwrap());
-    assert!(!status.success());
+    )
+    .run();
+    assert!(!out.status.success());
     let dumps = files_ending(&dir.join("dumps"), "-panic.jsonl");
-    assert_eq!(dumps.len(), 1, "{}", stderr(dir, 0));
+    assert_eq!(dumps.len(), 1, "{}", String::from_utf8_lossy(&out.stderr));
     let d = lines(&dumps[0]);
     let open: Vec<(&str, &Value)> = d
         .iter()

@@ -4,8 +4,8 @@
 //! `harness = false`, so that the test executable can re-run itself as the probe). The tests run
 //! one after the other, each printed with its figure.
 //!
-//! Each input holds at least 150 MB of what the tool used to keep in memory (an endless line, a
-//! huge record, links waiting for spans that never come, distinct track names, distinct span
+//! Each input holds at least 150 MB of what an unbounded reader would keep in memory (an endless
+//! line, a huge record, links waiting for spans that never come, distinct track names, distinct span
 //! names), so without the bounds the peak is well above [`PEAK_BOUND`]; with them it stays near
 //! the fixed budgets (record cap 16 MiB, link budget 16 MiB, track names 8 MiB, span names
 //! 16 MiB, link index about 20 MB). Lines are written with `format!` (the inputs are large and

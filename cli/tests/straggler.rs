@@ -17,7 +17,7 @@ mod child;
 #[path = "../../tests/common/wait.rs"]
 #[allow(dead_code)]
 mod wait;
-use support::{clear_telemetry_env, example};
+use support::{clear_telemetry_env, example, files_ending};
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -88,17 +88,6 @@ fn wait_for_step(dir: &Path, step: u64) {
         }
         latest.iter().all(|&s| s >= step)
     });
-}
-
-fn files_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(suffix))
-        .collect();
-    v.sort();
-    v
 }
 
 /// `SIGUSR1` to every rank; returns the eight dumps once they are written.

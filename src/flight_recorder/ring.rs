@@ -300,7 +300,7 @@ pub(crate) struct OpenTable {
 
 #[inline]
 fn home(key: u64) -> usize {
-    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as usize % OPEN_SLOTS
+    (crate::ids::spread(key) >> 54) as usize % OPEN_SLOTS
 }
 
 impl OpenTable {

@@ -89,9 +89,15 @@ fn identity(_local_rank: Option<u32>, _lookup: &dyn Fn(&str) -> Option<String>) 
     no_identity("nemo-lens was built without its `nvml` feature")
 }
 
-/// The one stderr line of a detection that found nothing. The reason may quote a library path
-/// or a variable's value: it is cut, and control characters are escaped.
+/// A detection that found nothing: its one line on stderr ([`warning`]), and no attribute.
 fn no_identity(reason: &str) -> Vec<KeyValue> {
+    eprintln!("{}", warning(reason));
+    Vec::new()
+}
+
+/// The line saying why there is no GPU identity. The reason may quote a library path or a
+/// variable's value: it is cut, and control characters are escaped.
+fn warning(reason: &str) -> String {
     const SHOWN_CHARS: usize = 240;
     let mut shown: String = reason
         .chars()
@@ -108,8 +114,7 @@ fn no_identity(reason: &str) -> Vec<KeyValue> {
     if reason.chars().nth(SHOWN_CHARS).is_some() {
         shown.push('…');
     }
-    eprintln!("nemo-lens: warning: no nv.gpu.* attributes (NEMO_LENS_DETECT_GPU): {shown}");
-    Vec::new()
+    format!("nemo-lens: warning: no nv.gpu.* attributes (NEMO_LENS_DETECT_GPU): {shown}")
 }
 
 #[cfg(test)]
@@ -141,7 +146,11 @@ mod tests {
 
     #[test]
     fn the_reason_line_is_bounded_and_escaped() {
-        // (Prints one line on stderr; what is checked is that a hostile reason cannot break it.)
-        assert!(no_identity(&format!("a\nb\u{1b}[31m{}", "x".repeat(10_000))).is_empty());
+        let line = warning(&format!("a\nb\u{1b}[31m{}", "x".repeat(10_000)));
+        assert!(!line.chars().any(char::is_control), "{line:?}");
+        assert!(line.contains("a\\nb\\u{1b}[31mxxx"), "{line:?}");
+        assert!(line.ends_with("x…"), "{line:?}");
+        assert!(line.chars().count() < 400, "{}", line.len());
+        assert!(!warning("short").ends_with('…'));
     }
 }

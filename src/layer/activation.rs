@@ -142,10 +142,9 @@ pub(crate) fn enter_again(store: usize, id: u64) -> bool {
 }
 
 /// Pushes span `id` of `store` on this thread's stack, attaching its context until the
-/// matching [`exit`].
+/// matching [`exit`]. Called after [`enter_again`] (which cleared stale activations).
 #[inline]
 pub(crate) fn enter(store: usize, id: u64, span: Span) {
-    clear_stale();
     let pushed = STACK.try_with(|stack| push(&mut stack.borrow_mut(), store, id, span));
     // During thread teardown the stack is gone: nothing is attached.
     let _ = pushed;

@@ -112,7 +112,6 @@ where
         activate: bool,
     ) -> Self {
         let (provider, log_filter) = logs;
-        let activate = activate && pipeline.is_some();
         let spans = SpanLayer::new(pipeline, activate);
         LensLayer {
             filter: filter.clone(),

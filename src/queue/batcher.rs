@@ -458,33 +458,56 @@ pub(crate) fn block_on_timeout<F: Future>(future: F, timeout: Duration) -> Optio
 
 #[cfg(test)]
 mod tests {
+    /// A push that finds the queue full is dropped and counted, never blocks: the worker is
+    /// held in an export (of `a`) while `b` and `c` fill the two slots, so `d` has none.
     #[test]
     fn a_full_queue_drops_and_counts() {
         use super::{BatchExport, Batcher};
         use crate::queue::QueueConfig;
-        use std::sync::Arc;
         use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::{Arc, mpsc};
         use std::time::Duration;
 
-        struct Print;
-        impl BatchExport<String> for Print {
+        struct Held {
+            exporting: mpsc::SyncSender<()>,
+            release: mpsc::Receiver<()>,
+            exported: Arc<parking_lot::Mutex<Vec<String>>>,
+        }
+        impl BatchExport<String> for Held {
             fn export(&mut self, batch: Vec<String>, _timeout: Duration) -> Result<(), String> {
-                println!("{}", batch.join(","));
+                let _ = self.exporting.try_send(());
+                let _ = self.release.recv_timeout(Duration::from_secs(60));
+                self.exported.lock().extend(batch);
                 Ok(())
             }
         }
 
+        let (exporting, in_export) = mpsc::sync_channel(1);
+        let (release, released) = mpsc::channel();
+        let exported = Arc::new(parking_lot::Mutex::new(Vec::new()));
         let dropped = Arc::new(AtomicU64::new(0));
         let config = QueueConfig {
             max_queue_size: 2,
             ..QueueConfig::default()
         };
-        let batcher = Batcher::new("demo", config, dropped.clone(), Print).unwrap();
-        for word in ["a", "b", "c"] {
-            batcher.push(word.to_string()); // "c" finds the queue full (unless the worker was quick)
+        let held = Held {
+            exporting,
+            release: released,
+            exported: exported.clone(),
+        };
+        let batcher = Batcher::new("demo", config, dropped.clone(), held).unwrap();
+        batcher.push("a".to_string()); // wakes the worker, which takes it and is held
+        in_export.recv_timeout(Duration::from_secs(60)).unwrap();
+        for word in ["b", "c", "d"] {
+            batcher.push(word.to_string());
         }
-        batcher.shutdown(Duration::from_secs(5)).unwrap();
-        assert!(dropped.load(Ordering::Relaxed) <= 1);
+        assert_eq!(dropped.load(Ordering::Relaxed), 1, "`d` found no slot");
+        for _ in 0..3 {
+            release.send(()).unwrap();
+        }
+        batcher.shutdown(Duration::from_secs(60)).unwrap();
+        assert_eq!(*exported.lock(), ["a", "b", "c"]);
+        assert_eq!(dropped.load(Ordering::Relaxed), 1);
     }
 
     /// The queue and worker are generic: here they batch log lines (the shape a log-record

@@ -37,8 +37,6 @@
 //! that does not fit is not tracked and counted
 //! ([`Telemetry::untracked_sdk_spans`](crate::Telemetry::untracked_sdk_spans)).
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
@@ -47,7 +45,7 @@ use opentelemetry::trace::{Event, Span as _, SpanId};
 use opentelemetry_sdk::trace::{Span, SpanData};
 use parking_lot::Mutex;
 
-use crate::ids;
+use crate::ids::{self, IdMap};
 use crate::queue::budget::ApproxSize;
 use crate::record::to_sdk::lens_build;
 use crate::semconv;
@@ -68,34 +66,11 @@ struct Tracked {
     data: SpanData,
 }
 
-/// Hashes a span id with one multiplication: span ids are random already, so SipHash (the
-/// default, a few times dearer per lookup) buys nothing.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-    }
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-    /// The length prefix of the id's byte array carries nothing.
-    #[inline]
-    fn write_usize(&mut self, _: usize) {}
-}
-
-type IdMap<V> = HashMap<SpanId, V, BuildHasherDefault<IdHasher>>;
-
 #[derive(Debug, Default)]
 struct Table {
-    open: IdMap<Tracked>,
+    open: IdMap<SpanId, Tracked>,
     /// Spans exported as truncated whose real end has not come (it is to be ignored).
-    truncated: IdMap<()>,
+    truncated: IdMap<SpanId, ()>,
     seq: u64,
     bytes: usize,
 }

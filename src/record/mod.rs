@@ -110,19 +110,21 @@ pub(crate) struct Limits {
 }
 
 impl Limits {
-    /// The SDK's defaults, overridden by the variables the SDK reads.
+    /// The SDK's defaults, overridden by the variables the SDK reads (parsed as it parses them:
+    /// the SDK counts the events and links a record drops past these, so both must agree).
     pub(crate) fn from_env() -> Self {
-        let read = |var: &str| {
-            std::env::var(var)
-                .ok()
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .unwrap_or(128)
-        };
+        let read = |var: &str| sdk_count_limit(var).map_or(128, |n| n as usize);
         Limits {
             events: read("OTEL_SPAN_EVENT_COUNT_LIMIT"),
             links: read("OTEL_SPAN_LINK_COUNT_LIMIT"),
         }
     }
+}
+
+/// A span count limit (`OTEL_SPAN_*_COUNT_LIMIT`) as the SDK's default provider configuration
+/// reads it: a `u32`, untrimmed; `None` when unset or not one.
+pub(crate) fn sdk_count_limit(var: &str) -> Option<u32> {
+    std::env::var(var).ok()?.parse().ok()
 }
 
 /// Everything a span records until it ends.

@@ -19,8 +19,6 @@
 //! is locked (fields are read before, contexts dropped after), so a panic in user code never
 //! leaves a lock behind; the panic hook and shutdown still take shard locks with a timeout.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -28,6 +26,7 @@ use opentelemetry::Context;
 use opentelemetry::trace::SpanContext;
 use parking_lot::Mutex;
 
+use crate::ids::{self, IdMap};
 use crate::record::SpanState;
 
 /// Why the closer ended a span.
@@ -91,28 +90,7 @@ impl Entry {
     }
 }
 
-/// Hashes a `tracing` span id with one multiplication (ids are slab keys: dense, not random).
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-    }
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
-    }
-    #[inline]
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-type Map = HashMap<u64, Entry, BuildHasherDefault<IdHasher>>;
+type Map = IdMap<u64, Entry>;
 
 /// One shard, alone on its cache line.
 #[repr(align(64))]
@@ -143,7 +121,7 @@ impl std::fmt::Debug for OpenSpans {
 impl OpenSpans {
     #[inline]
     fn shard(&self, id: u64) -> &Mutex<Map> {
-        let h = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let h = ids::spread(id);
         &self.shards[(h >> (64 - SHARDS.trailing_zeros())) as usize].0
     }
 

@@ -19,12 +19,11 @@
 //! take as it is (an active span that is not valid, or telemetry suppressed) goes through the
 //! SDK, so that the decision stays the SDK's.
 
-use std::borrow::Cow;
-
-use opentelemetry::trace::{Event, Link, SpanContext, SpanKind, Status, TraceContextExt};
+use opentelemetry::trace::{Event, Link, SpanContext, SpanKind, TraceContextExt};
 use opentelemetry::{Context, InstrumentationScope};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLimits, SpanLinks};
 
+use super::to_sdk::Ended;
 use super::{Parent, SpanState};
 
 /// What the worker needs to build `SpanData` itself: the span limits the SDK's provider read
@@ -51,7 +50,7 @@ impl DirectBuild {
     /// parsed as the SDK parses them), and the scope of the tracer named `scope_name`.
     pub(crate) fn from_env(scope_name: &'static str) -> Self {
         let mut limits = SpanLimits::default();
-        let read = |var: &str| std::env::var(var).ok()?.parse::<u32>().ok();
+        let read = super::sdk_count_limit;
         if let Some(n) = read("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT") {
             limits.max_attributes_per_span = n;
         }
@@ -84,18 +83,39 @@ impl SpanState {
     /// events and links, `end` and `build_export_data`, with the ids drawn on the training
     /// thread. The record is left in place, emptied and marked built, for reuse.
     pub(crate) fn span_data(&self, build: &DirectBuild, batch: &mut Vec<SpanData>) -> Direct {
-        let mut guard = self.record.lock();
-        let Some(r) = guard.as_mut().filter(|r| !r.built && !r.is_open()) else {
+        {
+            let guard = self.record.lock();
+            let Some(r) = guard.as_ref().filter(|r| !r.built && !r.is_open()) else {
+                return Direct::Nothing;
+            };
+            if matches!(&r.parent, Parent::Context(cx) if !plain_parent(cx)) {
+                return Direct::ViaSdk;
+            }
+        }
+        // Taken as for the SDK path (backtraces resolved, outside the lock).
+        let Some(Ended {
+            name,
+            kind,
+            status,
+            start,
+            end,
+            parent,
+            attributes,
+            events,
+            dropped_events,
+            links,
+            dropped_links,
+        }) = self.take_ended()
+        else {
             return Direct::Nothing;
         };
         // The sampler keeps the trace state of the parent context's span; the span takes the
         // parent's trace id and flags (with `sampled`) when the parent is valid, else it
         // starts a trace (the id drawn at start) and gets the `random` flag at export.
         let from_cx;
-        let parent = match &r.parent {
+        let parent = match &parent {
             Parent::Root => &SpanContext::NONE,
             Parent::Span(sc) => sc,
-            Parent::Context(cx) if !plain_parent(cx) => return Direct::ViaSdk,
             Parent::Context(cx) => {
                 from_cx = cx.span();
                 from_cx.span_context()
@@ -109,59 +129,46 @@ impl SpanState {
         };
         let flags = parent.trace_flags().with_sampled(true);
         let span_context = SpanContext::new(trace_id, self.cx.span_id(), flags, false, trace_state);
-        let parent_span_id = parent.span_id();
-        let parent_span_is_remote = parent.is_valid() && parent.is_remote();
-        r.built = true;
 
         let limits = &build.limits;
-        let mut attributes = std::mem::take(&mut r.attributes).into_vec();
+        let mut attributes = attributes.into_vec();
         let max_attributes = limits.max_attributes_per_span as usize;
         let dropped_attributes_count = attributes.len().saturating_sub(max_attributes) as u32;
         attributes.truncate(max_attributes);
-        let mut recorded = std::mem::take(&mut r.events);
-        // Backtraces captured for its events become text here, on the export worker (the
-        // record is ended: nothing on the training thread waits for its lock).
-        std::mem::take(&mut r.stacktraces)
-            .resolve_into(&mut recorded, crate::layer::fields::truncate_chars);
-        let mut events = bounded_events(recorded, limits);
-        for _ in 0..r.dropped_events {
+        let mut events = bounded_events(events, limits);
+        for _ in 0..dropped_events {
             // As the SDK's `add_event` after start: kept while there is room, else counted.
             if events.events.len() < limits.max_events_per_span as usize {
-                events.events.push(Event::new("", r.start, Vec::new(), 0));
+                events.events.push(Event::new("", start, Vec::new(), 0));
             } else {
                 events.dropped_count += 1;
             }
         }
-        let mut links = bounded_links(std::mem::take(&mut r.links), limits);
-        for _ in 0..r.dropped_links {
+        let mut links = bounded_links(links, limits);
+        for _ in 0..dropped_links {
             if links.links.len() < limits.max_links_per_span as usize {
                 links.links.push(Link::new(self.cx.clone(), Vec::new(), 0));
             } else {
                 links.dropped_count += 1;
             }
         }
-        batch.push(SpanData {
+        let mut data = SpanData {
             span_context,
-            parent_span_id,
-            parent_span_is_remote,
-            span_kind: r.kind.take().unwrap_or(SpanKind::Internal),
-            name: std::mem::replace(&mut r.name, Cow::Borrowed("")),
-            start_time: r.start,
-            end_time: r.end.unwrap_or(r.start),
+            parent_span_id: parent.span_id(),
+            parent_span_is_remote: parent.is_valid() && parent.is_remote(),
+            span_kind: kind.unwrap_or(SpanKind::Internal),
+            name,
+            start_time: start,
+            end_time: end,
             attributes,
             dropped_attributes_count,
             events,
             links,
-            status: std::mem::replace(&mut r.status, Status::Unset),
+            status,
             instrumentation_scope: build.scope.clone(),
-        });
-        let parent = std::mem::replace(&mut r.parent, Parent::Root);
-        drop(guard);
-        // Dropped outside the lock: a context may hold user values.
-        drop(parent);
-        if let Some(data) = batch.last_mut() {
-            crate::ids::mark_random_root(data);
-        }
+        };
+        crate::ids::mark_random_root(&mut data);
+        batch.push(data);
         Direct::Built
     }
 }
@@ -212,11 +219,12 @@ mod tests {
     //! configures its own, whose single processor keeps what lens's batch processor keeps)
     //! and directly. The `SpanData` and the console lines must be identical.
 
+    use std::borrow::Cow;
     use std::sync::Arc;
     use std::time::{Duration, SystemTime};
 
     use opentelemetry::baggage::BaggageExt;
-    use opentelemetry::trace::{SpanId, TraceFlags, TraceId, TraceState, TracerProvider};
+    use opentelemetry::trace::{SpanId, Status, TraceFlags, TraceId, TraceState, TracerProvider};
     use opentelemetry::{KeyValue, Value};
     use opentelemetry_sdk::error::OTelSdkResult;
     use opentelemetry_sdk::trace::{SdkTracerProvider, Span, SpanProcessor};

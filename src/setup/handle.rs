@@ -67,12 +67,11 @@ pub(crate) struct Inner {
 /// * the layer records nothing (one relaxed atomic load per span compares the `pthread_atfork`
 ///   generation recorded at setup with the current one; no syscall);
 /// * spans the parent had open are neither ended nor truncated nor exported by the child (the
-///   parent exports them once), and the closer's slab is never touched;
+///   parent exports them once), and the layer's table of open spans is never touched;
 /// * [`Telemetry::force_flush`], [`Telemetry::shutdown`] and dropping the handle return at once
 ///   (the inherited providers are leaked, never shut down: that would wait for dead threads);
 /// * the child may set up its own telemetry (the double-init guard counts per fork generation),
 ///   which draws IDs from a freshly seeded stream ([`ChaChaIdGenerator`](crate::ChaChaIdGenerator)).
-///
 #[derive(Clone)]
 pub struct Telemetry {
     pub(super) inner: Arc<Inner>,
@@ -239,7 +238,8 @@ impl Telemetry {
     /// 3. `nemo.user.id`, `wandb.entity`, `wandb.project`, each only if non-empty;
     /// 4. `deployment.environment` = `DEPLOYMENT_ENV` if that variable exists (even when empty),
     ///    otherwise `ENVIRONMENT`; set only if the chosen value is non-empty;
-    /// 5. the caller's attributes (the `caller` argument);
+    /// 5. the application's attributes
+    ///    ([`TelemetryBuilder::resource_attributes`](crate::TelemetryBuilder::resource_attributes));
     /// 6. detected attributes: local (`host.name`, `process.pid`, `host.gpu.count`), then the
     ///    job's identity: the Slurm attributes of [`identity::slurm_attributes`](crate::identity::slurm_attributes)
     ///    (typed integers, `nv.dl.job.uuid`), where the allowlisted `slurm.*` keys and the two
@@ -265,11 +265,12 @@ impl Telemetry {
     /// keys that none of the above set (a launcher's value in `OTEL_RESOURCE_ATTRIBUTES` wins);
     /// `docs/gpu.md` has the rules.
     ///
-    /// Environment variables are read only through the `lookup` function passed in (production
-    /// passes the process environment), so the composition is deterministic and testable. Three inputs are
-    /// not behind `lookup`: the existence of `/var/run/secrets/kubernetes.io` (one way to detect
+    /// Environment variables are read only through
+    /// [`TelemetryBuilder::env_lookup`](crate::TelemetryBuilder::env_lookup) (by default the
+    /// process environment), so the composition is deterministic and testable. Three inputs are
+    /// not behind it: the existence of `/var/run/secrets/kubernetes.io` (one way to detect
     /// Kubernetes), when `CUDA_VISIBLE_DEVICES` is unset the output of `nvidia-smi`, which is
-    /// found through the `PATH` given by `lookup` if any, else the process's own `PATH`, and is
+    /// found through the `PATH` the lookup gives if any, else the process's own `PATH`, and is
     /// abandoned after 5 seconds, and NVML's answers with GPU detection on.
     ///
     /// ```

@@ -129,10 +129,10 @@ impl Telemetry {
     /// # Truncation
     ///
     /// Batch processors export a span when it ends, so a run-scoped span (`train`, `job`) that is
-    /// still open when the process shuts down would vanish. The lens layer records every span it
-    /// starts in a small slab (one short lock per span start and end). [`Telemetry::shutdown`]
-    /// (crate::Telemetry::shutdown) first ends every span still in it, **innermost first** (reverse
-    /// start order), each with
+    /// still open when the process shuts down would vanish. The lens layer keeps every span it
+    /// starts in its table of open spans until the span closes (one short lock per span start
+    /// and end). [`Telemetry::shutdown`] first ends every span still in it, **innermost first**
+    /// (reverse start order), each with
     ///
     /// * the attribute `nemo.span.truncated = true`,
     /// * an event `nemo.span.truncated` with `nemo.span.truncated.reason`,
@@ -155,8 +155,8 @@ impl Telemetry {
     /// the copies go to lens's processors only (an exporter given to lens), never to the
     /// application's own processors.
     ///
-    /// **Fork**: a process forked without exec inherits the slab with its parent's open spans (and
-    /// possibly a lock another parent thread held). The child never reads, locks or ends them: they
+    /// **Fork**: a process forked without exec inherits the table with its parent's open spans
+    /// (and possibly a lock another parent thread held). The child never reads, locks or ends them: they
     /// belong to the parent, which ends and exports them; the child forgets them (see
     /// [`Telemetry::is_inherited_from_parent`]).
     pub fn shutdown(&self, timeout: Duration) -> Result<()> {

@@ -14,6 +14,8 @@ use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 use tracing::field::Empty;
 use tracing_subscriber::prelude::*;
 
+use crate::common::{child, memory};
+
 /// Records, for every span, the thread `on_start` and `on_end` ran on, and tags the span in
 /// `on_start`.
 #[derive(Debug, Clone, Default)]
@@ -143,6 +145,44 @@ fn events_past_the_limit_are_counted_not_kept() {
         Value::I64(127),
         "the first events are kept"
     );
+}
+
+/// Five events in one span, built directly and through the SDK (a span processor of the
+/// application sees it): for each, the events kept and those counted as dropped.
+fn five_events_each_way() -> [(usize, u32); 2] {
+    [false, true].map(|through_sdk| {
+        let spans = memory::run_exporting(
+            |b| match through_sdk {
+                true => b.span_processor(Watcher::default),
+                false => b,
+            },
+            |_| {
+                let _span = tracing::info_span!("step").entered();
+                for i in 0..5_i64 {
+                    tracing::info!(i, "tick");
+                }
+            },
+        );
+        let span = memory::named(&spans, "step");
+        let ticks = span.events.iter().filter(|e| e.name == "tick").count();
+        assert_eq!(ticks, span.events.len(), "{:?}", span.events);
+        (ticks, span.events.dropped_count)
+    })
+}
+
+#[test]
+fn the_event_limit_variable_bounds_the_record_as_it_bounds_the_sdk_span() {
+    child::run_in_child([("OTEL_SPAN_EVENT_COUNT_LIMIT", "3")], || {
+        assert_eq!(five_events_each_way(), [(3, 2); 2]);
+    });
+}
+
+#[test]
+fn an_event_limit_the_sdk_does_not_read_leaves_the_default_for_the_record_too() {
+    // The SDK parses the value untrimmed: " 3" is no number to it.
+    child::run_in_child([("OTEL_SPAN_EVENT_COUNT_LIMIT", " 3")], || {
+        assert_eq!(five_events_each_way(), [(5, 0); 2]);
+    });
 }
 
 /// `span.record` on a span the lens layer does not record (its group is off; another layer

@@ -29,6 +29,7 @@ use serde::Serialize;
 
 use super::collect::Counts;
 use super::table::{Entry, RankState, Table, WINDOW};
+use crate::ranges::{count, gaps};
 
 /// Ranks with fewer complete steps are listed, not compared.
 pub const MIN_STEPS: usize = 3;
@@ -364,21 +365,8 @@ pub fn judge(table: &Table, counts: Counts, settings: Settings, detail: bool) ->
     suspects.sort_by(|a, b| b.cost_ms.total_cmp(&a.cost_ms).then(a.rank.cmp(&b.rank)));
 
     let world_size = settings.world_size.or(table.world_size);
-    // The gaps between the ranks read, below the world size (never a list as long as a
-    // made-up world size).
-    let mut missing_ranks = Vec::new();
-    if let Some(w) = world_size {
-        let mut next = 0;
-        for &r in states.keys().filter(|r| (0..w).contains(*r)) {
-            if r > next {
-                missing_ranks.push([next, r - 1]);
-            }
-            next = r + 1;
-        }
-        if next < w {
-            missing_ranks.push([next, w - 1]);
-        }
-    }
+    // The gaps between the ranks read, below the world size.
+    let missing_ranks = world_size.map_or_else(Vec::new, |w| gaps(states.keys().copied(), w));
     let keys =
         |f: fn(&RankState) -> Option<i64>| base.iter().filter_map(move |m| f(&states[&m.rank]));
     let compute_names: BTreeSet<u16> = compared
@@ -396,7 +384,7 @@ pub fn judge(table: &Table, counts: Counts, settings: Settings, detail: bool) ->
         world_size,
         ranks_read: states.len(),
         ranks_compared: compared.len(),
-        missing_count: missing_ranks.iter().map(|[a, b]| b - a + 1).sum(),
+        missing_count: count(&missing_ranks) as i64,
         missing_ranks,
         few_steps_ranks: all
             .iter()

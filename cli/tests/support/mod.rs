@@ -21,6 +21,11 @@ use std::process::Command;
 use serde_json::{Value, json};
 
 pub mod measure;
+// The library's test helpers for the programs a test runs and their environment.
+#[path = "../../../tests/common/programs.rs"]
+mod programs;
+#[allow(unused_imports)] // not every test binary runs a program
+pub use programs::{clear_telemetry_env, example};
 
 /// Steps per rank.
 pub const STEPS: i64 = 12;
@@ -190,41 +195,21 @@ pub fn write_job(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// The files of `dir` whose name ends with `suffix`, sorted (none when `dir` does not exist).
+pub fn files_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    v.sort();
+    v
+}
+
 /// The `nemo-lens` binary built for this test run.
 pub fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_nemo-lens"))
-}
-
-/// The library's example `name`, at `target/<profile>/examples/<name>` of the workspace's shared
-/// target directory. `cargo test --workspace` builds it; a run of this crate's tests alone does
-/// not: run `cargo build -p nemo-lens --all-features --examples` first.
-pub fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap(); // target/<profile>/deps/<test>-…
-    let path = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join(name);
-    assert!(
-        path.exists(),
-        "example binary missing at {}: run `cargo build -p nemo-lens --all-features --examples`",
-        path.display()
-    );
-    path
-}
-
-/// Removes every `NEMO_LENS_*`, `OTEL_*` and `TRACEPARENT` variable the test run inherited, so
-/// a child process sees only what the test gives it.
-pub fn clear_telemetry_env(cmd: &mut Command) -> &mut Command {
-    for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy();
-        if k.starts_with("NEMO_LENS_") || k.starts_with("OTEL_") || k == "TRACEPARENT" {
-            cmd.env_remove(k.as_ref());
-        }
-    }
-    cmd
 }
 
 /// Compute per step of a rank in [`write_rank_dumps`], and of its slow ranks.

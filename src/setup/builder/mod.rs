@@ -1,15 +1,20 @@
-//! [`TelemetryBuilder`]: what a process asks for, checked and built once.
+//! [`TelemetryBuilder`]: what a process asks for, checked and built once. This file holds the
+//! process's place in the job (rank, world size, run id, resource attributes) and the build;
+//! [`components`] the pipeline parts an application brings, [`behaviour`] how the telemetry
+//! behaves in its process.
+
+mod behaviour;
+mod components;
 
 use std::fmt;
 
 use opentelemetry::KeyValue;
-use opentelemetry_sdk::logs::LogExporter;
-use opentelemetry_sdk::trace::{SpanExporter, SpanProcessor, TracerProviderBuilder};
+use opentelemetry_sdk::trace::TracerProviderBuilder;
 
 use super::build;
 use super::handle::Telemetry;
 use super::pipelines::{LogExporterFactory, ProcessorFactory, ReaderFactory};
-use super::processors::{BoxedProcessor, exporter_processor, log_provider};
+use super::processors::BoxedProcessor;
 use crate::config::LensConfig;
 use crate::error::Result;
 use crate::layer::fields::RedactKeys;
@@ -268,85 +273,6 @@ impl TelemetryBuilder {
         self
     }
 
-    /// Sends spans to `exporter` instead of the configured console/OTLP exporter (traces only;
-    /// metrics keep theirs). It is wrapped in the [batch processor](crate::export::LensBatchProcessor), built
-    /// only on an exporting rank.
-    ///
-    /// ```
-    /// use opentelemetry_sdk::trace::InMemorySpanExporter;
-    /// let exporter = InMemorySpanExporter::default();
-    /// let builder = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default())
-    ///     .span_exporter(exporter.clone());
-    /// # let _ = builder;
-    /// ```
-    pub fn span_exporter<E: SpanExporter + 'static>(mut self, exporter: E) -> Self {
-        self.span_exporter = Some(Box::new(move |settings| {
-            exporter_processor(exporter, settings)
-        }));
-        self
-    }
-
-    /// Adds a span processor, built by `make` only on an exporting rank, registered before the
-    /// exporter's processor (the counterpart of `add_span_processor` after Python setup).
-    pub fn span_processor<P, F>(mut self, make: F) -> Self
-    where
-        P: SpanProcessor + 'static,
-        F: FnOnce() -> P + Send + 'static,
-    {
-        self.span_processors
-            .push(Box::new(move || BoxedProcessor(Box::new(make()))));
-        self
-    }
-
-    /// Reads metrics with `make()` (e.g. a `ManualReader` in tests) on an exporting rank.
-    pub fn metric_reader<R, F>(mut self, make: F) -> Self
-    where
-        R: opentelemetry_sdk::metrics::reader::MetricReader,
-        F: FnOnce() -> R + Send + 'static,
-    {
-        self.metric_reader = Some(Box::new(move |b| b.with_reader(make())));
-        self
-    }
-
-    /// Sends log records to `exporter` instead of the configured console/OTLP exporter (logs
-    /// only). It is wrapped in a batch processor, built only on an exporting rank with
-    /// `logs_enabled`.
-    ///
-    /// ```
-    /// use opentelemetry_sdk::logs::InMemoryLogExporter;
-    /// let exporter = InMemoryLogExporter::default();
-    /// let builder = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default())
-    ///     .log_exporter(exporter.clone());
-    /// # let _ = builder;
-    /// ```
-    pub fn log_exporter<E: LogExporter + 'static>(mut self, exporter: E) -> Self {
-        self.log_exporter = Some(Box::new(move |resource, settings| {
-            log_provider(exporter, resource, settings)
-        }));
-        self
-    }
-
-    /// Decides with `strategy` instead of the registry entry named by `export_strategy`.
-    ///
-    /// ```
-    /// let builder = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default())
-    ///     .export_strategy(|_cfg, rank, _ws| rank % 8 == 0);
-    /// # let _ = builder;
-    /// ```
-    pub fn export_strategy(
-        mut self,
-        strategy: impl Fn(&LensConfig, u32, u32) -> bool + Send + Sync + 'static,
-    ) -> Self {
-        self.export_strategy = Some(ExportStrategy::custom(strategy));
-        self
-    }
-
-    /// Exports every span on the thread that ends it instead of batching (tests, debugging).
-    pub fn synchronous_export(mut self, synchronous: bool) -> Self {
-        self.synchronous = synchronous;
-        self
-    }
-
     /// Reads environment variables (`SLURM_*`, `OTEL_*`, …) through `lookup` instead of the
     /// process environment.
     pub fn env_lookup(
@@ -354,186 +280,6 @@ impl TelemetryBuilder {
         lookup: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
     ) -> Self {
         self.lookup = Box::new(lookup);
-        self
-    }
-
-    /// Whether setup installs anything process-wide (default `true`): the global tracer and
-    /// meter providers, the global W3C propagator, the process-wide span-group state read by
-    /// [`crate::groups::is_span_group_enabled`], and the one-enabled-setup-per-process guard.
-    ///
-    /// With `false`, the [`Telemetry`] is self-contained: its layer, [`Telemetry::tracer`],
-    /// [`Telemetry::meter`] and [`Telemetry::is_span_group_enabled`] work as usual, and nothing
-    /// else in the process sees it. For applications that own the globals themselves, and for
-    /// tests that set up several telemetries in parallel. Several telemetries' layers may share
-    /// one subscriber: each records its own spans ([`LensSpanExt`](crate::LensSpanExt)
-    /// addresses the first lens layer of a subscriber).
-    ///
-    /// ```
-    /// use nemo_lens::{LensConfig, Telemetry};
-    /// use opentelemetry_sdk::trace::InMemorySpanExporter;
-    ///
-    /// let config = LensConfig::default().with_enabled(true).with_export_strategy("all_ranks");
-    /// let (a, b) = (InMemorySpanExporter::default(), InMemorySpanExporter::default());
-    /// // Two telemetries in one process: no double-init error, no global touched.
-    /// let first = Telemetry::builder(config.clone()).install_globals(false).span_exporter(a).build()?;
-    /// let second = Telemetry::builder(config).install_globals(false).span_exporter(b).build()?;
-    /// assert!(first.is_exporting() && second.is_exporting());
-    /// # Ok::<(), nemo_lens::LensError>(())
-    /// ```
-    pub fn install_globals(mut self, install: bool) -> Self {
-        self.install_globals = install;
-        self
-    }
-
-    /// Whether `opentelemetry::Context::current()` carries the entered lens span (default
-    /// `true`), so OpenTelemetry-API code inside lens spans (a global propagator injecting
-    /// `traceparent` into HTTP headers, tonic interceptors, spans of an OpenTelemetry tracer)
-    /// sees it as the current span. A span's context is built at its first enter (one
-    /// allocation) and attached by clone at every enter, which costs about what the registry's
-    /// own enter and exit cost (figures in `docs/performance.md`); turn it off
-    /// when no such code runs inside lens spans.
-    ///
-    /// ```
-    /// use nemo_lens::{LensConfig, Telemetry};
-    /// use opentelemetry::trace::TraceContextExt;
-    /// use tracing_subscriber::prelude::*;
-    ///
-    /// let config = LensConfig::default()
-    ///     .with_enabled(true)
-    ///     .with_export_strategy("all_ranks")
-    ///     .with_metrics_enabled(false);
-    /// let telemetry = Telemetry::builder(config)
-    ///     .install_globals(false)
-    ///     .span_exporter(opentelemetry_sdk::trace::InMemorySpanExporter::default())
-    ///     .build()?;
-    /// let _guard = tracing_subscriber::registry().with(telemetry.layer()).set_default();
-    /// tracing::info_span!("job", nemo.group.job = tracing::field::Empty).in_scope(|| {
-    ///     // An HTTP client's OpenTelemetry middleware would inject this span's context:
-    ///     assert!(opentelemetry::Context::current().span().span_context().is_valid());
-    /// });
-    /// assert!(!opentelemetry::Context::current().span().span_context().is_valid());
-    /// # telemetry.shutdown(std::time::Duration::from_secs(5))?;
-    /// # Ok::<(), nemo_lens::LensError>(())
-    /// ```
-    pub fn context_activation(mut self, activate: bool) -> Self {
-        self.context_activation = activate;
-        self
-    }
-
-    /// The keys whose string values are written as `[REDACTED]`, replacing the default set
-    /// ([`DEFAULT_REDACT_KEYS`](crate::DEFAULT_REDACT_KEYS), as Python's `redact_keys=` argument replaces it): span
-    /// attributes, span events and bridged log records alike (exact, case-sensitive match).
-    /// Pass an empty list to redact nothing. To extend the default set instead, chain it:
-    ///
-    /// ```
-    /// use nemo_lens::{DEFAULT_REDACT_KEYS, LensConfig, Telemetry};
-    /// use opentelemetry_sdk::trace::InMemorySpanExporter;
-    /// use tracing_subscriber::prelude::*;
-    ///
-    /// let spans = InMemorySpanExporter::default();
-    /// let config = LensConfig::default().with_enabled(true).with_export_strategy("all_ranks");
-    /// let telemetry = Telemetry::builder(config)
-    ///     .install_globals(false)
-    ///     .span_exporter(spans.clone())
-    ///     .redact_keys(DEFAULT_REDACT_KEYS.iter().copied().chain(["api_key"]))
-    ///     .build()?;
-    /// tracing::subscriber::with_default(tracing_subscriber::registry().with(telemetry.layer()), || {
-    ///     tracing::info_span!("call", api_key = "sk-123", token = "t", model = "m").in_scope(|| {});
-    /// });
-    /// telemetry.force_flush()?;
-    /// let span = &spans.get_finished_spans().unwrap()[0];
-    /// let value = |k: &str| span.attributes.iter().find(|kv| kv.key.as_str() == k).unwrap().value.to_string();
-    /// assert_eq!(value("api_key"), "[REDACTED]");
-    /// assert_eq!(value("token"), "[REDACTED]"); // still in the (extended) default set
-    /// assert_eq!(value("model"), "m");
-    /// # Ok::<(), nemo_lens::LensError>(())
-    /// ```
-    pub fn redact_keys<I, K>(mut self, keys: I) -> Self
-    where
-        I: IntoIterator<Item = K>,
-        K: Into<String>,
-    {
-        self.redact = RedactKeys::custom(keys);
-        self
-    }
-
-    /// Gives every `ERROR` event and `#[instrument(err)]` an `exception.stacktrace`, and every
-    /// recorded panic too, whatever `RUST_BACKTRACE` says (default: off).
-    ///
-    /// Off, an `ERROR` event carries no backtrace, and a panic (with
-    /// [`Telemetry::install_panic_hook`]) carries one when `RUST_BACKTRACE` /
-    /// `RUST_LIB_BACKTRACE` enable backtraces, as `std`'s panic message does. On, the stack is
-    /// captured on the thread of the event (its frames' addresses: microseconds) and resolved
-    /// into text on the export worker when the span is exported, never on the training thread.
-    /// Resolving costs the worker up to hundreds of microseconds per backtrace (a steady stream
-    /// of errors can make it fall behind, and the queue then drops and counts spans), and the
-    /// first resolution maps and parses the binary's debug information, which raises the
-    /// process's resident memory once (tens of megabytes for a binary with line tables). The
-    /// text starts at the event's own frame (a panic's: the panicking frame) and is cut to the
-    /// attribute value length limit. With
-    /// [`synchronous_export`](TelemetryBuilder::synchronous_export) the thread that ends the span
-    /// resolves it.
-    ///
-    /// ```
-    /// use nemo_lens::{LensConfig, Telemetry};
-    /// use opentelemetry_sdk::trace::InMemorySpanExporter;
-    /// use tracing_subscriber::prelude::*;
-    ///
-    /// let spans = InMemorySpanExporter::default();
-    /// let config = LensConfig::default().with_enabled(true).with_export_strategy("all_ranks");
-    /// let telemetry = Telemetry::builder(config)
-    ///     .install_globals(false)
-    ///     .span_exporter(spans.clone())
-    ///     .error_backtraces(true)
-    ///     .build()?;
-    /// tracing::subscriber::with_default(tracing_subscriber::registry().with(telemetry.layer()), || {
-    ///     tracing::info_span!("step").in_scope(|| tracing::error!("nan loss"));
-    /// });
-    /// telemetry.force_flush()?;
-    /// let event = &spans.get_finished_spans().unwrap()[0].events.events[0];
-    /// let keys: Vec<&str> = event.attributes.iter().map(|kv| kv.key.as_str()).collect();
-    /// assert_eq!(
-    ///     keys,
-    ///     ["exception.type", "exception.message", "exception.stacktrace", "exception.escaped"]
-    /// );
-    /// # Ok::<(), nemo_lens::LensError>(())
-    /// ```
-    pub fn error_backtraces(mut self, on: bool) -> Self {
-        self.error_backtraces = on;
-        self
-    }
-
-    /// Builds the tracer provider from the application's own `builder` (its processors,
-    /// exporters, sampler and resource) instead of an empty one. Lens adds its ID generator
-    /// (replacing the builder's), the rank sampler when enabled, the processors of
-    /// [`TelemetryBuilder::span_processor`], and an exporter only when
-    /// [`TelemetryBuilder::span_exporter`] names one: the application's processors do the
-    /// exporting. The builder's resource is kept (lens's resource attributes are not added to
-    /// it; [`Telemetry::resource`] still describes this rank). On a disabled or non-exporting
-    /// rank the builder is dropped unbuilt, and nothing is started.
-    ///
-    /// ```
-    /// use nemo_lens::{LensConfig, Telemetry};
-    /// use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
-    ///
-    /// let mine = InMemorySpanExporter::default();
-    /// let builder = SdkTracerProvider::builder().with_simple_exporter(mine.clone());
-    /// let config = LensConfig::default().with_enabled(true).with_export_strategy("all_ranks");
-    /// let telemetry = Telemetry::builder(config)
-    ///     .install_globals(false)
-    ///     .tracer_provider(builder)
-    ///     .build()?;
-    /// let subscriber = tracing_subscriber::registry();
-    /// use tracing_subscriber::layer::SubscriberExt;
-    /// tracing::subscriber::with_default(subscriber.with(telemetry.layer()), || {
-    ///     tracing::info_span!("job", nemo.group.job = tracing::field::Empty).in_scope(|| {});
-    /// });
-    /// telemetry.force_flush()?; // (the in-memory exporter forgets its spans at shutdown)
-    /// assert_eq!(mine.get_finished_spans().unwrap()[0].name, "job");
-    /// # Ok::<(), nemo_lens::LensError>(())
-    /// ```
-    pub fn tracer_provider(mut self, builder: TracerProviderBuilder) -> Self {
-        self.provider_builder = Some(builder);
         self
     }
 
