@@ -141,8 +141,10 @@ cat <<'EOF'
 span, one process per wiring, each set up the way its users set it up (global default; exporting
 wirings: a batch processor and an exporter that discards), median (min – max) of 9 samples of
 about 200 ms, and the measuring thread's CPU time. The "spans dropped" column is what each
-exporting wiring's exporter did not receive over the whole process (every child process gets
-queues large enough for its whole-process run, below).
+exporting wiring's exporter did not receive over the sampled runs: a wiring whose training
+thread outruns its batch worker for seconds fills even a large queue and drops, and a dropped
+span costs the training thread less than an exported one, so such a row's timings are a floor.
+The whole-process table below is the comparison with nothing dropped.
 
 The second table is the whole process: for the exporting wirings and the registry they sit on,
 one run of 500,000 spans per shape between two flushes, with the training thread's wall time
