@@ -28,7 +28,8 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target}
 PAGE=docs/performance.md
 OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
+# A failed run keeps its outputs for a look at what went wrong.
+trap 'status=$?; if [ "$status" -eq 0 ]; then rm -rf "$OUT"; else echo "run_all: failed, outputs kept in $OUT" >&2; fi' EXIT
 # This run's criterion results only, whatever earlier runs left under the target directory.
 export CRITERION_HOME=$OUT/criterion
 
