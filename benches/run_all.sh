@@ -13,7 +13,8 @@
 #      callgrind;
 #   8. the command-line tool: its throughput (cli/benches/throughput.rs) and 4,096 rank dumps
 #      (cli/benches/ranks.rs).
-# The page is replaced only when every step succeeded; the explanations on it are the text of
+# The page is replaced only when every step succeeded (then README's cost table is copied from it,
+# benches/readme_cost.py); the explanations on it are the text of
 # this script (edit them here, not in the page).
 #
 # Usage: benches/run_all.sh [criterion args]   e.g. --warm-up-time 1 --measurement-time 3
@@ -301,4 +302,6 @@ lines "$OUT/ranks.txt" '(4096|straggler|summary) '
 } >"$OUT/page.md"
 
 mv "$OUT/page.md" "$PAGE"
+# README's headline cost table, from this page's whole-process table.
+python3 benches/readme_cost.py "$PAGE" README.md
 echo "run_all: wrote $PAGE (load average $END_LOAD at end)" >&2
