@@ -1,16 +1,17 @@
 """The project's cost goals against one run's figures: met or missed, never rounded into a pass.
 
-Reads what benches/run_all.sh collected (the `peers` output, instructions.sh's table and
-report.py's criterion tables) and prints a Markdown table. A figure it cannot find is shown as
+Reads what benches/run_all.sh collected (the `peers` output, instructions.sh's table,
+report.py's criterion tables and the command-line tool's throughput table) and prints a
+Markdown table. A figure it cannot find is shown as
 missing, and the script exits 1 so that run_all.sh does not write a page with a hole.
 
-Usage: python3 benches/goals.py PEERS.txt INSTRUCTIONS.txt CRITERION.txt
+Usage: python3 benches/goals.py PEERS.txt INSTRUCTIONS.txt CRITERION.txt CLI_TABLE.txt
 """
 
 import re
 import sys
 
-peers, instructions, criterion = (open(p).read() for p in sys.argv[1:4])
+peers, instructions, criterion, cli = (open(p).read() for p in sys.argv[1:5])
 missing = []
 
 
@@ -46,11 +47,26 @@ def median_ns(group, case):
     return float(row.group(1)) * UNITS[row.group(2)]
 
 
-def line(goal, value, limit, shown):
+CLI_UNITS = {"ms": 1e-3, "s": 1.0, "MiB/s": 1.0, "GiB/s": 1024.0}
+
+
+def cli_cell(bench, column):
+    """A cell of the tool's throughput table (column 1 time in s, 2 throughput in MiB/s)."""
+    m = re.search(r"^\| `" + re.escape(bench) + r"` \| ([\d.]+) (ms|s) \| ([\d.]+) (MiB/s|GiB/s) \|",
+                  cli, re.M)
+    if not m:
+        missing.append(f"the tool's {bench}")
+        return None
+    value, unit = m.group(2 * column - 1), m.group(2 * column)
+    return float(value) * CLI_UNITS[unit]
+
+
+def line(goal, value, limit, shown, at_least=False):
     if value is None:
         print(f"| {goal} | missing | |")
     else:
-        print(f"| {goal} | {shown(value)} | {'met' if value <= limit else '**missed**'} |")
+        met = value >= limit if at_least else value <= limit
+        print(f"| {goal} | {shown(value)} | {'met' if met else '**missed**'} |")
 
 
 x = lambda v: f"{v:.2f}x"
@@ -78,6 +94,16 @@ for wiring, what in (("lens_non_exporting_rank", "a non-exporting rank"),
     line(f"{what} costs a disabled callsite (the no-subscriber floor is {floor} instructions, a "
          "disabled callsite's level check and cached interest add under 10)",
          v, (floor or 0) + 10, count)
+
+mib = lambda v: f"{v:.0f} MiB/s"
+for command in ("straggler", "summary"):
+    line(f"`nemo-lens {command}`, one thread, 8 ranks of console JSONL: at least 400 MiB/s",
+         cli_cell(f"cli/{command}_plain", 2), 400.0, mib, at_least=True)
+    line(f"`nemo-lens {command}`, one thread, 64 rank dumps: at least 400 MiB/s",
+         cli_cell(f"cli_64_files/{command}_jobs1", 2), 400.0, mib, at_least=True)
+    one, two = cli_cell(f"cli_64_files/{command}_jobs1", 1), cli_cell(f"cli_64_files/{command}_jobs2", 1)
+    line(f"`nemo-lens {command}`, 64 rank dumps: two threads at least 1.7x one",
+         one / two if one and two else None, 1.7, x, at_least=True)
 
 if missing:
     print("goals.py: not found: " + "; ".join(missing), file=sys.stderr)

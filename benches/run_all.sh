@@ -11,8 +11,8 @@
 #   6. resident memory over millions of re-entries of one span (tests/lifecycle/reentry_memory.rs);
 #   7. NVTX ranges with no tool attached (benches/nvtx.rs, feature `nvtx`), timed and under
 #      callgrind;
-#   8. the command-line tool: its throughput (cli/benches/throughput.rs) and 4,096 rank dumps
-#      (cli/benches/ranks.rs).
+#   8. the command-line tool: its throughput (cli/benches/throughput.rs), 4,096 rank dumps
+#      (cli/benches/ranks.rs) and where its instructions go (cli/benches/profile.sh).
 # The page is replaced only when every step succeeded (then README's cost table is copied from it,
 # benches/readme_cost.py); the explanations on it are the text of
 # this script (edit them here, not in the page).
@@ -84,9 +84,18 @@ nvtx_instructions() { # case n: the instructions of the whole run
 echo "run_all: nemo-lens throughput, ranks" >&2
 cargo bench --quiet -p nemo-lens-cli --bench throughput -- "$@" >"$OUT/cli.txt"
 cargo bench --quiet -p nemo-lens-cli --bench ranks >"$OUT/ranks.txt"
+echo "run_all: cli/benches/profile.sh" >&2
+cli/benches/profile.sh >"$OUT/cli_profile.txt"
+{
+  echo '| bench | time | throughput |'
+  echo '|---|---|---|'
+  # Criterion prints the name, then `time: [low median high]` and `thrpt: [...]` lines.
+  awk '/^cli/ { name = $1 } /time:/ { t = $(NF-3) " " $(NF-2) } /thrpt:/ { print "| `" name "` | " t " | " $(NF-3) " " $(NF-2) " |" }' "$OUT/cli.txt"
+} >"$OUT/cli_table.txt"
 
 # The goals against this run's figures (fails when a figure is missing).
-python3 benches/goals.py "$OUT/peers.txt" "$OUT/instructions.txt" "$OUT/criterion.txt" >"$OUT/goals.txt"
+python3 benches/goals.py "$OUT/peers.txt" "$OUT/instructions.txt" "$OUT/criterion.txt" \
+  "$OUT/cli_table.txt" >"$OUT/goals.txt"
 END_DATE=$(date -u '+%H:%M')
 END_LOAD=$(load)
 CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
@@ -130,7 +139,8 @@ cat <<'EOF'
 
 What the project aims for, against this run (`benches/goals.py` reads the tables below). A goal
 this run misses is marked missed; the profile under "Where an exported span's instructions go"
-shows what the training thread spends them on.
+shows what the training thread spends them on, and the one under "Command-line tool" what the
+tool spends its time on.
 
 EOF
 cat "$OUT/goals.txt"
@@ -287,10 +297,14 @@ included), criterion medians, throughput in uncompressed input bytes. Group `cli
 flight-recorder dumps of 64 ranks × 2,000 steps, one thread against two.
 
 EOF
-echo '| bench | time | throughput |'
-echo '|---|---|---|'
-# Criterion prints the name, then `time: [low median high]` and `thrpt: [...]` lines.
-awk '/^cli/ { name = $1 } /time:/ { t = $(NF-3) " " $(NF-2) } /thrpt:/ { print "| `" name "` | " t " | " $(NF-3) " " $(NF-2) " |" }' "$OUT/cli.txt"
+cat "$OUT/cli_table.txt"
+cat <<'EOF'
+
+`bash cli/benches/profile.sh` (callgrind): where `straggler` and `summary` spend their
+instructions on group `cli`'s input, one thread, per input byte, inclusive (rows overlap).
+
+EOF
+cat "$OUT/cli_profile.txt"
 cat <<'EOF'
 
 `cargo bench -p nemo-lens-cli --bench ranks`: `straggler` and `summary` on the dumps of 4,096

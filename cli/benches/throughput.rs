@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group};
 use serde_json::json;
 
 /// Ranks × steps × 2 spans per step.
@@ -193,4 +193,15 @@ fn bench(c: &mut Criterion) {
 }
 
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+/// With `CLI_BENCH_GENERATE=DIR`, writes group `cli`'s plain rank files into DIR and exits
+/// without timing anything: `cli/benches/profile.sh` profiles the tool on the same input.
+fn main() {
+    if let Some(dir) = std::env::var_os("CLI_BENCH_GENERATE") {
+        let (plain, _, bytes) = generate(Path::new(&dir));
+        println!("generated {} files, {bytes} bytes", plain.len());
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
