@@ -123,8 +123,10 @@ mod tests {
 
     use super::*;
 
+    // That the launcher's `nv.gpu.*` values win over detected ones is tested against the
+    // stand-in NVML library (tests/gpu/nvml.rs).
     #[test]
-    fn attributes_the_resource_has_win_over_detected_ones() {
+    fn the_resource_is_unchanged_when_detection_is_off_or_finds_no_gpu() {
         let resource = Resource::builder_empty()
             .with_attributes([
                 KeyValue::new("nv.gpu.uuid", "GPU-from-launcher"),
