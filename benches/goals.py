@@ -2,8 +2,8 @@
 
 Reads what benches/run_all.sh collected (the `peers` output, instructions.sh's table,
 report.py's criterion tables and the command-line tool's throughput table) and prints a
-Markdown table. A figure it cannot find is shown as
-missing, and the script exits 1 so that run_all.sh does not write a page with a hole.
+Markdown table. A figure it cannot find is shown as missing, and the script exits 1 so that
+run_all.sh does not write a page with a hole.
 
 Usage: python3 benches/goals.py PEERS.txt INSTRUCTIONS.txt CRITERION.txt CLI_TABLE.txt
 """

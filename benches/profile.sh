@@ -38,26 +38,13 @@ read -r _ _ produced exported < <(grep '^EXPORTED ' "$OUT/log")
   || { echo "profile.sh: $((produced - exported)) spans dropped; the counts would be low" >&2; exit 1; }
 
 python3 - "$OUT" "$N" "$produced" <<'PY'
-import glob, re, subprocess, sys
+import glob, re, sys
+
+sys.path.insert(0, "benches")
+from callgrind import inclusive, total
 
 out, n, produced = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 
-def inclusive(path):
-    """{function: inclusive instructions} of one thread's callgrind output."""
-    text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", path],
-                          capture_output=True, text=True, check=True).stdout
-    costs = {}
-    for line in text.splitlines():
-        m = re.match(r"\s*([\d,]+)\s+\([^)]*\)\s+\S*?:(.+?) \[", line)
-        if m:
-            costs.setdefault(m.group(2), int(m.group(1).replace(",", "")))
-    return costs
-
-def total(path):
-    for line in open(path):
-        if line.startswith("totals:"):
-            return int(line.split()[1])
-    return 0
 
 threads = sorted(glob.glob(out + "/cg-*"))
 main = inclusive(threads[0])

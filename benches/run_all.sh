@@ -13,9 +13,9 @@
 #      callgrind;
 #   8. the command-line tool: its throughput (cli/benches/throughput.rs), 4,096 rank dumps
 #      (cli/benches/ranks.rs) and where its instructions go (cli/benches/profile.sh).
-# The page is replaced only when every step succeeded (then README's cost table is copied from it,
-# benches/readme_cost.py); the explanations on it are the text of
-# this script (edit them here, not in the page).
+# The page is replaced only when every step succeeded, then README's cost table is copied from
+# it (benches/readme_cost.py). The explanations on the page are the text of this script (edit
+# them here, not in the page).
 #
 # Usage: benches/run_all.sh [criterion args]   e.g. --warm-up-time 1 --measurement-time 3
 # Needs valgrind, python3 with venv/pip (rotel and the Python library are installed under the

@@ -34,21 +34,13 @@ for command in straggler summary; do
 done
 
 python3 - "$OUT" <<'PY'
-import glob, os, re, subprocess, sys
+import glob, os, re, sys
+
+sys.path.insert(0, "benches")
+from callgrind import inclusive
 
 out = sys.argv[1]
 size = sum(os.path.getsize(p) for p in glob.glob(out + "/input/*.jsonl"))
-
-def inclusive(path):
-    """{function: inclusive instructions} of a callgrind output."""
-    text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", path],
-                          capture_output=True, text=True, check=True).stdout
-    costs = {}
-    for line in text.splitlines():
-        m = re.match(r"\s*([\d,]+)\s+\([^)]*\)\s+\S*?:(.+?) \[", line)
-        if m:
-            costs.setdefault(m.group(2), int(m.group(1).replace(",", "")))
-    return costs
 
 rows = [
     ("the whole run", r"^nemo_lens::main$"),
@@ -68,16 +60,15 @@ print(f"{size / 2**20:.1f} MiB of console JSONL; instructions per input byte (sh
 print()
 print("| | `straggler --jobs 1` | `summary --jobs 1` |")
 print("|---|---|---|")
+whole = {c: cost.get("nemo_lens::main", 0) for c, cost in costs.items()}
 for label, pattern in rows:
     cells = []
-    for c in ("straggler", "summary"):
-        cost = costs[c]
+    for c, cost in costs.items():
         if pattern is None:
             v = sum(cost.get(f, 0) for f in ("malloc", "free"))
         else:
             v = next((n for f, n in cost.items() if re.search(pattern, f)), 0)
-        whole = next((n for f, n in cost.items() if f == "nemo_lens::main"), 0)
-        cells.append(f"{v / size:.1f} ({100 * v / whole:.0f}%)" if v and whole else "–")
+        cells.append(f"{v / size:.1f} ({100 * v / whole[c]:.0f}%)" if v and whole[c] else "–")
     if cells != ["–", "–"]:
         print(f"| {label} | {cells[0]} | {cells[1]} |")
 PY
