@@ -3,6 +3,7 @@
 //! (trace id, flags, trace state) of a new span.
 
 use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use opentelemetry::Context;
@@ -26,8 +27,9 @@ pub(crate) enum RecordSink {
     /// The queue of nemo-lens's batch processor: the worker builds the SDK spans.
     Queue(SpanQueue),
     /// No batch processor (synchronous export): the SDK span is built on the thread that
-    /// ends the span.
-    Inline,
+    /// ends the span; a span that should have been exported and was not (its provider is shut
+    /// down) is counted in `dropped`, as the queue's worker counts it.
+    Inline { dropped: Arc<AtomicU64> },
 }
 
 /// What the layer shares with the telemetry handle on an exporting rank.
@@ -65,8 +67,9 @@ pub(crate) struct Pipeline {
 }
 
 impl Pipeline {
-    /// `queue` is the batch processor's record queue when spans are exported in batches;
-    /// `rank_sampler` says whether the provider samples with [`crate::RankAwareSampler`]
+    /// `queue` is the batch processor's record queue when spans are exported in batches
+    /// (it counts the spans it drops); without one, the spans not built are counted in
+    /// `dropped`. `rank_sampler` says whether the provider samples with [`crate::RankAwareSampler`]
     /// (which ignores the parent's flag) instead of the SDK default.
     ///
     /// `direct` (what the worker needs to build `SpanData` itself) when no span processor of
@@ -76,6 +79,7 @@ impl Pipeline {
         default_parent: Option<Context>,
         text: TextRules,
         queue: Option<SpanQueue>,
+        dropped: Arc<AtomicU64>,
         rank_sampler: bool,
         direct: Option<DirectBuild>,
     ) -> Self {
@@ -87,7 +91,7 @@ impl Pipeline {
                 });
                 RecordSink::Queue(queue)
             }
-            None => RecordSink::Inline,
+            None => RecordSink::Inline { dropped },
         };
         Pipeline {
             tracer: ManuallyDrop::new(tracer),
@@ -136,7 +140,7 @@ impl Pipeline {
     pub(crate) fn spare_state(&self) -> Option<Arc<SpanState>> {
         match &self.sink {
             RecordSink::Queue(queue) => queue.spare(),
-            RecordSink::Inline => None,
+            RecordSink::Inline { .. } => None,
         }
     }
 
@@ -145,8 +149,10 @@ impl Pipeline {
     pub(crate) fn finish(&self, state: Arc<SpanState>, size: usize) {
         match &self.sink {
             RecordSink::Queue(queue) => queue.push_record(state, size),
-            RecordSink::Inline => {
-                let _ = state.build_sdk_span(&self.tracer);
+            RecordSink::Inline { dropped } => {
+                if !state.build_sdk_span(&self.tracer) {
+                    dropped.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
     }
@@ -270,7 +276,7 @@ impl Drop for Pipeline {
 }
 
 /// The decision of an `OTEL_TRACES_SAMPLER` sampler for a new span (see
-/// [`Pipeline::env_sampler`]): sampled, and the trace state.
+/// [`env_sampler`]): sampled, and the trace state.
 #[cold]
 fn sample(
     sampler: &Sampler,
@@ -311,4 +317,58 @@ pub(crate) fn decide(
     }
     let flags = ids::trace_flags(sampled, parent_cx.map(|p| p.trace_flags()));
     (trace_id, flags, trace_state)
+}
+
+#[cfg(test)]
+mod tests {
+    use opentelemetry::trace::{SpanContext, SpanId, TraceId, TracerProvider as _};
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+
+    use super::*;
+    use crate::record::SpanRecord;
+
+    /// On the synchronous path, a span the SDK does not build (its provider is shut down) is
+    /// counted as dropped, as the queue's worker counts it: dropped = produced − exported.
+    #[test]
+    fn a_span_not_built_inline_is_counted_as_dropped() {
+        let exporter = InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(exporter.clone())
+            .build();
+        let dropped = Arc::new(AtomicU64::new(0));
+        let pipeline = Pipeline::new(
+            provider.tracer(crate::SCOPE_NAME),
+            None,
+            TextRules::default(),
+            None,
+            dropped.clone(),
+            false,
+            None,
+        );
+        let ended = |span: u64| {
+            let cx = SpanContext::new(
+                TraceId::from(1),
+                SpanId::from(span),
+                TraceFlags::SAMPLED,
+                false,
+                TraceState::default(),
+            );
+            let state = Arc::new(SpanState::new(
+                cx,
+                Some(SpanRecord::start("step", Parent::Root)),
+            ));
+            let size = state.end().expect("the span was open");
+            (state, size)
+        };
+
+        let (state, size) = ended(1);
+        pipeline.finish(state, size);
+        assert_eq!(exporter.get_finished_spans().unwrap().len(), 1);
+        assert_eq!(dropped.load(Ordering::Relaxed), 0);
+
+        provider.shutdown().unwrap();
+        let (state, size) = ended(2);
+        pipeline.finish(state, size);
+        assert_eq!(dropped.load(Ordering::Relaxed), 1);
+    }
 }
