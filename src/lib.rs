@@ -227,9 +227,10 @@ pub mod metrics;
 mod setup;
 
 // Errors, ids, attribute names, propagation, backdated spans and test capture; the leaves every
-// part may use: Python's JSON text (`pyjson`), approximate sizes (`size`) and a value as an error
-// message shows it (`text`).
+// part may use: Python's JSON text (`pyjson`), approximate sizes (`size`), a value as an error
+// message shows it (`text`) and work bounded by a deadline on a thread of its own (`bounded`).
 mod backdated;
+mod bounded;
 pub mod carrier;
 mod error;
 pub mod identity;
