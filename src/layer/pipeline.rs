@@ -40,7 +40,7 @@ pub(crate) struct Pipeline {
     pub(crate) tracer: ManuallyDrop<SdkTracer>,
     /// The span tables of the layers made for this pipeline (one per
     /// [`Telemetry::layer`](crate::Telemetry::layer) call).
-    stores: parking_lot::Mutex<Vec<Weak<OpenSpans>>>,
+    tables: parking_lot::Mutex<Vec<Weak<OpenSpans>>>,
     /// Parent of root spans (from `TRACEPARENT`), if the launcher gave one.
     pub(crate) default_parent: Option<Context>,
     /// The [fork generation](crate::ids) the pipeline was built in; in a forked child (another
@@ -95,7 +95,7 @@ impl Pipeline {
         };
         Pipeline {
             tracer: ManuallyDrop::new(tracer),
-            stores: parking_lot::Mutex::new(Vec::new()),
+            tables: parking_lot::Mutex::new(Vec::new()),
             default_parent,
             generation: ids::fork_generation(),
             text,
@@ -158,42 +158,42 @@ impl Pipeline {
     }
 
     /// A new span table, for a new layer: shutdown and the panic hook reach its spans.
-    pub(crate) fn new_store(&self) -> Arc<OpenSpans> {
-        let store = Arc::new(OpenSpans::default());
-        let mut stores = self.stores.lock();
-        stores.retain(|s| s.strong_count() > 0);
-        stores.push(Arc::downgrade(&store));
-        store
+    pub(crate) fn new_table(&self) -> Arc<OpenSpans> {
+        let table = Arc::new(OpenSpans::default());
+        let mut tables = self.tables.lock();
+        tables.retain(|s| s.strong_count() > 0);
+        tables.push(Arc::downgrade(&table));
+        table
     }
 
-    fn stores(&self) -> Vec<Arc<OpenSpans>> {
+    fn tables(&self) -> Vec<Arc<OpenSpans>> {
         match self
-            .stores
+            .tables
             .try_lock_for(std::time::Duration::from_millis(200))
         {
-            Some(stores) => stores.iter().filter_map(Weak::upgrade).collect(),
+            Some(tables) => tables.iter().filter_map(Weak::upgrade).collect(),
             None => Vec::new(),
         }
     }
 
     /// Recorded spans open now, in every layer of this pipeline.
     pub(crate) fn open_spans(&self) -> usize {
-        self.stores().iter().map(|s| s.len()).sum()
+        self.tables().iter().map(|s| s.len()).sum()
     }
 
     /// Ends every open span as truncated with `reason`, innermost first, and hands them over
     /// for export; returns how many.
     pub(crate) fn close_all(&self, reason: &'static str) -> usize {
-        let mut open: Vec<_> = self.stores().iter().flat_map(|s| s.drain()).collect();
+        let mut open: Vec<_> = self.tables().iter().flat_map(|s| s.drain()).collect();
         // Each table's spans are innermost first; across layers, by start time.
         open.sort_by_key(|s| std::cmp::Reverse(s.start_time()));
         self.truncate_all(open, reason)
     }
 
-    /// Ends the open spans of `store` as truncated with `reason` (its layer is dropped, with the
+    /// Ends the open spans of `table` as truncated with `reason` (its layer is dropped, with the
     /// subscriber, while they are open); returns how many.
-    pub(crate) fn close_store(&self, store: &OpenSpans, reason: &'static str) -> usize {
-        self.truncate_all(store.drain(), reason)
+    pub(crate) fn close_table(&self, table: &OpenSpans, reason: &'static str) -> usize {
+        self.truncate_all(table.drain(), reason)
     }
 
     fn truncate_all(&self, open: Vec<Arc<SpanState>>, reason: &'static str) -> usize {
@@ -208,22 +208,22 @@ impl Pipeline {
     }
 
     /// Records a panic on the innermost open span among `scope` (span ids, innermost first),
-    /// without waiting on any lock for long (the panic hook): in `store` when it is one of
+    /// without waiting on any lock for long (the panic hook): in `table` when it is one of
     /// this pipeline's tables (the subscriber's lens layer), else in this pipeline's tables.
-    pub(crate) fn record_panic(&self, store: Option<&Arc<OpenSpans>>, scope: &[Id], message: &str) {
+    pub(crate) fn record_panic(&self, table: Option<&Arc<OpenSpans>>, scope: &[Id], message: &str) {
         let limit = self.text.limit;
         let message = crate::record::attributes::truncate_chars(message.to_string(), limit);
         // Captured here, resolved by the worker (or not at all if no span records it).
         let mut stacktrace =
             Stacktrace::capture(self.error_backtraces, UserFrames::AfterPanic, limit);
-        let stores = self.stores();
-        let stores: Vec<&Arc<OpenSpans>> = match store {
-            Some(s) if stores.iter().any(|o| Arc::ptr_eq(o, s)) => vec![s],
-            _ => stores.iter().collect(),
+        let tables = self.tables();
+        let tables: Vec<&Arc<OpenSpans>> = match table {
+            Some(s) if tables.iter().any(|o| Arc::ptr_eq(o, s)) => vec![s],
+            _ => tables.iter().collect(),
         };
         for id in scope {
-            for store in &stores {
-                if let Some(state) = store.find(id.into_u64())
+            for table in &tables {
+                if let Some(state) = table.find(id.into_u64())
                     && state.record_exception("panic", &message, &mut stacktrace, self.limits)
                 {
                     return;

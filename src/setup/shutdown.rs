@@ -184,7 +184,7 @@ impl ExitTarget for Inner {
         // registry's scope walk, then the open-span table, with bounded waits.
         tracing::Span::current().with_subscriber(|(id, dispatch)| {
             if let Some(with) = dispatch.downcast_ref::<WithLens>() {
-                pipeline.record_panic(Some(&with.store), &(with.scope)(dispatch, id), message);
+                pipeline.record_panic(Some(&with.table), &(with.scope)(dispatch, id), message);
             }
         });
     }
