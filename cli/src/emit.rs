@@ -9,14 +9,18 @@
 //! (`error: skipping 'x': ...`: field count, empty name, missing, unparseable or non-finite
 //! timestamp), duplicate names, missing or duplicated parents, parent cycles
 //! (`error: invalid span ...`). Any problem emits nothing: `nothing emitted: invalid span input`,
-//! exit 1. Spans are emitted parents first (in rounds, each in input order); on success stderr
+//! exit 1. A start or end OTLP cannot carry (before 1970, after 2554-07-21: epoch milliseconds
+//! given as seconds) is refused naming the span, exit 2, nothing emitted. Spans are emitted
+//! parents first (in rounds, each in input order, ordered in linear time); on success stderr
 //! has one line per span, `  NAME (34 wide) DURATION (8.3f)s[  -> PARENT]`.
 //!
 //! Export goes through the normal configuration: [`LensConfig::from_env`] (so
 //! `NEMO_LENS_EXPORTER`, `NEMO_LENS_CONSOLE_PATH`, `OTEL_EXPORTER_OTLP_*`,
 //! `OTEL_RESOURCE_ATTRIBUTES` apply) with telemetry switched on for this process regardless of
 //! `NEMO_LENS_ENABLED`, export strategy `all_ranks`, no metrics, and `service.name` from
-//! `--service`. A setup failure (`error: ...`), an export failure (`error: failed to export
+//! `--service`. Spans go to the exporter in chunks of half the span queue (at most 512), each
+//! flushed before the next, so any number of spans fits the queue and none is dropped for
+//! room. A setup failure (`error: ...`), an export failure (`error: failed to export
 //! spans`) or a flush timeout (`error: timed out while flushing spans`) exits 2.
 //!
 //! # Identity
@@ -38,7 +42,7 @@
 //! rank not below the world size, is an error naming the variable (exit 2). Blank and
 //! non-UTF-8 variables count as unset, as in the library.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::anyhow;
@@ -51,6 +55,13 @@ use crate::Failure;
 
 const INVALID: &str = "nothing emitted: invalid span input";
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
+/// The latest time OTLP carries: `u64::MAX` nanoseconds after the epoch.
+const LATEST_NS: i128 = u64::MAX as i128;
+/// The span queue's size when `OTEL_BSP_MAX_QUEUE_SIZE` does not say (the library's default).
+const DEFAULT_QUEUE_SIZE: usize = 2048;
+/// Spans handed to the exporter between two flushes, at most: well within the queue, which
+/// drops what does not fit.
+const MAX_SPANS_PER_FLUSH: usize = 512;
 
 /// Rank and world-size variables of the launchers, in order of preference.
 const LAUNCHERS: [(&str, &str); 3] = [
@@ -318,38 +329,105 @@ fn plan(args: &[String]) -> Result<Vec<SpanSpec>, Vec<String>> {
     if !problems.is_empty() {
         return Err(problems);
     }
-    // Rounds: each takes, in input order, every span whose parent is already placed.
-    let mut slots: Vec<Option<SpanSpec>> = specs.into_iter().map(Some).collect();
-    let mut order = Vec::with_capacity(slots.len());
-    let mut placed: HashSet<String> = HashSet::new();
-    while order.len() < slots.len() {
-        let ready: Vec<usize> = (0..slots.len())
-            .filter(|&i| {
-                slots[i]
-                    .as_ref()
-                    .is_some_and(|s| s.parent.as_ref().is_none_or(|p| placed.contains(p)))
-            })
-            .collect();
-        if ready.is_empty() {
-            return Err(slots
-                .iter()
-                .flatten()
-                .map(|s| {
-                    format!(
-                        "invalid span graph: parent cycle prevents emitting {}",
-                        py_repr(&s.name)
-                    )
-                })
-                .collect());
-        }
-        for i in ready {
-            if let Some(s) = slots[i].take() {
-                placed.insert(s.name.clone());
-                order.push(s);
+    order_parents_first(specs)
+}
+
+/// Where a span is in the walk of [`order_parents_first`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Depth {
+    Unknown,
+    /// On the chain being walked.
+    Walking,
+    /// Its distance from its root.
+    Known(usize),
+    /// In a parent cycle, or below one.
+    Cyclic,
+}
+
+/// Python's emission order, in linear time: rounds where each takes, in input order, every
+/// span whose parent an earlier round placed, i.e. spans by depth (a root is depth 0), input
+/// order within a depth. Each span's depth is found once, walking up its parent chain only as
+/// far as the first span already known, so a chain of n spans costs n steps, not n².
+fn order_parents_first(specs: Vec<SpanSpec>) -> Result<Vec<SpanSpec>, Vec<String>> {
+    let index: HashMap<&str, usize> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.name.as_str(), i))
+        .collect();
+    let parent_of: Vec<Option<usize>> = specs
+        .iter()
+        .map(|s| s.parent.as_deref().and_then(|p| index.get(p).copied()))
+        .collect();
+    drop(index);
+    let mut depth = vec![Depth::Unknown; specs.len()];
+    let mut chain = Vec::new();
+    for start in 0..specs.len() {
+        // Up the chain to a root, a span already known, or a span of this walk (a cycle).
+        let mut at = Some(start);
+        let mut base = None;
+        while let Some(i) = at {
+            match depth[i] {
+                Depth::Unknown => {
+                    depth[i] = Depth::Walking;
+                    chain.push(i);
+                    at = parent_of[i];
+                }
+                Depth::Walking => {
+                    base = Some(Depth::Cyclic);
+                    break;
+                }
+                known => {
+                    base = Some(known);
+                    break;
+                }
             }
         }
+        // Back down: each span one deeper than its parent, or cyclic with it.
+        let mut below = base;
+        while let Some(i) = chain.pop() {
+            let d = match below {
+                None => Depth::Known(0),
+                Some(Depth::Known(d)) => Depth::Known(d + 1),
+                Some(_) => Depth::Cyclic,
+            };
+            depth[i] = d;
+            below = Some(d);
+        }
     }
-    Ok(order)
+    if depth.contains(&Depth::Cyclic) {
+        return Err(specs
+            .iter()
+            .zip(&depth)
+            .filter(|(_, d)| **d == Depth::Cyclic)
+            .map(|(s, _)| {
+                format!(
+                    "invalid span graph: parent cycle prevents emitting {}",
+                    py_repr(&s.name)
+                )
+            })
+            .collect());
+    }
+    // A counting sort by depth keeps the input order within a depth.
+    let depths: Vec<usize> = depth
+        .iter()
+        .map(|d| match d {
+            Depth::Known(d) => *d,
+            _ => 0,
+        })
+        .collect();
+    let mut starts = vec![0usize; depths.iter().max().map_or(0, |m| m + 1) + 1];
+    for &d in &depths {
+        starts[d + 1] += 1;
+    }
+    for i in 1..starts.len() {
+        starts[i] += starts[i - 1];
+    }
+    let mut slots: Vec<Option<SpanSpec>> = (0..specs.len()).map(|_| None).collect();
+    for (s, d) in specs.into_iter().zip(depths) {
+        slots[starts[d]] = Some(s);
+        starts[d] += 1;
+    }
+    Ok(slots.into_iter().flatten().collect())
 }
 
 /// `max(end - start, 0)` seconds as Python's `f"{d:8.3f}"` of a `Decimal` (half-even).
@@ -377,6 +455,8 @@ pub fn run(service: &str, args: &[String], identity_args: &IdentityArgs) -> Resu
         }
     };
 
+    out_of_range(&specs).map_err(Failure::setup)?;
+
     let mut config = LensConfig::from_env().map_err(|e| Failure::setup(anyhow!(e)))?;
     config.enabled = true;
     config.traces_enabled = true;
@@ -403,7 +483,17 @@ pub fn run(service: &str, args: &[String], identity_args: &IdentityArgs) -> Resu
     let tracer = telemetry.tracer();
 
     let mut contexts: HashMap<&str, SpanContext> = HashMap::new();
-    for s in &specs {
+    let per_flush = spans_per_flush(&process_env);
+    for (i, s) in specs.iter().enumerate() {
+        // A batch tool waits for the exporter rather than letting the queue drop spans.
+        if i > 0 && i % per_flush == 0 {
+            telemetry.force_flush().map_err(|e| {
+                Failure::setup(anyhow!(e).context(format!(
+                    "failed to export spans ({i} of {} handed over)",
+                    specs.len()
+                )))
+            })?;
+        }
         let parent = match s.parent.as_deref().and_then(|p| contexts.get(p)) {
             Some(sc) => Context::new().with_remote_span_context(sc.clone()),
             None => Context::new(),
@@ -447,6 +537,47 @@ pub fn run(service: &str, args: &[String], identity_args: &IdentityArgs) -> Resu
         );
     }
     Ok(())
+}
+
+/// Refuses a span whose start or end OTLP cannot carry (before 1970, after 2554-07-21), which
+/// the exporter would otherwise clamp into another time: exit 2, nothing emitted.
+fn out_of_range(specs: &[SpanSpec]) -> anyhow::Result<()> {
+    let bad: Vec<String> = specs
+        .iter()
+        .flat_map(|s| {
+            [("START", &s.start, s.start_ns), ("END", &s.end, s.end_ns)]
+                .into_iter()
+                .filter(|(_, _, ns)| !(0..=LATEST_NS).contains(ns))
+                .map(|(which, value, ns)| {
+                    let why = if ns < 0 {
+                        "before 1970-01-01T00:00:00Z"
+                    } else {
+                        "after 2554-07-21T23:34:33Z (epoch milliseconds or microseconds given as seconds?)"
+                    };
+                    format!("span {}: {which} {value} is {why}", py_repr(&s.name))
+                })
+        })
+        .collect();
+    match bad.as_slice() {
+        [] => Ok(()),
+        [first, ..] => Err(anyhow!(
+            "{first}{}; OTLP carries times from 1970 to 2554: nothing emitted",
+            match bad.len() - 1 {
+                0 => String::new(),
+                n => format!(" (and {n} more time(s) out of range)"),
+            }
+        )),
+    }
+}
+
+/// How many spans go to the exporter between two flushes: half the span queue
+/// (`OTEL_BSP_MAX_QUEUE_SIZE`, read as the library reads it), at most [`MAX_SPANS_PER_FLUSH`].
+fn spans_per_flush(lookup: &dyn Fn(&str) -> Option<String>) -> usize {
+    let queue = var(lookup, "OTEL_BSP_MAX_QUEUE_SIZE")
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(DEFAULT_QUEUE_SIZE);
+    (queue / 2).clamp(1, MAX_SPANS_PER_FLUSH)
 }
 
 /// One variable of the process environment; non-UTF-8 values count as unset, as in the library.
@@ -538,6 +669,45 @@ mod tests {
             names(&["c,1,2,b", "b,1,2,a", "a,1,2", "d,1,2"]).unwrap(),
             ["a", "d", "b", "c"]
         );
+    }
+
+    #[test]
+    fn a_long_chain_is_ordered_by_one_walk() {
+        // Children first: each round of the quadratic order would place one span.
+        let n = 100_000;
+        let args: Vec<String> = (0..n)
+            .rev()
+            .map(|i| match i {
+                0 => "s0,1,2".to_owned(),
+                i => format!("s{i},1,2,s{}", i - 1),
+            })
+            .collect();
+        let order = plan(&args).unwrap();
+        assert_eq!(order.len(), n);
+        assert!(order.iter().enumerate().all(|(i, s)| s.name == format!("s{i}")));
+    }
+
+    #[test]
+    fn times_otlp_cannot_carry_are_refused_naming_the_span() {
+        let args = ["ok,0,18446744073.709551615", "ms,1795989600000,1795989601000", "old,-1,2"]
+            .map(String::from);
+        let specs = plan(&args).unwrap();
+        let err = out_of_range(&specs).unwrap_err().to_string();
+        assert!(
+            err.starts_with("span 'ms': START 1795989600000 is after 2554-07-21T23:34:33Z"),
+            "{err}"
+        );
+        assert!(err.contains("(and 2 more time(s) out of range)"), "{err}");
+        assert!(out_of_range(&specs[..1]).is_ok());
+    }
+
+    #[test]
+    fn spans_per_flush_stay_within_the_queue() {
+        let with = |v: &'static str| move |k: &str| (k == "OTEL_BSP_MAX_QUEUE_SIZE").then(|| v.to_owned());
+        assert_eq!(spans_per_flush(&|_| None), 512);
+        assert_eq!(spans_per_flush(&with("100")), 50);
+        assert_eq!(spans_per_flush(&with("1")), 1);
+        assert_eq!(spans_per_flush(&with("junk")), 512);
     }
 
     #[test]
