@@ -622,7 +622,7 @@ fn times_otlp_cannot_carry_are_refused_naming_the_span() {
     let out = emit(dir.path(), &[], &["edge,0,18446744073.709551615"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let spans = lines(dir.path());
-    assert_eq!(spans[0]["end_time"], "2554-07-21T23:34:33.709551Z");
+    assert_eq!(spans[0]["end_time"], "2554-07-21T23:34:33.709552Z");
 }
 
 #[test]
