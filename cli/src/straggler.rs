@@ -19,7 +19,7 @@ mod tests;
 mod verdict;
 
 pub use collect::{STEP_SPAN_NAMES, SpanNames, step_number};
-pub use render::verdict as render_verdict;
+pub use render::{verdict as render_verdict, warnings as merge_warnings};
 pub use verdict::{Settings, Verdict};
 
 use std::io::Write as _;
@@ -133,6 +133,9 @@ pub fn run(opts: &Options) -> Result<bool> {
     let (analysis, stats) = analyse(opts)?;
     stats.report();
     let verdict = analysis.verdict(opts.settings, opts.detail);
+    for line in render::warnings(&verdict) {
+        eprintln!("warning: {line}");
+    }
     anyhow::ensure!(
         verdict.ranks_compared > 0,
         "no rank has a complete step to compare ({} rank(s) read): a step is a span named {} \

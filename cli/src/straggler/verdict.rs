@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use serde::Serialize;
 
 use super::collect::Counts;
-use super::table::{Entry, RankState, Table, WINDOW};
+use super::table::{Entry, Merges, RankState, Table, WINDOW};
 use crate::ranges::{count, gaps};
 
 /// Ranks with fewer complete steps are listed, not compared.
@@ -180,6 +180,9 @@ pub struct Verdict {
     /// What the spans were.
     #[serde(flatten)]
     pub counts: Counts,
+    /// Steps seen twice with different figures, figures clamped.
+    #[serde(flatten)]
+    pub merges: Merges,
     /// Every rank's figures (`--detail`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub per_rank: Option<Vec<RankFigures>>,
@@ -416,6 +419,7 @@ pub fn judge(table: &Table, counts: Counts, settings: Settings, detail: bool) ->
             .collect(),
         ranks_over_budget: table.ranks_over_budget,
         counts,
+        merges: table.merges,
         per_rank: detail.then_some(figures),
     }
 }
