@@ -684,13 +684,22 @@ mod tests {
             .collect();
         let order = plan(&args).unwrap();
         assert_eq!(order.len(), n);
-        assert!(order.iter().enumerate().all(|(i, s)| s.name == format!("s{i}")));
+        assert!(
+            order
+                .iter()
+                .enumerate()
+                .all(|(i, s)| s.name == format!("s{i}"))
+        );
     }
 
     #[test]
     fn times_otlp_cannot_carry_are_refused_naming_the_span() {
-        let args = ["ok,0,18446744073.709551615", "ms,1795989600000,1795989601000", "old,-1,2"]
-            .map(String::from);
+        let args = [
+            "ok,0,18446744073.709551615",
+            "ms,1795989600000,1795989601000",
+            "old,-1,2",
+        ]
+        .map(String::from);
         let specs = plan(&args).unwrap();
         let err = out_of_range(&specs).unwrap_err().to_string();
         assert!(
@@ -703,7 +712,8 @@ mod tests {
 
     #[test]
     fn spans_per_flush_stay_within_the_queue() {
-        let with = |v: &'static str| move |k: &str| (k == "OTEL_BSP_MAX_QUEUE_SIZE").then(|| v.to_owned());
+        let with =
+            |v: &'static str| move |k: &str| (k == "OTEL_BSP_MAX_QUEUE_SIZE").then(|| v.to_owned());
         assert_eq!(spans_per_flush(&|_| None), 512);
         assert_eq!(spans_per_flush(&with("100")), 50);
         assert_eq!(spans_per_flush(&with("1")), 1);

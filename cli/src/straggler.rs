@@ -6,13 +6,14 @@
 //! read in parallel ([`input::for_each_file`]). From each rank's spans, [`collect`] measures per
 //! step the time waiting in collective spans and the rest (compute); [`table`] keeps each rank's
 //! latest steps in fixed memory; [`verdict`] names the ranks the others wait for and what that
-//! costs per step; [`render`] prints it in a few lines (`--detail`: every rank), or `--json`.
+//! costs per step, and [`slow_steps`] in which steps; [`render`] prints it in a few lines (`--detail`: every rank), or `--json`.
 //! `summary` prints the same verdict after its tables, through [`Analysis`].
 //!
 //! Exit code 3 when a suspect is named, 0 when none, 2 when no rank has a complete step.
 
 mod collect;
 mod render;
+mod slow_steps;
 mod table;
 #[cfg(test)]
 mod tests;

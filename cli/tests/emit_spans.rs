@@ -601,7 +601,10 @@ fn times_otlp_cannot_carry_are_refused_naming_the_span() {
             "ms,1795989600000,1795989601000",
             "error: span 'ms': START 1795989600000 is after 2554-07-21T23:34:33Z",
         ),
-        ("old,-5,1", "error: span 'old': START -5 is before 1970-01-01T00:00:00Z"),
+        (
+            "old,-5,1",
+            "error: span 'old': START -5 is before 1970-01-01T00:00:00Z",
+        ),
         (
             "late,1,18446744073.709551616",
             "error: span 'late': END 18446744073.709551616 is after 2554-07-21T23:34:33Z",
@@ -620,7 +623,12 @@ fn times_otlp_cannot_carry_are_refused_naming_the_span() {
     // The last nanosecond OTLP carries is accepted.
     let dir = tempfile::tempdir().unwrap();
     let out = emit(dir.path(), &[], &["edge,0,18446744073.709551615"]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let spans = lines(dir.path());
     assert_eq!(spans[0]["end_time"], "2554-07-21T23:34:33.709552Z");
 }
@@ -640,7 +648,12 @@ fn a_40000_span_parent_chain_is_ordered_and_emitted() {
     // Bounded: a quadratic ordering takes minutes here.
     let out = emit_many(dir.path(), &[], &spans);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{}", &stderr[..stderr.len().min(2000)]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        &stderr[..stderr.len().min(2000)]
+    );
     let summary: Vec<&str> = stderr.lines().filter(|l| l.starts_with("  c")).collect();
     assert_eq!(summary.len(), n);
     assert!(summary[0].starts_with("  c0 "), "{}", summary[0]);
@@ -654,7 +667,11 @@ fn a_40000_span_parent_chain_is_ordered_and_emitted() {
     for s in &emitted {
         let name = s["name"].as_str().unwrap();
         let i: usize = name[1..].parse().unwrap();
-        let parent = if i == 0 { &Value::Null } else { ids[format!("c{}", i - 1).as_str()] };
+        let parent = if i == 0 {
+            &Value::Null
+        } else {
+            ids[format!("c{}", i - 1).as_str()]
+        };
         assert_eq!(&s["parent_id"], parent, "{name}");
     }
 }
@@ -678,8 +695,17 @@ fn fifty_thousand_spans_all_reach_a_real_collector() {
         &spans,
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{}", &stderr[..stderr.len().min(2000)]);
-    assert!(!stderr.contains("dropped"), "{}", &stderr[..stderr.len().min(2000)]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        &stderr[..stderr.len().min(2000)]
+    );
+    assert!(
+        !stderr.contains("dropped"),
+        "{}",
+        &stderr[..stderr.len().min(2000)]
+    );
     // Each span once: 50,000 distinct names, no retry's duplicate.
     let names = |text: &str| {
         text.lines()

@@ -135,8 +135,7 @@ fn process_substitution_keeps_working() {
             assert_eq!(a, b, "{args}");
         }
     }
-    let trace: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let trace: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
     assert!(trace["traceEvents"].as_array().unwrap().len() > 100);
 }
 

@@ -15,12 +15,8 @@ const DEADLINE: Duration = Duration::from_secs(120);
 
 fn run(command: &str, files: &[PathBuf]) -> (Output, Value) {
     let out = run_bounded(bin().args([command, "--json"]).args(files), DEADLINE);
-    let json: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{command}: {e}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    let json: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{command}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
     (out, json)
 }
 
@@ -53,8 +49,10 @@ fn two_inputs_claiming_one_rank_are_reported_once() {
     );
     assert_eq!(
         warnings(&out),
-        ["warning: 5 step(s) of 1 rank(s) seen twice with different figures (first: rank 1, \
-          step 1): two inputs claim the same rank; the larger figures are kept"]
+        [
+            "warning: 5 step(s) of 1 rank(s) seen twice with different figures (first: rank 1, \
+          step 1): two inputs claim the same rank; the larger figures are kept"
+        ]
     );
     // The same dump twice is no conflict.
     let mut twice = write_rank_dumps(&a, 4, 5, &[], &[]);
@@ -105,8 +103,10 @@ fn a_step_over_71_minutes_is_clamped_and_said() {
         assert_eq!(verdict["clamped_figures"], 1, "{command}");
         assert_eq!(
             warnings(&out),
-            ["warning: 1 figure(s) over 71 minutes clamped to 71 min 35 s (first: rank 2, \
-              step 0)"],
+            [
+                "warning: 1 figure(s) over 71 minutes clamped to 71 min 35 s (first: rank 2, \
+              step 0)"
+            ],
             "{command}"
         );
     }

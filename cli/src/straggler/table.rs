@@ -392,7 +392,11 @@ mod tests {
         t.rank(3, None, None);
         t.push(3, &step(1, 100, Some(10)));
         t.push(3, &step(1, 100, Some(10)));
-        assert_eq!(t.merges, Merges::default(), "the same step twice is no conflict");
+        assert_eq!(
+            t.merges,
+            Merges::default(),
+            "the same step twice is no conflict"
+        );
         t.push(3, &step(1, 120, Some(10)));
         t.push(3, &step(2, 5_000_000_000, Some(4_500_000_000)));
         assert_eq!(
@@ -405,7 +409,10 @@ mod tests {
             (2, Some((3, 2)))
         );
         let e = t.ranks()[&3].window()[1];
-        assert_eq!((e.step_us, e.wait_us()), (MAX_FIGURE_US, Some(MAX_FIGURE_US)));
+        assert_eq!(
+            (e.step_us, e.wait_us()),
+            (MAX_FIGURE_US, Some(MAX_FIGURE_US))
+        );
     }
 
     #[test]
