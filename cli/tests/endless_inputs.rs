@@ -140,10 +140,9 @@ fn process_substitution_keeps_working() {
 }
 
 /// `nemo-lens ARGS` under an address-space limit of `kib` KiB (bash's `ulimit -v`), in `dir`.
-fn limited(dir: &Path, kib: u64, env: &[(&str, &str)], args: &[String]) -> Output {
+fn limited(dir: &Path, kib: u64, args: &[String]) -> Output {
     let mut cmd = Command::new("bash");
     cmd.current_dir(dir)
-        .envs(env.iter().copied())
         .arg("-c")
         .arg(format!("ulimit -v {kib} && exec \"$0\" \"$@\""))
         .arg(env!("CARGO_BIN_EXE_nemo-lens"))
@@ -166,7 +165,7 @@ fn jobs_beyond_what_helps_are_clamped_under_a_1_gib_address_space() {
             .to_string_lossy()
             .into_owned()
     }));
-    let out = limited(dir.path(), 1 << 20, &[], &args);
+    let out = limited(dir.path(), 1 << 20, &args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{:?}: {stderr}", out.status);
     let verdict: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -176,15 +175,24 @@ fn jobs_beyond_what_helps_are_clamped_under_a_1_gib_address_space() {
 #[test]
 fn a_thread_the_system_cannot_start_is_an_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
-    let written = write_rank_dumps(dir.path(), 4, 3, &[], &[]);
-    let mut args: Vec<String> = ["summary", "--jobs", "2"].map(String::from).to_vec();
-    args.extend(written.iter().map(|p| p.to_string_lossy().into_owned()));
-    // Each reading thread asks for a 600 MiB stack: the second does not fit in 1 GiB.
-    let out = limited(
-        dir.path(),
+    let written = write_rank_dumps(dir.path(), 2, 3, &[], &[]);
+    // Each reading thread asks for a 600 MiB stack: the second does not fit in 1 GiB while
+    // the first is still reading (its pipe's writer waits 3 s before writing).
+    let inputs: Vec<String> = written
+        .iter()
+        .map(|p| format!("<(sleep 3; cat '{}')", p.display()))
+        .collect();
+    let script = format!(
+        "ulimit -v {} && exec '{}' summary --jobs 2 {}",
         1 << 20,
-        &[("RUST_MIN_STACK", &(600u64 << 20).to_string())],
-        &args,
+        env!("CARGO_BIN_EXE_nemo-lens"),
+        inputs.join(" ")
+    );
+    let out = run_bounded(
+        Command::new("bash")
+            .env("RUST_MIN_STACK", (600u64 << 20).to_string())
+            .args(["-c", &script]),
+        DEADLINE,
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{:?}: {stderr}", out.status);
