@@ -25,7 +25,8 @@ use super::{ReadOptions, Records, Stats};
 /// `--jobs N`: how many files are read at once.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Jobs {
-    /// Files read at once, one thread each (default: the cores this process may run on).
+    /// Files read at once, one thread each (default: the cores this process may run on; at
+    /// most 4 per core and one per file).
     #[arg(short = 'j', long = "jobs", value_name = "N")]
     pub jobs: Option<NonZeroUsize>,
 }
