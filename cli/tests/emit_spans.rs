@@ -676,6 +676,8 @@ fn a_40000_span_parent_chain_is_ordered_and_emitted() {
     }
 }
 
+/// 50,000 spans through a span queue of 64 (`OTEL_BSP_MAX_QUEUE_SIZE`): far more than the queue
+/// holds, whatever the collector's speed; each reaches the collector once.
 #[test]
 fn fifty_thousand_spans_all_reach_a_real_collector() {
     let collector = collector::Collector::start();
@@ -691,6 +693,7 @@ fn fifty_thousand_spans_all_reach_a_real_collector() {
             ("NEMO_LENS_EXPORTER", "otlp"),
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
             ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "64"),
         ],
         &spans,
     );

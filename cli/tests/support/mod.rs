@@ -316,7 +316,7 @@ pub fn run_bounded(cmd: &mut Command, timeout: std::time::Duration) -> std::proc
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        .unwrap_or_else(|e| panic!("cannot start {:?}: {e}", cmd.get_program()));
     let read = |mut pipe: Box<dyn std::io::Read + Send>| {
         std::thread::spawn(move || {
             let mut buf = Vec::new();
@@ -326,6 +326,12 @@ pub fn run_bounded(cmd: &mut Command, timeout: std::time::Duration) -> std::proc
     };
     let stdout = read(Box::new(child.stdout.take().unwrap()));
     let stderr = read(Box::new(child.stderr.take().unwrap()));
+    // The command as the failure shows it: the program and its first arguments.
+    let shown: Vec<String> = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .take(8)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let deadline = std::time::Instant::now() + timeout;
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -335,7 +341,8 @@ pub fn run_bounded(cmd: &mut Command, timeout: std::time::Duration) -> std::proc
             let _ = child.kill();
             let _ = child.wait();
             panic!(
-                "{cmd:?} did not exit within {timeout:?} (killed); stderr:\n{}",
+                "{} ... did not exit within {timeout:?} (killed); stderr:\n{}",
+                shown.join(" "),
                 String::from_utf8_lossy(&stderr.join().unwrap())
             );
         }
