@@ -383,3 +383,17 @@ pub fn room_for_arguments(cmd: &mut Command) -> &mut Command {
     };
     cmd
 }
+
+/// Launcher variables that give emit-spans its identity; cleared from every run.
+pub const LAUNCHER_ENV: [&str; 10] = [
+    "RANK",
+    "WORLD_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_JOB_ID",
+    "SLURM_ARRAY_JOB_ID",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+];
