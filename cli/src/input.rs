@@ -328,6 +328,11 @@ impl<'p> Records<'p> {
         None
     }
 
+    /// What was read and skipped so far in this file.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
     /// What was read and skipped in this file.
     pub fn into_stats(self) -> Stats {
         self.stats
