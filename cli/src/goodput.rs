@@ -5,12 +5,15 @@
 //! training's own view of the Slurm side dropped); ft_launcher restart spans fanned onto the ranks
 //! of their node; the job's checkpoint iterations; each rank's accounting ([`rank`], with the
 //! lost-work rule of [`lost`]); the sum over ranks, its three factors and the flame ([`report`]).
+//! The allocation per rank is the reckoner's `slurm.job` envelope, else Slurm's accounting for a
+//! job id in the first argument's name ([`sacct`]), else each rank's own window.
 
 mod classify;
 mod files;
 pub mod lost;
 mod rank;
 mod report;
+mod sacct;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -144,6 +147,12 @@ pub fn run(opts: &Options) -> Result<()> {
         }
     }
     let mut denominator = WINDOW_DENOMINATOR.to_owned();
+    if let Some(id) = opts.inputs.first().and_then(|a| sacct::job_id(a))
+        && let Some(s) = sacct::elapsed_s(&id)
+    {
+        job.allocation_s = Some(s as f64);
+        denominator = format!("SLURM allocation (sacct job {id}, ElapsedRaw={s}s/rank)");
+    }
     if let Some((a, b)) = envelope {
         let s = (b - a) as f64 / 1e6;
         job.allocation_s = Some(s);

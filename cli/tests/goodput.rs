@@ -180,3 +180,68 @@ fn no_trainer_file_is_an_error_naming_the_layout() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no trainer span files found"), "{stderr}");
 }
+
+/// A job directory named with a Slurm job id takes its allocation from `sacct` (here a stand-in
+/// on PATH that answers 400 s), as Lens does: the factors are Lens's with the same `sacct`.
+#[cfg(unix)]
+#[test]
+fn a_job_id_in_the_directory_name_asks_sacct_for_the_allocation() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let bin_dir = tmp.path().join("bin");
+    let run = tmp.path().join("run_4471093_gpt");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    std::fs::create_dir_all(&run).unwrap();
+    for f in ["lens_rank0.jsonl", "lens_rank1.jsonl"] {
+        std::fs::copy(job("clean").join(f), run.join(f)).unwrap();
+    }
+    let args = tmp.path().join("args");
+    let sacct = bin_dir.join("sacct");
+    std::fs::write(
+        &sacct,
+        format!(
+            "#!/bin/sh\necho \"$*\" > '{}'\nprintf '400\\n400\\n'\n",
+            args.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&sacct, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = bin()
+        .env("PATH", path)
+        .args(["goodput", "--json"])
+        .arg(format!("{}/", run.display()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&args).unwrap().trim(),
+        "-j 4471093 --format=ElapsedRaw --noheader -P"
+    );
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        j["denominator"],
+        "SLURM allocation (sacct job 4471093, ElapsedRaw=400s/rank)"
+    );
+    assert_eq!(j["ranks"][0]["denominator_s"], 400.0);
+    // Lens's figures with the same stand-in sacct.
+    let want = [0.100319, 0.990000, 0.117678, 0.861098];
+    let got = [
+        "overall_goodput",
+        "sched_goodput",
+        "runtime_goodput",
+        "app_goodput",
+    ]
+    .map(|k| j[k].as_f64().unwrap());
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() < 5e-5, "{got:?} != {want:?}");
+    }
+}
