@@ -133,7 +133,10 @@ pub fn account(parts: &[&[Kept]], others: Option<(i64, i64)>, job: &Job) -> Acco
             _ => merged.push((a, b)),
         }
     }
-    let coverage_s: f64 = merged.iter().map(|(a, b)| (b - a) as f64 / 1e6).sum();
+    // `fold` from +0.0: an empty `sum` of floats is -0.0, which prints as `-0.000`.
+    let coverage_s = merged
+        .iter()
+        .fold(0.0, |acc, (a, b)| acc + (b - a) as f64 / 1e6);
     let mut gaps = Vec::new();
     let mut cur = j0;
     for &(a, b) in &merged {
@@ -153,7 +156,7 @@ pub fn account(parts: &[&[Kept]], others: Option<(i64, i64)>, job: &Job) -> Acco
                 .iter()
                 .map(move |&(s0, s1)| ((g1.min(s1) - g0.max(s0)).max(0)) as f64 / 1e6)
         })
-        .sum();
+        .fold(0.0, |acc, s| acc + s);
     add(&mut out.paths, "BAD;unobserved;shutdown", shutdown_s);
     add(
         &mut out.paths,

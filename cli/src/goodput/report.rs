@@ -52,10 +52,10 @@ impl Factors {
             paths
                 .iter()
                 .filter(|(k, _)| p.iter().any(|x| k.starts_with(x)))
-                .map(|(_, v)| v)
-                .sum()
+                .fold(0.0, |acc, (_, v)| acc + v)
         };
-        let total_s: f64 = paths.values().sum();
+        // `fold` from +0.0: an empty `sum` of floats is -0.0, which prints as `-0.000`.
+        let total_s = paths.values().fold(0.0, |acc, v| acc + v);
         let good_s = paths.get("GOOD").copied().unwrap_or(0.0);
         let sched_s = sum(&["BAD;scheduling"]);
         let runtime_s = sum(&["BAD;runtime", "BAD;unobserved"]);
@@ -390,6 +390,20 @@ mod tests {
         assert_eq!(sci(0.0), "0.00e+00");
         assert_eq!(sci(1.234e-16), "1.23e-16");
         assert_eq!(sci(12345.0), "1.23e+04");
+    }
+
+    #[test]
+    fn an_empty_category_prints_as_zero_not_minus_zero() {
+        let rank = Accounting {
+            paths: [("GOOD".to_owned(), 30.0), ("BAD;app;eval".to_owned(), 6.0)]
+                .into_iter()
+                .collect(),
+            ..Accounting::default()
+        };
+        let report = JobReport::new(vec![("r0".into(), rank)], (-1, -1), "d".into(), 0.0);
+        let text = report.text(Sort::Fixed);
+        assert!(text.contains("(slurm-side = 0.000 gpu-h)"), "{text}");
+        assert!(text.contains("(restart+defense+lost+unobserved = 0.000 gpu-h)"));
     }
 
     #[test]
