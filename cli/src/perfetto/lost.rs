@@ -24,13 +24,17 @@ pub struct LostIterations {
     pub renamed: u64,
 }
 
-/// Whether the decompressed bytes of `path` contain `needle`.
+/// Whether the decompressed bytes of `path` contain `needle` (`true` when they cannot all be
+/// read: the second reading then decides).
 fn mentions(path: &Path, needle: &[u8]) -> Result<bool> {
     let mut reader = input::open_decoded(path)?;
     let finder = memchr::memmem::Finder::new(needle);
     let mut tail: Vec<u8> = Vec::new();
     loop {
-        let buf = reader.fill_buf()?;
+        // A file cut short: the reading proper skips what is damaged and reports it.
+        let Ok(buf) = reader.fill_buf() else {
+            return Ok(true);
+        };
         if buf.is_empty() {
             return Ok(false);
         }
