@@ -35,7 +35,7 @@ Exit codes:
      stdout included; an output that is one of the inputs is refused), (straggler) no rank
      with a complete step, or (emit-spans) a bad rank, world size or run id, an exporter that
      cannot be set up or fails to export; set-slurm-resource-attrs: --container-image without
-     --stage task
+     --stage task; goodput: no trainer file (lens_rank<N>.jsonl[.gz])
   3  hang: a suspect rank was named (an outlier or a rank without a dump);
      straggler: a rank the others wait for was named";
 
