@@ -245,3 +245,20 @@ fn a_job_id_in_the_directory_name_asks_sacct_for_the_allocation() {
         assert!((g - w).abs() < 5e-5, "{got:?} != {want:?}");
     }
 }
+
+/// `--sort size` and `--sort alpha` order the flame's children as Lens's `--sort` does.
+#[test]
+fn sort_orders_are_lenss() {
+    for sort in ["size", "alpha"] {
+        let dir = job("requeue");
+        let (stdout, _) = goodput(&[dir.to_str().unwrap(), "--sort", sort]);
+        let want =
+            std::fs::read_to_string(dir.join(format!("expected-report-sort-{sort}.txt"))).unwrap();
+        let mask = |s: &str| -> Vec<String> {
+            s.lines()
+                .map(|l| l.split("[proof:").next().unwrap_or(l).to_owned())
+                .collect()
+        };
+        assert_eq!(mask(&stdout), mask(&want), "--sort {sort}");
+    }
+}
