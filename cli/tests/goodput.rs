@@ -6,7 +6,7 @@
 //! * `crash`: two ranks that die past their last checkpoint; rank 0's file has a damaged record
 //!   (the rest is not read), rank 1's is a gzip stream without its trailer, torn inside a record.
 //!
-//! The expected figures, `expected-report.txt` and `expected.folded` are those of NeMo Lens's
+//! The expected figures, `expected-report*.txt` and `expected.folded` are those of NeMo Lens's
 //! tools/goodput_report.py (NVIDIA-NeMo/Lens a9d2153) on these files; the iteration counts are
 //! those of its `lens_analysis.iteration_status`, summed over the trainer files.
 
