@@ -129,10 +129,16 @@ pub struct FileSpans {
 impl FileSpans {
     fn add(&mut self, role: Role, span: &Span) {
         self.spans += 1;
-        let iteration = lost::iteration_number(&span.attributes).unwrap_or_else(|()| {
-            self.bad_iteration_numbers += 1;
+        // Lens reads the number of iterations and checkpoints only.
+        let numbered = span.name == lost::ITERATION || lost::CHECKPOINTS.contains(&&*span.name);
+        let iteration = if numbered {
+            lost::iteration_number(&span.attributes).unwrap_or_else(|()| {
+                self.bad_iteration_numbers += 1;
+                None
+            })
+        } else {
             None
-        });
+        };
         let host = span
             .host
             .as_deref()
@@ -240,6 +246,35 @@ pub fn read(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn span(name: &str, iteration: &str) -> Span {
+        let line = format!(
+            r#"{{"name": "{name}", "context": {{"trace_id": "0x1", "span_id": "0x2"}},
+               "start_time": "2026-01-01T00:00:00Z", "end_time": "2026-01-01T00:00:01Z",
+               "attributes": {{"megatron.iteration": {iteration}}}}}"#
+        );
+        match input::parse_record(line.as_bytes(), Some(0)) {
+            Ok(Record::Span(s)) => *s,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn only_iterations_and_checkpoints_have_their_number_read() {
+        let mut f = FileSpans::default();
+        f.add(Role::Trainer, &span("megatron.train.iteration", "\"7\""));
+        f.add(Role::Trainer, &span("megatron.train.iteration", "[7]"));
+        f.add(Role::Trainer, &span("megatron.evaluate", "[7]"));
+        f.add(Role::Trainer, &span("custom", "{}"));
+        assert_eq!(f.bad_iteration_numbers, 1);
+        assert_eq!(f.kept[0].iteration, Some(7));
+        assert_eq!(f.kept[1].iteration, None);
+        assert_eq!(f.kept.len(), 3);
+        assert_eq!(
+            f.others,
+            Some((1_767_225_600_000_000, 1_767_225_601_000_000))
+        );
+    }
 
     #[test]
     fn roles_come_from_the_file_name_first_match_wins() {
