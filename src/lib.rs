@@ -255,6 +255,11 @@ pub mod testing;
 // On top: the setup that builds it all and shuts it down.
 mod setup;
 
+/// Entry points for the fuzz targets in `fuzz/` (built only with `--cfg fuzzing`).
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzzing;
+
 pub use backdated::{EmitSpan, EpochSeconds, emit_span};
 pub use config::{ExporterKind, LensConfig};
 pub use error::{LensError, Result};

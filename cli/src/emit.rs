@@ -54,7 +54,7 @@ use opentelemetry::trace::{SpanContext, TraceContextExt};
 use crate::Failure;
 use spans::{duration, out_of_range, plan};
 
-mod spans;
+pub(crate) mod spans;
 
 const INVALID: &str = "nothing emitted: invalid span input";
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);

@@ -86,7 +86,7 @@ fn inherited() -> Vec<u8> {
 }
 
 /// `export OTEL_RESOURCE_ATTRIBUTES=<quoted value>\n`.
-fn export_line(
+pub(crate) fn export_line(
     stage: Stage,
     image: Option<&str>,
     lookup: &dyn Fn(&str) -> Option<String>,

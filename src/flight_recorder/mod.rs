@@ -101,7 +101,7 @@
 //! `SIGUSR2` only when a control file is set (otherwise they keep their default action). In a
 //! process forked without exec, the thread is gone and the signals are ignored.
 
-mod control;
+pub(crate) mod control;
 mod dump;
 mod layer;
 mod ring;

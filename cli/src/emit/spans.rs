@@ -13,13 +13,13 @@ const LATEST_NS: i128 = u64::MAX as i128;
 
 /// One valid `--span`.
 #[derive(Debug)]
-pub(super) struct SpanSpec {
-    pub(super) name: String,
-    pub(super) start: EpochSeconds,
-    pub(super) end: EpochSeconds,
-    pub(super) start_ns: i128,
-    pub(super) end_ns: i128,
-    pub(super) parent: Option<String>,
+pub(crate) struct SpanSpec {
+    pub(crate) name: String,
+    pub(crate) start: EpochSeconds,
+    pub(crate) end: EpochSeconds,
+    pub(crate) start_ns: i128,
+    pub(crate) end_ns: i128,
+    pub(crate) parent: Option<String>,
 }
 
 /// Reads one `--span` as Python's `_parse_span_arg`: the reason it is skipped, else the span.
@@ -115,7 +115,7 @@ fn printable(c: char) -> bool {
 
 /// Checks every `--span` and orders them parents first, as Python's `_validate_span_args`:
 /// the specs in emission order, or every problem found (stderr lines without `error: `).
-pub(super) fn plan(args: &[String]) -> Result<Vec<SpanSpec>, Vec<String>> {
+pub(crate) fn plan(args: &[String]) -> Result<Vec<SpanSpec>, Vec<String>> {
     let mut problems = Vec::new();
     let mut specs = Vec::new();
     for arg in args {
@@ -264,7 +264,7 @@ fn order_parents_first(specs: Vec<SpanSpec>) -> Result<Vec<SpanSpec>, Vec<String
 }
 
 /// `max(end - start, 0)` seconds as Python's `f"{d:8.3f}"` of a `Decimal` (half-even).
-pub(super) fn duration(start_ns: i128, end_ns: i128) -> String {
+pub(crate) fn duration(start_ns: i128, end_ns: i128) -> String {
     let ns = (end_ns - start_ns).max(0);
     let (mut ms, rest) = (ns / 1_000_000, ns % 1_000_000);
     if rest > 500_000 || (rest == 500_000 && ms % 2 == 1) {
@@ -275,7 +275,7 @@ pub(super) fn duration(start_ns: i128, end_ns: i128) -> String {
 
 /// Refuses a span whose start or end OTLP cannot carry (before 1970, after 2554-07-21), which
 /// the exporter would otherwise clamp into another time: exit 2, nothing emitted.
-pub(super) fn out_of_range(specs: &[SpanSpec]) -> anyhow::Result<()> {
+pub(crate) fn out_of_range(specs: &[SpanSpec]) -> anyhow::Result<()> {
     let bad: Vec<String> = specs
         .iter()
         .flat_map(|s| {
