@@ -55,6 +55,7 @@
 //! [`set_pp_trace_carrier`] once per iteration after the broadcast, [`get_pp_trace_carrier`] in
 //! the pipeline schedule.
 
+mod baggage;
 mod w3c;
 
 use std::collections::HashMap;
@@ -106,12 +107,14 @@ pub fn inject_context(carrier: &mut HashMap<String, String>) {
 }
 
 /// Reads a context from `carrier` with the W3C propagators (whatever the global one is); an
-/// invalid or missing `traceparent` gives an empty context.
+/// invalid or missing `traceparent` gives an empty context. Baggage members that could not be
+/// written back as valid W3C Baggage (a property that is not a token, a value holding `\`, past
+/// 8192 bytes once escaped) are left out, so what is injected again is valid.
 pub fn extract_context(carrier: &HashMap<String, String>) -> Context {
     let trace = W3cTraceContextPropagator::new();
     let baggage = BaggagePropagator::new();
     let cx = trace.extract(carrier);
-    baggage.extract_with_context(&cx, carrier)
+    self::baggage::writable(baggage.extract_with_context(&cx, carrier))
 }
 
 /// Encodes a carrier as JSON bytes (UTF-8), the payload format of the Python library's

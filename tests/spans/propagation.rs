@@ -212,3 +212,36 @@ fn the_pp_carrier_slot_hands_the_step_to_deep_code_on_any_thread() {
     set_pp_trace_carrier(None);
     assert!(get_pp_trace_carrier().is_none());
 }
+
+/// Baggage members OpenTelemetry's propagator would write back as invalid W3C Baggage (a
+/// property that is not a token, a value holding `\`) are left out on extraction; the valid ones
+/// are kept, and what is injected again is valid.
+#[test]
+fn extracted_baggage_is_written_back_as_valid_w3c_baggage() {
+    let carrier = HashMap::from([(
+        "baggage".to_string(),
+        "key1=value1;property1;proper@y2, key2 = value2, path=a\\b, key3=v3;p=1".to_string(),
+    )]);
+    let cx = extract_context(&carrier);
+    let baggage = cx.baggage();
+    let kept: Vec<&str> = baggage.iter().map(|(k, _)| k.as_str()).collect();
+    let mut kept_sorted = kept.clone();
+    kept_sorted.sort_unstable();
+    assert_eq!(kept_sorted, ["key2", "key3"], "kept {kept:?}");
+    assert_eq!(baggage.get("key2").map(|v| v.as_str()), Some("value2"));
+    let mut out: HashMap<String, String> = HashMap::new();
+    opentelemetry::propagation::TextMapPropagator::inject_context(
+        &opentelemetry_sdk::propagation::BaggagePropagator::new(),
+        &cx,
+        &mut out,
+    );
+    let written = &out["baggage"];
+    assert!(
+        !written.contains('@') && !written.contains('\\'),
+        "{written}"
+    );
+    assert!(
+        written.contains("key2=value2") && written.contains("key3=v3;p=1"),
+        "{written}"
+    );
+}
