@@ -24,8 +24,7 @@ use tracing_subscriber::prelude::*;
 mod common;
 use common::{produce, training_span};
 
-#[path = "../tests/common/collector.rs"]
-mod collector;
+use nemo_lens_test_support::collector;
 
 /// A rotel collector that prints one summary line per received batch (`--debug-log traces`,
 /// `basic` verbosity) and drops the data (`blackhole`): the bench reads the span counts from

@@ -6,13 +6,8 @@
 //!
 //! One test binary: its tests run as threads of one process. A test that sets the process
 //! environment, measures resident memory or reads the global providers runs its body in a child
-//! (`common::child`).
+//! (`nemo_lens_test_support::child`).
 
-#[path = "../common/mod.rs"]
-mod common;
-// The TLS front before the collector (only this binary uses it).
-#[path = "../common/tls.rs"]
-mod tls;
 
 mod batch;
 mod collector_faults;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use nemo_lens::testing::CollectingExporter;
 use nemo_lens::{LensConfig, LensError, Telemetry};
 
-use crate::common::child;
+use nemo_lens_test_support::child;
 
 fn enabled() -> LensConfig {
     LensConfig::default()

@@ -7,8 +7,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
 
-use crate::common::child::{self, Child};
-use crate::common::console::{self, all_named as by_name, truncated, truncation_reason};
+use nemo_lens_test_support::child::{self, Child};
+use nemo_lens_test_support::console::{self, all_named as by_name, truncated, truncation_reason};
 
 fn command(out: &Path) -> Child {
     Child::example("trainer")
@@ -82,7 +82,7 @@ fn an_uncaught_panic_records_the_panic_and_flushes() {
 fn panic_exit(args: &[&str]) -> (Option<i32>, String, Vec<serde_json::Value>) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("spans.jsonl");
-    let output = Child::example("panic_exit")
+    let output = Child::fixture("panic_exit")
         .env("NEMO_LENS_ENABLED", "1")
         .env("NEMO_LENS_EXPORTER", "console")
         .env("NEMO_LENS_METRICS_ENABLED", "0")

@@ -5,10 +5,8 @@
 //!
 //! One test binary: its tests run as threads of one process. A test that needs a process of its
 //! own (process-wide guard, panic hook, span groups, `fork`, thread and descriptor counts) runs
-//! its body in a child (`common::child`).
+//! its body in a child (`nemo_lens_test_support::child`).
 
-#[path = "../common/mod.rs"]
-mod common;
 
 mod double_init;
 mod dumps;

@@ -3,10 +3,8 @@
 //!
 //! One test binary: its tests run as threads of one process. A test that installs process-wide
 //! state (the `log` forwarder, the global subscriber, the environment) runs its body in a child
-//! (`common::child`).
+//! (`nemo_lens_test_support::child`).
 
-#[path = "../common/mod.rs"]
-mod common;
 
 mod exception_events;
 mod log_records;

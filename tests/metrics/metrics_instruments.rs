@@ -11,7 +11,7 @@ use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::metrics::InMemoryMetricExporter;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, Metric, MetricData, ResourceMetrics};
 
-use crate::common;
+use nemo_lens_test_support as common;
 use common::metrics::{exporting, metric};
 
 /// The last (cumulative) batch after a flush.

@@ -16,7 +16,7 @@ use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::prelude::*;
 
-use crate::common;
+use nemo_lens_test_support as common;
 use common::metrics::{collect, exporting, metric};
 
 /// Collects the messages of warnings emitted under the metrics diagnostics target.

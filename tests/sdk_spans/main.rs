@@ -3,10 +3,8 @@
 //! and the closer of SDK spans still open at shutdown or SIGTERM, in real processes.
 //!
 //! One test binary: its tests run as threads of one process; the closer's scenarios run in
-//! children (`common::child`).
+//! children (`nemo_lens_test_support::child`).
 
-#[path = "../common/mod.rs"]
-mod common;
 
 mod otel_layer;
 mod sdk_closer;
