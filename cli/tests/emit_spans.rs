@@ -7,9 +7,9 @@ use nemo_lens_test_support::collector;
 use std::path::Path;
 use std::process::Output;
 
-use serde_json::Value;
 use nemo_lens_test_support::clear_telemetry_env;
 use nemo_lens_test_support::cli::bin;
+use serde_json::Value;
 
 /// Launcher variables that give emit-spans its identity; cleared from every run.
 const LAUNCHER_ENV: [&str; 10] = [

@@ -5,12 +5,8 @@
 //! nemo-lens-cli --test hang` alone does not build the library's examples). Every wait polls
 //! with a bounded deadline; every child is killed on the way out, even when an assertion fails.
 
-use nemo_lens_test_support::cli as support;
-
-// The library's child-process harness (it finds `example` and `clear_telemetry_env` here).
+use nemo_lens_test_support::cli::{self as support, files_ending};
 use nemo_lens_test_support::{child, wait};
-use nemo_lens_test_support::{clear_telemetry_env, example};
-use support::files_ending;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -9,9 +9,9 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Output};
 
-use serde_json::Value;
 use nemo_lens_test_support::cli::bin;
 use nemo_lens_test_support::{clear_telemetry_env, example};
+use serde_json::Value;
 
 /// A command with no Slurm, torchrun or telemetry variable of the test's own environment.
 fn clean(mut cmd: Command) -> Command {

@@ -8,12 +8,8 @@
 //! 6 ms), so the verdicts do not depend on the machine's load. Every wait is bounded; every
 //! rank is killed on the way out, even when an assertion fails.
 
-use nemo_lens_test_support::cli as support;
-
-// The library's child-process harness (it finds `example` and `clear_telemetry_env` here).
+use nemo_lens_test_support::cli::{self as support, files_ending};
 use nemo_lens_test_support::{child, wait};
-use nemo_lens_test_support::{clear_telemetry_env, example};
-use support::files_ending;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

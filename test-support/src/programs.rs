@@ -85,12 +85,18 @@ fn build_fixture_programs() -> Result<PathBuf, String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
     let mut cmd = Command::new(&cargo);
-    cmd.args(["build", "--quiet", "--package", "nemo-lens-test-support", "--bins"])
-        .arg("--manifest-path")
-        .arg(&manifest)
-        .arg("--target-dir")
-        .arg(target)
-        .args(["--profile", profile]);
+    cmd.args([
+        "build",
+        "--quiet",
+        "--package",
+        "nemo-lens-test-support",
+        "--bins",
+    ])
+    .arg("--manifest-path")
+    .arg(&manifest)
+    .arg("--target-dir")
+    .arg(target)
+    .args(["--profile", profile]);
     let out = cmd
         .output()
         .map_err(|e| format!("cannot run {cmd:?} to build the fixture programs: {e}"))?;

@@ -6,7 +6,6 @@
 //! environment, reads process-wide state, or must not see other threads fork runs its body in a
 //! child (`nemo_lens_test_support::child`).
 
-
 mod bad_input;
 mod carrier;
 mod config;

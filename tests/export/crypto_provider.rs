@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use nemo_lens_test_support::child::{self, Child};
+use nemo_lens_test_support::child::Child;
 use nemo_lens_test_support::collector::{Collector, items};
 use nemo_lens_test_support::tls::{TestCa, TlsFront};
 

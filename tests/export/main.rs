@@ -8,7 +8,6 @@
 //! environment, measures resident memory or reads the global providers runs its body in a child
 //! (`nemo_lens_test_support::child`).
 
-
 mod batch;
 mod collector_faults;
 mod console_jsonl;

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use nemo_lens_test_support::child::{self, Child};
+use nemo_lens_test_support::child::Child;
 use nemo_lens_test_support::collector::{self, Collector, items, named as span};
 
 fn run_child(envs: &[(&str, String)]) {

@@ -13,7 +13,6 @@
 //! libraries; a build failure fails the test. The trainer must be built (`cargo test` builds
 //! the examples; `cargo test --test gpu` alone does not: run `cargo build --examples` first).
 
-
 mod nvml;
 mod nvtx;
 

@@ -15,7 +15,6 @@ use tracing_subscriber::prelude::*;
 use nemo_lens_test_support::child;
 use nemo_lens_test_support::console::{config_to as console_to, names, read_if_any as spans_in};
 
-
 /// Forks: `None` in the child, the child's pid in the parent.
 fn fork() -> Option<libc::pid_t> {
     // SAFETY: this process is single-threaded (the scenario runs alone in a fresh process,

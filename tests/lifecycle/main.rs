@@ -7,7 +7,6 @@
 //! own (process-wide guard, panic hook, span groups, `fork`, thread and descriptor counts) runs
 //! its body in a child (`nemo_lens_test_support::child`).
 
-
 mod double_init;
 mod dumps;
 mod examples;

@@ -5,7 +5,6 @@
 //! state (the `log` forwarder, the global subscriber, the environment) runs its body in a child
 //! (`nemo_lens_test_support::child`).
 
-
 mod exception_events;
 mod log_records;
 mod logs;

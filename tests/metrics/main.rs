@@ -5,7 +5,6 @@
 //! state (the global meter provider, the process's threads) runs its body in a child
 //! (`nemo_lens_test_support::child`).
 
-
 mod console_metrics;
 mod metrics_events;
 mod metrics_instruments;

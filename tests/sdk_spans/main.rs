@@ -5,6 +5,5 @@
 //! One test binary: its tests run as threads of one process; the closer's scenarios run in
 //! children (`nemo_lens_test_support::child`).
 
-
 mod otel_layer;
 mod sdk_closer;

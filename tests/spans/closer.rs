@@ -167,7 +167,9 @@ fn a_span_truncated_at_shutdown_and_closed_later_leaves_newer_spans_open() {
 #[test]
 fn a_span_left_open_when_its_subscriber_is_dropped_is_ended_as_truncated() {
     let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
-    let telemetry = nemo_lens_test_support::memory::builder(&exporter).build().unwrap();
+    let telemetry = nemo_lens_test_support::memory::builder(&exporter)
+        .build()
+        .unwrap();
     let subscriber = tracing_subscriber::registry().with(telemetry.layer());
     let child = tracing::subscriber::with_default(subscriber, || {
         let parent = tracing::info_span!("parent", nemo.group.job = tracing::field::Empty);

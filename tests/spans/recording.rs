@@ -197,7 +197,9 @@ fn record_on_a_span_of_another_layer_reads_nothing() {
         }
     }
     let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
-    let telemetry = nemo_lens_test_support::memory::builder(&exporter).build().unwrap();
+    let telemetry = nemo_lens_test_support::memory::builder(&exporter)
+        .build()
+        .unwrap();
     let subscriber = tracing_subscriber::registry()
         .with(telemetry.layer())
         .with(tracing_subscriber::fmt::layer().with_writer(std::io::sink));
