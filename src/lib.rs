@@ -89,7 +89,7 @@
 //! * **Resource** ([`Telemetry::resource`]): `service.name`, `nv.dl.rank` (and 0.1.0's
 //!   `dl.rank`), `nemo.run.id`, `service.instance.id`, the job's identity (Slurm attributes,
 //!   `nv.dl.job.uuid`, `nv.dl.run.uuid`), Kubernetes and host attributes, as the Python library.
-//! * **Identity** ([`identity`]) and **carrier** ([`carrier`]): a launcher written in Rust
+//! * **Carrier** ([`carrier`]): a launcher written in Rust
 //!   derives the job's identity as Python does and hands it to its ranks in
 //!   `OTEL_RESOURCE_ATTRIBUTES`, read and extended byte for byte; the ranks keep the
 //!   launcher's values.
@@ -180,8 +180,8 @@ mod setup;
 mod backdated;
 pub mod carrier;
 mod error;
-pub mod identity;
 mod ids;
+mod overwrite;
 pub mod propagation;
 pub mod semconv;
 #[cfg(feature = "testing")]
@@ -198,6 +198,7 @@ pub use layer::hooks::SetParentError;
 pub use layer::logs::LogFilter;
 pub use layer::span_ext::LensSpanExt;
 pub use layer::{DEFAULT_REDACT_KEYS, LensLayer, REDACTED};
+pub use overwrite::Overwrite;
 pub use queue::DropCounts;
 pub use rank::RankAwareSampler;
 pub use rank::{groups, strategy};

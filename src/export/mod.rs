@@ -4,8 +4,15 @@
 //! |---|---|
 //! | [`ConsoleSpanExporter`], [`ConsoleMetricExporter`], [`ConsoleLogExporter`] | compact JSONL in the Python library's console layout, to stdout, a file or any writer |
 //! | [`ConsoleWriter`] | the line sink those three share, so their lines interleave whole |
-//! | [`LensBatchProcessor`], [`LensBatchLogProcessor`] ([`QueueConfig`]) | the bounded queue and worker between the layer and an exporter, which count what they drop |
-//! | [`OtlpProtocol`], [`Signal`] | OTLP over gRPC (feature `otlp-grpc`), HTTP/protobuf or HTTP/JSON (feature `otlp-http`), chosen per signal from `OTEL_EXPORTER_OTLP_*` |
+//!
+//! [`Telemetry`](crate::Telemetry) puts every exporter (these, OTLP, or your own given to
+//! [`TelemetryBuilder::span_exporter`](crate::TelemetryBuilder::span_exporter) and
+//! [`log_exporter`](crate::TelemetryBuilder::log_exporter)) behind a bounded queue and worker
+//! thread, sized by `OTEL_BSP_*` / `OTEL_BLRP_*` and `NEMO_LENS_QUEUE_MAX_BYTES`, that never
+//! blocks the thread ending a span and counts what it drops
+//! ([`Telemetry::dropped`](crate::Telemetry::dropped)). OTLP goes over gRPC (feature
+//! `otlp-grpc`), HTTP/protobuf or HTTP/JSON (feature `otlp-http`), chosen per signal from
+//! `OTEL_EXPORTER_OTLP_*`.
 //!
 //! Behind the OTLP exporters that setup builds, every export runs on a helper thread so that
 //! `OTEL_EXPORTER_OTLP_TIMEOUT` holds for every transport, span requests are kept under the
@@ -17,12 +24,12 @@
 //! writer).
 //!
 //! ```
-//! use nemo_lens::export::ConsoleSpanExporter;
+//! use nemo_lens::export::{ConsoleSpanExporter, ConsoleWriter};
 //! use opentelemetry::trace::{Tracer, TracerProvider};
 //! use opentelemetry_sdk::trace::SdkTracerProvider;
 //!
 //! let provider = SdkTracerProvider::builder()
-//!     .with_simple_exporter(ConsoleSpanExporter::to_writer(std::io::sink()))
+//!     .with_simple_exporter(ConsoleSpanExporter::new(ConsoleWriter::to_writer(std::io::sink())))
 //!     .build();
 //! provider.tracer("demo").in_span("train", |_cx| {});
 //! provider.shutdown().unwrap();
@@ -34,12 +41,8 @@ mod deadline;
 mod message_limit;
 pub(crate) mod otlp;
 
-pub use crate::queue::{
-    LensBatchLogProcessor, LensBatchProcessor, MAX_QUEUE_SIZE_LIMIT, QueueConfig,
-};
 pub(crate) use console::resolve_path;
 pub use console::{ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ConsoleWriter};
 pub(crate) use counted::CountedMetricExporter;
 pub(crate) use deadline::DeadlineExporter;
 pub(crate) use message_limit::MessageLimit;
-pub use otlp::{OtlpProtocol, Signal};

@@ -118,7 +118,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use md5::{Digest, Md5};
 
-pub use self::config::{MAX_CAPACITY, RecorderConfig};
+pub use self::config::RecorderConfig;
 pub use self::layer::RecorderLayer;
 
 use self::ring::{OpenTable, Record, Ring};

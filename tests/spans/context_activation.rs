@@ -98,8 +98,6 @@ fn a_span_exited_on_another_worker_is_never_injected_afterwards() {
     use std::thread::ThreadId;
     use std::time::{Duration, Instant};
 
-    use nemo_lens::propagation::{W3cTraceContextPropagator, current_context};
-
     let exporter = InMemorySpanExporter::default();
     let telemetry = telemetry(true, exporter.clone());
     let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(telemetry.layer()));
@@ -168,10 +166,10 @@ fn a_span_exited_on_another_worker_is_never_injected_afterwards() {
                 runtime.spawn(async move {
                     assert!(tracing::Span::current().is_none(), "code in no span");
                     let mut carrier = HashMap::new();
-                    W3cTraceContextPropagator::new()
+                    TraceContextPropagator::new()
                         .inject_context(&opentelemetry::Context::current(), &mut carrier);
-                    W3cTraceContextPropagator::new()
-                        .inject_context(&current_context(), &mut carrier);
+                    TraceContextPropagator::new()
+                        .inject_context(&tracing::Span::current().context(), &mut carrier);
                     // And after nemo-lens ran on this thread, the current context itself.
                     if opentelemetry::Context::current()
                         .span()

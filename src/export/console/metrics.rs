@@ -142,23 +142,13 @@ impl ConsoleMetricExporter {
         }
     }
 
-    /// Writes to the process's stdout.
-    ///
-    /// ```
-    /// let exporter = nemo_lens::export::ConsoleMetricExporter::stdout();
-    /// # let _ = exporter;
-    /// ```
-    pub fn stdout() -> Self {
-        Self::new(ConsoleWriter::stdout())
-    }
-
     /// Asks the reader for `temporality` instead of cumulative.
     ///
     /// ```
-    /// use nemo_lens::export::ConsoleMetricExporter;
+    /// use nemo_lens::export::{ConsoleMetricExporter, ConsoleWriter};
     /// use opentelemetry_sdk::metrics::Temporality;
     /// use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-    /// let exporter = ConsoleMetricExporter::stdout().with_temporality(Temporality::Delta);
+    /// let exporter = ConsoleMetricExporter::new(ConsoleWriter::stdout()).with_temporality(Temporality::Delta);
     /// assert_eq!(exporter.temporality(), Temporality::Delta);
     /// ```
     pub fn with_temporality(mut self, temporality: Temporality) -> Self {
