@@ -166,7 +166,8 @@ mod layer;
 mod record;
 // the bounded queue, whose worker thread builds the SDK spans and runs the span processors;
 mod queue;
-// the exporters, which put spans (and metrics and logs) on the wire.
+// the exporters, which put spans (and metrics and logs) on the wire (`export/` depends on
+// no stage of the span path).
 pub mod export;
 
 // Beside the span path: metrics, the flight recorder, the GPU's identity and NVTX ranges, and
@@ -176,17 +177,22 @@ mod gpu;
 pub mod metrics;
 mod setup;
 
-// Errors, ids, attribute names, propagation, backdated spans and test capture.
+// Errors, ids, attribute names, propagation, backdated spans and test capture; the leaves every
+// part may use: Python's JSON text (`pyjson`), approximate sizes (`size`) and a value as an error
+// message shows it (`text`).
 mod backdated;
 pub mod carrier;
 mod error;
 mod ids;
 mod overwrite;
 pub mod propagation;
+mod pyjson;
 pub mod semconv;
+mod size;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
+mod text;
 
 pub use backdated::{EmitSpan, EpochSeconds, emit_span};
 pub use config::{ExporterKind, LensConfig};

@@ -13,6 +13,7 @@
 //! | [`job_attributes`] | `get_slurm_resource_attributes()` plus `derive_nv_dl_run_uuid()` |
 //! | [`extend`] | `extend_otel_resource_attributes(value, additions, overwrite=)` |
 //! | [`publish`] | `publish_otel_resource_attributes(additions, overwrite=)`; [`Published::keep`]: `set_otel_resource_attributes` |
+//! | [`hostname`] | `socket.gethostname()` |
 //!
 //! A rank set up with [`crate::Telemetry::builder`] carries the job's identity on its resource
 //! without calling anything here, and reads the variable itself. A launcher that starts ranks
@@ -423,9 +424,23 @@ pub fn job_attributes(
     attributes
 }
 
+/// This machine's host name (`gethostname`), as Python's `socket.gethostname()`: the
+/// `host.name` a launcher hands down for a task. `None` where it cannot be read.
+///
+/// ```
+/// use opentelemetry::KeyValue;
+/// if let Some(host) = nemo_lens::carrier::hostname() {
+///     let attribute = KeyValue::new(nemo_lens::semconv::HOST_NAME, host);
+///     # let _ = attribute;
+/// }
+/// ```
+pub fn hostname() -> Option<String> {
+    crate::config::resource::hostname()
+}
+
 /// A key as a warning shows it: at most 64 characters.
 fn shown(key: &str) -> String {
-    crate::config::env::shown(key)
+    crate::text::shown(key)
 }
 
 /// A warning on the `tracing` target [`TARGET`] when a subscriber can take it; otherwise (none

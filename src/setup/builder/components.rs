@@ -6,7 +6,7 @@ use opentelemetry_sdk::logs::LogExporter;
 use opentelemetry_sdk::trace::{SpanExporter, SpanProcessor, TracerProviderBuilder};
 
 use super::TelemetryBuilder;
-use crate::setup::processors::{BoxedProcessor, exporter_processor, log_provider};
+use crate::queue::processors::{BoxedProcessor, exporter_processor, log_provider};
 
 impl TelemetryBuilder {
     /// Sends spans to `exporter` instead of the configured console/OTLP exporter (traces only;
