@@ -45,7 +45,7 @@
 //! the same here, with the same JSON, so a Rust rank and a Python rank understand each other's
 //! payload; the transport (your collective) is yours. Pipeline stages run concurrently, so a
 //! stage *links* to the step it serves instead of becoming its child: the span context of the
-//! extracted context, given to [`LensSpanExt::add_link`](crate::LensSpanExt::add_link) (Python's
+//! extracted context, given to [`LensSpanExt::add_link`] (Python's
 //! `create_linked_span`).
 //!
 //! ```
