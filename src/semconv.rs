@@ -32,7 +32,7 @@
 //! NeMo Lens names `nv.dl.rank` / `nv.dl.world_size` and, unless
 //! [`crate::TelemetryBuilder::legacy_rank_attributes`] turns them off, the 0.1.0 names
 //! `dl.rank` / `dl.world_size`. Its Slurm attributes, `nv.dl.job.uuid` and `nv.dl.run.uuid`
-//! are today's ([`crate::carrier::job_attributes`]); its `nv.gpu.*` attributes come from NVML with
+//! are today's ([`crate::identity::job_attributes`]); its `nv.gpu.*` attributes come from NVML with
 //! `NEMO_LENS_DETECT_GPU` (feature `nvml`). [`SLURM_CLUSTER`], [`SLURM_NODELIST`] and
 //! [`SLURM_TORCHELASTIC_RESTART_COUNT`] are retired (kept, deprecated, never emitted), as are
 //! the older source-code names [`CODE_NAMESPACE`], [`CODE_FILEPATH`] and [`CODE_LINENO`].
@@ -385,10 +385,10 @@ pub const NV_DL_LOCAL_RANK: &str = "nv.dl.local_rank";
 /// `nv.dl.role` (string): kind of process: `trainer`, `ckpt_worker`, `launcher`, `generator`.
 pub const NV_DL_ROLE: &str = "nv.dl.role";
 /// `nv.dl.job.uuid` (string): the job as submitted, stable across restarts and requeues (see
-/// [`crate::carrier::job_attributes`]).
+/// [`crate::identity::job_attributes`]).
 pub const NV_DL_JOB_UUID: &str = "nv.dl.job.uuid";
 /// `nv.dl.run.uuid` (string): one run of the job, new with every restart (see
-/// [`crate::carrier::job_attributes`]).
+/// [`crate::identity::job_attributes`]).
 pub const NV_DL_RUN_UUID: &str = "nv.dl.run.uuid";
 /// `nv.dl.provider.name` (string): execution engine running the workload: `mcore`, `vllm`,
 /// `sglang`.

@@ -7,17 +7,18 @@
 //! srun sh -c 'eval "$(nemo-lens set-slurm-resource-attrs --stage task --container-image "$IMAGE")"; exec trainer'
 //! ```
 //!
-//! The attributes are the Slurm part of [`nemo_lens::carrier::job_attributes`] (typed Slurm
+//! The attributes are the Slurm part of [`nemo_lens::identity::job_attributes`] (typed Slurm
 //! attributes and `nv.dl.job.uuid`; nothing outside a job; not the run's UUID). `--stage sbatch` leaves out the task-local
 //! `slurm.topology.addr` / `slurm.topology.addr_pattern`; `--stage task` adds `host.name` and,
 //! with `--container-image`, `nv.dl.launch.container.image`. Keys the variable already holds
 //! win: only missing keys are appended, and the segments already there are kept byte for byte
 //! ([`nemo_lens::carrier::extend`]). The value is quoted as Python's `shlex.quote`.
+//! Stdout closed (`>&-`) or any write error exits 2: the line is the command's whole output.
 
 use std::io::Write;
 
 use anyhow::anyhow;
-use nemo_lens::{Overwrite, carrier, semconv};
+use nemo_lens::{Overwrite, carrier, identity, semconv};
 use opentelemetry::KeyValue;
 
 use crate::Failure;
@@ -39,6 +40,12 @@ pub fn run(stage: Stage, container_image: Option<&str>) -> Result<(), Failure> {
             "--container-image requires --stage task"
         )));
     }
+    if stdout_closed() {
+        // Nothing would reach the `eval`: the job would run without its identity.
+        return Err(Failure::setup(anyhow!(
+            "cannot write to stdout: it is closed (the export line goes to stdout, for eval)"
+        )));
+    }
     let line = export_line(stage, image, &|k| std::env::var(k).ok(), &inherited());
     let mut out = std::io::stdout().lock();
     out.write_all(&line)
@@ -48,6 +55,30 @@ pub fn run(stage: Stage, container_image: Option<&str>) -> Result<(), Failure> {
 
 /// The variable the identity is carried in.
 const OTEL_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
+
+/// Whether the process started with stdout closed (`>&-`). Rust's runtime puts `/dev/null`,
+/// opened read-write, on a closed standard descriptor before `main`, so writes to it succeed;
+/// a shell's `>/dev/null` opens it write-only, and is an ordinary output.
+fn stdout_closed() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: fcntl and fstat on descriptor 1 with a zeroed, owned `stat` buffer.
+    let (flags, stat) = unsafe {
+        let flags = libc::fcntl(libc::STDOUT_FILENO, libc::F_GETFL);
+        let mut stat: libc::stat = std::mem::zeroed();
+        let rc = libc::fstat(libc::STDOUT_FILENO, &mut stat);
+        (flags, (rc == 0).then_some(stat))
+    };
+    let Some(stat) = stat else {
+        return true;
+    };
+    if flags < 0 {
+        return true;
+    }
+    let null = std::fs::metadata("/dev/null").map(|m| m.rdev()).ok();
+    stat.st_mode & libc::S_IFMT == libc::S_IFCHR
+        && Some(stat.st_rdev) == null
+        && flags & libc::O_ACCMODE == libc::O_RDWR
+}
 
 /// The variable's current bytes (empty when unset).
 fn inherited() -> Vec<u8> {
@@ -64,7 +95,7 @@ fn export_line(
     lookup: &dyn Fn(&str) -> Option<String>,
     inherited: &[u8],
 ) -> Vec<u8> {
-    let mut additions = carrier::job_attributes(lookup, None);
+    let mut additions = identity::job_attributes(lookup, None);
     // The shell line hands down the job, not one run of it.
     additions.retain(|kv| kv.key.as_str() != semconv::NV_DL_RUN_UUID);
     match stage {
@@ -76,7 +107,7 @@ fn export_line(
             .contains(&kv.key.as_str())
         }),
         Stage::Task => {
-            if let Some(host) = carrier::hostname() {
+            if let Some(host) = identity::hostname() {
                 additions.push(KeyValue::new(semconv::HOST_NAME, host));
             }
             if let Some(image) = image {

@@ -1,8 +1,8 @@
 //! [`Telemetry`]: the handle of one process's telemetry (its shutdown is in `shutdown.rs`).
 
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use opentelemetry::global::BoxedTracer;
@@ -16,6 +16,7 @@ use tracing_subscriber::registry::LookupSpan;
 use super::once::ShutdownOnce;
 use super::pipelines::Built;
 use crate::SCOPE_NAME;
+use crate::bounded::{Unanswered, run_bounded};
 use crate::config::LensConfig;
 use crate::error::{LensError, Result};
 use crate::flight_recorder::{FlightRecorder, RecorderLayer};
@@ -241,11 +242,11 @@ impl Telemetry {
     /// 5. the application's attributes
     ///    ([`TelemetryBuilder::resource_attributes`](crate::TelemetryBuilder::resource_attributes));
     /// 6. detected attributes: local (`host.name`, `process.pid`, `host.gpu.count`), then the
-    ///    job's identity: the Slurm attributes of [`carrier::job_attributes`](crate::carrier::job_attributes)
+    ///    job's identity: the Slurm attributes of [`identity::job_attributes`](crate::identity::job_attributes)
     ///    (typed integers, `nv.dl.job.uuid`), where the allowlisted `slurm.*` keys and the two
     ///    UUIDs found in `OTEL_RESOURCE_ATTRIBUTES` win over the derived ones (the launcher is
     ///    authoritative), and `nv.dl.run.uuid` unless the launcher or the application gave it
-    ///    (as [`carrier::job_attributes`](crate::carrier::job_attributes) derives it: under Slurm from the job and its
+    ///    (as [`identity::job_attributes`](crate::identity::job_attributes) derives it: under Slurm from the job and its
     ///    restart counts; outside, from the configured run id, else `TORCHELASTIC_RUN_ID`, else
     ///    this process's run id — every rank must share it for one run UUID); then Kubernetes.
     ///    Note that **detected values override the caller's** on a collision, as in Python;
@@ -467,7 +468,6 @@ impl Telemetry {
         if tracer.is_none() && meter.is_none() && logger.is_none() {
             return Ok(());
         }
-        let (tx, rx) = mpsc::channel();
         let flush = move || {
             let mut errors = Vec::new();
             if let Some(p) = tracer
@@ -485,17 +485,16 @@ impl Telemetry {
             {
                 errors.push(format!("logs: {e}"));
             }
-            let _ = tx.send(errors);
+            errors
         };
         let timeout = self.inner.flush_timeout;
-        std::thread::Builder::new()
-            .name("nemo-lens-flush".into())
-            .spawn(flush)
-            .map_err(|e| LensError::Shutdown(format!("cannot start the flush thread: {e}")))?;
-        match rx.recv_timeout(timeout + Duration::from_millis(500)) {
+        match run_bounded("flush", timeout + Duration::from_millis(500), flush) {
             Ok(errors) if errors.is_empty() => Ok(()),
             Ok(errors) => Err(LensError::Shutdown(errors.join("; "))),
-            Err(_) => Err(LensError::Shutdown(format!(
+            Err(Unanswered::NotStarted(e)) => Err(LensError::Shutdown(format!(
+                "cannot start the flush thread: {e}"
+            ))),
+            Err(Unanswered::TimedOut) => Err(LensError::Shutdown(format!(
                 "flush timed out after {timeout:?} (the export timeout): an exporter is stuck"
             ))),
         }

@@ -1,7 +1,7 @@
 //! Today's NeMo Lens identity, value by value: the Slurm attributes and the job and run UUIDs
 //! Python's own tests expect, every UUID recomputed by Python's `uuid` module here.
 
-use nemo_lens::carrier;
+use nemo_lens::identity;
 use opentelemetry::{KeyValue, Value};
 
 use crate::common::python;
@@ -16,18 +16,18 @@ fn lookup(env: Env) -> impl Fn(&str) -> Option<String> {
     }
 }
 
-/// The value of `key` among the attributes `carrier::job_attributes` derives.
+/// The value of `key` among the attributes `identity::job_attributes` derives.
 fn derived(env: Env, run_id: Option<&str>, key: &str) -> Option<String> {
-    carrier::job_attributes(lookup(env), run_id)
+    identity::job_attributes(lookup(env), run_id)
         .into_iter()
         .find(|kv| kv.key.as_str() == key)
         .map(|kv| kv.value.as_str().into_owned())
 }
 
-/// The Slurm attributes (and `nv.dl.job.uuid`) `carrier::job_attributes` derives, without the
+/// The Slurm attributes (and `nv.dl.job.uuid`) `identity::job_attributes` derives, without the
 /// run's UUID.
 fn slurm_attributes(env: Env) -> Vec<KeyValue> {
-    let mut attributes = carrier::job_attributes(lookup(env), None);
+    let mut attributes = identity::job_attributes(lookup(env), None);
     attributes.retain(|kv| kv.key.as_str() != "nv.dl.run.uuid");
     attributes
 }

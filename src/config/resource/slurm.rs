@@ -52,7 +52,7 @@ pub(crate) const INHERITED_KEYS: [&str; 23] = [
 /// (`derive_slurm_resource_attributes`), in Python's order. Empty unless `SLURM_JOB_ID` is
 /// non-empty.
 ///
-/// The attribute table is on [`crate::carrier::job_attributes`].
+/// The attribute table is on [`crate::identity::job_attributes`].
 pub(crate) fn slurm_attributes(lookup: impl Fn(&str) -> Option<String>) -> Vec<KeyValue> {
     let lookup: &dyn Fn(&str) -> Option<String> = &lookup;
     let Some(job_id) = non_empty(lookup("SLURM_JOB_ID")) else {

@@ -36,7 +36,7 @@ fn uuid5(name: &str) -> String {
 /// `derive_nv_dl_job_uuid` does.
 ///
 /// A rank under Slurm carries it without calling this; a launcher written in Rust calls it to
-/// hand the value down (see [`crate::carrier::job_attributes`]).
+/// hand the value down (see [`crate::identity::job_attributes`]).
 pub(crate) fn job_uuid(lookup: impl Fn(&str) -> Option<String>) -> String {
     let lookup: &dyn Fn(&str) -> Option<String> = &lookup;
     uuid5(&format!(
