@@ -167,7 +167,7 @@ impl ConsoleSpanExporter {
     /// The file this exporter appends to, or `None` for stdout and custom writers.
     ///
     /// ```
-    /// use nemo_lens::export::ConsoleSpanExporter;
+    /// use nemo_lens::export::{ConsoleSpanExporter, ConsoleWriter};
     ///
     /// assert_eq!(ConsoleSpanExporter::new(ConsoleWriter::stdout()).path(), None);
     /// ```
