@@ -1,5 +1,5 @@
 //! The job's identity as Python NeMo Lens derives it, for a launcher written in Rust: the Slurm
-//! attributes, `nv.dl.job.uuid`, `nv.dl.run.uuid` and the host name.
+//! attributes, `nv.dl.job.uuid` and `nv.dl.run.uuid`.
 //!
 //! A rank set up with [`crate::Telemetry::builder`] carries all of them on its resource without
 //! calling anything here. A launcher that starts ranks (or a tool that prepares their
@@ -9,7 +9,6 @@
 //! | function | Python |
 //! |---|---|
 //! | [`job_attributes`] | `derive_slurm_resource_attributes()` plus `derive_nv_dl_run_uuid()` |
-//! | [`hostname`] | `socket.gethostname()` |
 
 use opentelemetry::KeyValue;
 
@@ -86,18 +85,4 @@ pub fn job_attributes(
         attributes.push(KeyValue::new(crate::semconv::NV_DL_RUN_UUID, run));
     }
     attributes
-}
-
-/// This machine's host name (`gethostname`), as Python's `socket.gethostname()`: the
-/// `host.name` a launcher hands down for a task. `None` where it cannot be read.
-///
-/// ```
-/// use opentelemetry::KeyValue;
-/// if let Some(host) = nemo_lens::identity::hostname() {
-///     let attribute = KeyValue::new(nemo_lens::semconv::HOST_NAME, host);
-///     # let _ = attribute;
-/// }
-/// ```
-pub fn hostname() -> Option<String> {
-    crate::config::resource::hostname()
 }

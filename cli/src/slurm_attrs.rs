@@ -107,7 +107,7 @@ fn export_line(
             .contains(&kv.key.as_str())
         }),
         Stage::Task => {
-            if let Some(host) = identity::hostname() {
+            if let Some(host) = hostname() {
                 additions.push(KeyValue::new(semconv::HOST_NAME, host));
             }
             if let Some(image) = image {
@@ -155,6 +155,18 @@ fn shell_quote(value: &[u8]) -> Vec<u8> {
     }
     out.push(b'\'');
     out
+}
+
+/// This machine's host name (`gethostname`), as Python's `socket.gethostname()`.
+fn hostname() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the pointer and length describe `buf`, which outlives the call.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast::<libc::c_char>(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Some(String::from_utf8_lossy(&buf[..len]).into_owned())
 }
 
 #[cfg(test)]

@@ -262,9 +262,8 @@ fn detect_local(lookup: &dyn Fn(&str) -> Option<String>) -> Vec<KeyValue> {
     attrs
 }
 
-/// This machine's host name (`gethostname`), `None` where it cannot be read.
 #[cfg(unix)]
-pub(crate) fn hostname() -> Option<String> {
+fn hostname() -> Option<String> {
     let mut buf = [0u8; 256];
     // SAFETY: the pointer and length describe `buf`, which outlives the call; gethostname
     // writes at most `len` bytes into it.
@@ -278,7 +277,7 @@ pub(crate) fn hostname() -> Option<String> {
 }
 
 #[cfg(not(unix))]
-pub(crate) fn hostname() -> Option<String> {
+fn hostname() -> Option<String> {
     None
 }
 
