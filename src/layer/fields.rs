@@ -15,12 +15,6 @@
 //!
 //! An `ERROR` event becomes an `exception` span event with the attributes of Python's
 //! `record_exception` first (see [`crate::semconv::EXCEPTION_TYPE`]).
-//!
-//! ```
-//! use nemo_lens::{DEFAULT_REDACT_KEYS, REDACTED};
-//! assert!(DEFAULT_REDACT_KEYS.contains(&"password"));
-//! assert_eq!(REDACTED, "[REDACTED]");
-//! ```
 
 use std::borrow::Cow;
 use std::fmt;
@@ -38,7 +32,7 @@ use crate::semconv;
 
 /// Keys whose string values are replaced with `[REDACTED]` (exact, case-sensitive match), as the
 /// Python `DEFAULT_REDACT_KEYS`.
-pub const DEFAULT_REDACT_KEYS: [&str; 8] = [
+pub(crate) const DEFAULT_REDACT_KEYS: [&str; 8] = [
     "prompt",
     "input_text",
     "output_text",
@@ -50,7 +44,7 @@ pub const DEFAULT_REDACT_KEYS: [&str; 8] = [
 ];
 
 /// The replacement for redacted values.
-pub const REDACTED: &str = "[REDACTED]";
+pub(crate) const REDACTED: &str = "[REDACTED]";
 
 /// The keys whose string values are redacted: Python's default set, or the user's own
 /// ([`TelemetryBuilder::redact_keys`](crate::TelemetryBuilder::redact_keys)); exact,

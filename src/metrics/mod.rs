@@ -18,10 +18,10 @@
 //!    use nemo_lens::metrics::{InferenceMetrics, TrainingMetrics};
 //!    # let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
 //!    TrainingMetrics { loss: Some(2.31), step_duration_s: Some(0.84), ..Default::default() }
-//!        .record(&telemetry);
+//!        .record(telemetry.instruments());
 //!    InferenceMetrics { request_duration_s: Some(0.5), model: Some("llama"), input_tokens: Some(10),
 //!        ..Default::default() }
-//!        .record(&telemetry);
+//!        .record(telemetry.instruments());
 //!    ```
 //!
 //! 2. **Registered metric groups** ([below](#metric-groups)): a library declares its metrics once
@@ -35,7 +35,7 @@
 //!        MetricSpec::new("reward", "doc_rl.reward.mean", MetricKind::Gauge),
 //!        MetricSpec::new("gen_ms", "doc_rl.generation.duration", MetricKind::Histogram).with_unit("ms"),
 //!    ], false).unwrap();
-//!    record_metrics(&telemetry, "doc_rl", [("reward", 0.7), ("gen_ms", 1250.0)], &[]);
+//!    record_metrics(telemetry.instruments(), "doc_rl", [("reward", 0.7), ("gen_ms", 1250.0)], &[]);
 //!    ```
 //!
 //! 3. **Fields of `tracing` events** ([`EventMetricsLayer`]): with [`Telemetry::metrics_layer`] in the
@@ -54,7 +54,7 @@
 //! recording (an unknown metric group or key, a negative value for a monotonic counter, a `u64` too
 //! large for an up-down counter) is reported **once** per distinct problem and the measurement is
 //! skipped. The report is a `tracing` warning with target [`DIAGNOSTICS_TARGET`]
-//! (`nemo_lens::metrics`); that target is one of the [internal targets](crate::INTERNAL_TARGETS),
+//! (`nemo_lens::metrics`); that target is one of the [internal targets](crate::LensLayer#internal-targets),
 //! so the warning reaches your `fmt` layer but is never exported as telemetry itself. Where
 //! `tracing` cannot deliver it (no subscriber is installed, or the problem is found inside
 //! [`EventMetricsLayer`], where `tracing` drops re-entrant events) it is one `WARN
@@ -147,7 +147,7 @@
 //!
 //! // In the loop: only the keys you have values for; `None` is skipped.
 //! let wait_ms: Option<f64> = Some(3.5);
-//! record_metrics(&telemetry, "doc_loader", [("batches", Some(1.0)), ("wait_ms", wait_ms)], &[]);
+//! record_metrics(telemetry.instruments(), "doc_loader", [("batches", Some(1.0)), ("wait_ms", wait_ms)], &[]);
 //! # Ok::<(), nemo_lens::LensError>(())
 //! ```
 //!

@@ -268,9 +268,9 @@ pub fn registered_metric_groups() -> BTreeMap<String, Vec<MetricSpec>> {
 /// # let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
 /// register_metric_group("doc_rec", [MetricSpec::new("reward", "doc.rec.reward", MetricKind::Gauge)], false).unwrap();
 /// let env = [KeyValue::new("env", "math")];
-/// record_metrics(&telemetry, "doc_rec", [("reward", 0.7)], &env);
-/// record_metrics(&telemetry, "doc_rec", [("typo", 1.0)], &env); // warned once, skipped
-/// record_metrics(&telemetry, "no_such_group", [("reward", 1.0)], &[]); // warned once, skipped
+/// record_metrics(telemetry.instruments(), "doc_rec", [("reward", 0.7)], &env);
+/// record_metrics(telemetry.instruments(), "doc_rec", [("typo", 1.0)], &env); // warned once, skipped
+/// record_metrics(telemetry.instruments(), "no_such_group", [("reward", 1.0)], &[]); // warned once, skipped
 /// ```
 pub fn record_metrics<K, V>(
     to: &impl AsRef<Instruments>,

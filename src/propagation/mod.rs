@@ -196,7 +196,7 @@ pub fn remote_span_context(carrier: &HashMap<String, String>) -> Option<SpanCont
 /// * the parent is the current context (inside a lens span, with context activation on, that
 ///   span);
 /// * `attributes` are set after the start (samplers do not see them), string values under
-///   [`DEFAULT_REDACT_KEYS`](crate::DEFAULT_REDACT_KEYS) become `[REDACTED]`;
+///   [`TelemetryBuilder::DEFAULT_REDACT_KEYS`](crate::TelemetryBuilder::DEFAULT_REDACT_KEYS) become `[REDACTED]`;
 /// * the span is started, not made current; end it yourself (`span.end()`, or drop it).
 ///
 /// Pipeline stages run concurrently, so a stage links to the step it serves rather than
@@ -252,9 +252,9 @@ where
     let mut span = tracer.build(SpanBuilder::from_name(name).with_links(links));
     for kv in attributes {
         let redact = matches!(kv.value, Value::String(_))
-            && crate::DEFAULT_REDACT_KEYS.contains(&kv.key.as_str());
+            && crate::layer::fields::DEFAULT_REDACT_KEYS.contains(&kv.key.as_str());
         if redact {
-            span.set_attribute(KeyValue::new(kv.key, crate::REDACTED));
+            span.set_attribute(KeyValue::new(kv.key, crate::layer::fields::REDACTED));
         } else {
             span.set_attribute(kv);
         }

@@ -7,7 +7,7 @@
 //!
 //! | name | exports when |
 //! |---|---|
-//! | `single_rank` (default) | `rank == export_rank`, where `-1` means the last rank |
+//! | `single_rank` (default) | `rank == export.rank`, where `None` (`-1` in the variable) means the last rank |
 //! | `all_ranks` | always |
 //! | `sampled` | `md5(str(rank)) % 10000 / 10000 < export_sample_rate` |
 //! | `first_rank_per_node` | `LOCAL_RANK` is `0` (or unset) |
@@ -94,7 +94,7 @@ impl ExportStrategy {
     ///
     /// ```
     /// use nemo_lens::{LensConfig, strategy::ExportStrategy};
-    /// let cfg = LensConfig::default(); // export_rank = -1: the last rank exports
+    /// let cfg = LensConfig::default(); // export.rank = None: the last rank exports
     /// assert!(ExportStrategy::SingleRank.decide(&cfg, 7, 8).unwrap());
     /// assert!(!ExportStrategy::SingleRank.decide(&cfg, 0, 8).unwrap());
     /// ```
@@ -113,15 +113,11 @@ impl ExportStrategy {
     ) -> Result<bool> {
         Ok(match self {
             ExportStrategy::AllRanks => true,
-            ExportStrategy::SingleRank => {
-                let target = if config.export_rank >= 0 {
-                    config.export_rank
-                } else {
-                    i64::from(world_size) - 1
-                };
-                i64::from(rank) == target
-            }
-            ExportStrategy::Sampled => rank_is_sampled(rank, config.export_sample_rate),
+            ExportStrategy::SingleRank => match config.export.rank {
+                Some(target) => rank == target,
+                None => world_size.checked_sub(1) == Some(rank),
+            },
+            ExportStrategy::Sampled => rank_is_sampled(rank, config.export.sample_rate),
             ExportStrategy::FirstRankPerNode => {
                 // Read as it is: an empty value fails `int()` in Python too.
                 local_rank_is_zero(lookup("LOCAL_RANK"))?

@@ -17,7 +17,7 @@ use crate::record::open_spans::REASON_SHUTDOWN;
 impl Telemetry {
     /// Opts in to recording panics: a panic adds an `exception` event to the innermost open span
     /// of its thread; a panic that ends the process then ends the telemetry (spans still open
-    /// truncated, everything flushed within [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT)),
+    /// truncated, everything flushed within 5 s),
     /// and a panic the program catches leaves it running. The previous panic hook still runs,
     /// after it. See [`Telemetry::install_signal_handlers`] for the details. Call it once, after
     /// setup.
@@ -34,7 +34,7 @@ impl Telemetry {
     }
 
     /// Installs SIGTERM and SIGINT handlers: on the signal, a dedicated thread ends every open
-    /// span as truncated, flushes within [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT),
+    /// span as truncated, flushes within 5 s,
     /// then lets the signal end the process as it would have (status 128 + signo). The handler
     /// itself only writes to a pipe. See below; without it, open and queued spans are
     /// lost on those signals.
@@ -75,7 +75,7 @@ impl Telemetry {
     /// The hook cannot know whether the panic will be caught (it runs before unwinding), so it
     /// ends nothing. The telemetry ends where the process does, as a panic's (spans still open,
     /// such as those of other threads, truncated with reason `"process panicked"`, everything
-    /// queued flushed within [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT)):
+    /// queued flushed within 5 s):
     ///
     /// * when the `Telemetry` is dropped while `main` unwinds (a handle in `main`'s frame);
     /// * at `exit` after a main-thread panic (an `atexit` handler: a handle in a static, which
@@ -93,7 +93,7 @@ impl Telemetry {
     /// A preempted SLURM job gets SIGTERM (and SIGKILL some seconds later); Ctrl-C is SIGINT. The
     /// handler itself only writes the signal number to a pipe (async-signal-safe); a dedicated thread
     /// (`nemo-lens-signals`) reads it, ends every open span as truncated (reason `"process received
-    /// SIGTERM"` / `"… SIGINT"`), shuts the telemetry down within [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT), then
+    /// SIGTERM"` / `"… SIGINT"`), shuts the telemetry down within 5 s, then
     /// restores the default disposition and re-raises the signal, so the process dies *by the
     /// signal* as it would have without the handler (a shell reports status 128 + signo). A second
     /// signal while the flush runs kills the process at once. In a process forked after the

@@ -70,10 +70,10 @@ impl SpanExporter for SlowExporter {
 }
 
 fn enabled() -> LensConfig {
-    LensConfig::default()
-        .with_enabled(true)
-        .with_export_strategy("all_ranks")
-        .with_metrics_enabled(false)
+    LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.metrics_enabled = false;
+    })
 }
 
 fn status_kib(field: &str) -> u64 {
@@ -191,12 +191,12 @@ fn drops_are_counted_on_the_handle_and_reported_once_at_shutdown() {
     telemetry.shutdown(Duration::from_secs(10)).unwrap();
     telemetry.shutdown(Duration::from_secs(10)).unwrap(); // no second report
     let exported = exported.load(Ordering::Relaxed);
-    let dropped = telemetry.dropped();
+    let dropped = telemetry.stats();
     assert!(
-        dropped.spans > 0 && exported > 0,
+        dropped.dropped_spans > 0 && exported > 0,
         "{dropped:?}, exported {exported}"
     );
-    assert_eq!(dropped.spans, SPANS - exported);
+    assert_eq!(dropped.dropped_spans, SPANS - exported);
 }
 
 fn processor_with(

@@ -27,7 +27,7 @@ fn child() {
         attributes: &[opentelemetry::KeyValue::new("phase", "train")],
         ..Default::default()
     }
-    .record(&telemetry);
+    .record(telemetry.instruments());
     // Still open at shutdown: exported as truncated.
     let prefetch = tracing::info_span!("prefetch", batch = 8_i64);
     let _prefetch = prefetch.enter();

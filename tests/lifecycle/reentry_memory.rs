@@ -49,13 +49,11 @@ fn forward_pass(forward: &tracing::Span, pass: u64) {
 #[ignore = "child process of resident_memory_is_flat_over_millions_of_reentries"]
 fn child_reenters_one_span() {
     let exported = Counting::default();
-    let telemetry = Telemetry::builder(
-        LensConfig::default()
-            .with_enabled(true)
-            .with_export_strategy("all_ranks")
-            .with_span_groups("all")
-            .with_metrics_enabled(false),
-    )
+    let telemetry = Telemetry::builder(LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.groups.span_groups = "all".into();
+        c.metrics_enabled = false;
+    }))
     .span_exporter(exported.clone())
     .build()
     .expect("telemetry");

@@ -139,7 +139,7 @@ fn every_kind_records_by_key_with_units_and_attributes() {
     let (t, exporter) = exporting();
     let env = [KeyValue::new("env", "math")];
     record_metrics(
-        &t,
+        t.instruments(),
         "reg_kinds",
         [
             ("reward", Some(0.25)),
@@ -210,7 +210,7 @@ fn an_overridden_spec_gets_a_new_instrument() {
     )
     .unwrap();
     let (t, exporter) = exporting();
-    record_metrics(&t, "reg_override", [("x", 1.0)], &[]);
+    record_metrics(t.instruments(), "reg_override", [("x", 1.0)], &[]);
     register_metric_group(
         "reg_override",
         [MetricSpec::new(
@@ -221,7 +221,7 @@ fn an_overridden_spec_gets_a_new_instrument() {
         true,
     )
     .unwrap();
-    record_metrics(&t, "reg_override", [("x", 2.0)], &[]);
+    record_metrics(t.instruments(), "reg_override", [("x", 2.0)], &[]);
     let rm = collect(&t, &exporter).unwrap();
     assert!(matches!(
         metric(&rm, "reg_override.v2").data(),
@@ -244,9 +244,14 @@ fn unknown_groups_and_keys_are_warned_about_once_and_skipped() {
     let warnings = Warnings::default();
     warnings.during(|| {
         for _ in 0..3 {
-            record_metrics(&t, "reg_warn_missing", [("ok", 1.0)], &[]);
-            record_metrics(&t, "reg_warn", [("typo", 1.0), ("ok", 5.0)], &[]);
-            record_metrics(&t, "reg_warn", [("steps", -2.0)], &[]);
+            record_metrics(t.instruments(), "reg_warn_missing", [("ok", 1.0)], &[]);
+            record_metrics(
+                t.instruments(),
+                "reg_warn",
+                [("typo", 1.0), ("ok", 5.0)],
+                &[],
+            );
+            record_metrics(t.instruments(), "reg_warn", [("steps", -2.0)], &[]);
         }
     });
     let got = warnings.taken();
@@ -282,6 +287,6 @@ fn recording_on_a_disabled_handle_is_silent_and_harmless() {
     .unwrap();
     let t = Telemetry::builder(LensConfig::default()).build().unwrap();
     let warnings = Warnings::default();
-    warnings.during(|| record_metrics(&t, "reg_disabled", [("ok", f64::NAN)], &[]));
+    warnings.during(|| record_metrics(t.instruments(), "reg_disabled", [("ok", f64::NAN)], &[]));
     assert!(warnings.taken().is_empty());
 }
