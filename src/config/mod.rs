@@ -3,6 +3,7 @@
 //! ([`resource`]).
 
 pub(crate) mod env;
+pub(crate) mod flight_recorder;
 pub(crate) mod named_file;
 mod read;
 pub(crate) mod resource;

@@ -10,7 +10,6 @@ pub(crate) mod logs;
 pub(crate) mod pipeline;
 pub(crate) mod span_ext;
 mod spans;
-pub(crate) mod stacktrace;
 
 use std::any::TypeId;
 use std::fmt;

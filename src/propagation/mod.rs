@@ -252,9 +252,9 @@ where
     let mut span = tracer.build(SpanBuilder::from_name(name).with_links(links));
     for kv in attributes {
         let redact = matches!(kv.value, Value::String(_))
-            && crate::layer::fields::DEFAULT_REDACT_KEYS.contains(&kv.key.as_str());
+            && crate::record::attributes::DEFAULT_REDACT_KEYS.contains(&kv.key.as_str());
         if redact {
-            span.set_attribute(KeyValue::new(kv.key, crate::layer::fields::REDACTED));
+            span.set_attribute(KeyValue::new(kv.key, crate::record::attributes::REDACTED));
         } else {
             span.set_attribute(kv);
         }

@@ -3,7 +3,7 @@
 //! error events carry backtraces.
 
 use super::TelemetryBuilder;
-use crate::layer::fields::RedactKeys;
+use crate::record::attributes::RedactKeys;
 
 impl TelemetryBuilder {
     /// The keys whose string values are redacted unless
@@ -14,7 +14,8 @@ impl TelemetryBuilder {
     /// use nemo_lens::TelemetryBuilder;
     /// assert!(TelemetryBuilder::DEFAULT_REDACT_KEYS.contains(&"password"));
     /// ```
-    pub const DEFAULT_REDACT_KEYS: [&'static str; 8] = crate::layer::fields::DEFAULT_REDACT_KEYS;
+    pub const DEFAULT_REDACT_KEYS: [&'static str; 8] =
+        crate::record::attributes::DEFAULT_REDACT_KEYS;
 
     /// Whether setup installs anything process-wide (default `true`): the global tracer and
     /// meter providers, the global W3C propagator, the process-wide span-group state read by

@@ -13,17 +13,18 @@ use std::fmt;
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::trace::TracerProviderBuilder;
 
-use super::build;
 use super::handle::Telemetry;
+use super::phases;
 use super::pipelines::{LogExporterFactory, ProcessorFactory, ReaderFactory};
 use super::place::Place;
-use super::processors::BoxedProcessor;
+
 use crate::config::LensConfig;
 use crate::error::Result;
-use crate::layer::fields::RedactKeys;
+use crate::queue::processors::BoxedProcessor;
 use crate::rank::strategy::ExportStrategy;
+use crate::record::attributes::RedactKeys;
 
-type Lookup = Box<build::Lookup>;
+type Lookup = Box<phases::Lookup>;
 
 /// Builds a [`Telemetry`]: the counterpart of the Python `setup_telemetry(config, rank,
 /// world_size, resource_attributes, span_exporter, metric_reader, export_strategy)`.
@@ -263,7 +264,7 @@ impl TelemetryBuilder {
             redact,
             error_backtraces,
         } = self;
-        let mut given = build::Given {
+        let mut given = phases::Given {
             resource_attributes,
             span_exporter,
             span_processors,
@@ -278,20 +279,21 @@ impl TelemetryBuilder {
         };
         // Only a setup that installs globals counts as the process's one enabled setup.
         let reinit_allowed = allow_reinit || !install_globals;
-        let place = build::Place {
+        let place = phases::Place {
             place,
             random_run_id,
             legacy_rank_keys,
         };
-        let identity = build::resolve_identity(&mut config, place, reinit_allowed, &*given.lookup)?;
-        let decision = build::decide_export(&config, &identity, export_strategy, &*given.lookup)?;
-        let variables = build::read_export_variables(
+        let identity =
+            phases::resolve_identity(&mut config, place, reinit_allowed, &*given.lookup)?;
+        let decision = phases::decide_export(&config, &identity, export_strategy, &*given.lookup)?;
+        let variables = phases::read_export_variables(
             &config,
             decision.chosen,
             given.metric_reader.is_some(),
             &*given.lookup,
         )?;
-        let plan = build::plan_pipelines(
+        let plan = phases::plan_pipelines(
             &config,
             &identity,
             &decision,
@@ -299,16 +301,16 @@ impl TelemetryBuilder {
             mode == ExportMode::Synchronous,
         );
         let nvtx = crate::gpu::nvtx::start(&config, decision.groups.iter().cloned());
-        let built = build::build_pipelines(&config, &identity, &plan, &mut given)?;
-        build::install_process_state(
+        let built = phases::build_pipelines(&config, &identity, &plan, &mut given)?;
+        phases::install_process_state(
             &config,
             install_globals,
             &plan.gate,
             nvtx.as_ref(),
             identity.generation,
         );
-        let (instruments, filter) = build::instruments_and_filter(&built, &plan.gate);
-        let flight_recorder = build::start_flight_recorder(
+        let (instruments, filter) = phases::instruments_and_filter(&built, &plan.gate);
+        let flight_recorder = phases::start_flight_recorder(
             &config,
             &identity,
             &plan,
@@ -317,7 +319,7 @@ impl TelemetryBuilder {
             &filter,
             given,
         )?;
-        Ok(build::assemble_handle(build::HandleParts {
+        Ok(phases::assemble_handle(phases::HandleParts {
             config,
             identity,
             plan,
