@@ -127,7 +127,7 @@
 //! start no threads and open no sockets. On an exporting rank the training thread keeps a
 //! compact record and the export worker turns it into the exporter's span; the queues between
 //! them are bounded in items and bytes, never block, and count what they drop
-//! ([`Telemetry::dropped`]). Each enter of a span attaches its OpenTelemetry context (built at
+//! ([`Telemetry::stats`]). Each enter of a span attaches its OpenTelemetry context (built at
 //! its first enter), which [`TelemetryBuilder::context_activation`]`(false)` turns off.
 //! `docs/performance.md` has both figures, the training thread's and the whole process's,
 //! beside the `tracing` registry alone and tracing-opentelemetry.

@@ -17,7 +17,7 @@
 //! config.flight_recorder.capacity = 64;
 //! config.flight_recorder.dump_dir = Some(dir.path().to_path_buf());
 //! let telemetry = nemo_lens::Telemetry::builder(config)
-//!     .place(Place::rank(0).of(2)) // rank 0 of 2 does not export under `single_rank`...
+//!     .place(nemo_lens::Place::rank(0).of(2)) // rank 0 of 2 does not export under `single_rank`...
 //!     .allow_reinit_for_testing(true)
 //!     .build().unwrap();
 //! assert!(!telemetry.is_exporting());

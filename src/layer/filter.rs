@@ -63,11 +63,10 @@ pub(crate) fn interest(allowed: bool) -> Interest {
 /// only; `fmt` or any other layer in the same subscriber still sees it.
 ///
 /// ```
-/// use nemo_lens::{LensConfig, LensFilter, Telemetry};
+/// use nemo_lens::{LensConfig, Telemetry};
 /// let telemetry = Telemetry::builder(LensConfig::default()).build().unwrap(); // disabled
 /// let layer = telemetry.layer::<tracing_subscriber::Registry>();
-/// let filter: &LensFilter = layer.filter();
-/// assert!(filter.is_inert()); // records nothing: every callsite is `Interest::never`
+/// assert!(layer.is_inert()); // records nothing: every callsite is `Interest::never`
 /// ```
 #[derive(Clone)]
 pub(crate) struct LensFilter {

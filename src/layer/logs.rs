@@ -303,11 +303,10 @@ impl LogRecord for LensLogRecord {
 /// # On a rank that bridges nothing
 ///
 /// ```
-/// use nemo_lens::{LensConfig, LogFilter, Telemetry};
+/// use nemo_lens::{LensConfig, Telemetry};
 /// let telemetry = Telemetry::builder(LensConfig::default()).build().unwrap(); // disabled
 /// let layer = telemetry.layer::<tracing_subscriber::Registry>();
-/// let bridge: Option<&LogFilter> = layer.log_filter();
-/// assert!(bridge.is_none()); // nothing is bridged on this rank
+/// assert!(!layer.bridges_logs()); // nothing is bridged on this rank
 /// ```
 #[derive(Clone)]
 pub(crate) struct LogFilter {

@@ -220,12 +220,12 @@ impl Telemetry {
     /// (0.1.0's layers, with the nightly identity). The layers are applied in this order and
     /// **a later layer wins** on a key collision:
     ///
-    /// 1. `service.name` = [`LensConfig::service_name`](crate::LensConfig::service_name),
+    /// 1. `service.name` = [`IdentityConfig::service_name`](crate::IdentityConfig::service_name),
     ///    `service.version` = this crate's version; the rank and world size when known, as
     ///    `nv.dl.rank` / `nv.dl.world_size` and (unless
     ///    [`legacy_rank_attributes(false)`](crate::TelemetryBuilder::legacy_rank_attributes))
     ///    `dl.rank` / `dl.world_size`, integers. The rank is the application's
-    ///    ([`TelemetryBuilder::rank`](crate::TelemetryBuilder::rank)), else the launcher's
+    ///    ([`TelemetryBuilder::place`](crate::TelemetryBuilder::place)), else the launcher's
     ///    `nv.dl.rank` in `OTEL_RESOURCE_ATTRIBUTES`, else 0 (the world size likewise);
     /// 2. if the run id is non-empty: `nemo.run.id` = run id, and when the rank is known and
     ///    neither the application nor `OTEL_RESOURCE_ATTRIBUTES` gives a `service.instance.id`:
@@ -269,7 +269,7 @@ impl Telemetry {
     /// abandoned after 5 seconds, and NVML's answers with GPU detection on.
     ///
     /// ```
-    /// use nemo_lens::{semconv, LensConfig, Telemetry};
+    /// use nemo_lens::{semconv, LensConfig, Place, Telemetry};
     /// use opentelemetry::{Key, Value};
     ///
     /// let env = [
@@ -280,9 +280,11 @@ impl Telemetry {
     /// ];
     /// let config = LensConfig::default()
     ///     .with_enabled(true)
-    ///     .with(|c| c.export.strategy = "all_ranks".into())
-    ///     .with(|c| c.traces_enabled = false)
-    ///     .with(|c| c.metrics_enabled = false);
+    ///     .with(|c| {
+    ///         c.export.strategy = "all_ranks".into();
+    ///         c.traces_enabled = false;
+    ///         c.metrics_enabled = false;
+    ///     });
     /// let telemetry = Telemetry::builder(config)
     ///     .place(Place::rank(3).of(8))
     ///     .env_lookup(move |name| env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string()))

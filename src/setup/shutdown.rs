@@ -122,7 +122,7 @@ impl Telemetry {
     /// # Accounting
     ///
     /// Spans that end while the shutdown runs (training goes on during a SIGTERM flush) and
-    /// after it are refused by the span processor and counted in [`Telemetry::dropped`]: every
+    /// after it are refused by the span processor and counted in [`Telemetry::stats`]: every
     /// sampled span is exported or counted. The counts are printed once on stderr at the end of
     /// the shutdown when not zero.
     ///
@@ -150,7 +150,7 @@ impl Telemetry {
     /// first, and ignores their real end if it comes later. The copy holds what the span had
     /// when it started (ids, parent, name, kind, start time, attributes and links given at
     /// start), not what was set on it afterwards. At most 4096 spans (8 MiB of copies) are
-    /// tracked at once; see [`Telemetry::untracked_sdk_spans`]. With the application's own
+    /// tracked at once; see [`Stats::untracked_sdk_spans`](crate::Stats::untracked_sdk_spans). With the application's own
     /// provider ([`TelemetryBuilder::tracer_provider`](super::TelemetryBuilder::tracer_provider))
     /// the copies go to lens's processors only (an exporter given to lens), never to the
     /// application's own processors.
@@ -158,7 +158,7 @@ impl Telemetry {
     /// **Fork**: a process forked without exec inherits the table with its parent's open spans
     /// (and possibly a lock another parent thread held). The child never reads, locks or ends them: they
     /// belong to the parent, which ends and exports them; the child forgets them (see
-    /// [`Telemetry::is_inherited_from_parent`]).
+    /// [`Stats::inherited_from_parent`](crate::Stats::inherited_from_parent)).
     pub fn shutdown(&self, timeout: Duration) -> Result<()> {
         self.inner.shutdown(timeout)
     }

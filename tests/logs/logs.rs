@@ -118,7 +118,7 @@ fn level_threshold_defaults_to_info_and_is_configurable() {
         (k == "NEMO_LENS_LOGS_LEVEL").then(|| "error".to_string())
     })
     .unwrap();
-    let config = (console_config(&dir)).with(|c| c.logs_level = config.logs_level);
+    let config = console_config(&dir).with(|c| c.logs_level = config.logs_level);
     let lines = run(config, &dir, || {
         tracing::warn!("warn line");
         tracing::error!("error line");
@@ -165,12 +165,12 @@ fn exporter_stack_targets_are_never_bridged() {
 #[test]
 fn no_log_bridge_without_logs_enabled_or_on_a_non_exporting_rank() {
     let dir = tempfile::tempdir().unwrap();
-    let off = Telemetry::builder((console_config(&dir)).with(|c| c.logs_enabled = false))
+    let off = Telemetry::builder(console_config(&dir).with(|c| c.logs_enabled = false))
         .allow_reinit_for_testing(true)
         .build()
         .unwrap();
     assert!(!off.layer::<tracing_subscriber::Registry>().bridges_logs());
-    let other_rank = Telemetry::builder((console_config(&dir)).with(|c| c.export.rank = Some(0)))
+    let other_rank = Telemetry::builder(console_config(&dir).with(|c| c.export.rank = Some(0)))
         .place(Place::rank(1).of(2))
         .allow_reinit_for_testing(true)
         .build()

@@ -62,8 +62,10 @@ impl TelemetryBuilder {
     ///
     /// let config = LensConfig::default()
     ///     .with_enabled(true)
-    ///     .with(|c| c.export.strategy = "all_ranks".into())
-    ///     .with(|c| c.metrics_enabled = false);
+    ///     .with(|c| {
+    ///         c.export.strategy = "all_ranks".into();
+    ///         c.metrics_enabled = false;
+    ///     });
     /// let telemetry = Telemetry::builder(config)
     ///     .install_globals(false)
     ///     .span_exporter(opentelemetry_sdk::trace::InMemorySpanExporter::default())
