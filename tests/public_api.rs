@@ -161,6 +161,8 @@ fn free_items(listing: &str) -> Vec<(String, String)> {
             .chars()
             .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
             .collect();
+        // `pub const nemo_lens::groups::JOB: &str`: the colon before the type is not the path's.
+        let path = path.trim_end_matches(':').to_string();
         let parent = path.rsplit_once("::").map_or("", |(parent, _)| parent);
         if (kind != "mod" && !modules.contains(parent)) || path.contains("::semconv") {
             continue;

@@ -9,7 +9,7 @@
 //! |---|---|
 //! | `single_rank` (default) | `rank == export.rank`, where `None` (`-1` in the variable) means the last rank |
 //! | `all_ranks` | always |
-//! | `sampled` | `md5(str(rank)) % 10000 / 10000 < export_sample_rate` |
+//! | `sampled` | `md5(str(rank)) % 10000 / 10000 < export.sample_rate` |
 //! | `first_rank_per_node` | `LOCAL_RANK` is `0` (or unset) |
 //!
 //! `sampled` uses exactly the rule of the Python library, so in a job that mixes Python and Rust

@@ -260,7 +260,7 @@ fn a_failed_setup_leaves_no_global_state_and_a_later_good_one_works() {
         "OTEL_BSP_MAX_QUEUE_SIZE",
         "NEMO_LENS_CONSOLE_PATH",
         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-        "export_strategy",
+        "export.strategy",
     ]) {
         assert!(err.to_string().contains(var), "{err}");
         assert!(
