@@ -215,6 +215,11 @@ fn open(path: &Path, progress: &ProgressBar) -> Result<Box<dyn BufRead>> {
     }
 }
 
+/// Opens a file for reading, decompressed when it is gzip (no progress bar).
+pub fn open_decoded(path: &Path) -> Result<Box<dyn BufRead>> {
+    open(path, &ProgressBar::hidden())
+}
+
 /// A progress bar over the input bytes on stderr, drawn only when stderr is a terminal.
 pub fn progress_bar(paths: &[PathBuf], enabled: bool) -> ProgressBar {
     if !enabled || !io::stderr().is_terminal() {
@@ -326,6 +331,11 @@ impl<'p> Records<'p> {
         }
         self.done = true;
         None
+    }
+
+    /// What was read and skipped so far in this file.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
     }
 
     /// What was read and skipped in this file.
