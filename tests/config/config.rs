@@ -652,7 +652,22 @@ fn setup_errors_name_the_variable_strategy_and_span_groups_came_from() {
     .build()
     .unwrap_err()
     .to_string();
-    assert!(err.contains("(from export_strategy)"), "{err}");
+    assert!(err.contains("(from export.strategy)"), "{err}");
+    // Read from a variable, then changed in code: the error names the setting, not the variable.
+    let read = load_ok(
+        "NEMO_LENS",
+        None,
+        &[("NEMO_LENS_EXPORT_STRATEGY", "no_such_strategy")],
+    );
+    let err = Telemetry::builder(
+        read.with_enabled(true)
+            .with(|c| c.export.strategy = "another_unknown_strategy".into()),
+    )
+    .allow_reinit_for_testing(true)
+    .build()
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("(from export.strategy)"), "{err}");
 }
 
 #[test]
@@ -1018,7 +1033,7 @@ proptest! {
         let underscored = format!("{sign}{}", groups.join("_"));
         prop_assert_eq!(
             parse_int(&underscored).ok(),
-            plain.parse::<i64>().ok()
+            plain.parse::<i64>().ok().and_then(as_rank)
         );
     }
 
