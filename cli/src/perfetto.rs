@@ -461,6 +461,8 @@ pub fn run(
     progress: bool,
 ) -> Result<Outcome> {
     refuse_input_as_output(inputs, output)?;
+    // A missing input or a device is refused before the output is created.
+    input::check_all(inputs)?;
     let file = File::create(output)
         .with_context(|| format!("cannot create output file {}", output.display()))?;
     let mut writer = Writer::new(BufWriter::with_capacity(1 << 20, file))

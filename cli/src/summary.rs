@@ -476,6 +476,9 @@ pub fn run(opts: &Options) -> Result<()> {
         );
     }
     let report = build_report(&mut collected, opts);
+    for line in straggler::merge_warnings(&report.straggler) {
+        eprintln!("warning: {line}");
+    }
     let text = if opts.json {
         serde_json::to_string_pretty(&report)? + "\n"
     } else {

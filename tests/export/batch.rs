@@ -159,7 +159,7 @@ fn a_ten_million_span_burst_keeps_memory_bounded_and_counts_every_drop() {
 }
 
 /// The whole stack (tracing spans, the layer, the SDK, the processor) with an exporter too slow
-/// for the burst: `Telemetry::dropped()` equals produced − exported, and the count is reported
+/// for the burst: `Telemetry::stats().dropped_spans` equals produced − exported, and the count is reported
 /// once, on stderr, at shutdown.
 #[test]
 fn drops_are_counted_on_the_handle_and_reported_once_at_shutdown() {
