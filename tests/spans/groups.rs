@@ -130,7 +130,7 @@ fn is_span_group_enabled_reflects_the_last_setup() {
 fn changing_the_groups_at_run_time_re_evaluates_callsites() {
     // The groups are the process's (the telemetry set up last): alone in a process, no other
     // test's telemetry can take their place.
-    crate::common::child::run_alone(|| {
+    nemo_lens_test_support::child::run_alone(|| {
         let c = capture("job");
         let emit = || {
             tracing::info_span!("late_step", nemo.group.step = tracing::field::Empty)
