@@ -47,7 +47,9 @@ const WINDOW_DENOMINATOR: &str = "slurm.job span (SLURM_JOB_START -> shutdown)";
 
 /// Prints the report (and writes the folded stacks).
 pub fn run(opts: &Options) -> Result<()> {
-    let paths = files::discover(&opts.inputs)?;
+    let split = crate::input::archive::split(&opts.inputs, &opts.read)?;
+    split.report();
+    let paths = files::discover(&split.paths)?;
     let roles: Vec<Role> = paths.iter().map(|p| files::role_of(p)).collect();
     if !roles.contains(&Role::Trainer) {
         anyhow::bail!(

@@ -1,4 +1,4 @@
-//! Streaming reader for per-rank console output (plain or gzip).
+//! Streaming reader for per-rank console output (plain, gzip or zstd).
 //!
 //! A console file is a stream of JSON records: finished spans (the layout of
 //! `nemo_lens::export::console`, shared with Python NeMo Lens), metric batches
@@ -22,13 +22,19 @@
 //! NaN loss is kept. Timestamps are RFC 3339 with any offset ([`timestamp`]).
 //!
 //! Gzip is recognised by its magic bytes (`1f 8b`), whatever the file name; concatenated gzip
-//! members (what `cat a.gz b.gz` gives) are read as one stream.
+//! members (what `cat a.gz b.gz` gives) are read as one stream. So is zstd, in both layouts of
+//! the OpenTelemetry Collector's file exporter ([`zstd`]). Collector archives (OTLP/JSON, one
+//! request per line, every rank of a node in one file) are split into per-rank console files
+//! before a command reads them ([`archive`]).
 
+pub mod archive;
 mod framing;
 mod open;
+mod otlp;
 mod parallel;
 mod record;
 mod timestamp;
+mod zstd;
 
 pub use parallel::{Jobs, for_each_file};
 pub use record::{LogRecord, Record, ResourceMetrics, Span, parse_record};
@@ -215,12 +221,22 @@ fn open(path: &Path, progress: &ProgressBar) -> Result<Box<dyn BufRead>> {
             BUFFER_BYTES,
             MultiGzDecoder::new(raw),
         )))
+    } else if zstd::is_stream(head) {
+        Ok(Box::new(BufReader::with_capacity(
+            BUFFER_BYTES,
+            zstd::Frames::new(raw),
+        )))
+    } else if zstd::is_length_prefixed(head) {
+        Ok(Box::new(BufReader::with_capacity(
+            BUFFER_BYTES,
+            zstd::LengthPrefixed::new(raw),
+        )))
     } else {
         Ok(Box::new(raw))
     }
 }
 
-/// Opens a file for reading, decompressed when it is gzip (no progress bar).
+/// Opens a file for reading, decompressed when it is gzip or zstd (no progress bar).
 pub fn open_decoded(path: &Path) -> Result<Box<dyn BufRead>> {
     open(path, &ProgressBar::hidden())
 }

@@ -461,6 +461,9 @@ pub fn run(
     progress: bool,
 ) -> Result<Outcome> {
     refuse_input_as_output(inputs, output)?;
+    let split = input::archive::split(inputs, read)?;
+    split.report();
+    let inputs = &split.paths[..];
     // A missing input or a device is refused before the output is created.
     input::check_all(inputs)?;
     let file = File::create(output)

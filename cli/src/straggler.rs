@@ -109,9 +109,11 @@ pub struct Options {
 /// its own read).
 fn analyse(opts: &Options) -> Result<(Analysis, input::Stats)> {
     let analysis = Analysis::new(opts.names.clone());
-    let bar = input::progress_bar(&opts.files, opts.progress);
+    let split = input::archive::split(&opts.files, &opts.read)?;
+    split.report();
+    let bar = input::progress_bar(&split.paths, opts.progress);
     let stats = input::for_each_file(
-        &opts.files,
+        &split.paths,
         &opts.read,
         opts.jobs.threads(),
         &bar,

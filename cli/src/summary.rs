@@ -337,9 +337,11 @@ fn collect(opts: &Options) -> Result<Collected> {
     let merged = Mutex::new(Tables::default());
     let table_bytes = AtomicUsize::new(0);
     let analysis = straggler::Analysis::new(straggler::SpanNames::default());
-    let bar = input::progress_bar(&opts.files, opts.progress);
+    let split = input::archive::split(&opts.files, &opts.read)?;
+    split.report();
+    let bar = input::progress_bar(&split.paths, opts.progress);
     let stats = input::for_each_file(
-        &opts.files,
+        &split.paths,
         &opts.read,
         opts.jobs.threads(),
         &bar,
