@@ -305,7 +305,7 @@ fn a_node_archive_in_every_layout_gives_the_console_figures() {
     let console = goodput_job("clean");
     let want_goodput = figures(stdout_json(&run(
         &["goodput", "--json"],
-        &[console.clone()],
+        std::slice::from_ref(&console),
     )));
     let console_files: Vec<PathBuf> = fixture_files("clean").into_iter().map(|(p, _)| p).collect();
     let want_summary = stdout_json(&run(
@@ -486,7 +486,7 @@ fn perfetto_and_hang_read_archives() {
     };
     let (want, got) = (
         trace(&console, "console.json"),
-        trace(&[path.clone()], "archive.json"),
+        trace(std::slice::from_ref(&path), "archive.json"),
     );
     assert!(count(&want) > 80);
     assert_eq!(count(&got), count(&want));

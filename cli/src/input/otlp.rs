@@ -283,7 +283,7 @@ pub fn rfc3339(nanos: u64) -> String {
 
 /// The console status code of an OTLP status.
 fn status_code(code: Option<&Value>) -> &'static str {
-    let name = match code {
+    match code {
         Some(Value::Number(n)) => match n.as_u64() {
             Some(1) => "OK",
             Some(2) => "ERROR",
@@ -295,8 +295,7 @@ fn status_code(code: Option<&Value>) -> &'static str {
             _ => "UNSET",
         },
         _ => "UNSET",
-    };
-    name
+    }
 }
 
 /// The span as a record of the console layout (the keys [`super::parse_record`] reads), under
