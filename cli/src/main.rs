@@ -32,10 +32,12 @@ Exit codes:
   0  success (skipped input records are reported on stderr, not an error)
   1  invalid input: emit-spans got a bad --span (\"nothing emitted: invalid span input\")
   2  usage error, an input or output file that cannot be opened or written (any write error,
-     stdout included; an output that is one of the inputs is refused), (straggler) no rank
-     with a complete step, or (emit-spans) a bad rank, world size or run id, an exporter that
-     cannot be set up or fails to export; set-slurm-resource-attrs: --container-image without
-     --stage task; goodput: no trainer file (lens_rank<N>.jsonl[.gz])
+     stdout included, also a closed stdout; an output that is one of the inputs is refused), an
+     input that is not a file or a pipe (a device, a socket, a directory, a FIFO no writer opens
+     within 2 s), a reading thread that cannot start, (straggler) no rank with a complete step,
+     or (emit-spans) a time before 1970 or after 2554, a bad rank, world size or run id, an
+     exporter that cannot be set up or fails to export; set-slurm-resource-attrs:
+     --container-image without --stage task; goodput: no trainer file (lens_rank<N>.jsonl[.gz])
   3  hang: a suspect rank was named (an outlier or a rank without a dump);
      straggler: a rank the others wait for was named";
 

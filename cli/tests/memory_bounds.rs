@@ -11,7 +11,7 @@
 //! 16 MiB, link index about 20 MB). Lines are written with `format!` (the inputs are large and
 //! the test build is unoptimised).
 
-mod support;
+use nemo_lens_test_support::cli as support;
 
 use std::fs;
 use std::io::{BufWriter, Write};
