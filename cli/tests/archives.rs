@@ -12,16 +12,8 @@
 //! rotated archive is the same lines cut between a backup (`NAME-<time>.EXT`) and the current
 //! file. Every figure is compared with the one the console files give.
 
-mod support;
-
-// The library's child-process harness (it finds `example` and `clear_telemetry_env` here).
-#[path = "../../tests/common/child.rs"]
-#[allow(dead_code)]
-mod child;
-#[path = "../../tests/common/wait.rs"]
-#[allow(dead_code)]
-mod wait;
-use support::{bin, clear_telemetry_env, example, files_ending};
+use nemo_lens_test_support::child;
+use nemo_lens_test_support::cli::{bin, files_ending};
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
