@@ -109,6 +109,18 @@ impl Stats {
         self.examples.truncate(MAX_EXAMPLES);
     }
 
+    /// Adds what was skipped in collector archives ([`archive::Split::stats`]): their lines and
+    /// spans are counted when their per-rank files are read, their damage only here.
+    pub fn add_skipped(&mut self, archives: Stats) {
+        self.skipped += archives.skipped;
+        self.too_long += archives.too_long;
+        self.too_long_bytes += archives.too_long_bytes;
+        self.truncated_files += archives.truncated_files;
+        self.examples.extend(archives.examples);
+        self.examples.sort_by_key(|(file, _)| *file);
+        self.examples.truncate(MAX_EXAMPLES);
+    }
+
     /// Prints the skipped-record report to stderr (nothing when nothing was skipped).
     pub fn report(&self) {
         if self.skipped == 0 && self.too_long == 0 && self.truncated_files == 0 {

@@ -109,10 +109,9 @@ pub struct Options {
 /// its own read).
 fn analyse(opts: &Options) -> Result<(Analysis, input::Stats)> {
     let analysis = Analysis::new(opts.names.clone());
-    let split = input::archive::split(&opts.files, &opts.read)?;
-    split.report();
+    let mut split = input::archive::split(&opts.files, &opts.read)?;
     let bar = input::progress_bar(&split.paths, opts.progress);
-    let stats = input::for_each_file(
+    let mut stats = input::for_each_file(
         &split.paths,
         &opts.read,
         opts.jobs.threads(),
@@ -128,6 +127,7 @@ fn analyse(opts: &Options) -> Result<(Analysis, input::Stats)> {
             Ok(())
         },
     )?;
+    stats.add_skipped(std::mem::take(&mut split.stats));
     Ok((analysis, stats))
 }
 

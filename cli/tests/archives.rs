@@ -422,8 +422,8 @@ fn damaged_and_huge_lines_are_skipped_and_counted() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("warning: collector archives: skipped 2 malformed request line(s)")
-            && stderr.contains("and 1 line(s) over the size limit"),
+        stderr
+            .contains("warning: skipped 2 malformed record(s) and 1 record(s) over the size limit"),
         "{stderr}"
     );
     assert!(
@@ -431,6 +431,16 @@ fn damaged_and_huge_lines_are_skipped_and_counted() {
         "{stderr}"
     );
     assert_eq!(figures(stdout_json(&out)), want);
+    // The counts of the input in `--json`.
+    let out = bin()
+        .args(["summary", "--json", "--max-record-bytes", "1M"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let input = &stdout_json(&out)["input"];
+    assert_eq!(input["skipped_records"], 2, "{input}");
+    assert_eq!(input["too_long_records"], 1, "{input}");
+    assert_eq!(input["spans"], 84, "{input}");
 
     // A zstd archive cut inside a frame: what comes before the cut is read, the cut reported.
     let bytes = std::fs::read(&path).unwrap();

@@ -51,7 +51,9 @@ pub struct Split {
     /// The files to read: the console files as given (a directory's in name order), then the
     /// per-rank files of the archives.
     pub paths: Vec<PathBuf>,
-    /// What was read and skipped in the archives (records are request lines).
+    /// What was read and skipped in the archives (records are request lines): the commands add
+    /// what was skipped to the counts of their reading ([`Stats::add_skipped`]), `hang` prints
+    /// it ([`Split::report`]).
     pub stats: Stats,
     /// Holds the per-rank files; removed on drop.
     _dir: Option<tempfile::TempDir>,
