@@ -37,6 +37,7 @@ use serde_json::{Map, Value, json};
 
 use super::framing::{Frame, Framer};
 use super::otlp::{self, Request};
+use super::record::as_int;
 use super::{ReadOptions, Stats};
 
 /// Per-rank files open at once while splitting (more are closed and reopened to append).
@@ -191,15 +192,6 @@ impl Key {
     }
 }
 
-/// An integer attribute: a number or a numeric string.
-fn as_int(v: Option<&Value>) -> Option<i64> {
-    match v? {
-        Value::Number(n) => n.as_i64(),
-        Value::String(s) => s.trim().parse().ok(),
-        _ => None,
-    }
-}
-
 fn as_text(v: Option<&Value>) -> Option<String> {
     match v? {
         Value::String(s) => Some(s.clone()),
@@ -227,8 +219,10 @@ impl Spool {
             return Key::FtLauncher(*self.nodes.entry(node).or_insert(next));
         }
         let instance = as_text(attrs.get("service.instance.id")).unwrap_or_default();
-        let rank = as_int(attrs.get("dl.rank"))
-            .or_else(|| as_int(attrs.get("nv.dl.rank")))
+        let rank = attrs
+            .get("dl.rank")
+            .and_then(as_int)
+            .or_else(|| attrs.get("nv.dl.rank").and_then(as_int))
             .or_else(|| {
                 let (_, tail) = instance.rsplit_once("-rank")?;
                 let digits: String = tail.chars().take_while(char::is_ascii_digit).collect();
