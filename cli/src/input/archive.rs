@@ -359,3 +359,81 @@ impl Spool {
         Ok(skipped)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spool(dir: &Path) -> Spool {
+        Spool {
+            dir: dir.to_path_buf(),
+            open: BTreeMap::new(),
+            made: BTreeSet::new(),
+            nodes: BTreeMap::new(),
+        }
+    }
+
+    fn attrs(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn producers_are_routed_as_lens_converter_names_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = spool(dir.path());
+        let mut key = |v: Value| s.key(&attrs(v)).file_name();
+        assert_eq!(
+            key(json!({"dl.rank": 3, "nv.dl.rank": 3})),
+            "lens_rank3.jsonl"
+        );
+        assert_eq!(key(json!({"nv.dl.rank": "5"})), "lens_rank5.jsonl");
+        assert_eq!(
+            key(json!({"service.instance.id": "job-ckptworker-rank2"})),
+            "lens_rank2_ckptworker.jsonl"
+        );
+        assert_eq!(
+            key(json!({"nvrx.role": "ft_launcher_agent", "host.name": "frank7", "dl.rank": 0})),
+            "lens_ftlauncher_0.jsonl"
+        );
+        assert_eq!(
+            key(json!({"nvrx.role": "ft_launcher_agent", "nvrx.node": "n2"})),
+            "lens_ftlauncher_1.jsonl"
+        );
+        assert_eq!(
+            key(json!({"nvrx.role": "ft_launcher_agent", "host.name": "frank7"})),
+            "lens_ftlauncher_0.jsonl"
+        );
+        assert_eq!(key(json!({"dl.rank": -1})), "lens_rankneg1.jsonl");
+        assert_eq!(
+            key(json!({"service.name": "reckoner"})),
+            "lens_unranked.jsonl"
+        );
+        // No file name reads as a rank it does not hold.
+        for name in [
+            "lens_ftlauncher_0.jsonl",
+            "lens_rankneg1.jsonl",
+            "lens_unranked.jsonl",
+        ] {
+            assert_eq!(super::super::rank_from_file_name(Path::new(name)), None);
+        }
+    }
+
+    #[test]
+    fn more_ranks_than_open_files_are_closed_and_appended_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = spool(dir.path());
+        let ranks = MAX_OPEN as i64 + 44;
+        for round in 0..2 {
+            for r in 0..ranks {
+                writeln!(s.writer(&Key::Rank(r)).unwrap(), "{round}").unwrap();
+            }
+            assert!(s.open.len() <= MAX_OPEN);
+        }
+        s.close().unwrap();
+        assert_eq!(s.made.len(), ranks as usize);
+        for r in [0, ranks - 1] {
+            let text = std::fs::read_to_string(dir.path().join(Key::Rank(r).file_name())).unwrap();
+            assert_eq!(text, "0\n1\n");
+        }
+    }
+}
