@@ -510,7 +510,8 @@ const RANKS: u32 = 4;
 const DEADLINE: Duration = Duration::from_secs(120);
 
 /// `straggler` names the slow rank of a real `--slow-rank` trainer job from the node's archive,
-/// as it does from the ranks' console files.
+/// as it does from the ranks' console files. Run `cargo build -p nemo-lens --all-features
+/// --examples` first (a `cargo test -p nemo-lens-cli` alone does not build the trainer).
 #[test]
 fn straggler_names_the_slow_rank_of_a_trainer_job_from_its_archive() {
     let tmp = tempfile::tempdir().unwrap();
