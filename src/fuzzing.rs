@@ -11,7 +11,7 @@ use opentelemetry_sdk::propagation::BaggagePropagator;
 
 use crate::config::env::{self, Env};
 use crate::config::resource::{self, participant};
-use crate::propagation::W3cTraceContextPropagator;
+use crate::propagation::w3c::W3cTraceContextPropagator;
 use crate::queue::{budget, config::QueueConfig};
 use crate::rank::{groups, strategy};
 use crate::{LensConfig, carrier};
@@ -36,18 +36,18 @@ pub fn configuration(vars: &HashMap<String, String>) {
     let _ = LensConfig::from_lookup("MEGATRON_OTEL", Some("NEMO_LENS"), lookup);
     if let Ok(config) = LensConfig::from_lookup("NEMO_LENS", None, lookup) {
         let _ = config.validate();
-        let _ = strategy::get_export_strategy(&config.export_strategy, "NEMO_LENS_EXPORT_STRATEGY");
-        let _ = groups::resolve_known(&config.span_groups);
-        let _ = groups::resolve(&config.trace_per, "NEMO_LENS_TRACE_PER");
+        let _ = strategy::get_export_strategy(&config.export.strategy, "NEMO_LENS_EXPORT_STRATEGY");
+        let _ = groups::resolve_known(&config.groups.span_groups);
+        let _ = groups::resolve(&config.groups.trace_per, "NEMO_LENS_TRACE_PER");
         let _ = crate::flight_recorder::Plan::new(&config);
         let (rank, world_size) = participant::resolve((None, false), (None, false), &lookup);
         let who = participant::Participant {
             rank: rank.value,
             world_size: world_size.value,
             legacy_rank_keys: false,
-            run_id_configured: !config.run_id.is_empty(),
+            run_id_configured: !config.identity.run_id.is_empty(),
         };
-        let _ = resource::resolve_run_id(&config.run_id, &lookup);
+        let _ = resource::resolve_run_id(&config.identity.run_id, &lookup);
         let _ = resource::build_resource(&config, &who, &[], &lookup);
     }
     let _ = QueueConfig::from_env("OTEL_BSP", &lookup);
@@ -78,7 +78,8 @@ pub fn resource_attributes(text: &str) {
     let again = carrier::parse(&written);
     assert_eq!(first, again, "{text:?} read back from {written:?}");
     // Extending moves the keys it sets to the end: the same attributes, in another order.
-    let extended = carrier::extend(text, &first, true);
+    let extended =
+        String::from_utf8_lossy(&carrier::extend_bytes(text.as_bytes(), &first, true)).into_owned();
     let sorted = |mut kvs: Vec<opentelemetry::KeyValue>| {
         kvs.sort_by(|a, b| a.key.as_str().cmp(b.key.as_str()));
         kvs

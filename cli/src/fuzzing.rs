@@ -17,8 +17,9 @@ fn scratch(data: &[u8]) -> PathBuf {
     path
 }
 
-/// Reads `data` as a span file (console JSONL or a flight-recorder dump; plain or gzip) with a
-/// 4 KiB record cap, record by record, then as `hang` reads dumps. Returns the records read.
+/// Reads `data` as a span file (console JSONL or a flight-recorder dump; plain, gzip or zstd)
+/// with a 4 KiB record cap, record by record, then as a collector archive, then as `hang` reads
+/// dumps. Returns the records read.
 /// Counts are checked: every frame is a record, a skip or an over-long record.
 pub fn records(data: &[u8]) -> u64 {
     let path = scratch(data);
@@ -37,6 +38,10 @@ pub fn records(data: &[u8]) -> u64 {
             stats.spans + stats.metric_batches + stats.log_records + stats.skipped + stats.too_long,
             "every frame is parsed, skipped or too long"
         );
+    }
+    // As an OpenTelemetry Collector archive: split into per-rank files (removed on drop).
+    if let Ok(split) = input::archive::split(std::slice::from_ref(&path), &options) {
+        drop(split);
     }
     let _ = crate::hang::analyse(std::slice::from_ref(&path), None, &options);
     let _ = std::fs::remove_file(&path);

@@ -107,7 +107,7 @@ pub(crate) fn parse(text: &str) -> Vec<KeyValue> {
 /// Dropped with a warning: a key that is blank or holds `,` or `=` (the format has no encoding
 /// for them), and an array value. A key given twice (after stripping) keeps its first position
 /// and its last value.
-fn format(attributes: &[KeyValue]) -> String {
+pub(crate) fn format(attributes: &[KeyValue]) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut index: HashMap<&str, usize> = HashMap::new();
     for kv in attributes {
@@ -193,7 +193,7 @@ pub fn extend(
 }
 
 /// [`extend`] on raw bytes.
-fn extend_bytes(inherited: &[u8], additions: &[KeyValue], overwrite: bool) -> Vec<u8> {
+pub(crate) fn extend_bytes(inherited: &[u8], additions: &[KeyValue], overwrite: bool) -> Vec<u8> {
     let present: Vec<KeyValue> = additions
         .iter()
         .filter(|kv| !matches!(&kv.value, Value::String(s) if s.as_str().is_empty()))

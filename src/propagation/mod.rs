@@ -68,7 +68,7 @@
 //! state: a field of the schedule, or a `static` of its own.
 
 mod baggage;
-mod w3c;
+pub(crate) mod w3c;
 
 use std::collections::HashMap;
 
