@@ -37,7 +37,7 @@ pub(crate) fn writable(cx: Context) -> Context {
 /// percent-encoded: controls, space, `"`, `,`, `;`, `=` and non-ASCII), or `None` when that is
 /// not valid W3C Baggage.
 fn written_len(key: &str, value: &str, meta: &str) -> Option<usize> {
-    let escaped = |b: u8| b < 0x20 || b >= 0x7f || b" \",;=".contains(&b);
+    let escaped = |b: u8| !(0x20..0x7f).contains(&b) || b" \",;=".contains(&b);
     let len = |s: &str| {
         s.bytes()
             .map(|b| if escaped(b) { 3 } else { 1 })
