@@ -92,6 +92,19 @@ pub fn resource_attributes(text: &str) {
     let _ = carrier::extend_bytes(text.as_bytes(), &first, false);
 }
 
+/// The carrier in `data`: a JSON payload as ranks exchange it, else three lines: `traceparent`,
+/// `tracestate`, `baggage`.
+pub fn carrier(data: &[u8]) -> HashMap<String, String> {
+    crate::propagation::decode_carrier(data).unwrap_or_else(|| {
+        let text = String::from_utf8_lossy(data);
+        ["traceparent", "tracestate", "baggage"]
+            .into_iter()
+            .zip(text.split('\n'))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    })
+}
+
 /// Extracts `carrier` with nemo-lens's propagators and injects the context again: what is
 /// written must be valid W3C Trace Context and Baggage, and extracting it must give the same
 /// span context.
@@ -142,7 +155,7 @@ fn valid_traceparent(v: &str) -> bool {
         && parts[2].bytes().any(|b| b != b'0')
 }
 
-/// At most 32 `key=value` members, keys as the specification's (simple or `tenant@system`),
+/// At most 32 `key=value` members, keys as Trace Context Level 2's,
 /// values printable ASCII but `,` and `=`, not ending in a space; no key twice.
 fn valid_tracestate(v: &str) -> bool {
     let mut keys = Vec::new();
@@ -150,21 +163,13 @@ fn valid_tracestate(v: &str) -> bool {
         let Some((key, value)) = member.split_once('=') else {
             return false;
         };
-        let simple = |k: &[u8]| {
-            !k.is_empty()
-                && matches!(k[0], b'a'..=b'z' | b'0'..=b'9')
-                && k.iter()
-                    .all(|&c| matches!(c, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'*' | b'/'))
-        };
-        let key_ok = match key.split_once('@') {
-            None => simple(key.as_bytes()) && key.len() <= 256,
-            Some((tenant, system)) => {
-                simple(tenant.as_bytes())
-                    && tenant.len() <= 241
-                    && simple(system.as_bytes())
-                    && system.len() <= 14
-            }
-        };
+        // Trace Context Level 2: `@` anywhere after the first character.
+        let kb = key.as_bytes();
+        let key_ok = (1..=256).contains(&kb.len())
+            && matches!(kb[0], b'a'..=b'z' | b'0'..=b'9')
+            && kb.iter().all(
+                |&c| matches!(c, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'*' | b'/' | b'@'),
+            );
         let vb = value.as_bytes();
         let value_ok = (1..=256).contains(&vb.len())
             && vb.last() != Some(&b' ')

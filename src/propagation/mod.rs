@@ -149,7 +149,7 @@ fn encode_carrier(carrier: &HashMap<String, String>) -> Vec<u8> {
 
 /// Decodes a payload made by [`encode_carrier`] (or by Python's `serialize_context`): `None` when
 /// it is not UTF-8 JSON holding an object of strings (the Python helper also returns `None`).
-fn decode_carrier(bytes: &[u8]) -> Option<HashMap<String, String>> {
+pub(crate) fn decode_carrier(bytes: &[u8]) -> Option<HashMap<String, String>> {
     serde_json::from_slice(bytes).ok()
 }
 
