@@ -44,7 +44,7 @@
 //! use nemo_lens::groups;
 //! groups::register_span_groups(&["microbatch", "communication"], &[("per_step", &["microbatch"])]).unwrap();
 //! let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
-//! telemetry.set_span_groups("per_step").unwrap(); // now holds "microbatch" too
+//! groups::set_enabled_span_groups("per_step").unwrap(); // now holds "microbatch" too
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
