@@ -200,7 +200,7 @@ pub use layer::span_ext::LensSpanExt;
 pub use layer::{DEFAULT_REDACT_KEYS, LensLayer, REDACTED};
 pub use queue::DropCounts;
 pub use rank::RankAwareSampler;
-pub use rank::{groups, strategy};
+pub use rank::{groups, rules, strategy};
 pub use setup::process_exit::EXIT_FLUSH_TIMEOUT;
 pub use setup::{Telemetry, TelemetryBuilder};
 

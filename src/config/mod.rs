@@ -142,6 +142,15 @@ pub struct LensConfig {
     /// Comma-separated, case-insensitive span groups and presets (`<P>_SPAN_GROUPS`, default
     /// `default`).
     pub span_groups: String,
+    /// Rust only: rules that put spans of other crates in span groups by target
+    /// (`<P>_SPAN_GROUP_RULES`, `prefix=group` or `prefix:name=group` entries; default
+    /// `default`, the rules of [`DEFAULT_SPAN_GROUP_RULES`](crate::rules::DEFAULT_SPAN_GROUP_RULES));
+    /// see [`rules`](crate::rules). Checked at setup.
+    pub span_group_rules: String,
+    /// Rust only: the least severe level of the spans recorded that are in no span group
+    /// (`<P>_SPAN_LEVEL`, default `info`; the values of `logs_level`). Spans of a group are
+    /// decided by their group, whatever their level.
+    pub span_level: tracing_core::LevelFilter,
     /// Rust only: span groups whose spans each start a trace of their own, linked to the span
     /// that would have been their parent (`<P>_TRACE_PER`, comma-separated, case-insensitive;
     /// default empty: off, as in Python). `step` gives one small trace per step per rank
@@ -187,6 +196,8 @@ pub(crate) struct ConfigSources {
     pub(crate) span_groups: Option<String>,
     /// The variable `trace_per` came from.
     pub(crate) trace_per: Option<String>,
+    /// The variable `span_group_rules` came from.
+    pub(crate) span_group_rules: Option<String>,
     /// An exporter name that is not one (variable, value): an error on the exporting rank only,
     /// the one rank that builds an exporter.
     pub(crate) bad_exporter: Option<(String, String)>,
@@ -207,6 +218,8 @@ impl PartialEq for LensConfig {
             logs_enabled,
             logs_level,
             span_groups,
+            span_group_rules,
+            span_level,
             trace_per,
             exporter,
             run_id,
@@ -230,6 +243,8 @@ impl PartialEq for LensConfig {
             && *logs_enabled == other.logs_enabled
             && *logs_level == other.logs_level
             && *span_groups == other.span_groups
+            && *span_group_rules == other.span_group_rules
+            && *span_level == other.span_level
             && *trace_per == other.trace_per
             && *exporter == other.exporter
             && *run_id == other.run_id
@@ -257,6 +272,8 @@ impl Default for LensConfig {
             logs_enabled: false,
             logs_level: tracing_core::LevelFilter::INFO,
             span_groups: "default".into(),
+            span_group_rules: "default".into(),
+            span_level: tracing_core::LevelFilter::INFO,
             trace_per: String::new(),
             exporter: ExporterKind::Otlp,
             run_id: String::new(),
@@ -363,6 +380,35 @@ impl LensConfig {
     pub fn with_span_groups(mut self, span_groups: impl Into<String>) -> Self {
         self.span_groups = span_groups.into();
         self.sources.span_groups = None;
+        self
+    }
+
+    /// Sets the span-group rules (`<P>_SPAN_GROUP_RULES`): spans of other crates in groups by
+    /// target; `default` keeps the default rules (see [`rules`](crate::rules)).
+    ///
+    /// ```
+    /// let cfg = nemo_lens::LensConfig::default()
+    ///     .with_span_group_rules("default,candle_transformers=ops");
+    /// assert_eq!(cfg.span_group_rules, "default,candle_transformers=ops");
+    /// ```
+    #[must_use]
+    pub fn with_span_group_rules(mut self, rules: impl Into<String>) -> Self {
+        self.span_group_rules = rules.into();
+        self.sources.span_group_rules = None;
+        self
+    }
+
+    /// Sets the least severe level of the recorded spans that are in no span group
+    /// (`<P>_SPAN_LEVEL`).
+    ///
+    /// ```
+    /// use tracing_core::LevelFilter;
+    /// let cfg = nemo_lens::LensConfig::default().with_span_level(LevelFilter::TRACE);
+    /// assert_eq!(cfg.span_level, LevelFilter::TRACE);
+    /// ```
+    #[must_use]
+    pub fn with_span_level(mut self, span_level: tracing_core::LevelFilter) -> Self {
+        self.span_level = span_level;
         self
     }
 
@@ -481,6 +527,14 @@ impl LensConfig {
             .trace_per
             .clone()
             .unwrap_or_else(|| "trace_per".into())
+    }
+
+    /// The variable (or field) the span-group rules came from, for error messages.
+    pub(crate) fn span_group_rules_origin(&self) -> String {
+        self.sources
+            .span_group_rules
+            .clone()
+            .unwrap_or_else(|| "span_group_rules".into())
     }
 
     /// The variable (or field) the span-group spec came from, for error messages.

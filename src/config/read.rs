@@ -101,6 +101,13 @@ impl LensConfig {
             cfg.span_groups = v;
             cfg.sources.span_groups = Some(var);
         }
+        if let Some((var, v)) = get("SPAN_GROUP_RULES") {
+            cfg.span_group_rules = v;
+            cfg.sources.span_group_rules = Some(var);
+        }
+        if let Some((_, v)) = get("SPAN_LEVEL") {
+            cfg.span_level = parse_level(&primary("SPAN_LEVEL"), &v)?;
+        }
         if let Some((var, v)) = get("TRACE_PER") {
             cfg.trace_per = v;
             cfg.sources.trace_per = Some(var);

@@ -23,7 +23,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 use crate::layer::fields::{TextRules, truncate_chars};
 use crate::layer::filter::is_internal_target;
-use crate::rank::groups::{GroupGate, declared_group};
+use crate::rank::groups::GroupGate;
 use crate::record::open_spans::OpenSpans;
 use crate::semconv;
 
@@ -370,7 +370,10 @@ impl LogFilter {
         self.on
             && level_ok
             && !is_internal_target(meta.target())
-            && declared_group(meta).is_none_or(|g| self.groups.is_enabled(g))
+            && self
+                .groups
+                .group_of(meta)
+                .is_none_or(|g| self.groups.is_enabled(g))
     }
 }
 

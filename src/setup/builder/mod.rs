@@ -352,7 +352,11 @@ impl TelemetryBuilder {
             &*given.lookup,
         )?;
         let plan = build::plan_pipelines(&config, &identity, &decision, variables, synchronous);
-        let nvtx = crate::gpu::nvtx::start(&config, decision.groups.iter().cloned());
+        let nvtx = crate::gpu::nvtx::start(
+            &config,
+            decision.groups.iter().cloned(),
+            decision.rules.clone(),
+        );
         let built = build::build_pipelines(&config, &identity, &plan, &mut given)?;
         build::install_process_state(&config, install_globals, &plan.gate, identity.generation);
         let (instruments, filter) = build::instruments_and_filter(&built, &plan.gate);
