@@ -268,3 +268,31 @@ fn a_trainer_started_from_the_evaluated_line_carries_the_identity() {
         assert_eq!(resource[key], want, "{key}: {resource}");
     }
 }
+
+#[test]
+fn a_closed_stdout_exits_2_and_dev_null_is_an_ordinary_output() {
+    let shell = |redirect: &str| {
+        let mut cmd = clean(Command::new("bash"));
+        cmd.env("SLURM_JOB_ID", "7")
+            .arg("-c")
+            .arg(format!(
+                "exec \"$0\" set-slurm-resource-attrs --stage task {redirect}"
+            ))
+            .arg(env!("CARGO_BIN_EXE_nemo-lens"));
+        cmd.output().unwrap()
+    };
+    let closed = shell(">&-");
+    let stderr = String::from_utf8_lossy(&closed.stderr);
+    assert_eq!(closed.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("error: cannot write to stdout: it is closed"),
+        "{stderr}"
+    );
+    let null = shell(">/dev/null");
+    assert_eq!(
+        null.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&null.stderr)
+    );
+}
