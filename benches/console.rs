@@ -15,14 +15,14 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group};
-use nemo_lens::export::ConsoleSpanExporter;
+use nemo_lens::export::{ConsoleSpanExporter, ConsoleWriter};
 use nemo_lens::testing::SpanCapture;
 use nemo_lens::{ExporterKind, LensConfig, Telemetry};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use tracing_subscriber::prelude::*;
 
-mod common;
 use common::{produce, training_span};
+use nemo_lens_test_support::bench as common;
 
 /// The SDK's default `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`: what the batch processor hands over.
 const BATCH: usize = 512;
@@ -57,8 +57,9 @@ fn bench_exporter(c: &mut Criterion) {
     assert_eq!(batch.len(), BATCH);
     let dir = tempfile::tempdir().expect("temp dir");
     let template = dir.path().join("spans-rank{rank}.jsonl");
-    let mut exporter =
-        ConsoleSpanExporter::to_path(template.to_str().expect("utf-8 path"), 0).expect("file");
+    let mut exporter = ConsoleSpanExporter::new(
+        ConsoleWriter::to_path(template.to_str().expect("utf-8 path"), 0).expect("file"),
+    );
     exporter.set_resource(&resource);
     let path = exporter.path().expect("file target").to_path_buf();
     let mut g = c.benchmark_group("console_export");
@@ -97,15 +98,13 @@ struct Run {
 fn end_to_end(duration: Duration, rate: Option<f64>) -> Run {
     let dir = tempfile::tempdir().expect("temp dir");
     let template = dir.path().join("spans-rank{rank}.jsonl");
-    let telemetry = Telemetry::builder(
-        LensConfig::default()
-            .with_enabled(true)
-            .with_export_strategy("all_ranks")
-            .with_span_groups("all")
-            .with_metrics_enabled(false)
-            .with_exporter(ExporterKind::Console)
-            .with_console_path(Some(template.to_str().expect("utf-8 path").into())),
-    )
+    let telemetry = Telemetry::builder(LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.groups.span_groups = "all".into();
+        c.metrics_enabled = false;
+        c.export.exporter = ExporterKind::Console;
+        c.export.console_path = Some(template.to_str().expect("utf-8 path").into());
+    }))
     .allow_reinit_for_testing(true)
     .build()
     .expect("console telemetry");

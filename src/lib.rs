@@ -38,7 +38,7 @@
 //! that SIGTERM and panics truncate and flush too):
 //!
 //! ```
-//! use nemo_lens::{LensConfig, Telemetry};
+//! use nemo_lens::{LensConfig, Place, Telemetry};
 //! use tracing_subscriber::prelude::*;
 //!
 //! #[tracing::instrument(fields(nemo.group.step))]
@@ -49,7 +49,7 @@
 //! # fn main() -> Result<(), nemo_lens::LensError> {
 //! // NEMO_LENS_ENABLED=1 NEMO_LENS_EXPORTER=console NEMO_LENS_SPAN_GROUPS=per_step ...
 //! let config = LensConfig::from_env()?;
-//! let telemetry = Telemetry::builder(config).rank(0).world_size(1).build()?;
+//! let telemetry = Telemetry::builder(config).place(Place::rank(0).of(1)).build()?;
 //! tracing_subscriber::registry()
 //!     .with(telemetry.layer())                     // next to fmt, EnvFilter, ...
 //!     .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
@@ -98,11 +98,11 @@
 //! * **Metrics** ([`metrics`]): Lens's instrument families, a registry for your own metric
 //!   groups and metrics from event fields ([`Telemetry::metrics_layer`]).
 //! * **Logs**: with `NEMO_LENS_LOGS_ENABLED=1` the same layer bridges events (and `log`
-//!   records) into OpenTelemetry log records carrying the ids of their span ([`LogFilter`]).
+//!   records) into OpenTelemetry log records carrying the ids of their span.
 //! * **Propagation** ([`propagation`]): W3C TraceContext and Baggage across ranks and
 //!   processes, linked spans ([`LensSpanExt`]), a launcher's `TRACEPARENT` as every rank's parent.
 //! * **Attribute names** ([`semconv`]): every name of the Python `semconv` module as a constant.
-//! * **Backdated spans**: [`emit_span`] records a completed span from timestamps taken earlier.
+//! * **Backdated spans**: [`EmitSpan`] records a completed span from timestamps taken earlier.
 //! * **Flight recorder** ([`flight_recorder`]): every enabled rank, exporting or not, keeps its
 //!   last spans of a few groups in fixed memory and dumps them on `SIGUSR1` or when it hangs.
 //! * **Testing** ([`testing`], feature `testing`): capture finished spans in your own tests.
@@ -113,7 +113,7 @@
 //!
 //! ## Where a span goes
 //!
-//! On the training thread, the `tracing` callsite asks the layer's filter ([`LensFilter`])
+//! On the training thread, the `tracing` callsite asks the layer's per-layer filter
 //! once whether it records at all; the layer keeps a compact record of each recorded span and,
 //! when the span closes, pushes it into a bounded queue. The queue's worker thread turns records
 //! into OpenTelemetry spans and hands them to the exporter (console or OTLP). The source tree
@@ -131,7 +131,7 @@
 //! start no threads and open no sockets. On an exporting rank the training thread keeps a
 //! compact record and the export worker turns it into the exporter's span; the queues between
 //! them are bounded in items and bytes, never block, and count what they drop
-//! ([`Telemetry::dropped`]). Each enter of a span attaches its OpenTelemetry context (built at
+//! ([`Telemetry::stats`]). Each enter of a span attaches its OpenTelemetry context (built at
 //! its first enter), which [`TelemetryBuilder::context_activation`]`(false)` turns off.
 //! `docs/performance.md` has both figures, the training thread's and the whole process's,
 //! beside the `tracing` registry alone and tracing-opentelemetry.
@@ -168,6 +168,7 @@
 mod bounded;
 mod error;
 mod ids;
+mod overwrite;
 mod pyjson;
 pub mod semconv;
 mod size;
@@ -183,58 +184,9 @@ mod rank;
 // The path of a span, from the record back to the layer that writes it:
 // the record, the table of open records, and the record's conversion to an SDK span;
 mod record;
-// the exporters, which put spans (and metrics and logs) on the wire. The public module is
-// declared here, where it also shows the queue's processors: `export/` itself uses only leaves
-// and `config`;
-pub mod export {
-    //! Exporters: where finished spans, metrics and log records go, and the queue before them.
-    //!
-    //! | type | what it does |
-    //! |---|---|
-    //! | [`ConsoleSpanExporter`], [`ConsoleMetricExporter`], [`ConsoleLogExporter`] | compact JSONL in the Python library's console layout, to stdout, a file or any writer |
-    //! | [`ConsoleWriter`] | the line sink those three share, so their lines interleave whole |
-    //! | [`LensBatchProcessor`], [`LensBatchLogProcessor`] ([`QueueConfig`]) | the bounded queue and worker between the layer and an exporter, which count what they drop |
-    //! | [`OtlpProtocol`], [`Signal`] | OTLP over gRPC (feature `otlp-grpc`), HTTP/protobuf or HTTP/JSON (feature `otlp-http`), chosen per signal from `OTEL_EXPORTER_OTLP_*` |
-    //!
-    //! Behind the OTLP exporters that setup builds, every export runs on a helper thread so that
-    //! `OTEL_EXPORTER_OTLP_TIMEOUT` holds for every transport, span requests are kept under the
-    //! collector's 4 MiB message limit (a batch is split; a span too large alone is dropped and
-    //! counted), and failed metric exports are counted with the dropped spans and log records.
-    //!
-    //! [`Telemetry`](crate::Telemetry) wires these up from the configuration; use them directly
-    //! to build a pipeline of your own (a custom exporter behind the console layout, a test
-    //! writer).
-    //!
-    //! ```
-    //! use nemo_lens::export::ConsoleSpanExporter;
-    //! use opentelemetry::trace::{Tracer, TracerProvider};
-    //! use opentelemetry_sdk::trace::SdkTracerProvider;
-    //!
-    //! let provider = SdkTracerProvider::builder()
-    //!     .with_simple_exporter(ConsoleSpanExporter::to_writer(std::io::sink()))
-    //!     .build();
-    //! provider.tracer("demo").in_span("train", |_cx| {});
-    //! provider.shutdown().unwrap();
-    //! ```
-
-    pub(crate) mod console;
-    mod counted;
-    mod deadline;
-    mod message_limit;
-    pub(crate) mod otlp;
-
-    pub use crate::queue::{
-        LensBatchLogProcessor, LensBatchProcessor, MAX_QUEUE_SIZE_LIMIT, QueueConfig,
-    };
-    pub(crate) use console::resolve_path;
-    pub use console::{
-        ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ConsoleWriter,
-    };
-    pub(crate) use counted::CountedMetricExporter;
-    pub(crate) use deadline::DeadlineExporter;
-    pub(crate) use message_limit::MessageLimit;
-    pub use otlp::{OtlpProtocol, Signal};
-}
+// the exporters, which put spans (and metrics and logs) on the wire (`export/` uses only
+// leaves and `config`);
+pub mod export;
 // the bounded queue, whose worker thread builds the SDK spans and runs the span processors;
 mod queue;
 // the layer, on the training thread, which keeps a compact record of each span it records and
@@ -255,24 +207,21 @@ pub mod testing;
 // On top: the setup that builds it all and shuts it down.
 mod setup;
 
-pub use backdated::{EmitSpan, EpochSeconds, emit_span};
-pub use config::{ExporterKind, LensConfig};
+pub use backdated::{EmitSpan, EpochSeconds};
+pub use config::{ExportConfig, ExporterKind, GroupsConfig, IdentityConfig, LensConfig};
 pub use error::{LensError, Result};
 pub use gpu::nvtx::NvtxLayer;
 pub use ids::ChaChaIdGenerator;
-pub use layer::filter::{INTERNAL_TARGETS, LensFilter};
+pub use layer::LensLayer;
 pub use layer::hooks::SetParentError;
-pub use layer::logs::LogFilter;
 pub use layer::span_ext::LensSpanExt;
-pub use layer::{DEFAULT_REDACT_KEYS, LensLayer, REDACTED};
-pub use queue::DropCounts;
+pub use overwrite::Overwrite;
 pub use rank::RankAwareSampler;
-pub use rank::{groups, rules, strategy};
-pub use setup::process_exit::EXIT_FLUSH_TIMEOUT;
-pub use setup::{Telemetry, TelemetryBuilder};
+pub use rank::{groups, strategy};
+pub use setup::{ExportMode, Place, Stats, Telemetry, TelemetryBuilder};
 
 /// The instrumentation scope of spans created by the lens layer and by [`Telemetry::tracer`].
-pub const SCOPE_NAME: &str = "nemo.lens";
+pub(crate) const SCOPE_NAME: &str = "nemo.lens";
 
 // README's examples are compiled and run as doctests.
 #[cfg(doctest)]

@@ -2,15 +2,14 @@
 //! all-or-nothing input checking (exit 1) and setup/export failures (exit 2).
 
 // The library's real collector (rotel on loopback), one copy for both crates' tests.
-#[path = "../../tests/common/collector.rs"]
-mod collector;
-mod support;
+use nemo_lens_test_support::collector;
 
 use std::path::Path;
 use std::process::Output;
 
+use nemo_lens_test_support::clear_telemetry_env;
+use nemo_lens_test_support::cli::{LAUNCHER_ENV, bin};
 use serde_json::Value;
-use support::{LAUNCHER_ENV, bin, clear_telemetry_env};
 
 /// Runs emit-spans with the console exporter writing to `dir/spans-{rank}.jsonl`, with a clean
 /// NEMO_LENS/OTEL/launcher environment.

@@ -3,15 +3,15 @@
 //! collector (flushed in chunks, none dropped).
 
 // The library's real collector (rotel on loopback), one copy for both crates' tests.
-#[path = "../../tests/common/collector.rs"]
-mod collector;
-mod support;
+use nemo_lens_test_support::cli as support;
+use nemo_lens_test_support::collector;
 
 use std::path::Path;
 use std::process::Output;
 
+use nemo_lens_test_support::clear_telemetry_env;
 use serde_json::Value;
-use support::{LAUNCHER_ENV, bin, clear_telemetry_env};
+use support::{LAUNCHER_ENV, bin};
 
 /// The spans the console exporter wrote for rank 0 into `dir`.
 fn lines(dir: &Path) -> Vec<Value> {

@@ -2,7 +2,7 @@
 //! `/dev/zero`, process substitution (which must keep working), `--jobs 100000` under an
 //! address-space limit. Every run is a real `nemo-lens` process, bounded by a deadline.
 
-mod support;
+use nemo_lens_test_support::cli as support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -10,7 +10,7 @@
 //! tools/goodput_report.py (NVIDIA-NeMo/Lens a9d2153) on these files; the iteration counts are
 //! those of its `lens_analysis.iteration_status`, summed over the trainer files.
 
-mod support;
+use nemo_lens_test_support::cli as support;
 
 use std::path::{Path, PathBuf};
 

@@ -3,7 +3,7 @@
 //! json_to_perfetto does. The jobs are those of tests/goodput.rs (tests/fixtures/goodput); the
 //! expected counts are those of Lens's `lens_analysis.iteration_status` on the same files.
 
-mod support;
+use nemo_lens_test_support::cli as support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

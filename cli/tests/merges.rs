@@ -2,7 +2,7 @@
 //! rank seen twice with different figures (two inputs claim the rank), and figures over 71
 //! minutes clamped. One line each, counted in the JSON verdict; the verdict itself is as before.
 
-mod support;
+use nemo_lens_test_support::cli as support;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -3,16 +3,15 @@
 //! `eval`-ed by `sh`, and a trainer started from the evaluated environment carrying the
 //! identity.
 
-#[path = "../../tests/common/python.rs"]
-mod python;
-mod support;
+use nemo_lens_test_support::python;
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Output};
 
+use nemo_lens_test_support::cli::bin;
+use nemo_lens_test_support::{clear_telemetry_env, example};
 use serde_json::Value;
-use support::{bin, clear_telemetry_env};
 
 /// A command with no Slurm, torchrun or telemetry variable of the test's own environment.
 fn clean(mut cmd: Command) -> Command {
@@ -168,7 +167,7 @@ fn a_container_image_outside_the_task_stage_exits_2() {
 fn sh(env: &[(&str, &[u8])], script: &str) -> Output {
     let mut cmd = clean(Command::new("sh"));
     cmd.env("LENS", env!("CARGO_BIN_EXE_nemo-lens"))
-        .env("TRAINER", support::example("trainer"))
+        .env("TRAINER", example("trainer"))
         .args(["-c", script]);
     for (k, v) in env {
         cmd.env(k, OsStr::from_bytes(v));

@@ -12,7 +12,7 @@ use crate::rank::groups::GroupGate;
 ///
 /// `nemo_lens` itself is one of them: the crate's own diagnostics (such as the warnings of
 /// [`crate::metrics`]) go to your other layers (`fmt`) but never become exported telemetry.
-pub const INTERNAL_TARGETS: [&str; 7] = [
+pub(crate) const INTERNAL_TARGETS: [&str; 7] = [
     "opentelemetry",
     "hyper",
     "tonic",
@@ -53,7 +53,7 @@ pub(crate) fn interest(allowed: bool) -> Interest {
 /// * telemetry disabled, a non-exporting rank, or a rank the rank sampler drops: every callsite
 ///   is `Interest::never` and the filter's level hint is `OFF`;
 /// * a span or event whose callsite is in a disabled [group](crate::groups) (it declares a
-///   `nemo.group.<g>` field, or a [rule](crate::rules) on its target puts it there):
+///   `nemo.group.<g>` field, or a span-group rule on its target puts it there):
 ///   `Interest::never`;
 /// * a span in no group below the span level (`NEMO_LENS_SPAN_LEVEL`, default `info`):
 ///   `Interest::never`;
@@ -67,14 +67,13 @@ pub(crate) fn interest(allowed: bool) -> Interest {
 /// only; `fmt` or any other layer in the same subscriber still sees it.
 ///
 /// ```
-/// use nemo_lens::{LensConfig, LensFilter, Telemetry};
+/// use nemo_lens::{LensConfig, Telemetry};
 /// let telemetry = Telemetry::builder(LensConfig::default()).build().unwrap(); // disabled
 /// let layer = telemetry.layer::<tracing_subscriber::Registry>();
-/// let filter: &LensFilter = layer.filter();
-/// assert!(filter.is_inert()); // records nothing: every callsite is `Interest::never`
+/// assert!(layer.is_inert()); // records nothing: every callsite is `Interest::never`
 /// ```
 #[derive(Clone)]
-pub struct LensFilter {
+pub(crate) struct LensFilter {
     inert: bool,
     groups: Arc<GroupGate>,
 }
@@ -96,12 +95,12 @@ impl LensFilter {
 
     /// `true` when the layer records nothing at all (disabled, non-exporting or unsampled rank,
     /// or traces turned off).
-    pub fn is_inert(&self) -> bool {
+    pub(crate) fn is_inert(&self) -> bool {
         self.inert
     }
 
     /// The decision for one callsite.
-    pub fn allows(&self, meta: &Metadata<'_>) -> bool {
+    pub(crate) fn allows(&self, meta: &Metadata<'_>) -> bool {
         if self.inert {
             return false;
         }
@@ -112,7 +111,7 @@ impl LensFilter {
     }
 
     /// The group of a callsite: declared (`nemo.group.<g>`) or given by a
-    /// [rule](crate::rules).
+    /// span-group rule ([`GroupsConfig::rules`](crate::GroupsConfig::rules)).
     pub(crate) fn group_of(&self, meta: &Metadata<'_>) -> Option<&str> {
         self.groups.group_of(meta)
     }

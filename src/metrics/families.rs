@@ -58,7 +58,7 @@ pub(super) struct Inference {
 ///     output_tokens: Some(5),
 ///     ..Default::default()
 /// }
-/// .record(&telemetry);
+/// .record(telemetry.instruments());
 /// assert_eq!(InferenceMetrics::default().provider_name, "nemo");
 /// ```
 #[derive(Clone, Debug, PartialEq)]
@@ -167,7 +167,7 @@ pub(super) struct Rl {
 /// # let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
 /// RlMetrics { reward_mean: Some(0.85), kl_divergence: Some(0.01), rollout_duration_ms: Some(2300.0),
 ///     ..Default::default() }
-///     .record(&telemetry);
+///     .record(telemetry.instruments());
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RlMetrics {
@@ -302,7 +302,7 @@ pub(super) struct Gym {
 /// # let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
 /// GymMetrics { verify_duration_ms: Some(120.0), verify_success_rate: Some(0.87), active_servers: Some(4),
 ///     ..Default::default() }
-///     .record(&telemetry);
+///     .record(telemetry.instruments());
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct GymMetrics {
@@ -394,7 +394,7 @@ pub(super) struct Training {
 }
 
 /// Bucket bounds of `dl.step.duration`, seconds: from 10 ms to 10 minutes.
-pub const STEP_DURATION_BOUNDS_S: [f64; 16] = [
+pub(crate) const STEP_DURATION_BOUNDS_S: [f64; 16] = [
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 600.0,
 ];
 
@@ -417,12 +417,12 @@ pub const STEP_DURATION_BOUNDS_S: [f64; 16] = [
 ///     tflops: Some(182.5),
 ///     attributes: &phase,
 /// }
-/// .record(&telemetry);
+/// .record(telemetry.instruments());
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct TrainingMetrics<'a> {
-    /// Step wall time in seconds → histogram `dl.step.duration` (`s`, bounds
-    /// [`STEP_DURATION_BOUNDS_S`]).
+    /// Step wall time in seconds → histogram `dl.step.duration` (`s`, bucket bounds 0.01,
+    /// 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500 and 600 s).
     pub step_duration_s: Option<f64>,
     /// → gauge `dl.loss`.
     pub loss: Option<f64>,

@@ -10,9 +10,18 @@
 //! | `per_step` | the above plus `model_init`, `load_checkpoint`, `step`, `forward_backward`, `optimizer` |
 //! | `all` | every registered group |
 //!
+//! The built-in groups are the eight above (those of the Python library), `collective`
+//! (communication between ranks: all-reduce, barriers, …), which the
+//! [flight recorder](crate::flight_recorder) records by default, and `ops` (a framework's tensor
+//! operations); those two are in no preset but `all`. An unknown name in
+//! [`set_enabled_span_groups`] is an error that lists the
+//! registered groups and presets; in `NEMO_LENS_SPAN_GROUPS` it is reported once and ignored (a
+//! job shares one value across processes that register different groups).
+//!
 //! # Declaring a group on a span
 //!
-//! A span declares its group with a **field name** of the form `nemo.group.<group>`. Field names
+//! A span declares its group with a **field name** of the form `nemo.group.<group>` (the prefix
+//! `nemo.group.`). Field names
 //! are part of a callsite's static metadata, so the lens layer decides once per callsite
 //! (`Interest::never` for a disabled group) and a span in a disabled group costs what a disabled
 //! `tracing` callsite costs. The field needs no value and is never exported as an attribute.
@@ -25,8 +34,8 @@
 //! # train_step(1);
 //! ```
 //!
-//! Spans of other crates (a framework's) join a group through [rules](crate::rules) on their
-//! target (`NEMO_LENS_SPAN_GROUP_RULES`). Spans in no group are recorded from the span level
+//! Spans of other crates (a framework's) join a group through span-group rules on their target
+//! (`NEMO_LENS_SPAN_GROUP_RULES`, [`GroupsConfig::rules`](crate::GroupsConfig::rules)). Spans in no group are recorded from the span level
 //! `NEMO_LENS_SPAN_LEVEL` on (default `info`), so a dependency's `TRACE` and `DEBUG` spans stay
 //! out unless asked for.
 //!
@@ -38,8 +47,8 @@
 //! ```
 //! use nemo_lens::groups;
 //! groups::register_span_groups(&["microbatch", "communication"], &[("per_step", &["microbatch"])]).unwrap();
-//! let set = groups::resolve("per_step", "NEMO_LENS_SPAN_GROUPS").unwrap();
-//! assert!(set.contains("microbatch") && set.contains("step"));
+//! let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+//! groups::set_enabled_span_groups("per_step").unwrap(); // now holds "microbatch" too
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -52,38 +61,37 @@ use crate::error::{LensError, Result};
 use crate::rank::rules::CallsiteRules;
 
 /// Field-name prefix that declares a span's group: `nemo.group.step`.
-pub const GROUP_FIELD_PREFIX: &str = "nemo.group.";
+pub(crate) const GROUP_FIELD_PREFIX: &str = "nemo.group.";
 
 /// `job`: the whole training job.
-pub const JOB: &str = "job";
+pub(crate) const JOB: &str = "job";
 /// `checkpoint`: saving a checkpoint.
-pub const CHECKPOINT: &str = "checkpoint";
+pub(crate) const CHECKPOINT: &str = "checkpoint";
 /// `evaluate`: evaluation passes.
-pub const EVALUATE: &str = "evaluate";
+pub(crate) const EVALUATE: &str = "evaluate";
 /// `model_init`: building the model.
-pub const MODEL_INIT: &str = "model_init";
+pub(crate) const MODEL_INIT: &str = "model_init";
 /// `load_checkpoint`: restoring a checkpoint.
-pub const LOAD_CHECKPOINT: &str = "load_checkpoint";
+pub(crate) const LOAD_CHECKPOINT: &str = "load_checkpoint";
 /// `step`: one training iteration.
-pub const STEP: &str = "step";
+pub(crate) const STEP: &str = "step";
 /// `forward_backward`: forward and backward passes.
-pub const FORWARD_BACKWARD: &str = "forward_backward";
+pub(crate) const FORWARD_BACKWARD: &str = "forward_backward";
 /// `optimizer`: the optimizer step.
-pub const OPTIMIZER: &str = "optimizer";
+pub(crate) const OPTIMIZER: &str = "optimizer";
 
 /// `collective`: communication between ranks (all-reduce, barriers, ...), put around it by
 /// libraries; not in any preset but `all` (the Python presets are unchanged), recorded by the
 /// [flight recorder](crate::flight_recorder) by default.
-pub const COLLECTIVE: &str = "collective";
+pub(crate) const COLLECTIVE: &str = "collective";
 
-/// `ops`: a framework's tensor operations (matmul, kernels, ...), which a
-/// [rule](crate::rules) puts in a group by target; in no preset but `all`: there are many per
-/// step.
-pub const OPS: &str = "ops";
+/// `ops`: a framework's tensor operations (matmul, kernels, ...), which a span-group rule puts
+/// in a group by target; in no preset but `all`: there are many per step.
+pub(crate) const OPS: &str = "ops";
 
-/// The eight built-in groups of the Python library (the registry also holds [`COLLECTIVE`] and
-/// [`OPS`]).
-pub const BUILTIN_GROUPS: [&str; 8] = [
+/// The eight built-in groups of the Python library (the registry also holds `COLLECTIVE` and
+/// `OPS`).
+pub(crate) const BUILTIN_GROUPS: [&str; 8] = [
     JOB,
     CHECKPOINT,
     EVALUATE,
@@ -95,7 +103,7 @@ pub const BUILTIN_GROUPS: [&str; 8] = [
 ];
 
 /// The preset that expands to every registered group.
-pub const ALL_PRESET: &str = "all";
+pub(crate) const ALL_PRESET: &str = "all";
 
 #[derive(Debug)]
 struct Registry {
@@ -177,20 +185,12 @@ pub fn register_span_groups(groups: &[&str], presets: &[(&str, &[&str])]) -> Res
 }
 
 /// Every registered group, sorted.
-///
-/// ```
-/// assert!(nemo_lens::groups::registered_groups().contains(&"step".to_string()));
-/// ```
-pub fn registered_groups() -> Vec<String> {
+pub(crate) fn registered_groups() -> Vec<String> {
     registry().read().groups.iter().cloned().collect()
 }
 
 /// Every preset name (including `all`), sorted.
-///
-/// ```
-/// assert!(nemo_lens::groups::registered_presets().contains(&"per_step".to_string()));
-/// ```
-pub fn registered_presets() -> Vec<String> {
+pub(crate) fn registered_presets() -> Vec<String> {
     let reg = registry().read();
     let mut names: Vec<String> = reg.presets.keys().cloned().collect();
     names.push(ALL_PRESET.to_string());
@@ -200,15 +200,7 @@ pub fn registered_presets() -> Vec<String> {
 
 /// Resolves a spec (`"default,step"`) to a set of groups. An unknown entry is an error naming
 /// `var` and listing the valid options.
-///
-/// ```
-/// use nemo_lens::groups::resolve;
-/// let set = resolve(" Default , STEP,", "NEMO_LENS_SPAN_GROUPS").unwrap();
-/// assert_eq!(set.len(), 4);
-/// let err = resolve("default,warp", "NEMO_LENS_SPAN_GROUPS").unwrap_err();
-/// assert!(err.to_string().contains("'warp'"));
-/// ```
-pub fn resolve(spec: &str, var: &str) -> Result<BTreeSet<String>> {
+pub(crate) fn resolve(spec: &str, var: &str) -> Result<BTreeSet<String>> {
     let reg = registry().read();
     let mut out = BTreeSet::new();
     for part in spec.split(',') {
@@ -238,21 +230,14 @@ pub fn resolve(spec: &str, var: &str) -> Result<BTreeSet<String>> {
     Ok(out)
 }
 
-/// Resolves a spec as [`resolve`] does, but keeps going past names no library registered in
+/// Resolves a spec as `resolve` does, but keeps going past names no library registered in
 /// this process: returns the groups of the known entries and the unknown entries (lower-cased,
 /// in spec order, deduplicated).
 ///
 /// A job sets one `NEMO_LENS_SPAN_GROUPS` for every process, and some of its groups are
 /// registered only by some processes (Python's Megatron groups, another library's), so setup
 /// resolves the variable this way: the unknown names are reported once and ignored.
-///
-/// ```
-/// use nemo_lens::groups::resolve_known;
-/// let (set, unknown) = resolve_known("default, Megatron_PP ,step,megatron_pp");
-/// assert!(set.contains("job") && set.contains("step"));
-/// assert_eq!(unknown, vec!["megatron_pp".to_string()]);
-/// ```
-pub fn resolve_known(spec: &str) -> (BTreeSet<String>, Vec<String>) {
+pub(crate) fn resolve_known(spec: &str) -> (BTreeSet<String>, Vec<String>) {
     let mut unknown: Vec<String> = Vec::new();
     let mut known = Vec::new();
     for part in spec.split(',') {
@@ -358,8 +343,15 @@ fn current_gate() -> &'static RwLock<Option<Arc<GroupGate>>> {
     &CURRENT
 }
 
-pub(crate) fn install_process_gate(gate: Arc<GroupGate>) {
+/// The groups of the NVTX ranges of the telemetry set up last, which follow its span groups.
+fn current_nvtx_gate() -> &'static RwLock<Option<Arc<GroupGate>>> {
+    static CURRENT: RwLock<Option<Arc<GroupGate>>> = RwLock::new(None);
+    &CURRENT
+}
+
+pub(crate) fn install_process_gate(gate: Arc<GroupGate>, nvtx: Option<Arc<GroupGate>>) {
     *current_gate().write() = Some(gate);
+    *current_nvtx_gate().write() = nvtx;
 }
 
 /// Whether `group` is enabled in this process (the telemetry set up last). `false` before setup,
@@ -378,8 +370,10 @@ pub fn is_span_group_enabled(group: &str) -> bool {
         .is_some_and(|g| g.is_enabled(group))
 }
 
-/// Replaces this process's enabled groups (the telemetry set up last) and re-evaluates every
-/// callsite. Returns an error for an unknown name and changes nothing then.
+/// Replaces this process's enabled groups (the telemetry set up last), for export and for its
+/// [NVTX ranges](crate::Telemetry::nvtx_layer), and re-evaluates every callsite. Returns an
+/// error for an unknown name and changes nothing then; on a non-exporting rank nothing is
+/// exported whatever the groups.
 ///
 /// ```
 /// // Before any setup there is no telemetry to change: a no-op that still validates.
@@ -388,6 +382,9 @@ pub fn is_span_group_enabled(group: &str) -> bool {
 /// ```
 pub fn set_enabled_span_groups(spec: &str) -> Result<()> {
     let set = resolve(spec, "set_enabled_span_groups")?;
+    if let Some(nvtx) = current_nvtx_gate().read().as_ref() {
+        nvtx.set(set.clone());
+    }
     if let Some(g) = current_gate().read().as_ref() {
         g.set(set);
     }
@@ -399,4 +396,47 @@ pub(crate) fn declared_group(meta: &Metadata<'_>) -> Option<&'static str> {
     meta.fields()
         .iter()
         .find_map(|f| f.name().strip_prefix(GROUP_FIELD_PREFIX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_resolve_as_in_python() {
+        let d = resolve("default", "X").unwrap();
+        assert_eq!(
+            d.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["checkpoint", "evaluate", "job"]
+        );
+        let p = resolve("PER_STEP", "X").unwrap();
+        for g in BUILTIN_GROUPS {
+            assert!(p.contains(g), "{g}");
+        }
+        assert!(resolve("all", "X").unwrap().is_superset(&p));
+        assert!(resolve(" , ", "X").unwrap().is_empty());
+        let err = resolve("step,nonsense", "NEMO_LENS_SPAN_GROUPS").unwrap_err();
+        assert!(matches!(err, LensError::UnknownSpanGroup { ref name, .. } if name == "nonsense"));
+        let msg = err.to_string();
+        assert!(
+            msg.contains("NEMO_LENS_SPAN_GROUPS")
+                && msg.contains("forward_backward")
+                && msg.contains("per_step")
+        );
+    }
+
+    #[test]
+    fn resolve_known_keeps_going_past_unknown_names() {
+        let (set, unknown) = resolve_known("default, Megatron_PP ,step,megatron_pp");
+        assert!(set.contains("job") && set.contains("step"));
+        assert_eq!(unknown, vec!["megatron_pp".to_string()]);
+    }
+
+    #[test]
+    fn registered_presets_include_all() {
+        let presets = registered_presets();
+        assert!(presets.contains(&"per_step".to_string()));
+        assert!(presets.contains(&ALL_PRESET.to_string()));
+        assert!(registered_groups().contains(&COLLECTIVE.to_string()));
+    }
 }

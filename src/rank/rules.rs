@@ -1,53 +1,26 @@
-//! Span-group rules: spans of other crates in [span groups](crate::groups), by target.
+//! Span-group rules: spans of other crates in span groups, by target.
 //!
 //! A framework's spans declare no `nemo.group.*` field. A rule puts every callsite whose
 //! *target* (its module path) lies under a prefix into a group, optionally only the spans of one
 //! name; the group then switches them on or off like the spans that declare it, decided once
-//! per callsite. The rules come from `NEMO_LENS_SPAN_GROUP_RULES` (or
-//! [`LensConfig::with_span_group_rules`](crate::LensConfig::with_span_group_rules)), a
-//! comma-separated list of entries:
-//!
-//! | entry | matches |
-//! |---|---|
-//! | `prefix=group` | callsites whose target is `prefix` or starts with `prefix::` |
-//! | `prefix:name=group` | the same, and only spans and events named `name` |
-//! | `default` | the default rules, [`DEFAULT_SPAN_GROUP_RULES`] |
-//! | `none` | nothing (a spec of only `none` turns the default rules off) |
-//!
-//! The prefix matches whole path segments: `burn_collective` matches
-//! `burn_collective::local::client` but not `burn_collectives`. When several rules match a
-//! callsite the most specific wins: the longest prefix, then a rule with a name over one
-//! without. Group names are case-insensitive and must be registered
-//! ([`groups::registered_groups`](crate::groups::registered_groups)); setup fails with
-//! [`LensError::UnknownSpanGroup`] naming the variable otherwise.
-//!
-//! The variable replaces the defaults; name `default` to keep them and add your own:
-//!
-//! ```
-//! use nemo_lens::rules::parse_span_group_rules;
-//! let rules = parse_span_group_rules("default, candle_transformers=ops", "NEMO_LENS_SPAN_GROUP_RULES").unwrap();
-//! assert_eq!(rules.len(), 2);
-//! assert_eq!(rules[0].prefix(), "burn_collective");
-//! assert_eq!(rules[1].group(), "ops");
-//!
-//! let rule = &parse_span_group_rules("burn_collective::local::client:all_reduce=collective", "V").unwrap()[0];
-//! assert_eq!(rule.name(), Some("all_reduce"));
-//! ```
+//! per callsite. The spec comes from `NEMO_LENS_SPAN_GROUP_RULES` or
+//! [`GroupsConfig::rules`](crate::GroupsConfig::rules), whose documentation describes the
+//! entries for users; setup parses it with [`parse_span_group_rules`] and the group gate asks
+//! [`CallsiteRules`] once per callsite.
 
 use std::fmt;
 
 use tracing_core::{LevelFilter, Metadata};
 
 use crate::error::{LensError, Result};
-use crate::rank::groups;
 
 /// The rules used when `NEMO_LENS_SPAN_GROUP_RULES` is unset: burn's collective operations
 /// (`burn_collective`, the all-reduce a rank waits in) in group `collective`.
-pub const DEFAULT_SPAN_GROUP_RULES: &str = "burn_collective=collective";
+pub(crate) const DEFAULT_SPAN_GROUP_RULES: &str = "burn_collective=collective";
 
 /// One rule: callsites under a target prefix (optionally of one name) belong to a group.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SpanGroupRule {
+pub(crate) struct SpanGroupRule {
     prefix: String,
     name: Option<String>,
     group: String,
@@ -55,30 +28,25 @@ pub struct SpanGroupRule {
 
 impl SpanGroupRule {
     /// The target prefix (whole path segments).
-    pub fn prefix(&self) -> &str {
+    #[cfg(test)]
+    fn prefix(&self) -> &str {
         &self.prefix
     }
 
     /// The span name the rule is narrowed to, if any.
-    pub fn name(&self) -> Option<&str> {
+    #[cfg(test)]
+    fn name(&self) -> Option<&str> {
         self.name.as_deref()
     }
 
     /// The group (lower-case).
-    pub fn group(&self) -> &str {
+    #[cfg(test)]
+    fn group(&self) -> &str {
         &self.group
     }
 
     /// Whether the rule covers a callsite of `target` named `name`.
-    ///
-    /// ```
-    /// use nemo_lens::rules::parse_span_group_rules;
-    /// let rule = &parse_span_group_rules("burn_collective=collective", "V").unwrap()[0];
-    /// assert!(rule.matches("burn_collective", "all_reduce"));
-    /// assert!(rule.matches("burn_collective::local::client", "all_reduce"));
-    /// assert!(!rule.matches("burn_collectives", "all_reduce"));
-    /// ```
-    pub fn matches(&self, target: &str, name: &str) -> bool {
+    fn matches(&self, target: &str, name: &str) -> bool {
         target
             .strip_prefix(self.prefix.as_str())
             .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
@@ -115,7 +83,7 @@ fn is_path(prefix: &str) -> bool {
         })
 }
 
-fn parse_entry(entry: &str, var: &str) -> Result<SpanGroupRule> {
+fn parse_entry(entry: &str, var: &str, registered: &[String]) -> Result<SpanGroupRule> {
     let (lhs, group) = entry.split_once('=').ok_or_else(|| invalid(var, entry))?;
     let (lhs, group) = (lhs.trim(), group.trim().to_ascii_lowercase());
     // `::` separates path segments, a single `:` the span name: split at the first lone `:`.
@@ -132,12 +100,11 @@ fn parse_entry(entry: &str, var: &str) -> Result<SpanGroupRule> {
     if group.is_empty() || group.contains('=') {
         return Err(invalid(var, entry));
     }
-    let registered = groups::registered_groups();
     if !registered.contains(&group) {
         return Err(LensError::UnknownSpanGroup {
             var: var.to_string(),
             name: crate::config::env::shown(&group),
-            valid: registered,
+            valid: registered.to_vec(),
         });
     }
     Ok(SpanGroupRule {
@@ -147,26 +114,23 @@ fn parse_entry(entry: &str, var: &str) -> Result<SpanGroupRule> {
     })
 }
 
-/// Parses a rule spec (see the [module documentation](self)); `var` names the spec's source in
-/// errors: [`LensError::InvalidValue`] for an entry that is not a rule,
-/// [`LensError::UnknownSpanGroup`] (with the registered groups) for a group no library
-/// registered. Duplicate rules are kept once.
-///
-/// ```
-/// use nemo_lens::rules::parse_span_group_rules;
-/// assert!(parse_span_group_rules("none", "V").unwrap().is_empty());
-/// let err = parse_span_group_rules("burn_collective=colective", "NEMO_LENS_SPAN_GROUP_RULES").unwrap_err();
-/// assert!(err.to_string().contains("NEMO_LENS_SPAN_GROUP_RULES"));
-/// assert!(parse_span_group_rules("burn collective=collective", "V").is_err());
-/// ```
-pub fn parse_span_group_rules(spec: &str, var: &str) -> Result<Vec<SpanGroupRule>> {
+/// Parses a rule spec (entries `prefix=group`, `prefix:name=group`, `default`, `none`) whose
+/// groups must be among `registered` (the group registry's, passed in so the registry's gate can
+/// hold the rules); `var` names the spec's source in errors: [`LensError::InvalidValue`] for an
+/// entry that is not a rule, [`LensError::UnknownSpanGroup`] (with the registered groups) for a
+/// group no library registered. Duplicate rules are kept once.
+pub(crate) fn parse_span_group_rules(
+    spec: &str,
+    var: &str,
+    registered: &[String],
+) -> Result<Vec<SpanGroupRule>> {
     let mut rules: Vec<SpanGroupRule> = Vec::new();
     for entry in spec.split(',') {
         let entry = entry.trim();
         let parsed = match entry.to_ascii_lowercase().as_str() {
             "" | "none" => continue,
-            "default" => parse_span_group_rules(DEFAULT_SPAN_GROUP_RULES, var)?,
-            _ => vec![parse_entry(entry, var)?],
+            "default" => parse_span_group_rules(DEFAULT_SPAN_GROUP_RULES, var, registered)?,
+            _ => vec![parse_entry(entry, var, registered)?],
         };
         for rule in parsed {
             if !rules.contains(&rule) {
@@ -235,7 +199,11 @@ mod tests {
     use super::*;
 
     fn parse(spec: &str) -> Result<Vec<SpanGroupRule>> {
-        parse_span_group_rules(spec, "NEMO_LENS_SPAN_GROUP_RULES")
+        parse_span_group_rules(
+            spec,
+            "NEMO_LENS_SPAN_GROUP_RULES",
+            &crate::rank::groups::registered_groups(),
+        )
     }
 
     #[test]
@@ -289,6 +257,20 @@ mod tests {
             }
             other => panic!("{other}"),
         }
+    }
+
+    #[test]
+    fn the_default_rule_puts_burn_collective_in_collective() {
+        let rules = parse("default, candle_transformers=ops").unwrap();
+        assert_eq!(rules.len(), 2);
+        assert_eq!(rules[0].prefix(), "burn_collective");
+        assert_eq!(rules[0].group(), "collective");
+        assert!(rules[0].matches("burn_collective", "all_reduce"));
+        assert!(rules[0].matches("burn_collective::local::client", "all_reduce"));
+        assert!(!rules[0].matches("burn_collectives", "all_reduce"));
+        assert_eq!(rules[1].group(), "ops");
+        let named = &parse("burn_collective::local::client:all_reduce=collective").unwrap()[0];
+        assert_eq!(named.name(), Some("all_reduce"));
     }
 
     #[test]

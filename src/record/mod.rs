@@ -11,7 +11,7 @@
 //! span *is*: its static name (or `otel.name`), kind, status, two timestamps, its span context
 //! (ids drawn at once, so children, the log bridge and propagation see them), its parent, its
 //! attributes (static keys), events and links. When the span closes, the record goes into the
-//! batch queue as one pointer, and the worker thread ([`crate::export::LensBatchProcessor`])
+//! batch queue as one pointer, and the worker thread ([`crate::queue::span_processor::LensBatchProcessor`])
 //! builds the exported span from it. An OpenTelemetry [`Context`] is built only when something
 //! asks for one (context activation at the first enter,
 //! [`LensSpanExt::context`](crate::LensSpanExt::context), propagation, a `TRACEPARENT` parent).
@@ -29,7 +29,7 @@
 //! `on_start` *and* `on_end` on the batch worker thread (`nemo-lens-spans`), one after the
 //! other, when the worker reaches the span (after it ended, within `OTEL_BSP_SCHEDULE_DELAY`);
 //! its `on_start` sees the finished span's attributes. With synchronous export
-//! ([`synchronous_export`](crate::TelemetryBuilder::synchronous_export)) both run on the
+//! ([`ExportMode::Synchronous`](crate::ExportMode::Synchronous)) both run on the
 //! thread that ends the span, when it ends. Spans made directly with
 //! [`Telemetry::tracer`](crate::Telemetry::tracer) are ordinary SDK spans.
 //!

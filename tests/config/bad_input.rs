@@ -12,13 +12,12 @@ use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
-use nemo_lens::export::{MAX_QUEUE_SIZE_LIMIT, QueueConfig};
 use nemo_lens::testing::CollectingExporter;
 use nemo_lens::{LensConfig, LensError, Telemetry};
 use opentelemetry::trace::{Span as _, Tracer as _, TracerProvider as _};
 use proptest::prelude::*;
 
-use crate::common::child::{self, Child};
+use nemo_lens_test_support::child::{self, Child};
 
 fn proptest_config(cases: u32) -> ProptestConfig {
     ProptestConfig {
@@ -57,13 +56,6 @@ fn garbage() -> impl Strategy<Value = String> {
         ("[-+0-9a-z_.=,\\u{7f}\\u{feff}]{1,4}", 1usize..20_000).prop_map(|(s, n)| s.repeat(n)),
     ]
 }
-
-const BATCH_KEYS: [&str; 4] = [
-    "MAX_QUEUE_SIZE",
-    "SCHEDULE_DELAY",
-    "MAX_EXPORT_BATCH_SIZE",
-    "EXPORT_TIMEOUT",
-];
 
 /// Every variable the setup path reads through its lookup (`NEMO_LENS_*` via the config).
 const SETUP_VARS: [&str; 39] = [
@@ -127,38 +119,6 @@ fn named_variable(err: &LensError) -> Option<String> {
 }
 
 proptest! {
-    #![proptest_config(proptest_config(256))]
-
-    /// `OTEL_BSP_*` / `OTEL_BLRP_*`: default when blank, else a valid configuration, else an
-    /// `InvalidValue` naming the variable.
-    #[test]
-    fn batch_variables_yield_a_default_a_valid_value_or_a_named_error(
-        prefix in prop::sample::select(vec!["OTEL_BSP", "OTEL_BLRP"]),
-        key in prop::sample::select(BATCH_KEYS.to_vec()),
-        value in garbage(),
-    ) {
-        let var = format!("{prefix}_{key}");
-        let lookup = |k: &str| (k == var).then(|| value.clone());
-        match QueueConfig::from_env(prefix, &lookup) {
-            Ok(c) => {
-                if value.trim().is_empty() {
-                    prop_assert_eq!(c, QueueConfig::default());
-                }
-                prop_assert!((1..=MAX_QUEUE_SIZE_LIMIT).contains(&c.max_queue_size));
-                prop_assert!(c.max_export_batch_size >= 1);
-                prop_assert!(c.max_export_batch_size <= c.max_queue_size);
-                prop_assert!(!c.export_timeout.is_zero());
-            }
-            Err(e) => {
-                prop_assert!(matches!(e, LensError::InvalidValue { .. }), "{:?}", e);
-                prop_assert_eq!(named_variable(&e), Some(var.clone()));
-                prop_assert!(e.to_string().len() < 400, "the value is shortened in the message");
-            }
-        }
-    }
-}
-
-proptest! {
     #![proptest_config(proptest_config(40))]
 
     /// The whole setup over an arbitrary environment (every variable it reads, each unset, valid
@@ -185,7 +145,7 @@ proptest! {
         };
         // Metric and log pipelines would export over OTLP to nothing; their variables are still
         // read (on the exporting rank; here every rank exports unless the strategy says otherwise).
-        let built = Telemetry::builder(config.with_metrics_enabled(false).with_logs_enabled(false))
+        let built = Telemetry::builder(config.with(|c| { c.metrics_enabled = false; c.logs_enabled = false; }))
             .span_exporter(CollectingExporter::default())
             .env_lookup(lookup)
             .allow_reinit_for_testing(true)
@@ -223,11 +183,11 @@ fn a_failed_setup_leaves_no_global_state_and_a_later_good_one_works() {
     // Traces only: the point is the global tracer provider and span groups (a default metric
     // pipeline would export over OTLP to a collector that is not there).
     let enabled = || {
-        LensConfig::default()
-            .with_enabled(true)
-            .with_export_strategy("all_ranks")
-            .with_span_groups("per_step")
-            .with_metrics_enabled(false)
+        LensConfig::default().with_enabled(true).with(|c| {
+            c.export.strategy = "all_ranks".into();
+            c.groups.span_groups = "per_step".into();
+            c.metrics_enabled = false;
+        })
     };
     let no_env = |_: &str| None::<String>;
     // A path below a regular file can be neither created nor opened.
@@ -239,11 +199,10 @@ fn a_failed_setup_leaves_no_global_state_and_a_later_good_one_works() {
             .env_lookup(|k| (k == "OTEL_BSP_MAX_QUEUE_SIZE").then(|| "many".into()))
             .build()
             .unwrap_err(),
-        Telemetry::builder(
-            enabled()
-                .with_exporter(nemo_lens::ExporterKind::Console)
-                .with_console_path(Some(unopenable)),
-        )
+        Telemetry::builder(enabled().with(|c| {
+            c.export.exporter = nemo_lens::ExporterKind::Console;
+            c.export.console_path = Some(unopenable);
+        }))
         .env_lookup(no_env)
         .build()
         .unwrap_err(),
@@ -251,7 +210,7 @@ fn a_failed_setup_leaves_no_global_state_and_a_later_good_one_works() {
             .env_lookup(|k| (k == "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").then(|| "thrift".into()))
             .build()
             .unwrap_err(),
-        Telemetry::builder(enabled().with_export_strategy("every_other_rank"))
+        Telemetry::builder(enabled().with(|c| c.export.strategy = "every_other_rank".into()))
             .span_exporter(CollectingExporter::default())
             .env_lookup(no_env)
             .build()
@@ -261,7 +220,7 @@ fn a_failed_setup_leaves_no_global_state_and_a_later_good_one_works() {
         "OTEL_BSP_MAX_QUEUE_SIZE",
         "NEMO_LENS_CONSOLE_PATH",
         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-        "export_strategy",
+        "export.strategy",
     ]) {
         assert!(err.to_string().contains(var), "{err}");
         assert!(

@@ -1,7 +1,7 @@
 //! `OTEL_TRACES_SAMPLER`, which the SDK reads, keeps its meaning for lens spans: the sampled
 //! flag decided on the training thread (what children and propagation see) agrees with what the
 //! SDK span built on the batch worker is, and spans the sampler drops are not counted as
-//! dropped. The test runs in a process of its own (`common::child`): it sets process variables
+//! dropped. The test runs in a process of its own (`nemo_lens_test_support::child`): it sets process variables
 //! before anything reads them.
 
 use std::collections::HashSet;
@@ -11,7 +11,7 @@ use nemo_lens::testing::CollectingExporter;
 use nemo_lens::{LensConfig, LensSpanExt, Telemetry};
 use tracing_subscriber::prelude::*;
 
-use crate::common::child;
+use nemo_lens_test_support::child;
 
 #[test]
 fn the_sdk_sampler_from_the_environment_decides_on_the_training_thread_too() {
@@ -26,11 +26,11 @@ fn sampler_from_the_environment() {
         std::env::set_var("OTEL_TRACES_SAMPLER_ARG", "0.5");
     }
     let exporter = CollectingExporter::default();
-    let config = LensConfig::default()
-        .with_enabled(true)
-        .with_metrics_enabled(false)
-        .with_export_strategy("all_ranks")
-        .with_span_groups("all");
+    let config = LensConfig::default().with_enabled(true).with(|c| {
+        c.metrics_enabled = false;
+        c.export.strategy = "all_ranks".into();
+        c.groups.span_groups = "all".into();
+    });
     let telemetry = Telemetry::builder(config)
         .span_exporter(exporter.clone())
         .build()
@@ -67,7 +67,7 @@ fn sampler_from_the_environment() {
         "exactly the spans flagged sampled are exported"
     );
     assert_eq!(
-        telemetry.dropped().spans,
+        telemetry.stats().dropped_spans,
         0,
         "sampled-out spans are not drops"
     );

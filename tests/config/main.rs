@@ -4,20 +4,16 @@
 //!
 //! One test binary: its tests run as threads of one process. A test that sets the process
 //! environment, reads process-wide state, or must not see other threads fork runs its body in a
-//! child (`common::child`).
-
-#[path = "../common/mod.rs"]
-mod common;
+//! child (`nemo_lens_test_support::child`).
 
 mod bad_input;
 mod carrier;
 mod config;
 mod env_sampler;
-mod first_rank_per_node;
 mod hostile_env;
 mod identity;
 mod identity_vectors;
 mod job_env;
 mod named_files;
 mod resource;
-mod strategy;
+mod sampler;

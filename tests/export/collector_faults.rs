@@ -3,7 +3,7 @@
 //! returns within its timeout (plus a margin) with the collector gone, and every span is either
 //! delivered or counted as dropped.
 //!
-//! Runs in a process of its own (`common::child`): the OTLP endpoint goes through the process
+//! Runs in a process of its own (`nemo_lens_test_support::child`): the OTLP endpoint goes through the process
 //! environment, as a user's job script would set it, and resident memory is measured.
 
 use std::time::{Duration, Instant};
@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use nemo_lens::Telemetry;
 use tracing_subscriber::prelude::*;
 
-use crate::common::child;
-use crate::common::collector::{self, Collector, count_with, free_port};
-use crate::common::rss_kib;
+use nemo_lens_test_support::child;
+use nemo_lens_test_support::collector::{self, Collector, count_with, free_port};
+use nemo_lens_test_support::rss_kib;
 
 /// Emits `n` spans of `phase` and returns how long the loop took.
 fn emit(phase: &'static str, n: u64) -> Duration {
@@ -51,9 +51,10 @@ fn faults() {
         std::env::set_var("OTEL_EXPORTER_OTLP_TIMEOUT", "1000");
         std::env::set_var("OTEL_BSP_SCHEDULE_DELAY", "100");
     }
-    let telemetry = Telemetry::builder(collector::otlp_config().with_metrics_enabled(false))
-        .build()
-        .unwrap();
+    let telemetry =
+        Telemetry::builder(collector::otlp_config().with(|c| c.metrics_enabled = false))
+            .build()
+            .unwrap();
     let _guard = tracing_subscriber::registry()
         .with(telemetry.layer())
         .set_default();
@@ -65,7 +66,7 @@ fn faults() {
     produced += 20_000;
     let _ = telemetry.force_flush();
     assert!(
-        telemetry.dropped().spans > 0,
+        telemetry.stats().dropped_spans > 0,
         "nothing counted with no collector"
     );
 
@@ -80,11 +81,11 @@ fn faults() {
 
     // 3. Killed mid-run: the loop still never blocks.
     first.kill();
-    let dropped_before_kill = telemetry.dropped().spans;
+    let dropped_before_kill = telemetry.stats().dropped_spans;
     assert!(emit("killed", 20_000) < NEVER_HANGS);
     produced += 20_000;
     let _ = telemetry.force_flush();
-    assert!(telemetry.dropped().spans > dropped_before_kill);
+    assert!(telemetry.stats().dropped_spans > dropped_before_kill);
 
     // 4. Restarted on the same ports: export resumes again.
     let mut second = Collector::start_on(grpc, http);
@@ -113,9 +114,9 @@ fn faults() {
     let delivered = delivered(&[&first, &second]);
     eprintln!(
         "produced {produced}, delivered {delivered}, dropped {}",
-        telemetry.dropped().spans
+        telemetry.stats().dropped_spans
     );
-    let dropped = telemetry.dropped().spans;
+    let dropped = telemetry.stats().dropped_spans;
     assert!(delivered <= produced);
     assert!(
         delivered + dropped >= produced,

@@ -2,7 +2,7 @@
 //! batch: a real collector (rotel) on loopback receives the batch's other spans, and the huge
 //! one is dropped alone and counted.
 //!
-//! Runs in a process of its own (`common::child`): the OTLP endpoint goes through the process
+//! Runs in a process of its own (`nemo_lens_test_support::child`): the OTLP endpoint goes through the process
 //! environment, as a user's job script would set it.
 
 use std::time::Duration;
@@ -10,8 +10,8 @@ use std::time::Duration;
 use nemo_lens::Telemetry;
 use tracing_subscriber::prelude::*;
 
-use crate::common::child;
-use crate::common::collector::{self, Collector, count_with};
+use nemo_lens_test_support::child;
+use nemo_lens_test_support::collector::{self, Collector, count_with};
 
 fn delivered(collector: &Collector, kind: &str) -> usize {
     count_with(&collector.spans(), "kind", kind)
@@ -31,9 +31,10 @@ fn huge_span() {
         // Everything goes out in one batch, at shutdown.
         std::env::set_var("OTEL_BSP_SCHEDULE_DELAY", "600000");
     }
-    let telemetry = Telemetry::builder(collector::otlp_config().with_metrics_enabled(false))
-        .build()
-        .unwrap();
+    let telemetry =
+        Telemetry::builder(collector::otlp_config().with(|c| c.metrics_enabled = false))
+            .build()
+            .unwrap();
     let blob = "x".repeat(6 << 20);
     tracing::subscriber::with_default(
         tracing_subscriber::registry().with(telemetry.layer()),
@@ -52,5 +53,5 @@ fn huge_span() {
         delivered(&collector, "small") == 40
     });
     assert_eq!(delivered(&collector, "huge"), 0);
-    assert_eq!(telemetry.dropped().spans, 1, "the huge span, counted");
+    assert_eq!(telemetry.stats().dropped_spans, 1, "the huge span, counted");
 }

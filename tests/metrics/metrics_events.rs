@@ -4,15 +4,14 @@
 
 use std::time::Duration;
 
-use nemo_lens::metrics::DIAGNOSTICS_TARGET;
 use nemo_lens::{LensConfig, Telemetry};
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use tracing::Level;
 use tracing_subscriber::prelude::*;
 
-use crate::common::child::{self, Child};
-use crate::common::metrics::{collect, exporting, metric};
+use nemo_lens_test_support::child::{self, Child};
+use nemo_lens_test_support::metrics::{collect, exporting, metric};
 
 fn attrs<'a>(it: impl Iterator<Item = &'a KeyValue>) -> Vec<(String, Value)> {
     let mut v: Vec<(String, Value)> = it
@@ -141,13 +140,11 @@ fn only_callsites_with_a_metric_field_reach_the_layer() {
 #[test]
 fn the_layer_is_inert_where_no_metrics_are_exported() {
     let disabled = Telemetry::builder(LensConfig::default()).build().unwrap();
-    let metrics_off = Telemetry::builder(
-        LensConfig::default()
-            .with_enabled(true)
-            .with_export_strategy("all_ranks")
-            .with_metrics_enabled(false)
-            .with_traces_enabled(false),
-    )
+    let metrics_off = Telemetry::builder(LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.metrics_enabled = false;
+        c.traces_enabled = false;
+    }))
     .allow_reinit_for_testing(true)
     .build()
     .unwrap();
@@ -197,7 +194,7 @@ fn non_numeric_and_out_of_range_values_are_skipped_with_one_warning_each() {
     assert!(stdout.contains(r#"EXPORTED ["ev_ok"]"#), "{stdout}");
     let warnings: Vec<&str> = stderr
         .lines()
-        .filter(|l| l.starts_with(&format!("WARN {DIAGNOSTICS_TARGET}: ")))
+        .filter(|l| l.starts_with("WARN nemo_lens::metrics: "))
         .collect();
     assert_eq!(warnings.len(), 6, "{stderr}");
     for (field, problem) in [

@@ -9,13 +9,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
 use nemo_lens::testing::{CollectingExporter, SpanCapture};
-use nemo_lens::{EmitSpan, EpochSeconds, emit_span};
+use nemo_lens::{EmitSpan, EpochSeconds};
 use nemo_lens::{LensConfig, LensError, semconv};
 use opentelemetry::trace::{TraceContextExt, Tracer, TracerProvider as _};
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 
-use crate::common::child;
+use nemo_lens_test_support::child;
 
 fn pipeline() -> (SdkTracerProvider, SdkTracer, CollectingExporter) {
     let exporter = CollectingExporter::default();
@@ -39,12 +39,17 @@ fn group_gate_decides_before_any_work_in_a_fresh_process() {
     let (_p, tracer, exporter) = pipeline();
     // No telemetry set up yet: every group is disabled, and a disabled group returns before
     // the (non-finite) times are even looked at.
-    let out = emit_span(&tracer, "x", f64::NAN, 1.0, None, [], Some("step"));
+    let out = EmitSpan::new("x", f64::NAN, 1.0)
+        .group("step")
+        .emit(&tracer);
     assert!(matches!(out, Ok(None)), "{out:?}");
     assert!(exporter.spans().is_empty());
 
     // With the real telemetry and `step` enabled, the same call emits through its tracer.
-    let capture = SpanCapture::with_config(LensConfig::default().with_span_groups("step")).unwrap();
+    let capture = SpanCapture::with_config(
+        LensConfig::default().with(|c| c.groups.span_groups = "step".into()),
+    )
+    .unwrap();
     let tracer = capture.telemetry().tracer();
     let cx = EmitSpan::new("prefetch", 100.0, 101.5)
         .group("step")
@@ -275,7 +280,7 @@ fn inverted_evidence_is_python_s_decimal_for_hostile_times() {
         .unwrap();
     }
     let lines: Vec<String> = pairs.iter().map(|(a, b)| format!("{a}|{b}")).collect();
-    let python = crate::common::python::map_lines(
+    let python = nemo_lens_test_support::python::map_lines(
         "from decimal import Decimal as D",
         "'|'.join([str(D(line.split('|')[0])), str(D(line.split('|')[1])), \
          str(D(line.split('|')[0]) - D(line.split('|')[1])), \

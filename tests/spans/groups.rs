@@ -1,10 +1,11 @@
 //! Span groups: specs, presets, library registration and per-callsite gating.
 
 use nemo_lens::testing::SpanCapture;
-use nemo_lens::{LensConfig, LensError, groups};
+use nemo_lens::{LensConfig, groups};
 
 fn capture(spec: &str) -> SpanCapture {
-    SpanCapture::with_config(LensConfig::default().with_span_groups(spec)).unwrap()
+    SpanCapture::with_config(LensConfig::default().with(|c| c.groups.span_groups = spec.into()))
+        .unwrap()
 }
 
 #[tracing::instrument(fields(nemo.group.step))]
@@ -26,29 +27,6 @@ fn names(c: &SpanCapture) -> Vec<String> {
     let mut v: Vec<_> = c.spans().iter().map(|s| s.name.to_string()).collect();
     v.sort();
     v
-}
-
-#[test]
-fn presets_resolve_as_in_python() {
-    let d = groups::resolve("default", "X").unwrap();
-    assert_eq!(
-        d.iter().map(String::as_str).collect::<Vec<_>>(),
-        ["checkpoint", "evaluate", "job"]
-    );
-    let p = groups::resolve("PER_STEP", "X").unwrap();
-    for g in groups::BUILTIN_GROUPS {
-        assert!(p.contains(g), "{g}");
-    }
-    assert!(groups::resolve("all", "X").unwrap().is_superset(&p));
-    assert!(groups::resolve(" , ", "X").unwrap().is_empty());
-    let err = groups::resolve("step,nonsense", "NEMO_LENS_SPAN_GROUPS").unwrap_err();
-    assert!(matches!(err, LensError::UnknownSpanGroup { ref name, .. } if name == "nonsense"));
-    let msg = err.to_string();
-    assert!(
-        msg.contains("NEMO_LENS_SPAN_GROUPS")
-            && msg.contains("forward_backward")
-            && msg.contains("per_step")
-    );
 }
 
 #[test]
@@ -93,17 +71,13 @@ fn libraries_register_groups_and_presets_union() {
         &[("per_step", &["microbatch"]), ("comms", &["communication"])],
     )
     .unwrap();
-    let per_step = groups::resolve("per_step", "X").unwrap();
+    let per_step = capture("per_step");
     assert!(
-        per_step.contains("microbatch") && per_step.contains("step"),
+        per_step.telemetry().is_span_group_enabled("microbatch")
+            && per_step.telemetry().is_span_group_enabled("step"),
         "presets union"
     );
-    assert!(
-        groups::resolve("comms", "X")
-            .unwrap()
-            .contains("communication")
-    );
-    assert!(groups::registered_presets().contains(&"comms".to_string()));
+    drop(per_step);
     assert!(groups::register_span_groups(&[""], &[]).is_err());
 
     let c = capture("comms");
@@ -127,18 +101,23 @@ fn is_span_group_enabled_reflects_the_last_setup() {
 
 #[test]
 fn changing_the_groups_at_run_time_re_evaluates_callsites() {
-    let c = capture("job");
-    let emit = || {
-        tracing::info_span!("late_step", nemo.group.step = tracing::field::Empty).in_scope(|| {})
-    };
-    c.in_scope(emit);
-    assert!(c.span("late_step").is_none());
-    c.telemetry().set_span_groups("job,step").unwrap();
-    c.in_scope(emit);
-    assert!(c.span("late_step").is_some());
-    assert!(c.telemetry().set_span_groups("bogus").is_err());
-    assert!(
-        c.telemetry().is_span_group_enabled("step"),
-        "a bad spec changes nothing"
-    );
+    // The groups are the process's (the telemetry set up last): alone in a process, no other
+    // test's telemetry can take their place.
+    nemo_lens_test_support::child::run_alone(|| {
+        let c = capture("job");
+        let emit = || {
+            tracing::info_span!("late_step", nemo.group.step = tracing::field::Empty)
+                .in_scope(|| {})
+        };
+        c.in_scope(emit);
+        assert!(c.span("late_step").is_none());
+        groups::set_enabled_span_groups("job,step").unwrap();
+        c.in_scope(emit);
+        assert!(c.span("late_step").is_some());
+        assert!(groups::set_enabled_span_groups("bogus").is_err());
+        assert!(
+            c.telemetry().is_span_group_enabled("step"),
+            "a bad spec changes nothing"
+        );
+    });
 }

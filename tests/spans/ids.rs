@@ -2,7 +2,7 @@
 //! (spec §2.7): IDs never zero, never repeated across threads, independent of how the generator
 //! was created, and re-seeded in a forked child.
 //!
-//! Several tests run in child processes of their own (`common::child`) to get a fresh process:
+//! Several tests run in child processes of their own (`nemo_lens_test_support::child`) to get a fresh process:
 //! one compares the IDs of two identical processes, one checks a process in which no
 //! `ChaChaIdGenerator::new()` ever ran, and one runs four identically seeded ranks through the
 //! whole export pipeline at once.
@@ -11,11 +11,12 @@ use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
 
 use nemo_lens::ChaChaIdGenerator;
+use nemo_lens::Place;
 use opentelemetry::trace::{SpanId, TraceId};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 
-use crate::common::child::{self, Child};
-use crate::common::console;
+use nemo_lens_test_support::child::{self, Child};
+use nemo_lens_test_support::console;
 
 fn span_u64(id: SpanId) -> u64 {
     u64::from_be_bytes(id.to_bytes())
@@ -342,13 +343,14 @@ fn identically_seeded_ranks_export_disjoint_ids() {
         let rank: u32 = std::env::var(RANK_VAR).unwrap().parse().unwrap();
         let config = nemo_lens::LensConfig::default()
             .with_enabled(true)
-            .with_export_strategy("all_ranks")
-            .with_exporter(nemo_lens::ExporterKind::Console)
-            .with_console_path(Some(std::env::var(OUT_VAR).unwrap()))
-            .with_metrics_enabled(false);
+            .with(|c| {
+                c.export.strategy = "all_ranks".into();
+                c.export.exporter = nemo_lens::ExporterKind::Console;
+                c.export.console_path = Some(std::env::var(OUT_VAR).unwrap());
+                c.metrics_enabled = false;
+            });
         let telemetry = nemo_lens::Telemetry::builder(config)
-            .rank(rank)
-            .world_size(RANKS)
+            .place(Place::rank(rank).of(RANKS))
             .build()
             .unwrap();
         let _guard = tracing_subscriber::registry()

@@ -3,10 +3,7 @@
 //! processes, the open-span closer and the flight recorder.
 //!
 //! One test binary: its tests run as threads of one process. A test that needs a process of its
-//! own (process-wide slots, `fork`) runs its body in a child (`common::child`).
-
-#[path = "../common/mod.rs"]
-mod common;
+//! own (process-wide slots, `fork`) runs its body in a child (`nemo_lens_test_support::child`).
 
 mod attributes;
 mod callsite_interest;
@@ -28,12 +25,3 @@ mod span_rules;
 mod trace_flags;
 mod trace_per;
 mod w3c_trace_context;
-
-use std::sync::{Mutex, MutexGuard};
-
-/// The pipeline-parallel carrier slot (`propagation::set_pp_trace_carrier`) is one per process:
-/// the tests that fill it take this lock first.
-fn pp_carrier_slot() -> MutexGuard<'static, ()> {
-    static SLOT: Mutex<()> = Mutex::new(());
-    SLOT.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}

@@ -5,18 +5,18 @@
 
 use std::collections::HashMap;
 
-use nemo_lens::{LensConfig, LensError, Telemetry};
+use nemo_lens::{LensConfig, LensError, Place, Telemetry};
 use tracing::field::Empty;
 use tracing::{Dispatch, Level};
 use tracing_core::{Interest, LevelFilter, Metadata};
 use tracing_subscriber::prelude::*;
 
 fn config(groups: &str) -> LensConfig {
-    LensConfig::default()
-        .with_enabled(true)
-        .with_export_strategy("all_ranks")
-        .with_span_groups(groups)
-        .with_metrics_enabled(false)
+    LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.groups.span_groups = groups.into();
+        c.metrics_enabled = false;
+    })
 }
 
 fn telemetry(config: LensConfig) -> (Telemetry, opentelemetry_sdk::trace::InMemorySpanExporter) {
@@ -101,15 +101,15 @@ fn the_default_rules_put_burn_collective_in_collective_whatever_the_level() {
 
 #[test]
 fn the_span_level_decides_spans_in_no_group() {
-    let trace = config("step").with_span_level(LevelFilter::TRACE);
+    let trace = config("step").with(|c| c.groups.span_level = LevelFilter::TRACE);
     assert_eq!(
         exported(trace),
         ["block_on", "fallback", "lookalike", "matmul", "train_step"]
     );
-    let warn = config("step").with_span_level(LevelFilter::WARN);
+    let warn = config("step").with(|c| c.groups.span_level = LevelFilter::WARN);
     assert_eq!(exported(warn), ["fallback", "train_step"]);
     // Grouped spans are decided by their group alone, even with the level off.
-    let off = config("step,collective").with_span_level(LevelFilter::OFF);
+    let off = config("step,collective").with(|c| c.groups.span_level = LevelFilter::OFF);
     assert_eq!(
         exported(off),
         ["all_reduce", "global_all_reduce", "train_step"]
@@ -118,8 +118,9 @@ fn the_span_level_decides_spans_in_no_group() {
 
 #[test]
 fn rules_narrowed_by_name_and_replacing_the_defaults() {
-    let ops = config("step,ops")
-        .with_span_group_rules("candle_core:matmul=ops, burn_collective::local::client=collective");
+    let ops = config("step,ops").with(|c| {
+        c.groups.rules = "candle_core:matmul=ops, burn_collective::local::client=collective".into();
+    });
     // `matmul` (DEBUG) is in `ops`; `fallback` is not narrowed in; the defaults are replaced,
     // so only the client's `all_reduce` is in (disabled) `collective`.
     assert_eq!(
@@ -132,12 +133,12 @@ fn rules_narrowed_by_name_and_replacing_the_defaults() {
             "train_step"
         ]
     );
-    let none = config("step,collective").with_span_group_rules("none");
+    let none = config("step,collective").with(|c| c.groups.rules = "none".into());
     assert_eq!(
         exported(none),
         ["fallback", "global_all_reduce", "lookalike", "train_step"]
     );
-    let added = config("step,ops").with_span_group_rules("default,candle_core=ops");
+    let added = config("step,ops").with(|c| c.groups.rules = "default,candle_core=ops".into());
     assert_eq!(
         exported(added),
         ["fallback", "lookalike", "matmul", "train_step"]
@@ -149,7 +150,7 @@ fn out_of_level_and_disabled_rule_callsites_are_never() {
     let (t, _exporter) = telemetry(config("step"));
     let all = Dispatch::new(
         tracing_subscriber::registry().with(
-            telemetry(config("all").with_span_level(LevelFilter::TRACE))
+            telemetry(config("all").with(|c| c.groups.span_level = LevelFilter::TRACE))
                 .0
                 .layer(),
         ),
@@ -168,15 +169,14 @@ fn out_of_level_and_disabled_rule_callsites_are_never() {
 #[test]
 fn the_flight_recorder_records_rule_groups_on_a_non_exporting_rank() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = LensConfig::default()
-        .with_enabled(true)
-        .with_metrics_enabled(false);
-    c.flight_recorder.capacity = 64;
-    c.flight_recorder.dump_dir = Some(dir.path().to_path_buf());
-    c.flight_recorder.hang_timeout = None;
+    let c = LensConfig::default().with_enabled(true).with(|c| {
+        c.metrics_enabled = false;
+        c.flight_recorder.capacity = 64;
+        c.flight_recorder.dump_dir = Some(dir.path().to_path_buf());
+        c.flight_recorder.hang_timeout = None;
+    });
     let t = Telemetry::builder(c)
-        .rank(0)
-        .world_size(2)
+        .place(Place::rank(0).of(2))
         .allow_reinit_for_testing(true)
         .build()
         .unwrap();
@@ -225,10 +225,11 @@ fn rule_and_level_errors_name_the_variable() {
         ]),
     )
     .unwrap();
-    let err = Telemetry::builder(cfg.with_exporter(nemo_lens::ExporterKind::Console))
-        .allow_reinit_for_testing(true)
-        .build()
-        .unwrap_err();
+    let err =
+        Telemetry::builder(cfg.with(|c| c.export.exporter = nemo_lens::ExporterKind::Console))
+            .allow_reinit_for_testing(true)
+            .build()
+            .unwrap_err();
     match &err {
         LensError::UnknownSpanGroup { var, name, valid } => {
             assert_eq!(var, "NEMO_LENS_SPAN_GROUP_RULES");
@@ -258,5 +259,5 @@ fn rule_and_level_errors_name_the_variable() {
         lookup(&[("NEMO_LENS_SPAN_LEVEL", "Debug")]),
     )
     .unwrap();
-    assert_eq!(cfg.span_level, LevelFilter::DEBUG);
+    assert_eq!(cfg.groups.span_level, LevelFilter::DEBUG);
 }

@@ -35,7 +35,7 @@ use burn_collective::{
 };
 use burn_communication::Address;
 use clap::Parser;
-use nemo_lens::{LensConfig, Telemetry};
+use nemo_lens::{LensConfig, Place, Telemetry};
 use tracing::instrument;
 use tracing_subscriber::prelude::*;
 
@@ -94,8 +94,7 @@ fn main() -> ExitCode {
         }
     };
     let telemetry = match Telemetry::builder(config)
-        .rank(args.rank)
-        .world_size(args.world_size)
+        .place(Place::rank(args.rank).of(args.world_size))
         .build()
     {
         Ok(t) => t,

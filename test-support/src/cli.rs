@@ -11,7 +11,6 @@
 //! Python's `json.dumps` writes it. Rank 4's file is gzip and its resource has no
 //! `dl.rank` (the rank comes from the file name `spans-rank4.jsonl.gz`). The Python fixture
 //! (rank 3) is copied next to them.
-#![allow(dead_code)]
 
 use std::fs;
 use std::io::Write;
@@ -21,11 +20,6 @@ use std::process::Command;
 use serde_json::{Value, json};
 
 pub mod measure;
-// The library's test helpers for the programs a test runs and their environment.
-#[path = "../../../tests/common/programs.rs"]
-mod programs;
-#[allow(unused_imports)] // not every test binary runs a program
-pub use programs::{clear_telemetry_env, example};
 
 /// Steps per rank.
 pub const STEPS: i64 = 12;
@@ -207,9 +201,18 @@ pub fn files_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
     v
 }
 
-/// The `nemo-lens` binary built for this test run.
+/// The `nemo-lens` binary of this test run, `<target>/<profile>/nemo-lens`: Cargo builds it
+/// before it runs the command-line tool's tests and benches (it is their package's binary). A
+/// missing binary fails the test.
 pub fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_nemo-lens"))
+    let path = crate::programs::profile_dir().join("nemo-lens");
+    assert!(
+        path.is_file(),
+        "the nemo-lens binary is missing at {}: run the command-line tool's tests \
+         (`cargo test -p nemo-lens-cli`), which build it",
+        path.display()
+    );
+    Command::new(path)
 }
 
 /// Compute per step of a rank in [`write_rank_dumps`], and of its slow ranks.
