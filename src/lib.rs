@@ -248,6 +248,9 @@ mod exporting_md {}
 #[doc = include_str!("../docs/features.md")]
 mod features_md {}
 #[cfg(doctest)]
+#[doc = include_str!("../docs/frameworks.md")]
+mod frameworks_md {}
+#[cfg(doctest)]
 #[doc = include_str!("../docs/gpu.md")]
 mod gpu_md {}
 #[cfg(doctest)]

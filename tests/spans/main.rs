@@ -21,6 +21,7 @@ mod recorder;
 mod recording;
 mod redaction;
 mod span_ext;
+mod span_rules;
 mod trace_flags;
 mod trace_per;
 mod w3c_trace_context;
