@@ -14,6 +14,7 @@ mod common;
 #[path = "../common/tls.rs"]
 mod tls;
 
+mod app_http_client;
 mod batch;
 mod collector_faults;
 mod console_jsonl;

@@ -14,7 +14,8 @@
 //! `SSL_CERT_DIR`, else the platform's store, read by `rustls-native-certs`). Both transports use
 //! rustls with a client configuration built here with the *ring* provider, given explicitly (the
 //! process's default provider is the application's, and is neither read nor installed): gRPC
-//! through a channel of nemo-lens's own ([`grpc_tls`](super::grpc_tls)), HTTP through reqwest.
+//! through a channel of nemo-lens's own ([`grpc_tls`](super::grpc_tls)), HTTP through a hyper
+//! client of nemo-lens's own ([`http_client`](super::http_client)).
 //!
 //! The files are read and parsed at setup, on the exporting rank only, and only for an
 //! `https://` endpoint: a file that cannot be read (or is not a regular file of at most 1 MiB:
@@ -206,19 +207,6 @@ impl TlsFiles {
                 })
             }
         }
-    }
-
-    /// A rustls client configuration for plain `http://` endpoints: no roots are needed (no
-    /// handshake happens), but reqwest is built with rustls and wants one.
-    #[cfg(feature = "otlp-http")]
-    pub(crate) fn plain_rustls_config() -> rustls::ClientConfig {
-        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth()
     }
 }
 
