@@ -11,6 +11,7 @@ pub(crate) mod pipeline;
 pub(crate) mod span_ext;
 mod spans;
 pub(crate) mod stacktrace;
+pub(crate) mod unwind;
 
 use std::any::TypeId;
 use std::fmt;

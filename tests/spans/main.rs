@@ -26,6 +26,7 @@ mod redaction;
 mod span_ext;
 mod trace_flags;
 mod trace_per;
+mod unwinding;
 mod w3c_trace_context;
 
 use std::sync::{Mutex, MutexGuard};
