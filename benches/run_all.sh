@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every bench once and writes docs/performance.md from that one run: a header with the
-# date, toolchain, machine and load average before and after, then each bench's tables.
+# date, toolchain, machine and load average before and after, then each bench's tables; the
+# goals against that run go to benches/README.md.
 #   1. `cargo bench --bench peers`: nemo-lens beside its peers, one process per wiring;
 #   2. benches/instructions.sh: instructions per span on the training thread under callgrind,
 #      the load-independent figure, and benches/profile.sh, where an exported span's instructions go;
@@ -134,17 +135,6 @@ cat <<EOF
 | load average (1, 5, 15 min) | $START_LOAD at start, $END_LOAD at end |
 
 EOF
-cat <<'EOF'
-## Goals
-
-What the project aims for, against this run (`benches/goals.py` reads the tables below). A goal
-this run misses is marked missed; the profile under "Where an exported span's instructions go"
-shows what the training thread spends them on, and the one under "Command-line tool" what the
-tool spends its time on.
-
-EOF
-cat "$OUT/goals.txt"
-echo
 cat <<'EOF'
 ## Beside its peers
 
@@ -316,6 +306,18 @@ lines "$OUT/ranks.txt" '(4096|straggler|summary) '
 } >"$OUT/page.md"
 
 mv "$OUT/page.md" "$PAGE"
+# The goals against this run, on the contributors' bench page (between its markers).
+python3 - "$OUT/goals.txt" "$START_DATE" <<'PY'
+import sys
+goals, date = open(sys.argv[1]).read().strip(), sys.argv[2]
+path = "benches/README.md"
+page = open(path).read()
+start, end = "<!-- goals: start -->", "<!-- goals: end -->"
+head, rest = page.split(start, 1)
+_, tail = rest.split(end, 1)
+body = f"{start}\nThe run of {date} UTC (the figures on docs/performance.md):\n\n{goals}\n{end}"
+open(path, "w").write(head + body + tail)
+PY
 # README's headline cost table, from this page's whole-process table.
 python3 benches/readme_cost.py "$PAGE" README.md
 echo "run_all: wrote $PAGE (load average $END_LOAD at end)" >&2

@@ -166,8 +166,58 @@ mod layer;
 mod record;
 // the bounded queue, whose worker thread builds the SDK spans and runs the span processors;
 mod queue;
-// the exporters, which put spans (and metrics and logs) on the wire.
-pub mod export;
+// the exporters, which put spans (and metrics and logs) on the wire. The public module is
+// declared here, where it also shows the queue's processors: `export/` itself depends on no
+// stage of the span path.
+pub mod export {
+    //! Exporters: where finished spans, metrics and log records go, and the queue before them.
+    //!
+    //! | type | what it does |
+    //! |---|---|
+    //! | [`ConsoleSpanExporter`], [`ConsoleMetricExporter`], [`ConsoleLogExporter`] | compact JSONL in the Python library's console layout, to stdout, a file or any writer |
+    //! | [`ConsoleWriter`] | the line sink those three share, so their lines interleave whole |
+    //! | [`LensBatchProcessor`], [`LensBatchLogProcessor`] ([`QueueConfig`]) | the bounded queue and worker between the layer and an exporter, which count what they drop |
+    //! | [`OtlpProtocol`], [`Signal`] | OTLP over gRPC (feature `otlp-grpc`), HTTP/protobuf or HTTP/JSON (feature `otlp-http`), chosen per signal from `OTEL_EXPORTER_OTLP_*` |
+    //!
+    //! Behind the OTLP exporters that setup builds, every export runs on a helper thread so that
+    //! `OTEL_EXPORTER_OTLP_TIMEOUT` holds for every transport, span requests are kept under the
+    //! collector's 4 MiB message limit (a batch is split; a span too large alone is dropped and
+    //! counted), and failed metric exports are counted with the dropped spans and log records.
+    //!
+    //! [`Telemetry`](crate::Telemetry) wires these up from the configuration; use them directly
+    //! to build a pipeline of your own (a custom exporter behind the console layout, a test
+    //! writer).
+    //!
+    //! ```
+    //! use nemo_lens::export::ConsoleSpanExporter;
+    //! use opentelemetry::trace::{Tracer, TracerProvider};
+    //! use opentelemetry_sdk::trace::SdkTracerProvider;
+    //!
+    //! let provider = SdkTracerProvider::builder()
+    //!     .with_simple_exporter(ConsoleSpanExporter::to_writer(std::io::sink()))
+    //!     .build();
+    //! provider.tracer("demo").in_span("train", |_cx| {});
+    //! provider.shutdown().unwrap();
+    //! ```
+
+    pub(crate) mod console;
+    mod counted;
+    mod deadline;
+    mod message_limit;
+    pub(crate) mod otlp;
+
+    pub use crate::queue::{
+        LensBatchLogProcessor, LensBatchProcessor, MAX_QUEUE_SIZE_LIMIT, QueueConfig,
+    };
+    pub(crate) use console::resolve_path;
+    pub use console::{
+        ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ConsoleWriter,
+    };
+    pub(crate) use counted::CountedMetricExporter;
+    pub(crate) use deadline::DeadlineExporter;
+    pub(crate) use message_limit::MessageLimit;
+    pub use otlp::{OtlpProtocol, Signal};
+}
 
 // Beside the span path: metrics, the flight recorder, the GPU's identity and NVTX ranges, and
 // the setup that builds it all and shuts it down.
@@ -176,17 +226,22 @@ mod gpu;
 pub mod metrics;
 mod setup;
 
-// Errors, ids, attribute names, propagation, backdated spans and test capture.
+// Errors, ids, attribute names, propagation, backdated spans and test capture; the leaves every
+// part may use: Python's JSON text (`pyjson`), approximate sizes (`size`) and a value as an error
+// message shows it (`text`).
 mod backdated;
 pub mod carrier;
 mod error;
 pub mod identity;
 mod ids;
 pub mod propagation;
+mod pyjson;
 pub mod semconv;
+mod size;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
+mod text;
 
 pub use backdated::{EmitSpan, EpochSeconds, emit_span};
 pub use config::{ExporterKind, LensConfig};

@@ -13,7 +13,7 @@ use opentelemetry::trace::{Span as _, SpanContext, Tracer};
 use opentelemetry::{Context, KeyValue, Value};
 
 use crate::error::{LensError, Result};
-use crate::layer::fields::{DEFAULT_REDACT_KEYS, REDACTED};
+use crate::record::attributes::{DEFAULT_REDACT_KEYS, REDACTED};
 use crate::semconv::{
     INVERTED_DELTA_SECONDS, INVERTED_END_EPOCH_SECONDS, INVERTED_SKEW, INVERTED_START_EPOCH_SECONDS,
 };

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use opentelemetry::Value;
 
-use crate::export::console::write_f64;
+use crate::pyjson::write_f64;
 
 /// Whether Python's `str.isspace` holds for `c`: Unicode White_Space (Rust's
 /// `char::is_whitespace`) plus the ASCII separators U+001C–U+001F, which Python counts too.

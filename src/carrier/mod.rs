@@ -427,7 +427,7 @@ pub fn check(
 
 /// A key as a warning shows it: at most 64 characters.
 fn shown(key: &str) -> String {
-    crate::config::env::shown(key)
+    crate::text::shown(key)
 }
 
 /// A warning on the `tracing` target [`TARGET`] when a subscriber can take it; otherwise (none

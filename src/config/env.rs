@@ -6,27 +6,14 @@
 //! Python library's:
 //!
 //! * a value is stripped of surrounding white space, and an empty value means *unset*;
-//! * a value that does not parse is a typed [`LensError`] naming the variable, the value (cut to
-//!   [`SHOWN_VALUE_CHARS`] characters, so a 100 KiB mistake does not flood a thousand ranks'
-//!   logs) and what would have been accepted.
+//! * a value that does not parse is a typed [`LensError`] naming the variable, the value (cut
+//!   by [`shown`]) and what would have been accepted.
 
 use std::time::Duration;
 
 use crate::error::{LensError, Result};
 
-/// How many characters of a bad value an error message shows.
-pub(crate) const SHOWN_VALUE_CHARS: usize = 64;
-
-/// The value as an error message shows it: at most [`SHOWN_VALUE_CHARS`] characters, with `…`
-/// when cut.
-pub(crate) fn shown(value: &str) -> String {
-    let mut chars = value.chars();
-    let mut out: String = chars.by_ref().take(SHOWN_VALUE_CHARS).collect();
-    if chars.next().is_some() {
-        out.push('…');
-    }
-    out
-}
+pub(crate) use crate::text::shown;
 
 /// Reads one variable from the process environment: `None` when unset or not UTF-8 (a
 /// non-UTF-8 value cannot be any value nemo-lens accepts; the variables whose non-UTF-8 value is

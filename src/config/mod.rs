@@ -3,6 +3,7 @@
 //! ([`resource`]).
 
 pub(crate) mod env;
+pub(crate) mod flight_recorder;
 pub(crate) mod named_file;
 mod read;
 pub(crate) mod resource;
@@ -165,7 +166,7 @@ pub struct LensConfig {
     /// Rust only: the flight recorder, watchdog and control file (`<P>_FLIGHT_RECORDER`,
     /// `<P>_FLIGHT_RECORDER_GROUPS`, `<P>_DUMP_DIR`, `<P>_HANG_TIMEOUT`, `<P>_CONTROL_FILE`); see
     /// [`crate::flight_recorder`].
-    pub flight_recorder: crate::flight_recorder::config::RecorderConfig,
+    pub flight_recorder: crate::config::flight_recorder::RecorderConfig,
     /// Rust only: the exporting rank's resource names its GPU, read through NVML (`nv.gpu.*`;
     /// `<P>_DETECT_GPU`, default `false`; feature `nvml`).
     pub detect_gpu: bool,
@@ -422,7 +423,7 @@ impl LensConfig {
     #[must_use]
     pub fn with_flight_recorder(
         mut self,
-        flight_recorder: crate::flight_recorder::config::RecorderConfig,
+        flight_recorder: crate::config::flight_recorder::RecorderConfig,
     ) -> Self {
         self.flight_recorder = flight_recorder;
         self

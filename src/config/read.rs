@@ -125,7 +125,7 @@ impl LensConfig {
             cfg.console_path = Some(v);
         }
         cfg.flight_recorder =
-            crate::flight_recorder::config::RecorderConfig::read(&mut get, primary)?;
+            crate::config::flight_recorder::RecorderConfig::read(&mut get, primary)?;
         if let Some(v) = lookup("OTEL_SERVICE_NAME").map(|v| v.trim().to_string())
             && !v.is_empty()
         {

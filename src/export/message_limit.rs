@@ -10,7 +10,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 
-use crate::queue::budget::ApproxSize;
+use crate::size::ApproxSize;
 
 /// The largest request [`MessageLimit`] sends: 4 MiB, the default receive limit of gRPC
 /// servers.
@@ -113,7 +113,7 @@ impl<E: SpanExporter> SpanExporter for MessageLimit<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::budget::tests::span;
+    use crate::size::tests::span;
 
     #[test]
     fn requests_stay_under_the_limit_and_oversized_spans_are_left_out() {

@@ -19,7 +19,7 @@ use opentelemetry::KeyValue;
 use super::ring::OPEN_SLOTS;
 use super::ring::{Kind, Record};
 use super::{Shared, meta_of, unix_ns};
-use crate::export::console::{write_attributes, write_json_str, write_time};
+use crate::pyjson::{write_attributes, write_json_str, write_time};
 use crate::rank::groups::declared_group;
 use crate::semconv::{NEMO_GROUP, NEMO_SPAN_OPEN, NEMO_SPAN_OPEN_AGE_S};
 

@@ -16,9 +16,9 @@ use tracing_subscriber::registry::LookupSpan;
 use super::Shared;
 use super::ring::{ATTRS, Attr, END_WORD, INLINE, Kind, Record, WORDS};
 use crate::ids;
-use crate::layer::fields::{REDACTED, RedactKeys};
 use crate::layer::filter::interest;
 use crate::rank::groups::{GROUP_FIELD_PREFIX, declared_group};
+use crate::record::attributes::{REDACTED, RedactKeys};
 
 /// The per-layer filter of [`RecorderLayer`] (its docs say which callsites pay).
 #[derive(Clone)]

@@ -101,7 +101,6 @@
 //! `SIGUSR2` only when a control file is set (otherwise they keep their default action). In a
 //! process forked without exec, the thread is gone and the signals are ignored.
 
-pub(crate) mod config;
 mod control;
 mod dump;
 mod layer;
@@ -118,15 +117,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use md5::{Digest, Md5};
 
-pub use self::config::{MAX_CAPACITY, RecorderConfig};
 pub use self::layer::RecorderLayer;
+pub use crate::config::flight_recorder::{MAX_CAPACITY, RecorderConfig};
 
 use self::ring::{OpenTable, Record, Ring};
 use crate::config::LensConfig;
 use crate::error::Result;
-use crate::layer::fields::RedactKeys;
 use crate::layer::filter::LensFilter;
 use crate::rank::groups::{self, GroupGate};
+use crate::record::attributes::RedactKeys;
 
 /// File names of dumps start with this.
 const DUMP_PREFIX: &str = "nemo-lens-dump-";
@@ -357,7 +356,7 @@ impl Plan {
         let rc = &config.flight_recorder;
         let digest = Md5::digest(config.run_id.as_bytes());
         let trace_id = u128::from_be_bytes(digest.into()).max(1);
-        let resource_json = crate::export::console::resource_json(resource);
+        let resource_json = crate::pyjson::resource_json(resource);
         let shared = Arc::new(Shared {
             groups: self.groups,
             lens,

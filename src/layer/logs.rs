@@ -21,9 +21,9 @@ use tracing_subscriber::filter::Filtered;
 use tracing_subscriber::layer::{Context as LayerContext, Filter};
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::layer::fields::{TextRules, truncate_chars};
 use crate::layer::filter::is_internal_target;
 use crate::rank::groups::{GroupGate, declared_group};
+use crate::record::attributes::{TextRules, truncate_chars};
 use crate::record::open_spans::OpenSpans;
 use crate::semconv;
 

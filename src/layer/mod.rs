@@ -10,7 +10,6 @@ pub(crate) mod logs;
 pub(crate) mod pipeline;
 pub(crate) mod span_ext;
 mod spans;
-pub(crate) mod stacktrace;
 pub(crate) mod unwind;
 
 use std::any::TypeId;
@@ -23,11 +22,11 @@ use tracing_subscriber::filter::Filtered;
 use tracing_subscriber::layer::{Context as LayerContext, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
-pub use self::fields::{DEFAULT_REDACT_KEYS, REDACTED};
 use self::filter::LensFilter;
 use self::logs::{LensLoggerProvider, LogFilter, LogLayer};
 use self::pipeline::Pipeline;
 use self::spans::SpanLayer;
+pub use crate::record::attributes::{DEFAULT_REDACT_KEYS, REDACTED};
 
 /// The nemo-lens layer: spans and events of a `tracing` subscriber, exported through
 /// OpenTelemetry, behind its rank / group / sampling per-layer filter.

@@ -12,11 +12,11 @@ use tracing_core::Metadata;
 use tracing_core::span::Id;
 
 use crate::ids;
-use crate::layer::fields::TextRules;
-use crate::layer::stacktrace::{Stacktrace, UserFrames};
 use crate::queue::span_processor::{RecordBuilder, SpanQueue};
 use crate::rank::groups::declared_group;
+use crate::record::attributes::TextRules;
 use crate::record::open_spans::OpenSpans;
+use crate::record::stacktrace::{Stacktrace, UserFrames};
 use crate::record::to_span_data::DirectBuild;
 use crate::record::{Limits, Parent, SpanState};
 
@@ -206,7 +206,7 @@ impl Pipeline {
     /// this pipeline's tables (the subscriber's lens layer), else in this pipeline's tables.
     pub(crate) fn record_panic(&self, store: Option<&Arc<OpenSpans>>, scope: &[Id], message: &str) {
         let limit = self.text.limit;
-        let message = crate::layer::fields::truncate_chars(message.to_string(), limit);
+        let message = crate::record::attributes::truncate_chars(message.to_string(), limit);
         // Captured here, resolved by the worker (or not at all if no span records it).
         let mut stacktrace =
             Stacktrace::capture(self.error_backtraces, UserFrames::AfterPanic, limit);

@@ -19,10 +19,11 @@ use tracing_subscriber::registry::LookupSpan;
 
 use crate::ids;
 use crate::layer::activation;
-use crate::layer::fields::{EventValues, SpanAttributes, SpanFields};
+use crate::layer::fields::SpanFields;
 use crate::layer::hooks::{WithLens, scope_ids};
 use crate::layer::pipeline::{Pipeline, decide};
 use crate::layer::unwind;
+use crate::record::attributes::{EventValues, SpanAttributes};
 use crate::record::open_spans::{Entry, OpenSpans, REASON_DROPPED};
 use crate::record::{Parent, SpanState};
 
@@ -190,7 +191,9 @@ where
             // panic drops it, and nothing else ever saw it).
             if let Some(record) = Arc::get_mut(&mut state).and_then(|s| s.record.get_mut().as_mut())
             {
-                record.read_fields(attrs, &pipeline.text);
+                record.read_fields(|attributes| {
+                    SpanFields::read_new_span(attrs, attributes, &pipeline.text)
+                });
                 if let Some(link) = link {
                     record.push_link(link, Vec::new(), pipeline.limits);
                 }

@@ -52,5 +52,5 @@ pub(crate) fn unwound(state: &SpanState, limit: Option<usize>) {
         .ok()
         .flatten()
         .unwrap_or_else(|| UNKNOWN_PANIC.to_string());
-    state.set_error_if_unset(crate::layer::fields::truncate_chars(message, limit));
+    state.set_error_if_unset(crate::record::attributes::truncate_chars(message, limit));
 }

@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 use crossbeam_queue::ArrayQueue;
 use parking_lot::Mutex;
 
-use super::budget::{ApproxSize, ByteBudget};
+use super::budget::ByteBudget;
 use super::config::{MAX_QUEUE_SIZE_LIMIT, QueueConfig};
 use crate::error::{LensError, Result};
+use crate::size::ApproxSize;
 
 /// What a [`Batcher`]'s worker does with a batch.
 pub(crate) trait BatchExport<T>: Send + 'static {

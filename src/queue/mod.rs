@@ -26,6 +26,7 @@ pub(crate) mod budget;
 pub(crate) mod config;
 pub(crate) mod drops;
 pub(crate) mod log_processor;
+pub(crate) mod processors;
 pub(crate) mod sdk_span_closer;
 pub(crate) mod span_processor;
 

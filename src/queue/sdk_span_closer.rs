@@ -46,9 +46,9 @@ use opentelemetry_sdk::trace::{Span, SpanData};
 use parking_lot::Mutex;
 
 use crate::ids::{self, IdMap};
-use crate::queue::budget::ApproxSize;
 use crate::record::to_sdk::lens_build;
 use crate::semconv;
+use crate::size::ApproxSize;
 
 /// The most SDK spans the closer tracks at once.
 pub(crate) const MAX_TRACKED_SPANS: usize = 4096;

@@ -15,11 +15,11 @@ use opentelemetry_sdk::trace::{SdkTracer, Span, SpanData, SpanExporter, SpanProc
 use parking_lot::Mutex;
 
 use super::batcher::{BatchExport, BatchHandle, Batcher, block_on_timeout};
-use super::budget::ApproxSize;
 use super::config::QueueConfig;
 use crate::error::Result;
 use crate::record::SpanState;
 use crate::record::to_span_data::{Direct, DirectBuild};
+use crate::size::ApproxSize;
 
 /// One item of the span batch queue: a finished lens record (its SDK span is built on the
 /// worker) or an SDK span ended elsewhere (spans of [`Telemetry::tracer`](crate::Telemetry::tracer)).

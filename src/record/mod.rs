@@ -47,7 +47,9 @@
 //! The panic hook and the shutdown closer take them with a timeout, and never touch the
 //! registry's span extensions (which another layer, such as `fmt`, may hold while it formats).
 
+pub(crate) mod attributes;
 pub(crate) mod open_spans;
+pub(crate) mod stacktrace;
 pub(crate) mod to_sdk;
 pub(crate) mod to_span_data;
 
@@ -60,12 +62,10 @@ use opentelemetry::trace::{Event, Link, SpanContext, SpanKind, Status, TraceCont
 use opentelemetry::{Context, KeyValue};
 use parking_lot::Mutex;
 
-use crate::layer::fields::{
-    EventValues, Reserved, SpanAttributes, SpanFields, TextRules, exception_attributes,
-};
-use crate::layer::stacktrace::{PendingStacktraces, Stacktrace};
-use crate::queue::budget::{ApproxSize, ENTRY_OVERHEAD, kv_size};
+use crate::record::attributes::{EventValues, Reserved, SpanAttributes, exception_attributes};
+use crate::record::stacktrace::{PendingStacktraces, Stacktrace};
 use crate::semconv;
+use crate::size::{ApproxSize, ENTRY_OVERHEAD, kv_size};
 
 /// How long the panic hook and the closer wait for a record's lock before giving up on it.
 const LOCK_PATIENCE: Duration = Duration::from_millis(200);
@@ -195,15 +195,12 @@ impl SpanRecord {
         self.built = false;
     }
 
-    /// Reads the new span's fields straight into the record (user code runs here: the record
-    /// must not be shared yet, so that no lock is held).
+    /// Reads the new span's fields straight into the record: `read` (the layer's field reader)
+    /// fills the attributes and returns the reserved settings. User code runs there: the record
+    /// must not be shared yet, so that no lock is held.
     #[inline]
-    pub(crate) fn read_fields(
-        &mut self,
-        attrs: &tracing_core::span::Attributes<'_>,
-        rules: &TextRules,
-    ) {
-        let reserved = SpanFields::read_new_span(attrs, &mut self.attributes, rules);
+    pub(crate) fn read_fields(&mut self, read: impl FnOnce(&mut SpanAttributes) -> Reserved) {
+        let reserved = read(&mut self.attributes);
         if reserved.is_set() {
             self.apply(reserved);
         }
@@ -485,11 +482,55 @@ impl SpanState {
         record.set_status(Status::error(message.to_string()));
         true
     }
+
+    /// Moves the contents of the ended record out (the lock is held for this only), leaving
+    /// the record in place, ended and marked built, so that the state can be reused for
+    /// another span; `None` when it is still open or was built already.
+    /// Backtraces captured for its events are resolved here, outside the lock: resolving
+    /// symbols is the slow part of a backtrace, and this runs on the export worker.
+    pub(crate) fn take_ended(&self) -> Option<Ended> {
+        let (mut ended, stacktraces) = {
+            let mut guard = self.record.lock();
+            let r = guard.as_mut().filter(|r| !r.built && !r.is_open())?;
+            r.built = true;
+            let ended = Ended {
+                name: std::mem::replace(&mut r.name, Cow::Borrowed("")),
+                kind: r.kind.take(),
+                status: std::mem::replace(&mut r.status, Status::Unset),
+                start: r.start,
+                end: r.end.unwrap_or_else(SystemTime::now),
+                parent: std::mem::replace(&mut r.parent, Parent::Root),
+                attributes: std::mem::take(&mut r.attributes),
+                events: std::mem::take(&mut r.events),
+                dropped_events: r.dropped_events,
+                links: std::mem::take(&mut r.links),
+                dropped_links: r.dropped_links,
+            };
+            (ended, std::mem::take(&mut r.stacktraces))
+        };
+        stacktraces.resolve_into(&mut ended.events, attributes::truncate_chars);
+        Some(ended)
+    }
 }
 
 /// The fixed part of a record's size.
 const RECORD_BASE_SIZE: usize =
     std::mem::size_of::<SpanState>() + std::mem::size_of::<SpanRecord>();
+
+/// What an ended record holds, moved out of it for export.
+pub(crate) struct Ended {
+    pub(crate) name: Cow<'static, str>,
+    pub(crate) kind: Option<SpanKind>,
+    pub(crate) status: Status,
+    pub(crate) start: SystemTime,
+    pub(crate) end: SystemTime,
+    pub(crate) parent: Parent,
+    pub(crate) attributes: SpanAttributes,
+    pub(crate) events: Vec<Event>,
+    pub(crate) dropped_events: u32,
+    pub(crate) links: Vec<Link>,
+    pub(crate) dropped_links: u32,
+}
 
 impl ApproxSize for SpanState {
     /// The record's size (see [`SpanRecord::approx_size`]); a record the worker holds right

@@ -2,16 +2,13 @@
 //! the thread that ends the span), through the tracer provider the application configured, so
 //! its sampler, span limits and span processors see the span.
 
-use std::borrow::Cow;
 use std::cell::Cell;
-use std::time::SystemTime;
 
-use opentelemetry::trace::{Event, Link, Span as _, SpanBuilder, SpanKind, Status, Tracer as _};
+use opentelemetry::trace::{Span as _, SpanBuilder, Status, Tracer as _};
 use opentelemetry_sdk::trace::SdkTracer;
 
-use super::{Parent, SpanState};
+use super::{Ended, SpanState};
 use crate::ids;
-use crate::layer::fields::SpanAttributes;
 
 thread_local! {
     /// Set while the lens layer builds one of its own spans through the SDK on this thread.
@@ -98,48 +95,4 @@ impl SpanState {
         span.end_with_timestamp(end);
         true
     }
-
-    /// Moves the contents of the ended record out (the lock is held for this only), leaving
-    /// the record in place, ended and marked built, so that the state can be reused for
-    /// another span; `None` when it is still open or was built already.
-    /// Backtraces captured for its events are resolved here, outside the lock: resolving
-    /// symbols is the slow part of a backtrace, and this runs on the export worker.
-    pub(crate) fn take_ended(&self) -> Option<Ended> {
-        let (mut ended, stacktraces) = {
-            let mut guard = self.record.lock();
-            let r = guard.as_mut().filter(|r| !r.built && !r.is_open())?;
-            r.built = true;
-            let ended = Ended {
-                name: std::mem::replace(&mut r.name, Cow::Borrowed("")),
-                kind: r.kind.take(),
-                status: std::mem::replace(&mut r.status, Status::Unset),
-                start: r.start,
-                end: r.end.unwrap_or_else(SystemTime::now),
-                parent: std::mem::replace(&mut r.parent, Parent::Root),
-                attributes: std::mem::take(&mut r.attributes),
-                events: std::mem::take(&mut r.events),
-                dropped_events: r.dropped_events,
-                links: std::mem::take(&mut r.links),
-                dropped_links: r.dropped_links,
-            };
-            (ended, std::mem::take(&mut r.stacktraces))
-        };
-        stacktraces.resolve_into(&mut ended.events, crate::layer::fields::truncate_chars);
-        Some(ended)
-    }
-}
-
-/// What an ended record holds, moved out of it for export.
-pub(crate) struct Ended {
-    pub(crate) name: Cow<'static, str>,
-    pub(crate) kind: Option<SpanKind>,
-    pub(crate) status: Status,
-    pub(crate) start: SystemTime,
-    pub(crate) end: SystemTime,
-    pub(crate) parent: Parent,
-    pub(crate) attributes: SpanAttributes,
-    pub(crate) events: Vec<Event>,
-    pub(crate) dropped_events: u32,
-    pub(crate) links: Vec<Link>,
-    pub(crate) dropped_links: u32,
 }

@@ -23,7 +23,7 @@ use opentelemetry::trace::{Event, Link, SpanContext, SpanKind, TraceContextExt};
 use opentelemetry::{Context, InstrumentationScope};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLimits, SpanLinks};
 
-use super::to_sdk::Ended;
+use super::Ended;
 use super::{Parent, SpanState};
 
 /// What the worker needs to build `SpanData` itself: the span limits the SDK's provider read
@@ -355,7 +355,7 @@ mod tests {
         let provider = builder.build();
         let tracer = provider.tracer(crate::SCOPE_NAME);
         let direct = DirectBuild::new(limits, crate::SCOPE_NAME);
-        let resource = crate::export::console::resource_json(
+        let resource = crate::pyjson::resource_json(
             &opentelemetry_sdk::Resource::builder_empty()
                 .with_attribute(KeyValue::new("service.name", "parity"))
                 .build(),
@@ -425,8 +425,8 @@ mod tests {
     /// A backtrace captured for an event becomes its `exception.stacktrace` on both paths.
     #[test]
     fn captured_backtraces_are_resolved_on_both_paths() {
-        use crate::layer::stacktrace::{Stacktrace, UserFrames};
         use crate::record::Limits;
+        use crate::record::stacktrace::{Stacktrace, UserFrames};
         use crate::semconv;
         let with_trace = || {
             let mut r = SpanRecord::start("step", Parent::Root);

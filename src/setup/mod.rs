@@ -1,16 +1,15 @@
-//! Setup: [`TelemetryBuilder`] builds the pipelines of one process (its phases are in
-//! `build.rs`, the pipelines and processors they assemble in `pipelines.rs` and
-//! `processors.rs`); [`Telemetry`] is the handle (`handle.rs`), which shuts them down
-//! (`shutdown.rs`, and `process_exit.rs` for signals, panics and exit). `once.rs` holds the
-//! one-enabled-setup-per-process guard.
+//! Setup: [`TelemetryBuilder`] builds the pipelines of one process (its phases, and the
+//! one-enabled-setup-per-process guard `INITIALIZED_IN`, are in `phases.rs`; the pipelines
+//! they assemble in `pipelines.rs`, from the processors of `crate::queue::processors`);
+//! [`Telemetry`] is the handle (`handle.rs`), which shuts them down (`shutdown.rs`, run once
+//! through `once.rs`'s `ShutdownOnce`, and `process_exit.rs` for signals, panics and exit).
 
-mod build;
 mod builder;
 mod handle;
 mod once;
+mod phases;
 mod pipelines;
 pub(crate) mod process_exit;
-mod processors;
 mod shutdown;
 
 pub use builder::TelemetryBuilder;

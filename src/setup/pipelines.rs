@@ -17,9 +17,6 @@ use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{SdkTracerProvider, TracerProviderBuilder};
 
-use super::processors::{
-    BoxedProcessor, ExportSettings, SpanProcessors, exporter_processor, log_provider,
-};
 use crate::SCOPE_NAME;
 use crate::config::env::{Env, shown};
 use crate::config::{ExporterKind, LensConfig};
@@ -30,12 +27,15 @@ use crate::export::{
     CountedMetricExporter, MessageLimit, resolve_path,
 };
 use crate::ids::ChaChaIdGenerator;
-use crate::layer::fields::TextRules;
 use crate::layer::logs::LensLoggerProvider;
 use crate::layer::pipeline::Pipeline;
 use crate::propagation;
 use crate::queue::drops::DropCounters;
+use crate::queue::processors::{
+    BoxedProcessor, ExportSettings, SpanProcessors, exporter_processor, log_provider,
+};
 use crate::rank::sampler::RankAwareSampler;
+use crate::record::attributes::TextRules;
 use crate::record::to_span_data::DirectBuild;
 
 /// Builds the processor of the exporter given to

@@ -17,9 +17,9 @@ use opentelemetry_sdk::logs::{LogBatch, LogExporter, SdkLogRecord};
 use parking_lot::Mutex;
 
 use super::EMPTY_RESOURCE_JSON;
-use super::python_json::{write_bool, write_f64, write_i64, write_json_str, write_time};
-use super::spans::resource_json;
 use super::writer::ConsoleWriter;
+use crate::pyjson::resource_json;
+use crate::pyjson::{write_bool, write_f64, write_i64, write_json_str, write_time};
 
 /// OpenTelemetry log exporter writing Python-compatible JSON lines; see the
 /// layout below.

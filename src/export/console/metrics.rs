@@ -15,9 +15,9 @@ use opentelemetry_sdk::metrics::data::{
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use parking_lot::Mutex;
 
-use super::python_json::{write_f64, write_i64, write_json_str, write_value};
-use super::spans::resource_json;
 use super::writer::ConsoleWriter;
+use crate::pyjson::resource_json;
+use crate::pyjson::{write_f64, write_i64, write_json_str, write_value};
 
 /// OpenTelemetry metric exporter writing one Python-NeMo-Lens-compatible JSON line per export.
 ///

@@ -5,20 +5,19 @@
 //!
 //! * `writer`: [`ConsoleWriter`], the line sink every console exporter of a process shares;
 //! * `spans`, `metrics`, `logs`: one exporter per signal and the record layout it writes;
-//! * `python_json`: the JSON codec that writes bytes the way Python's `json.dumps` does
-//!   (separators, `ensure_ascii`, `repr(float)` digits, microsecond UTC times).
+//!
+//! The JSON codec that writes bytes the way Python's `json.dumps` does (separators,
+//! `ensure_ascii`, `repr(float)` digits, microsecond UTC times) is `crate::pyjson`, which the
+//! carrier and the flight recorder use too.
 
 mod logs;
 mod metrics;
-mod python_json;
 mod spans;
 mod writer;
 
 pub use logs::ConsoleLogExporter;
 pub use metrics::ConsoleMetricExporter;
-pub(crate) use python_json::{write_attributes, write_f64, write_json_str, write_time};
 pub use spans::ConsoleSpanExporter;
-pub(crate) use spans::resource_json;
 #[cfg(test)]
 pub(crate) use spans::write_span_json;
 pub use writer::ConsoleWriter;

@@ -8,7 +8,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use opentelemetry::Value;
 use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
@@ -16,8 +15,8 @@ use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use parking_lot::Mutex;
 
 use super::EMPTY_RESOURCE_JSON;
-use super::python_json::{write_attributes, write_json_str, write_time, write_value};
 use super::writer::ConsoleWriter;
+use crate::pyjson::{resource_json, write_attributes, write_json_str, write_time};
 
 /// OpenTelemetry span exporter writing Python-NeMo-Lens-compatible JSON lines.
 ///
@@ -323,29 +322,6 @@ impl SpanExporter for ConsoleSpanExporter {
     }
 }
 
-/// Renders a resource the way Python's `Resource.to_json()` lays it out:
-/// `{"attributes": {...}, "schema_url": "..."}` (attributes sorted by key, `schema_url` is `""`
-/// when unset).
-pub(crate) fn resource_json(resource: &Resource) -> String {
-    let mut attrs: Vec<(&str, &Value)> = resource.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    attrs.sort_unstable_by(|a, b| a.0.cmp(b.0));
-    let mut out = Vec::with_capacity(256);
-    out.extend_from_slice(b"{\"attributes\": {");
-    for (i, (key, value)) in attrs.iter().enumerate() {
-        if i > 0 {
-            out.extend_from_slice(b", ");
-        }
-        write_json_str(&mut out, key);
-        out.extend_from_slice(b": ");
-        write_value(&mut out, value);
-    }
-    out.extend_from_slice(b"}, \"schema_url\": ");
-    write_json_str(&mut out, resource.schema_url().unwrap_or(""));
-    out.push(b'}');
-    // Only ASCII JSON is ever written (see `write_json_str`).
-    String::from_utf8(out).expect("console JSON is ASCII")
-}
-
 /// Appends one span as a JSON object (no trailing newline) to `out`.
 ///
 /// `resource_json` is spliced in verbatim as the `"resource"` value; pass the output of
@@ -474,23 +450,6 @@ fn push_py_str_repr(out: &mut String, s: &str) {
 mod tests {
     use super::*;
     use std::time::UNIX_EPOCH;
-
-    #[test]
-    fn resource_json_example() {
-        use opentelemetry::KeyValue;
-        use opentelemetry_sdk::Resource;
-
-        let resource = Resource::builder_empty()
-            .with_attributes([
-                KeyValue::new("service.name", "nemo"),
-                KeyValue::new("dl.rank", 3),
-            ])
-            .build();
-        assert_eq!(
-            resource_json(&resource),
-            r#"{"attributes": {"dl.rank": 3, "service.name": "nemo"}, "schema_url": ""}"#
-        );
-    }
 
     #[test]
     fn write_span_json_example() -> Result<(), Box<dyn std::error::Error>> {

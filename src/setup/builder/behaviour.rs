@@ -3,7 +3,7 @@
 //! error events carry backtraces.
 
 use super::TelemetryBuilder;
-use crate::layer::fields::RedactKeys;
+use crate::record::attributes::RedactKeys;
 
 impl TelemetryBuilder {
     /// Whether setup installs anything process-wide (default `true`): the global tracer and

@@ -7,8 +7,8 @@ use opentelemetry_sdk::trace::{SpanExporter, SpanProcessor, TracerProviderBuilde
 
 use super::TelemetryBuilder;
 use crate::config::LensConfig;
+use crate::queue::processors::{BoxedProcessor, exporter_processor, log_provider};
 use crate::rank::strategy::ExportStrategy;
-use crate::setup::processors::{BoxedProcessor, exporter_processor, log_provider};
 
 impl TelemetryBuilder {
     /// Sends spans to `exporter` instead of the configured console/OTLP exporter (traces only;

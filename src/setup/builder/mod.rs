@@ -11,16 +11,16 @@ use std::fmt;
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::trace::TracerProviderBuilder;
 
-use super::build;
 use super::handle::Telemetry;
+use super::phases;
 use super::pipelines::{LogExporterFactory, ProcessorFactory, ReaderFactory};
-use super::processors::BoxedProcessor;
 use crate::config::LensConfig;
 use crate::error::Result;
-use crate::layer::fields::RedactKeys;
+use crate::queue::processors::BoxedProcessor;
 use crate::rank::strategy::ExportStrategy;
+use crate::record::attributes::RedactKeys;
 
-type Lookup = Box<build::Lookup>;
+type Lookup = Box<phases::Lookup>;
 
 /// Builds a [`Telemetry`]: the counterpart of the Python `setup_telemetry(config, rank,
 /// world_size, resource_attributes, span_exporter, metric_reader, export_strategy)`.
@@ -66,7 +66,7 @@ pub struct TelemetryBuilder {
     provider_builder: Option<TracerProviderBuilder>,
     lookup: Lookup,
     /// `unknown_rank`, `unknown_world_size`, `no_random_run_id`.
-    unknown: build::Unknown,
+    unknown: phases::Unknown,
     /// [`TelemetryBuilder::legacy_rank_attributes`] (default on).
     legacy_rank_keys: bool,
     /// [`TelemetryBuilder::redact_keys`] (default: [`crate::DEFAULT_REDACT_KEYS`]).
@@ -121,7 +121,7 @@ impl TelemetryBuilder {
             context_activation: true,
             provider_builder: None,
             lookup: Box::new(crate::config::env::process_var),
-            unknown: build::Unknown::default(),
+            unknown: phases::Unknown::default(),
             legacy_rank_keys: true,
             redact: RedactKeys::default(),
             error_backtraces: false,
@@ -322,7 +322,7 @@ impl TelemetryBuilder {
             error_backtraces,
             local_rank,
         } = self;
-        let mut given = build::Given {
+        let mut given = phases::Given {
             resource_attributes,
             span_exporter,
             span_processors,
@@ -337,26 +337,27 @@ impl TelemetryBuilder {
         };
         // Only a setup that installs globals counts as the process's one enabled setup.
         let reinit_allowed = allow_reinit || !install_globals;
-        let place = build::Place {
+        let place = phases::Place {
             rank,
             world_size,
             unknown,
             legacy_rank_keys,
         };
-        let identity = build::resolve_identity(&mut config, place, reinit_allowed, &*given.lookup)?;
-        let decision = build::decide_export(&config, &identity, export_strategy, &*given.lookup)?;
-        let variables = build::read_export_variables(
+        let identity =
+            phases::resolve_identity(&mut config, place, reinit_allowed, &*given.lookup)?;
+        let decision = phases::decide_export(&config, &identity, export_strategy, &*given.lookup)?;
+        let variables = phases::read_export_variables(
             &config,
             decision.chosen,
             given.metric_reader.is_some(),
             &*given.lookup,
         )?;
-        let plan = build::plan_pipelines(&config, &identity, &decision, variables, synchronous);
+        let plan = phases::plan_pipelines(&config, &identity, &decision, variables, synchronous);
         let nvtx = crate::gpu::nvtx::start(&config, decision.groups.iter().cloned());
-        let built = build::build_pipelines(&config, &identity, &plan, &mut given)?;
-        build::install_process_state(&config, install_globals, &plan.gate, identity.generation);
-        let (instruments, filter) = build::instruments_and_filter(&built, &plan.gate);
-        let flight_recorder = build::start_flight_recorder(
+        let built = phases::build_pipelines(&config, &identity, &plan, &mut given)?;
+        phases::install_process_state(&config, install_globals, &plan.gate, identity.generation);
+        let (instruments, filter) = phases::instruments_and_filter(&built, &plan.gate);
+        let flight_recorder = phases::start_flight_recorder(
             &config,
             &identity,
             &plan,
@@ -365,7 +366,7 @@ impl TelemetryBuilder {
             &filter,
             given,
         )?;
-        Ok(build::assemble_handle(build::HandleParts {
+        Ok(phases::assemble_handle(phases::HandleParts {
             config,
             identity,
             plan,

@@ -1,4 +1,4 @@
-//! `python_json`: JSON written byte for byte as Python's `json.dumps` writes it (the default
+//! JSON written byte for byte as Python's `json.dumps` writes it (the default
 //! separators `", "` and `": "`, `ensure_ascii=True`), with floats in Python's `repr(float)`
 //! digits and times as the OTel Python SDK's microsecond UTC strings.
 //!
@@ -13,6 +13,7 @@ use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opentelemetry::{Array, KeyValue, Value};
+use opentelemetry_sdk::Resource;
 
 /// Writes a JSON object of attributes. A key set twice keeps its first position and its last
 /// value, like the Python dict the SDK fills.
@@ -372,6 +373,29 @@ pub(crate) fn write_time(out: &mut Vec<u8>, t: SystemTime) {
     let _ = write!(out, "\"{}\"", humantime::format_rfc3339_micros(t));
 }
 
+/// Renders a resource the way Python's `Resource.to_json()` lays it out:
+/// `{"attributes": {...}, "schema_url": "..."}` (attributes sorted by key, `schema_url` is `""`
+/// when unset).
+pub(crate) fn resource_json(resource: &Resource) -> String {
+    let mut attrs: Vec<(&str, &Value)> = resource.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    attrs.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"{\"attributes\": {");
+    for (i, (key, value)) in attrs.iter().enumerate() {
+        if i > 0 {
+            out.extend_from_slice(b", ");
+        }
+        write_json_str(&mut out, key);
+        out.extend_from_slice(b": ");
+        write_value(&mut out, value);
+    }
+    out.extend_from_slice(b"}, \"schema_url\": ");
+    write_json_str(&mut out, resource.schema_url().unwrap_or(""));
+    out.push(b'}');
+    // Only ASCII JSON is ever written (see `write_json_str`).
+    String::from_utf8(out).expect("console JSON is ASCII")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -508,6 +532,23 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             r#"{"a": 2, "b": true, "c": [1.5, 2.0]}"#
+        );
+    }
+
+    #[test]
+    fn resource_json_example() {
+        use opentelemetry::KeyValue;
+        use opentelemetry_sdk::Resource;
+
+        let resource = Resource::builder_empty()
+            .with_attributes([
+                KeyValue::new("service.name", "nemo"),
+                KeyValue::new("dl.rank", 3),
+            ])
+            .build();
+        assert_eq!(
+            resource_json(&resource),
+            r#"{"attributes": {"dl.rank": 3, "service.name": "nemo"}, "schema_url": ""}"#
         );
     }
 }

@@ -18,7 +18,6 @@ use super::once::ShutdownOnce;
 use super::pipelines::{
     Built, LogExporterFactory, METRIC_INTERVAL_VAR, ProcessorFactory, ReaderFactory, TraceParts,
 };
-use super::processors::{BoxedProcessor, ExportSettings};
 use crate::SCOPE_NAME;
 use crate::config::env::Env;
 use crate::config::resource;
@@ -28,16 +27,17 @@ use crate::export::otlp::{self, Signal};
 use crate::flight_recorder::{self, FlightRecorder};
 use crate::gpu;
 use crate::ids;
-use crate::layer::fields::{RedactKeys, TextRules};
 use crate::layer::filter::LensFilter;
 use crate::metrics::Instruments;
 use crate::propagation;
 use crate::queue::budget;
 use crate::queue::config::QueueConfig;
 use crate::queue::drops::DropCounters;
+use crate::queue::processors::{BoxedProcessor, ExportSettings};
 use crate::rank::groups::{self, GroupGate};
 use crate::rank::sampler::RankAwareSampler;
 use crate::rank::strategy::{self, ExportStrategy};
+use crate::record::attributes::{RedactKeys, TextRules};
 
 /// `1 +` the fork generation in which an enabled setup ran, or 0: a forked child (another
 /// generation) may set up its own telemetry.

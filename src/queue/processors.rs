@@ -20,7 +20,7 @@ use crate::queue::sdk_span_closer::SdkSpanCloser;
 use crate::queue::span_processor::{LensBatchProcessor, SpanQueue};
 
 /// A span processor behind a box (the SDK builder wants a concrete type).
-pub(super) struct BoxedProcessor(pub(super) Box<dyn SpanProcessor>);
+pub(crate) struct BoxedProcessor(pub(crate) Box<dyn SpanProcessor>);
 
 impl fmt::Debug for BoxedProcessor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -51,7 +51,7 @@ impl SpanProcessor for BoxedProcessor {
 
 /// A logger provider for `exporter`: nemo-lens's batch processor (`OTEL_BLRP_*`, counted
 /// drops), or synchronous.
-pub(super) fn log_provider<E: LogExporter + 'static>(
+pub(crate) fn log_provider<E: LogExporter + 'static>(
     exporter: E,
     resource: Resource,
     settings: &ExportSettings,
@@ -116,15 +116,15 @@ impl<F: std::future::Future> std::future::Future for SuppressedFuture<F> {
 }
 
 /// How the exporter's processor is built.
-pub(super) struct ExportSettings {
-    pub(super) synchronous: bool,
-    pub(super) batch: QueueConfig,
-    pub(super) dropped: Arc<AtomicU64>,
+pub(crate) struct ExportSettings {
+    pub(crate) synchronous: bool,
+    pub(crate) batch: QueueConfig,
+    pub(crate) dropped: Arc<AtomicU64>,
     /// The record queue of the span batch processor, once built (the lens layer feeds it).
-    pub(super) span_queue: std::sync::OnceLock<SpanQueue>,
+    pub(crate) span_queue: std::sync::OnceLock<SpanQueue>,
 }
 
-pub(super) fn exporter_processor<E: SpanExporter + 'static>(
+pub(crate) fn exporter_processor<E: SpanExporter + 'static>(
     exporter: E,
     settings: &ExportSettings,
 ) -> Result<BoxedProcessor> {
@@ -248,7 +248,7 @@ pub(crate) struct SpanProcessors(Option<SharedProcessors>);
 impl SpanProcessors {
     /// Gives every processor `resource` (the provider's), then shares them (none: nothing to
     /// register, and no closer: it would have nowhere to export to).
-    pub(super) fn new(processors: Vec<BoxedProcessor>, resource: &Resource) -> Self {
+    pub(crate) fn new(processors: Vec<BoxedProcessor>, resource: &Resource) -> Self {
         if processors.is_empty() {
             return SpanProcessors(None);
         }
@@ -266,13 +266,13 @@ impl SpanProcessors {
     }
 
     /// The processor to register with the provider builder (none without processors).
-    pub(super) fn registered(&self) -> Option<impl SpanProcessor + 'static> {
+    pub(crate) fn registered(&self) -> Option<impl SpanProcessor + 'static> {
         self.0.clone()
     }
 
     /// Ends the SDK spans still open as truncated with `reason`, innermost first, and hands
     /// them to the processors (before they shut down); returns how many.
-    pub(super) fn close_open(&self, reason: &'static str) -> usize {
+    pub(crate) fn close_open(&self, reason: &'static str) -> usize {
         let Some(shared) = &self.0 else {
             return 0;
         };
@@ -285,12 +285,12 @@ impl SpanProcessors {
     }
 
     /// SDK spans the closer had no room to track (see [`crate::queue::sdk_span_closer`]).
-    pub(super) fn untracked(&self) -> u64 {
+    pub(crate) fn untracked(&self) -> u64 {
         self.0.as_ref().map_or(0, |s| s.0.closer.untracked())
     }
 
     /// Shuts every processor down within `timeout`, in registration order.
-    pub(super) fn shutdown(&self, timeout: Duration) -> OTelSdkResult {
+    pub(crate) fn shutdown(&self, timeout: Duration) -> OTelSdkResult {
         match &self.0 {
             Some(p) => p.shutdown_with_timeout(timeout),
             None => Ok(()),
