@@ -16,8 +16,8 @@ TARGET=${CARGO_TARGET_DIR:-target}
 VENV=$TARGET/pylens-venv
 [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c 'import nemo.lens' 2>/dev/null \
   || bash benches/python/setup-pylens.sh "$VENV" >&2
-cargo build --release --quiet --example bench_pair
-RUST=$TARGET/release/examples/bench_pair
+cargo build --release --quiet -p nemo-lens-test-support --bin bench_pair
+RUST=$TARGET/release/bench_pair
 PY="$VENV/bin/python benches/python/pylens_bench.py"
 
 ns() { sed -E 's/^[a-z]+: ([0-9.]+) ns\/span.*/\1/'; }

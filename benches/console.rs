@@ -21,8 +21,8 @@ use nemo_lens::{ExporterKind, LensConfig, Telemetry};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use tracing_subscriber::prelude::*;
 
-mod common;
 use common::{produce, training_span};
+use nemo_lens_test_support::bench as common;
 
 /// The SDK's default `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`: what the batch processor hands over.
 const BATCH: usize = 512;

@@ -23,8 +23,8 @@ use tracing::Dispatch;
 use tracing::field::Empty;
 use tracing_subscriber::prelude::*;
 
-mod common;
 use common::{Discard, exporting_config};
+use nemo_lens_test_support::bench as common;
 
 /// Events per span: below the SDK's default limit of 128 events per span.
 const EVENTS_PER_SPAN: u64 = 100;

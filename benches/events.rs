@@ -1,5 +1,5 @@
 //! Cost of one event (a message and one `f64` field) inside a span of the `step` group, under
-//! each wiring (see `benches/common/mod.rs`), in one run. A new span every 100 events keeps
+//! each wiring (see `nemo_lens_test_support::bench`), in one run. A new span every 100 events keeps
 //! every event below the SDK's default limit of 128 events per span, so each is really
 //! recorded; the span's own cost adds 1/100 of a span lifecycle per event.
 //!
@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group, criterion_main};
 use tracing::field::Empty;
 
-mod common;
 use common::{Wiring, build};
+use nemo_lens_test_support::bench as common;
 
 /// Events per span: below the SDK's default limit of 128 events per span, so that every event
 /// is really recorded rather than dropped by the span's event queue.

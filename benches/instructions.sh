@@ -20,7 +20,7 @@
 # training thread less than an exported one. Each exporting run's drops are checked and
 # reported; a run that dropped spans is marked.
 #
-# Also counts examples/bench_pair (two nested group-gated spans per iteration, the shape of the
+# Also counts bench_pair (test-support/src/bin/bench_pair.rs: two nested group-gated spans per iteration, the shape of the
 # Python comparison, benches/compare_python.sh).
 #
 # Usage: benches/instructions.sh [N] [WIRING...]
@@ -45,7 +45,7 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "peers" and m.get("executable"):
         print(m["executable"])')
 [ -x "$BIN" ] || { echo "instructions.sh: could not build the peers bench" >&2; exit 1; }
-cargo build --release --quiet --example bench_pair
+cargo build --release --quiet -p nemo-lens-test-support --bin bench_pair
 
 WIRINGS=("$@")
 if [ ${#WIRINGS[@]} -eq 0 ]; then
@@ -106,10 +106,10 @@ for w in "${WIRINGS[@]}"; do
 done
 
 echo
-echo "examples/bench_pair (two nested group-gated spans per iteration; 2,000 warm-up + N counted):"
+echo "bench_pair (two nested group-gated spans per iteration; 2,000 warm-up + N counted):"
 for mode in export noexport; do
   valgrind --tool=callgrind --callgrind-out-file="$OUT/cg.pair.$mode" \
-    "$CARGO_TARGET_DIR/release/examples/bench_pair" "$N" "$mode" >/dev/null 2>&1 \
+    "$CARGO_TARGET_DIR/release/bench_pair" "$N" "$mode" >/dev/null 2>&1 \
     || { echo "instructions.sh: bench_pair $mode failed" >&2; touch "$OUT/failed"; continue; }
   ir=$(inclusive "$OUT/cg.pair.$mode" 'bench_pair::work') || continue
   # `work` runs 2000 warm-up iterations plus N, two spans each.

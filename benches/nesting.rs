@@ -1,5 +1,5 @@
 //! Cost of `depth` nested spans (each created with one field and entered inside its parent),
-//! for depth 1, 10 and 100, under each wiring (see `benches/common/mod.rs`), in one run. The
+//! for depth 1, 10 and 100, under each wiring (see `nemo_lens_test_support::bench`), in one run. The
 //! floor cases (no subscriber, non-exporting rank, disabled group) include the recursion itself.
 //!
 //! Run: `cargo bench --bench nesting`, then `python3 benches/report.py` for the tables.
@@ -10,8 +10,8 @@ use std::hint::black_box;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use tracing::field::Empty;
 
-mod common;
 use common::{Wiring, build};
+use nemo_lens_test_support::bench as common;
 
 /// `depth` nested spans (group `step`, one field), each entered inside its parent.
 fn nest(depth: u32) {

@@ -3,7 +3,7 @@
 //! defaults, the producer on the bench thread unthrottled and at 100,000 spans/s for 3 s each.
 //! Delivered is the sum of rotel's per-request span counts (`--debug-log traces`, basic
 //! verbosity: one line per request); dropped = produced - delivered. rotel is installed from PyPI
-//! on first use (`tests/common/collector.rs`).
+//! on first use (`nemo_lens_test_support::collector`).
 //!
 //! Producer, exporter thread (protobuf encoding, blocking HTTP client) and rotel share the
 //! machine's cores, so delivery tops out; a producer above that rate drops at the default queue,
@@ -21,11 +21,10 @@ use std::time::{Duration, Instant};
 use nemo_lens::{ExporterKind, LensConfig, Telemetry};
 use tracing_subscriber::prelude::*;
 
-mod common;
 use common::{produce, training_span};
+use nemo_lens_test_support::bench as common;
 
-#[path = "../tests/common/collector.rs"]
-mod collector;
+use nemo_lens_test_support::collector;
 
 /// A rotel collector that prints one summary line per received batch (`--debug-log traces`,
 /// `basic` verbosity) and drops the data (`blackhole`): the bench reads the span counts from

@@ -26,8 +26,8 @@ use nemo_lens::{DEFAULT_REDACT_KEYS, Telemetry};
 use tracing::Dispatch;
 use tracing_subscriber::prelude::*;
 
-mod common;
 use common::{Discard, exporting_config};
+use nemo_lens_test_support::bench as common;
 
 /// One span with four string fields (`prompt` is redacted by both sets).
 #[inline(always)]

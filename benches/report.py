@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-# In the order of `Wiring::ALL` (benches/common/mod.rs), with the wirings some groups add.
+# In the order of `Wiring::ALL` (test-support/src/bench.rs), with the wirings some groups add.
 WIRINGS = [
     "no_subscriber",
     "lens_non_exporting_rank",

@@ -1,5 +1,5 @@
 //! Cost of one span (create with one field + enter + exit + close) under every wiring of
-//! `benches/common/mod.rs`, one subscriber at a time in one process: no subscriber, the lens layer
+//! `nemo_lens_test_support::bench`, one subscriber at a time in one process: no subscriber, the lens layer
 //! on a non-exporting rank, with the span's group disabled, and exporting (its batch processor, a
 //! discarding exporter), `tracing_opentelemetry::layer()` with default options and lean (same
 //! processor and exporter), `tracing_subscriber::registry()` alone and `fmt` to `io::sink`.
@@ -21,8 +21,8 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use tracing::field::Empty;
 
-mod common;
 use common::{Wiring, build, concurrent};
+use nemo_lens_test_support::bench as common;
 
 /// One span: create (one field, group `step`) + enter + exit + close.
 ///

@@ -117,7 +117,11 @@
 //! once whether it records at all; the layer keeps a compact record of each recorded span and,
 //! when the span closes, pushes it into a bounded queue. The queue's worker thread turns records
 //! into OpenTelemetry spans and hands them to the exporter (console or OTLP). The source tree
-//! follows the same path: `layer/` → `record/` → `queue/` → `export/`.
+//! follows the same path, `layer/` → `record/` → `queue/` → `export/`: the layer writes records
+//! (`record/`) and pushes them into the queue (`queue/`, where the span processors run), whose
+//! worker hands them to the exporters (`export/`). The dependencies run one way: the layer
+//! uses the record and the queue, the queue uses the record and the exporters, and neither
+//! the record nor the exporters use another part of the path.
 //!
 //! ## Performance
 //!
@@ -155,20 +159,33 @@
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// What the job asked for, and which ranks and span groups record (decided once, at setup).
+// The modules in dependency order: each uses only modules above it (`.ci/deps.py` checks this
+// for the folders and files of src/).
+//
+// Leaves, used anywhere: errors, ids, attribute names, Python's JSON text (`pyjson`),
+// approximate sizes (`size`), a value as an error message shows it (`text`), and work bounded
+// by a deadline on a thread of its own (`bounded`).
+mod bounded;
+mod error;
+mod ids;
+mod pyjson;
+pub mod semconv;
+mod size;
+mod text;
+
+// The `OTEL_RESOURCE_ATTRIBUTES` codec, what the job asked for, who the job is, and which ranks
+// and span groups record (decided once, at setup).
+pub mod carrier;
 mod config;
+pub mod identity;
 mod rank;
 
-// The path of a span, in order:
-// the layer, on the training thread, keeps a compact record of each span it records;
-mod layer;
+// The path of a span, from the record back to the layer that writes it:
 // the record, the table of open records, and the record's conversion to an SDK span;
 mod record;
-// the bounded queue, whose worker thread builds the SDK spans and runs the span processors;
-mod queue;
 // the exporters, which put spans (and metrics and logs) on the wire. The public module is
-// declared here, where it also shows the queue's processors: `export/` itself depends on no
-// stage of the span path.
+// declared here, where it also shows the queue's processors: `export/` itself uses only leaves
+// and `config`;
 pub mod export {
     //! Exporters: where finished spans, metrics and log records go, and the queue before them.
     //!
@@ -218,30 +235,25 @@ pub mod export {
     pub(crate) use message_limit::MessageLimit;
     pub use otlp::{OtlpProtocol, Signal};
 }
+// the bounded queue, whose worker thread builds the SDK spans and runs the span processors;
+mod queue;
+// the layer, on the training thread, which keeps a compact record of each span it records and
+// pushes it into the queue when the span closes.
+mod layer;
 
-// Beside the span path: metrics, the flight recorder, the GPU's identity and NVTX ranges, and
-// the setup that builds it all and shuts it down.
+// Beside the span path: spans from timestamps, the flight recorder, the GPU's identity and NVTX
+// ranges, metrics, propagation and test capture.
+mod backdated;
 pub mod flight_recorder;
 mod gpu;
 pub mod metrics;
-mod setup;
-
-// Errors, ids, attribute names, propagation, backdated spans and test capture; the leaves every
-// part may use: Python's JSON text (`pyjson`), approximate sizes (`size`) and a value as an error
-// message shows it (`text`).
-mod backdated;
-pub mod carrier;
-mod error;
-pub mod identity;
-mod ids;
 pub mod propagation;
-mod pyjson;
-pub mod semconv;
-mod size;
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing;
-mod text;
+
+// On top: the setup that builds it all and shuts it down.
+mod setup;
 
 pub use backdated::{EmitSpan, EpochSeconds, emit_span};
 pub use config::{ExporterKind, LensConfig};

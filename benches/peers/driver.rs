@@ -3,8 +3,8 @@
 
 use std::process::Command;
 
-use super::common::Wiring;
 use super::{PEERS, Peer, Process, SAMPLES, Sample, Shape, process_spans};
+use nemo_lens_test_support::bench::Wiring;
 
 fn fmt_ns(ns: f64) -> String {
     if ns >= 1000.0 {

@@ -74,11 +74,10 @@ use std::time::{Duration, Instant};
 
 use tracing::field::Empty;
 
-#[path = "../common/mod.rs"]
-mod common;
 mod driver;
 use common::Wiring;
 use driver::driver;
+use nemo_lens_test_support::bench as common;
 
 /// Samples per case.
 const SAMPLES: usize = 9;
@@ -112,7 +111,7 @@ const PEERS: &[Peer] = &[
 /// One row of the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Peer {
-    /// A `tracing` wiring (see `benches/common`).
+    /// A `tracing` wiring (see `nemo_lens_test_support::bench`).
     Tracing(Wiring),
     /// fastrace, with or without the `i64` as a string property.
     Fastrace { property: bool },
@@ -442,6 +441,26 @@ fn drain_fastrace(exported: &AtomicU64, produced: u64) -> u64 {
 }
 
 /// The wiring's pipeline, installed as the process's global default.
+/// Builds `wiring`; `lens_opentelemetry_layer` here, as only this binary knows whether
+/// nemo-lens has its `tracing-opentelemetry` feature.
+fn build(wiring: Wiring) -> common::Built {
+    #[cfg(feature = "tracing-opentelemetry")]
+    if wiring == Wiring::LensOtelLayer {
+        use tracing_subscriber::prelude::*;
+        let exported = Arc::new(AtomicU64::new(0));
+        let t = common::lens(common::exporting_config("all"), 0, 1, exported.clone());
+        let dispatch =
+            tracing::Dispatch::new(tracing_subscriber::registry().with(t.opentelemetry_layer()));
+        return common::Built::lens(t, dispatch, exported);
+    }
+    #[cfg(not(feature = "tracing-opentelemetry"))]
+    assert!(
+        wiring != Wiring::LensOtelLayer,
+        "the lens_opentelemetry_layer wiring needs --features tracing-opentelemetry"
+    );
+    common::build(wiring)
+}
+
 enum Installed {
     Nothing,
     Tracing(common::Built),
@@ -453,7 +472,7 @@ fn install(peer: Peer, exported: &Arc<AtomicU64>) -> Installed {
         // Nothing at all: no dispatcher, no interest rebuild (the max level stays `OFF`).
         Peer::Tracing(Wiring::NoSubscriber) => Installed::Nothing,
         Peer::Tracing(wiring) => {
-            let built = common::build(wiring);
+            let built = build(wiring);
             let dispatch = built.dispatch.clone().expect("a tracing wiring");
             tracing::dispatcher::set_global_default(dispatch).expect("first global subscriber");
             Installed::Tracing(built)

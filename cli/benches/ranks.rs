@@ -9,8 +9,7 @@
 //! `support::measure` (peak resident memory from `wait4`); the median wall time and the largest
 //! peak are printed.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use nemo_lens_test_support::cli as support;
 
 use std::time::Instant;
 

@@ -20,8 +20,7 @@
 //! Throughput is counted in uncompressed JSONL bytes (for `summary_pretty`, in the
 //! pretty-printed bytes). `benches/ranks.rs` times 4,096 rank dumps and reports peak memory.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use nemo_lens_test_support::cli as support;
 
 use std::fs;
 use std::io::{BufWriter, Write};

@@ -9,14 +9,18 @@
 //! (`error: skipping 'x': ...`: field count, empty name, missing, unparseable or non-finite
 //! timestamp), duplicate names, missing or duplicated parents, parent cycles
 //! (`error: invalid span ...`). Any problem emits nothing: `nothing emitted: invalid span input`,
-//! exit 1. Spans are emitted parents first (in rounds, each in input order); on success stderr
+//! exit 1. A start or end OTLP cannot carry (before 1970, after 2554-07-21: epoch milliseconds
+//! given as seconds) is refused naming the span, exit 2, nothing emitted. Spans are emitted
+//! parents first (in rounds, each in input order, ordered in linear time); on success stderr
 //! has one line per span, `  NAME (34 wide) DURATION (8.3f)s[  -> PARENT]`.
 //!
 //! Export goes through the normal configuration: [`LensConfig::from_env`] (so
 //! `NEMO_LENS_EXPORTER`, `NEMO_LENS_CONSOLE_PATH`, `OTEL_EXPORTER_OTLP_*`,
 //! `OTEL_RESOURCE_ATTRIBUTES` apply) with telemetry switched on for this process regardless of
 //! `NEMO_LENS_ENABLED`, export strategy `all_ranks`, no metrics, and `service.name` from
-//! `--service`. A setup failure (`error: ...`), an export failure (`error: failed to export
+//! `--service`. Spans go to the exporter in chunks of half the span queue (at most 512), each
+//! flushed before the next, so any number of spans fits the queue and none is dropped for
+//! room. A setup failure (`error: ...`), an export failure (`error: failed to export
 //! spans`) or a flush timeout (`error: timed out while flushing spans`) exits 2.
 //!
 //! # Identity
@@ -38,19 +42,27 @@
 //! rank not below the world size, is an error naming the variable (exit 2). Blank and
 //! non-UTF-8 variables count as unset, as in the library.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::anyhow;
-use nemo_lens::{EmitSpan, EpochSeconds};
-use nemo_lens::{LensConfig, LensError, Telemetry};
+use nemo_lens::EmitSpan;
+use nemo_lens::{LensConfig, Telemetry};
 use opentelemetry::Context;
 use opentelemetry::trace::{SpanContext, TraceContextExt};
 
 use crate::Failure;
+use spans::{duration, out_of_range, plan};
+
+mod spans;
 
 const INVALID: &str = "nothing emitted: invalid span input";
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
+/// The span queue's size when `OTEL_BSP_MAX_QUEUE_SIZE` does not say (the library's default).
+const DEFAULT_QUEUE_SIZE: usize = 2048;
+/// Spans handed to the exporter between two flushes, at most: well within the queue, which
+/// drops what does not fit.
+const MAX_SPANS_PER_FLUSH: usize = 512;
 
 /// Rank and world-size variables of the launchers, in order of preference.
 const LAUNCHERS: [(&str, &str); 3] = [
@@ -167,201 +179,6 @@ fn identity(
     })
 }
 
-/// One valid `--span`.
-#[derive(Debug)]
-struct SpanSpec {
-    name: String,
-    start: EpochSeconds,
-    end: EpochSeconds,
-    start_ns: i128,
-    end_ns: i128,
-    parent: Option<String>,
-}
-
-/// Reads one `--span` as Python's `_parse_span_arg`: the reason it is skipped, else the span.
-fn parse_one(arg: &str) -> Result<SpanSpec, String> {
-    let fields: Vec<&str> = arg.split(',').map(str::trim).collect();
-    if !(3..=4).contains(&fields.len()) {
-        return Err(format!(
-            "skipping {}: expected NAME,START,END[,PARENT]",
-            py_repr(arg)
-        ));
-    }
-    let name = fields[0];
-    if name.is_empty() {
-        return Err(format!("skipping {}: missing span name", py_repr(arg)));
-    }
-    let skip = |why: &str| format!("skipping {}: {why}", py_repr(name));
-    if fields[1].is_empty() || fields[2].is_empty() {
-        return Err(skip("missing timestamp"));
-    }
-    let (start, end) = match (
-        fields[1].parse::<EpochSeconds>(),
-        fields[2].parse::<EpochSeconds>(),
-    ) {
-        (Ok(start), Ok(end)) => (start, end),
-        (Err(LensError::InvalidArgument(_)), _) | (_, Err(LensError::InvalidArgument(_))) => {
-            return Err(skip("unparseable timestamp"));
-        }
-        _ => return Err(skip("timestamp must be finite")),
-    };
-    let (Ok(start_ns), Ok(end_ns)) = (start.to_nanos("START"), end.to_nanos("END")) else {
-        return Err(skip("timestamp out of range"));
-    };
-    let parent = fields
-        .get(3)
-        .filter(|p| !p.is_empty())
-        .map(|p| (*p).to_owned());
-    Ok(SpanSpec {
-        name: name.to_owned(),
-        start,
-        end,
-        start_ns,
-        end_ns,
-        parent,
-    })
-}
-
-/// Python's `repr` of a string: in single quotes (double quotes when it holds a `'` and no
-/// `"`), backslash escapes for the quote, `\\`, `\n`, `\r`, `\t`, and `\x..` / `\u....`
-/// for other control and invisible characters.
-fn py_repr(s: &str) -> String {
-    let quote = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push(quote);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if !printable(c) => {
-                let n = u32::from(c);
-                if n <= 0xff {
-                    out.push_str(&format!("\\x{n:02x}"));
-                } else if n <= 0xffff {
-                    out.push_str(&format!("\\u{n:04x}"));
-                } else {
-                    out.push_str(&format!("\\U{n:08x}"));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push(quote);
-    out
-}
-
-/// Python's `str.isprintable` for the characters a command line plausibly holds: not a control
-/// character, not a separator other than the space, not an invisible format character.
-fn printable(c: char) -> bool {
-    !(c.is_control()
-        || (c.is_whitespace() && c != ' ')
-        || matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
-            | '\u{2060}'..='\u{2064}' | '\u{feff}'))
-}
-
-/// Checks every `--span` and orders them parents first, as Python's `_validate_span_args`:
-/// the specs in emission order, or every problem found (stderr lines without `error: `).
-fn plan(args: &[String]) -> Result<Vec<SpanSpec>, Vec<String>> {
-    let mut problems = Vec::new();
-    let mut specs = Vec::new();
-    for arg in args {
-        match parse_one(arg) {
-            Ok(s) => specs.push(s),
-            Err(e) => problems.push(e),
-        }
-    }
-    let mut counts: HashMap<&str, usize> = HashMap::new();
-    for s in &specs {
-        *counts.entry(&s.name).or_default() += 1;
-    }
-    let mut duplicated: Vec<&str> = counts
-        .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(name, _)| *name)
-        .collect();
-    duplicated.sort_unstable();
-    for name in &duplicated {
-        problems.push(format!(
-            "invalid span {}: duplicate span name",
-            py_repr(name)
-        ));
-    }
-    let mut candidates = Vec::new();
-    for s in &specs {
-        if duplicated.contains(&s.name.as_str()) {
-            continue;
-        }
-        match s.parent.as_deref() {
-            Some(p) if duplicated.contains(&p) => problems.push(format!(
-                "invalid span {}: parent {} is duplicated",
-                py_repr(&s.name),
-                py_repr(p)
-            )),
-            Some(p) if !counts.contains_key(p) => problems.push(format!(
-                "invalid span {}: missing parent {}",
-                py_repr(&s.name),
-                py_repr(p)
-            )),
-            _ => candidates.push(s.name.clone()),
-        }
-    }
-    if !problems.is_empty() {
-        return Err(problems);
-    }
-    // Rounds: each takes, in input order, every span whose parent is already placed.
-    let mut slots: Vec<Option<SpanSpec>> = specs.into_iter().map(Some).collect();
-    let mut order = Vec::with_capacity(slots.len());
-    let mut placed: HashSet<String> = HashSet::new();
-    while order.len() < slots.len() {
-        let ready: Vec<usize> = (0..slots.len())
-            .filter(|&i| {
-                slots[i]
-                    .as_ref()
-                    .is_some_and(|s| s.parent.as_ref().is_none_or(|p| placed.contains(p)))
-            })
-            .collect();
-        if ready.is_empty() {
-            return Err(slots
-                .iter()
-                .flatten()
-                .map(|s| {
-                    format!(
-                        "invalid span graph: parent cycle prevents emitting {}",
-                        py_repr(&s.name)
-                    )
-                })
-                .collect());
-        }
-        for i in ready {
-            if let Some(s) = slots[i].take() {
-                placed.insert(s.name.clone());
-                order.push(s);
-            }
-        }
-    }
-    Ok(order)
-}
-
-/// `max(end - start, 0)` seconds as Python's `f"{d:8.3f}"` of a `Decimal` (half-even).
-fn duration(start_ns: i128, end_ns: i128) -> String {
-    let ns = (end_ns - start_ns).max(0);
-    let (mut ms, rest) = (ns / 1_000_000, ns % 1_000_000);
-    if rest > 500_000 || (rest == 500_000 && ms % 2 == 1) {
-        ms += 1;
-    }
-    format!("{:>8}", format!("{}.{:03}", ms / 1000, ms % 1000))
-}
-
 /// Runs `nemo-lens emit-spans`.
 pub fn run(service: &str, args: &[String], identity_args: &IdentityArgs) -> Result<(), Failure> {
     let specs = match plan(args) {
@@ -376,6 +193,8 @@ pub fn run(service: &str, args: &[String], identity_args: &IdentityArgs) -> Resu
             std::process::exit(1);
         }
     };
+
+    out_of_range(&specs).map_err(Failure::setup)?;
 
     let mut config = LensConfig::from_env().map_err(|e| Failure::setup(anyhow!(e)))?;
     config.enabled = true;
@@ -403,7 +222,17 @@ pub fn run(service: &str, args: &[String], identity_args: &IdentityArgs) -> Resu
     let tracer = telemetry.tracer();
 
     let mut contexts: HashMap<&str, SpanContext> = HashMap::new();
-    for s in &specs {
+    let per_flush = spans_per_flush(&process_env);
+    for (i, s) in specs.iter().enumerate() {
+        // A batch tool waits for the exporter rather than letting the queue drop spans.
+        if i > 0 && i % per_flush == 0 {
+            telemetry.force_flush().map_err(|e| {
+                Failure::setup(anyhow!(e).context(format!(
+                    "failed to export spans ({i} of {} handed over)",
+                    specs.len()
+                )))
+            })?;
+        }
         let parent = match s.parent.as_deref().and_then(|p| contexts.get(p)) {
             Some(sc) => Context::new().with_remote_span_context(sc.clone()),
             None => Context::new(),
@@ -447,6 +276,16 @@ pub fn run(service: &str, args: &[String], identity_args: &IdentityArgs) -> Resu
         );
     }
     Ok(())
+}
+
+/// How many spans go to the exporter between two flushes: half the span queue
+/// (`OTEL_BSP_MAX_QUEUE_SIZE`, read as the library reads it), at most [`MAX_SPANS_PER_FLUSH`].
+fn spans_per_flush(lookup: &dyn Fn(&str) -> Option<String>) -> usize {
+    let queue = var(lookup, "OTEL_BSP_MAX_QUEUE_SIZE")
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(DEFAULT_QUEUE_SIZE);
+    (queue / 2).clamp(1, MAX_SPANS_PER_FLUSH)
 }
 
 /// One variable of the process environment; non-UTF-8 values count as unset, as in the library.
@@ -523,68 +362,13 @@ mod tests {
         );
     }
 
-    fn names(args: &[&str]) -> Result<Vec<String>, Vec<String>> {
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        plan(&args).map(|v| v.into_iter().map(|s| s.name).collect())
-    }
-
     #[test]
-    fn parents_come_first_in_rounds_of_input_order() {
-        assert_eq!(
-            names(&["child,1,2,root", "root,1,2", "grandchild,1,2,child"]).unwrap(),
-            ["root", "child", "grandchild"]
-        );
-        assert_eq!(
-            names(&["c,1,2,b", "b,1,2,a", "a,1,2", "d,1,2"]).unwrap(),
-            ["a", "d", "b", "c"]
-        );
-    }
-
-    #[test]
-    fn problems_are_python_s_messages() {
-        let problems = names(&[
-            "a,1",
-            ",1,2",
-            "m,,2",
-            "bad,one,2",
-            "nf,nan,2",
-            "root,1,2",
-            "root,1,2",
-            "orphan,1,2,missing",
-        ])
-        .unwrap_err();
-        assert_eq!(
-            problems,
-            [
-                "skipping 'a,1': expected NAME,START,END[,PARENT]",
-                "skipping ',1,2': missing span name",
-                "skipping 'm': missing timestamp",
-                "skipping 'bad': unparseable timestamp",
-                "skipping 'nf': timestamp must be finite",
-                "invalid span 'root': duplicate span name",
-                "invalid span 'orphan': missing parent 'missing'",
-            ]
-        );
-        assert_eq!(
-            names(&["a,1,2,b", "b,1,2,a", "c,1,2,a", "ok,1,2"]).unwrap_err(),
-            [
-                "invalid span graph: parent cycle prevents emitting 'a'",
-                "invalid span graph: parent cycle prevents emitting 'b'",
-                "invalid span graph: parent cycle prevents emitting 'c'",
-            ]
-        );
-        // An end before its start is accepted (emit_span clamps it).
-        assert_eq!(names(&["backwards,2,1"]).unwrap(), ["backwards"]);
-    }
-
-    #[test]
-    fn repr_and_durations_are_python_s() {
-        assert_eq!(py_repr("it's"), "\"it's\"");
-        assert_eq!(py_repr("a\u{1}\n'\""), "'a\\x01\\n\\'\"'");
-        assert_eq!(duration(0, 500_000), "   0.000");
-        assert_eq!(duration(0, 1_500_000), "   0.002");
-        assert_eq!(duration(0, 2_500_000), "   0.002");
-        assert_eq!(duration(0, 3_000_000_000), "   3.000");
-        assert_eq!(duration(5, 1), "   0.000");
+    fn spans_per_flush_stay_within_the_queue() {
+        let with =
+            |v: &'static str| move |k: &str| (k == "OTEL_BSP_MAX_QUEUE_SIZE").then(|| v.to_owned());
+        assert_eq!(spans_per_flush(&|_| None), 512);
+        assert_eq!(spans_per_flush(&with("100")), 50);
+        assert_eq!(spans_per_flush(&with("1")), 1);
+        assert_eq!(spans_per_flush(&with("junk")), 512);
     }
 }

@@ -13,7 +13,8 @@
 //! Bad input is never fatal: a record that is not valid JSON, not UTF-8, cut short, too long, or
 //! neither a span, a metric batch nor a log record is skipped and counted in [`Stats`] (with the
 //! first few locations kept for the report); a gzip stream cut short ends its file early and is
-//! reported the same way. Only a file that cannot be opened at all is an error.
+//! reported the same way. Only a file that cannot be opened at all is an error, and so is an
+//! input that would never end (a device, a FIFO without a writer: [`open`]).
 //!
 //! Python ranks write non-finite floats as bare `NaN` / `Infinity` tokens (not JSON); a record
 //! that fails to parse is rescanned and those tokens are read as the strings `"NaN"`,
@@ -24,6 +25,7 @@
 //! members (what `cat a.gz b.gz` gives) are read as one stream.
 
 mod framing;
+mod open;
 mod parallel;
 mod record;
 mod timestamp;
@@ -32,7 +34,6 @@ pub use parallel::{Jobs, for_each_file};
 pub use record::{LogRecord, Record, ResourceMetrics, Span, parse_record};
 pub use timestamp::parse_time_us;
 
-use std::fs::File;
 use std::io::{self, BufRead, BufReader, IsTerminal, Read};
 use std::path::{Path, PathBuf};
 
@@ -188,17 +189,21 @@ impl<R: Read> Read for Counting<R> {
 const BUFFER_BYTES: usize = 256 * 1024;
 
 fn open(path: &Path, progress: &ProgressBar) -> Result<Box<dyn BufRead>> {
-    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let (file, head) = open::open(path)?;
     // A small file gets a small buffer: thousands of small dumps would spend more time
     // zeroing 256 KiB buffers than parsing.
-    let len = file.metadata().map_or(u64::MAX, |m| m.len());
+    let len = file
+        .metadata()
+        .ok()
+        .filter(|m| m.is_file())
+        .map_or(u64::MAX, |m| m.len());
     let capacity = usize::try_from(len.saturating_add(1))
         .unwrap_or(BUFFER_BYTES)
         .clamp(4096, BUFFER_BYTES);
     let mut raw = BufReader::with_capacity(
         capacity,
         Counting {
-            inner: file,
+            inner: io::Cursor::new(head).chain(file),
             progress: progress.clone(),
         },
     );
@@ -213,6 +218,11 @@ fn open(path: &Path, progress: &ProgressBar) -> Result<Box<dyn BufRead>> {
     } else {
         Ok(Box::new(raw))
     }
+}
+
+/// Opens a file for reading, decompressed when it is gzip (no progress bar).
+pub fn open_decoded(path: &Path) -> Result<Box<dyn BufRead>> {
+    open(path, &ProgressBar::hidden())
 }
 
 /// A progress bar over the input bytes on stderr, drawn only when stderr is a terminal.
@@ -328,22 +338,43 @@ impl<'p> Records<'p> {
         None
     }
 
+    /// What was read and skipped so far in this file.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
     /// What was read and skipped in this file.
     pub fn into_stats(self) -> Stats {
         self.stats
     }
 }
 
+/// Checks every path before anything is read: it exists, and is a regular file or a pipe
+/// (a device, a socket or a directory is refused: see [`open`]). Returns the file sizes (0 for
+/// a pipe).
+pub fn check_all(paths: &[PathBuf]) -> Result<Vec<u64>> {
+    paths
+        .iter()
+        .map(|path| {
+            let meta = std::fs::metadata(path)
+                .with_context(|| format!("cannot open {}", path.display()))?;
+            open::check(path, &meta)?;
+            Ok(if meta.is_file() { meta.len() } else { 0 })
+        })
+        .collect()
+}
+
 /// Reads every file in order and calls `f` for each record.
 ///
-/// Returns what was read and skipped. An error from `f`, or a file that cannot be opened, stops
-/// the reading and is returned.
+/// Every path is checked first ([`check_all`]). Returns what was read and skipped. An error
+/// from `f`, or a file that cannot be opened, stops the reading and is returned.
 pub fn for_each_record(
     paths: &[PathBuf],
     options: &ReadOptions,
     progress: &ProgressBar,
     mut f: impl FnMut(&Source, Record) -> Result<()>,
 ) -> Result<Stats> {
+    check_all(paths)?;
     let mut stats = Stats::default();
     for (index, path) in paths.iter().enumerate() {
         let mut records = Records::open(index, path, options, progress)?;

@@ -3,6 +3,7 @@
 //! * `perfetto` merges per-rank console JSONL into one Chrome Trace Event file ([`perfetto`]);
 //! * `summary` prints per-rank span statistics and a straggler report ([`summary`]);
 //! * `emit-spans` exports completed spans from epoch-second intervals ([`emit`]);
+//! * `goodput` gives NeMo Lens's goodput figures and flame of a Megatron job ([`goodput`]);
 //! * `hang` names the stuck rank from flight-recorder dumps ([`hang`]);
 //! * `straggler` names the rank the others wait for, and what it costs per step ([`straggler`]);
 //! * `set-slurm-resource-attrs` prints the shell line that hands a Slurm job's identity down
@@ -12,6 +13,7 @@
 //! bad or oversized records skipped and counted).
 
 mod emit;
+mod goodput;
 mod hang;
 mod input;
 mod perfetto;
@@ -30,10 +32,12 @@ Exit codes:
   0  success (skipped input records are reported on stderr, not an error)
   1  invalid input: emit-spans got a bad --span (\"nothing emitted: invalid span input\")
   2  usage error, an input or output file that cannot be opened or written (any write error,
-     stdout included; an output that is one of the inputs is refused), (straggler) no rank
-     with a complete step, or (emit-spans) a bad rank, world size or run id, an exporter that
-     cannot be set up or fails to export; set-slurm-resource-attrs: --container-image without
-     --stage task
+     stdout included, also a closed stdout; an output that is one of the inputs is refused), an
+     input that is not a file or a pipe (a device, a socket, a directory, a FIFO no writer opens
+     within 2 s), a reading thread that cannot start, (straggler) no rank with a complete step,
+     or (emit-spans) a time before 1970 or after 2554, a bad rank, world size or run id, an
+     exporter that cannot be set up or fails to export; set-slurm-resource-attrs:
+     --container-image without --stage task; goodput: no trainer file (lens_rank<N>.jsonl[.gz])
   3  hang: a suspect rank was named (an outlier or a rank without a dump);
      straggler: a rank the others wait for was named";
 
@@ -130,6 +134,29 @@ enum Command {
         /// Do not draw the progress bar.
         #[arg(long)]
         no_progress: bool,
+        #[command(flatten)]
+        read: input::ReadOptions,
+        #[command(flatten)]
+        jobs: input::Jobs,
+    },
+    /// Goodput of a Megatron job, with NeMo Lens's model: peak-rate committed compute over the
+    /// GPU time, the scheduling x runtime x application factors, lost work (iterations redone
+    /// after a requeue or never checkpointed) and the flame of where the time went.
+    #[command(after_help = EXIT_CODES)]
+    Goodput {
+        /// Job directories (their lens_rank<N>.jsonl[.gz], lens_slurm*, lens_ftlauncher*,
+        /// *_ckptworker* files) or such files.
+        #[arg(required = true, value_name = "DIR|FILE")]
+        inputs: Vec<PathBuf>,
+        /// Print JSON instead of the text report.
+        #[arg(long)]
+        json: bool,
+        /// Also write folded stacks (`path milliseconds` per line) to this file.
+        #[arg(long, value_name = "FILE")]
+        fold: Option<PathBuf>,
+        /// Order of a node's children in the flame.
+        #[arg(long, value_enum, default_value_t = goodput::Sort::Fixed)]
+        sort: goodput::Sort,
         #[command(flatten)]
         read: input::ReadOptions,
         #[command(flatten)]
@@ -280,6 +307,22 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 }),
             }
         }
+        Command::Goodput {
+            inputs,
+            json,
+            fold,
+            sort,
+            read,
+            jobs,
+        } => goodput::run(&goodput::Options {
+            inputs,
+            json,
+            fold,
+            sort,
+            read,
+            jobs,
+        })
+        .map_err(Failure::setup),
         Command::EmitSpans {
             service,
             spans,

@@ -9,6 +9,7 @@
 //! | rank (`dl.rank`, else the file name's `rankN`) | a process (`pid` = rank) named `rank N (host)` |
 //! | `thread.id` / `thread.name` span attribute | a thread track; without them one track per rank |
 //! | span | complete event `ph: "X"` (`ts`, `dur` in µs), attributes plus ids and status in `args` |
+//! | lost `megatron.train.iteration` | named `megatron.train.iteration.redone` or `….uncommitted` ([`lost`]) |
 //! | truncated span (`nemo.span.truncated`) | `cat: "span,truncated"`, `cname: "terrible"` (red) |
 //! | span event | instant event `ph: "i"`, `s: "t"`, on the span's track |
 //! | span link | flow `ph: "s"` at the linked span → `ph: "f"` (`bp: "e"`) at the linking span |
@@ -44,6 +45,7 @@ use serde_json::{Map, Value};
 use crate::input::{self, LogRecord, ReadOptions, Record, Span, Stats};
 
 mod links;
+mod lost;
 mod tracks;
 
 use links::Links;
@@ -459,14 +461,18 @@ pub fn run(
     progress: bool,
 ) -> Result<Outcome> {
     refuse_input_as_output(inputs, output)?;
+    // A missing input or a device is refused before the output is created.
+    input::check_all(inputs)?;
     let file = File::create(output)
         .with_context(|| format!("cannot create output file {}", output.display()))?;
     let mut writer = Writer::new(BufWriter::with_capacity(1 << 20, file))
         .with_context(|| format!("cannot write {}", output.display()))?;
+    let mut lost = lost::LostIterations::read(inputs, read)?;
     let bar = input::progress_bar(inputs, progress);
     let stats = input::for_each_record(inputs, read, &bar, |source, record| {
         match record {
-            Record::Span(span) => {
+            Record::Span(mut span) => {
+                lost.rename(source.index, &mut span);
                 let (pid, label) = pid_of(span.rank, source.index);
                 writer.process(pid, &label, span.host.as_deref())?;
                 writer.span(&span, pid)?;

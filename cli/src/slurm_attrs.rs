@@ -13,6 +13,7 @@
 //! with `--container-image`, `nv.dl.launch.container.image`. Keys the variable already holds
 //! win: only missing keys are appended, and the segments already there are kept byte for byte
 //! ([`nemo_lens::carrier::extend_bytes`]). The value is quoted as Python's `shlex.quote`.
+//! Stdout closed (`>&-`) or any write error exits 2: the line is the command's whole output.
 
 use std::io::Write;
 
@@ -39,11 +40,41 @@ pub fn run(stage: Stage, container_image: Option<&str>) -> Result<(), Failure> {
             "--container-image requires --stage task"
         )));
     }
+    if stdout_closed() {
+        // Nothing would reach the `eval`: the job would run without its identity.
+        return Err(Failure::setup(anyhow!(
+            "cannot write to stdout: it is closed (the export line goes to stdout, for eval)"
+        )));
+    }
     let line = export_line(stage, image, &|k| std::env::var(k).ok(), &inherited());
     let mut out = std::io::stdout().lock();
     out.write_all(&line)
         .and_then(|()| out.flush())
         .map_err(|e| Failure::setup(anyhow!(e).context("cannot write to stdout")))
+}
+
+/// Whether the process started with stdout closed (`>&-`). Rust's runtime puts `/dev/null`,
+/// opened read-write, on a closed standard descriptor before `main`, so writes to it succeed;
+/// a shell's `>/dev/null` opens it write-only, and is an ordinary output.
+fn stdout_closed() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: fcntl and fstat on descriptor 1 with a zeroed, owned `stat` buffer.
+    let (flags, stat) = unsafe {
+        let flags = libc::fcntl(libc::STDOUT_FILENO, libc::F_GETFL);
+        let mut stat: libc::stat = std::mem::zeroed();
+        let rc = libc::fstat(libc::STDOUT_FILENO, &mut stat);
+        (flags, (rc == 0).then_some(stat))
+    };
+    let Some(stat) = stat else {
+        return true;
+    };
+    if flags < 0 {
+        return true;
+    }
+    let null = std::fs::metadata("/dev/null").map(|m| m.rdev()).ok();
+    stat.st_mode & libc::S_IFMT == libc::S_IFCHR
+        && Some(stat.st_rdev) == null
+        && flags & libc::O_ACCMODE == libc::O_RDWR
 }
 
 /// The variable's current bytes (empty when unset).

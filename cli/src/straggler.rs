@@ -6,20 +6,21 @@
 //! read in parallel ([`input::for_each_file`]). From each rank's spans, [`collect`] measures per
 //! step the time waiting in collective spans and the rest (compute); [`table`] keeps each rank's
 //! latest steps in fixed memory; [`verdict`] names the ranks the others wait for and what that
-//! costs per step; [`render`] prints it in a few lines (`--detail`: every rank), or `--json`.
+//! costs per step, and [`slow_steps`] in which steps; [`render`] prints it in a few lines (`--detail`: every rank), or `--json`.
 //! `summary` prints the same verdict after its tables, through [`Analysis`].
 //!
 //! Exit code 3 when a suspect is named, 0 when none, 2 when no rank has a complete step.
 
 mod collect;
 mod render;
+mod slow_steps;
 mod table;
 #[cfg(test)]
 mod tests;
 mod verdict;
 
 pub use collect::{STEP_SPAN_NAMES, SpanNames, step_number};
-pub use render::verdict as render_verdict;
+pub use render::{verdict as render_verdict, warnings as merge_warnings};
 pub use verdict::{Settings, Verdict};
 
 use std::io::Write as _;
@@ -133,6 +134,9 @@ pub fn run(opts: &Options) -> Result<bool> {
     let (analysis, stats) = analyse(opts)?;
     stats.report();
     let verdict = analysis.verdict(opts.settings, opts.detail);
+    for line in render::warnings(&verdict) {
+        eprintln!("warning: {line}");
+    }
     anyhow::ensure!(
         verdict.ranks_compared > 0,
         "no rank has a complete step to compare ({} rank(s) read): a step is a span named {} \

@@ -29,6 +29,12 @@
 //! ([`heatmap`]). The step of a span is its `dl.step` attribute, else `step`, else its position
 //! among that rank's step spans ordered by start time.
 //!
+//! # Lost work
+//!
+//! When the input has `megatron.train.iteration` spans with a `megatron.iteration` attribute,
+//! the iterations per rank committed by a checkpoint, redone after a requeue, or never
+//! checkpointed ([`lost`], NeMo Lens's rule; `goodput` gives what they cost).
+//!
 //! # Log records
 //!
 //! Log records (Python `LogRecord.to_json` layout) are counted by severity and listed after the
@@ -57,6 +63,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 mod heatmap;
+mod lost;
 mod render;
 
 use crate::GroupBy;
@@ -169,6 +176,9 @@ pub struct Report {
     spans_over_budget: u64,
     /// The verdict of `nemo-lens straggler` on the same input.
     straggler: straggler::Verdict,
+    /// Iterations committed, redone, uncommitted, per rank (absent without iterations).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lost_work: Option<lost::LostWork>,
 }
 
 /// µs → ms, rounded to the µs.
@@ -219,6 +229,7 @@ struct Tables {
     steps: BTreeMap<i64, Vec<StepSpan>>,
     logs: BTreeMap<String, u64>,
     spans_over_budget: u64,
+    lost: BTreeMap<i64, lost::LostRow>,
 }
 
 /// The severity label counted: cut to [`MAX_SEVERITY_CHARS`], `OTHER` beyond
@@ -299,6 +310,14 @@ impl Tables {
             *self.logs.entry(key).or_default() += n;
         }
         self.spans_over_budget += other.spans_over_budget;
+        for (rank, row) in other.lost {
+            match self.lost.entry(rank) {
+                Entry::Occupied(mut mine) => mine.get_mut().add(&row),
+                Entry::Vacant(slot) => {
+                    slot.insert(row);
+                }
+            }
+        }
     }
 }
 
@@ -309,6 +328,7 @@ struct Collected {
     stats: input::Stats,
     spans_over_budget: u64,
     straggler: straggler::Analysis,
+    lost: BTreeMap<i64, lost::LostRow>,
 }
 
 /// Reads the files (in parallel, one file per thread at a time) into per-file tables merged at
@@ -326,13 +346,16 @@ fn collect(opts: &Options) -> Result<Collected> {
         |records| {
             let mut tables = Tables::default();
             let mut file = analysis.file();
+            let mut iterations = lost::FileIterations::default();
             while let Some(record) = records.next_record() {
                 if let Record::Span(span) = &record {
                     file.span(span);
+                    iterations.span(span);
                 }
                 tables.record(record, opts.plot.is_some(), &table_bytes);
             }
             analysis.done(file);
+            iterations.done(&mut tables.lost, UNKNOWN_RANK);
             merged
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -348,6 +371,7 @@ fn collect(opts: &Options) -> Result<Collected> {
         stats,
         spans_over_budget: tables.spans_over_budget,
         straggler: analysis,
+        lost: tables.lost,
     })
 }
 
@@ -436,6 +460,7 @@ fn build_report(collected: &mut Collected, opts: &Options) -> Report {
             },
             false,
         ),
+        lost_work: lost::table(&collected.lost),
     }
 }
 
@@ -451,6 +476,9 @@ pub fn run(opts: &Options) -> Result<()> {
         );
     }
     let report = build_report(&mut collected, opts);
+    for line in straggler::merge_warnings(&report.straggler) {
+        eprintln!("warning: {line}");
+    }
     let text = if opts.json {
         serde_json::to_string_pretty(&report)? + "\n"
     } else {

@@ -2,29 +2,14 @@
 //! all-or-nothing input checking (exit 1) and setup/export failures (exit 2).
 
 // The library's real collector (rotel on loopback), one copy for both crates' tests.
-#[path = "../../tests/common/collector.rs"]
-mod collector;
-mod support;
+use nemo_lens_test_support::collector;
 
 use std::path::Path;
 use std::process::Output;
 
+use nemo_lens_test_support::clear_telemetry_env;
+use nemo_lens_test_support::cli::{LAUNCHER_ENV, bin};
 use serde_json::Value;
-use support::{bin, clear_telemetry_env};
-
-/// Launcher variables that give emit-spans its identity; cleared from every run.
-const LAUNCHER_ENV: [&str; 10] = [
-    "RANK",
-    "WORLD_SIZE",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "SLURM_JOB_ID",
-    "SLURM_ARRAY_JOB_ID",
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_RESTART_COUNT",
-];
 
 /// Runs emit-spans with the console exporter writing to `dir/spans-{rank}.jsonl`, with a clean
 /// NEMO_LENS/OTEL/launcher environment.
@@ -569,4 +554,44 @@ fn a_bad_identity_exits_2_naming_the_variable_and_emits_nothing() {
             "{env:?} {flags:?} wrote a file"
         );
     }
+}
+
+#[test]
+fn times_otlp_cannot_carry_are_refused_naming_the_span() {
+    for (span, why) in [
+        // Epoch milliseconds given as seconds: 2554-07-21 at the latest.
+        (
+            "ms,1795989600000,1795989601000",
+            "error: span 'ms': START 1795989600000 is after 2554-07-21T23:34:33Z",
+        ),
+        (
+            "old,-5,1",
+            "error: span 'old': START -5 is before 1970-01-01T00:00:00Z",
+        ),
+        (
+            "late,1,18446744073.709551616",
+            "error: span 'late': END 18446744073.709551616 is after 2554-07-21T23:34:33Z",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = emit(dir.path(), &[], &["fine,1795989600,1795989601", span]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{span}: {stderr}");
+        assert!(
+            stderr.lines().any(|l| l.starts_with(why)),
+            "{span}: expected {why:?} in {stderr}"
+        );
+        assert!(lines(dir.path()).is_empty(), "{span} emitted something");
+    }
+    // The last nanosecond OTLP carries is accepted.
+    let dir = tempfile::tempdir().unwrap();
+    let out = emit(dir.path(), &[], &["edge,0,18446744073.709551615"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let spans = lines(dir.path());
+    assert_eq!(spans[0]["end_time"], "2554-07-21T23:34:33.709552Z");
 }

@@ -5,16 +5,8 @@
 //! nemo-lens-cli --test hang` alone does not build the library's examples). Every wait polls
 //! with a bounded deadline; every child is killed on the way out, even when an assertion fails.
 
-mod support;
-
-// The library's child-process harness (it finds `example` and `clear_telemetry_env` here).
-#[path = "../../tests/common/child.rs"]
-#[allow(dead_code)]
-mod child;
-#[path = "../../tests/common/wait.rs"]
-#[allow(dead_code)]
-mod wait;
-use support::{clear_telemetry_env, example, files_ending};
+use nemo_lens_test_support::cli::{self as support, files_ending};
+use nemo_lens_test_support::{child, wait};
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

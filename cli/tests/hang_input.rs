@@ -3,7 +3,7 @@
 //! dump set can fill is reported in ranges, not rank by rank. (Its memory on a huge record and a
 //! huge world size: `memory_bounds.rs`.)
 
-mod support;
+use nemo_lens_test_support::cli as support;
 
 use std::fs;
 use std::io::Write;

@@ -11,7 +11,7 @@
 //! 16 MiB, link index about 20 MB). Lines are written with `format!` (the inputs are large and
 //! the test build is unoptimised).
 
-mod support;
+use nemo_lens_test_support::cli as support;
 
 use std::fs;
 use std::io::{BufWriter, Write};
@@ -375,7 +375,11 @@ fn hang_skips_a_200_mib_line_in_bounded_memory() {
 }
 
 /// The tests, in the order they run.
-const TESTS: [(&str, fn()); 8] = [
+const TESTS: [(&str, fn()); 9] = [
+    (
+        "goodput_keeps_only_the_spans_it_accounts_for",
+        goodput_keeps_only_the_spans_it_accounts_for,
+    ),
     (
         "hang_with_a_huge_world_size_allocates_nothing_per_claimed_rank",
         hang_with_a_huge_world_size_allocates_nothing_per_claimed_rank,
@@ -412,6 +416,40 @@ const TESTS: [(&str, fn()); 8] = [
 
 /// Runs the tests whose name contains one of the free arguments (all without any), or acts as
 /// the probe.
+fn goodput_keeps_only_the_spans_it_accounts_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lens_rank0.jsonl");
+    let mut f = BufWriter::new(fs::File::create(&path).unwrap());
+    // 2,000 distinct 100 KB span names (200 MB), then three iterations and their checkpoint.
+    let filler = "n".repeat(100_000);
+    for i in 0..2000 {
+        let name = format!("{i}-{filler}");
+        writeln!(f, "{}", raw_span(&name, 0x1000 + i, "{}", "[]")).unwrap();
+    }
+    for i in 1..=3 {
+        let attrs = format!(r#"{{"megatron.iteration": {i}}}"#);
+        writeln!(
+            f,
+            "{}",
+            raw_span("megatron.train.iteration", i, &attrs, "[]")
+        )
+        .unwrap();
+    }
+    let attrs = r#"{"megatron.iteration": 3}"#;
+    writeln!(
+        f,
+        "{}",
+        raw_span("megatron.checkpoint.save", 9, attrs, "[]")
+    )
+    .unwrap();
+    f.into_inner().unwrap().sync_all().unwrap();
+
+    let m = run_measured(bin().args(["goodput", "--json"]).arg(&path));
+    assert_bounded(&m, "goodput, 2,000 distinct 100 KB span names");
+    let report: Value = serde_json::from_str(&m.stdout).unwrap_or(Value::Null);
+    assert_eq!(report["iterations"]["committed"], 3, "{report}");
+}
+
 fn main() {
     support::measure::serve_as_probe();
     let filters: Vec<String> = std::env::args()

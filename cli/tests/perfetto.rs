@@ -1,7 +1,7 @@
 //! `nemo-lens perfetto` on a generated five-rank job (see `support`): the real binary, the
 //! real files, and the Chrome Trace Event JSON checked event by event.
 
-mod support;
+use nemo_lens_test_support::cli as support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;

@@ -3,16 +3,15 @@
 //! `eval`-ed by `sh`, and a trainer started from the evaluated environment carrying the
 //! identity.
 
-#[path = "../../tests/common/python.rs"]
-mod python;
-mod support;
+use nemo_lens_test_support::python;
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::process::{Command, Output};
 
+use nemo_lens_test_support::cli::bin;
+use nemo_lens_test_support::{clear_telemetry_env, example};
 use serde_json::Value;
-use support::{bin, clear_telemetry_env};
 
 /// A command with no Slurm, torchrun or telemetry variable of the test's own environment.
 fn clean(mut cmd: Command) -> Command {
@@ -168,7 +167,7 @@ fn a_container_image_outside_the_task_stage_exits_2() {
 fn sh(env: &[(&str, &[u8])], script: &str) -> Output {
     let mut cmd = clean(Command::new("sh"));
     cmd.env("LENS", env!("CARGO_BIN_EXE_nemo-lens"))
-        .env("TRAINER", support::example("trainer"))
+        .env("TRAINER", example("trainer"))
         .args(["-c", script]);
     for (k, v) in env {
         cmd.env(k, OsStr::from_bytes(v));
@@ -267,4 +266,32 @@ fn a_trainer_started_from_the_evaluated_line_carries_the_identity() {
     for (key, want) in expect {
         assert_eq!(resource[key], want, "{key}: {resource}");
     }
+}
+
+#[test]
+fn a_closed_stdout_exits_2_and_dev_null_is_an_ordinary_output() {
+    let shell = |redirect: &str| {
+        let mut cmd = clean(Command::new("bash"));
+        cmd.env("SLURM_JOB_ID", "7")
+            .arg("-c")
+            .arg(format!(
+                "exec \"$0\" set-slurm-resource-attrs --stage task {redirect}"
+            ))
+            .arg(env!("CARGO_BIN_EXE_nemo-lens"));
+        cmd.output().unwrap()
+    };
+    let closed = shell(">&-");
+    let stderr = String::from_utf8_lossy(&closed.stderr);
+    assert_eq!(closed.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("error: cannot write to stdout: it is closed"),
+        "{stderr}"
+    );
+    let null = shell(">/dev/null");
+    assert_eq!(
+        null.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&null.stderr)
+    );
 }

@@ -8,16 +8,8 @@
 //! 6 ms), so the verdicts do not depend on the machine's load. Every wait is bounded; every
 //! rank is killed on the way out, even when an assertion fails.
 
-mod support;
-
-// The library's child-process harness (it finds `example` and `clear_telemetry_env` here).
-#[path = "../../tests/common/child.rs"]
-#[allow(dead_code)]
-mod child;
-#[path = "../../tests/common/wait.rs"]
-#[allow(dead_code)]
-mod wait;
-use support::{clear_telemetry_env, example, files_ending};
+use nemo_lens_test_support::cli::{self as support, files_ending};
+use nemo_lens_test_support::{child, wait};
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! `nemo-lens summary` on a generated five-rank job with a straggler (rank 2), a truncated
 //! span (rank 1), corrupt lines (rank 0), a gzip file (rank 4) and the Python fixture (rank 3).
 
-mod support;
+use nemo_lens_test_support::cli as support;
 
 use std::fs;
 use std::path::PathBuf;

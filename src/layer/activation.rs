@@ -42,8 +42,9 @@ use parking_lot::Mutex;
 
 use crate::record::SpanState;
 
-/// A lens span as this thread enters it.
-pub(crate) struct Span {
+/// What entering a lens span activates on this thread: its ids, its state and the context to
+/// attach.
+pub(crate) struct Activation {
     pub(crate) span_id: SpanId,
     /// Its state, kept so that the span can be entered again without a table lookup.
     pub(crate) state: Arc<SpanState>,
@@ -54,9 +55,9 @@ pub(crate) struct Span {
 /// One entered lens span of this thread.
 struct Entered {
     /// The layer's span table (its address), and the span's `tracing` id in it.
-    store: usize,
+    table: usize,
     id: u64,
-    span: Span,
+    span: Activation,
     /// The guard of the attached context.
     guard: Option<ContextGuard>,
     /// The span was already on the stack when entered again (the registry's rule: the
@@ -83,7 +84,7 @@ pub(crate) enum Exit {
 /// step).
 struct Stack {
     entered: Vec<Entered>,
-    last: Option<(usize, u64, Span)>,
+    last: Option<(usize, u64, Activation)>,
 }
 
 impl Drop for Stack {
@@ -125,15 +126,15 @@ static MARKED: AtomicUsize = AtomicUsize::new(0);
 /// pushed while it was exiting, is dropped oldest first past this).
 const MAX_MARKS: usize = 1024;
 
-/// Enters span `id` of `store` again if it is the span this thread exited last and it is
+/// Enters span `id` of `table` again if it is the span this thread exited last and it is
 /// still open (no table lookup); `false` otherwise.
 #[inline]
-pub(crate) fn enter_again(store: usize, id: u64) -> bool {
+pub(crate) fn enter_again(table: usize, id: u64) -> bool {
     clear_stale();
     let stale = STACK.try_with(|stack| {
         let mut stack = stack.borrow_mut();
         match &stack.last {
-            Some((s, i, _)) if *s == store && *i == id => {}
+            Some((s, i, _)) if *s == table && *i == id => {}
             _ => return None,
         }
         let (_, _, span) = stack.last.take()?;
@@ -141,7 +142,7 @@ pub(crate) fn enter_again(store: usize, id: u64) -> bool {
             // The id was reused: the caller looks the span up.
             return Some(Some(span));
         }
-        push(&mut stack, store, id, span);
+        push(&mut stack, table, id, span);
         Some(None)
     });
     match stale {
@@ -155,24 +156,23 @@ pub(crate) fn enter_again(store: usize, id: u64) -> bool {
     }
 }
 
-/// Pushes span `id` of `store` on this thread's stack, attaching its context until the
+/// Pushes span `id` of `table` on this thread's stack, attaching its context until the
 /// matching [`exit`]. Called after [`enter_again`] (which cleared stale activations).
 #[inline]
-pub(crate) fn enter(store: usize, id: u64, span: Span) {
-    let pushed = STACK.try_with(|stack| push(&mut stack.borrow_mut(), store, id, span));
+pub(crate) fn enter(table: usize, id: u64, span: Activation) {
     // During thread teardown the stack is gone: nothing is attached.
-    let _ = pushed;
+    let _ = STACK.try_with(|stack| push(&mut stack.borrow_mut(), table, id, span));
 }
 
 #[inline]
-fn push(stack: &mut Stack, store: usize, id: u64, span: Span) {
+fn push(stack: &mut Stack, table: usize, id: u64, span: Activation) {
     let again = stack
         .entered
         .iter()
-        .any(|e| e.store == store && e.id == id && e.span.span_id == span.span_id);
+        .any(|e| e.table == table && e.id == id && e.span.span_id == span.span_id);
     let guard = span.cx.clone().map(Context::attach);
     stack.entered.push(Entered {
-        store,
+        table,
         id,
         span,
         guard,
@@ -181,14 +181,14 @@ fn push(stack: &mut Stack, store: usize, id: u64, span: Span) {
     });
 }
 
-/// Pops the innermost entry of span `id` of `store` from this thread's stack, detaching its
+/// Pops the innermost entry of span `id` of `table` from this thread's stack, detaching its
 /// context.
 #[inline]
-pub(crate) fn exit(store: usize, id: u64) -> Exit {
+pub(crate) fn exit(table: usize, id: u64) -> Exit {
     let popped = STACK
         .try_with(|stack| {
             let mut stack = stack.borrow_mut();
-            let this = |e: &Entered| e.store == store && e.id == id;
+            let this = |e: &Entered| e.table == table && e.id == id;
             let Entered {
                 span, guard, calm, ..
             } = if stack.entered.last().is_some_and(this) {
@@ -198,7 +198,7 @@ pub(crate) fn exit(store: usize, id: u64) -> Exit {
                 stack.entered.remove(pos)
             };
             let unwound = (calm && std::thread::panicking()).then(|| span.state.clone());
-            let last = stack.last.replace((store, id, span));
+            let last = stack.last.replace((table, id, span));
             Some((guard, last, unwound))
         })
         .ok()
@@ -215,9 +215,9 @@ pub(crate) fn exit(store: usize, id: u64) -> Exit {
     }
 }
 
-/// The innermost span of `store` entered on this thread (the contextual parent of a new span).
+/// The innermost span of `table` entered on this thread (the contextual parent of a new span).
 #[inline]
-pub(crate) fn current(store: usize) -> Option<u64> {
+pub(crate) fn current(table: usize) -> Option<u64> {
     STACK
         .try_with(|stack| {
             stack
@@ -225,7 +225,7 @@ pub(crate) fn current(store: usize) -> Option<u64> {
                 .entered
                 .iter()
                 .rev()
-                .find(|e| e.store == store && !e.again)
+                .find(|e| e.table == table && !e.again)
                 .map(|e| e.id)
         })
         .ok()
@@ -247,16 +247,16 @@ pub(crate) fn is_activated(span: SpanId) -> bool {
         .unwrap_or(false)
 }
 
-/// Span `id` of `store` (OpenTelemetry id `span_id`) closes: entries this thread still has
+/// Span `id` of `table` (OpenTelemetry id `span_id`) closes: entries this thread still has
 /// for it (a guard that was leaked rather than dropped, or an entry left by an exit on another
 /// thread) go, with their contexts, and so does the span if this thread exited it last.
 #[inline]
-pub(crate) fn closed(store: usize, id: u64, span_id: SpanId) {
-    let this = |e: &Entered| e.store == store && e.id == id && e.span.span_id == span_id;
+pub(crate) fn closed(table: usize, id: u64, span_id: SpanId) {
+    let this = |e: &Entered| e.table == table && e.id == id && e.span.span_id == span_id;
     let gone = STACK.try_with(|stack| {
         let mut stack = stack.borrow_mut();
         let last = match &stack.last {
-            Some((s, i, span)) if *s == store && *i == id && span.span_id == span_id => {
+            Some((s, i, span)) if *s == table && *i == id && span.span_id == span_id => {
                 stack.last.take()
             }
             _ => None,

@@ -36,7 +36,7 @@ pub(crate) type ScopeFn = fn(&Dispatch, &Id) -> Vec<Id>;
 /// through the dispatcher: the span table of the subscriber's (first) lens layer.
 pub(crate) struct WithLens {
     pub(crate) scope: ScopeFn,
-    pub(crate) store: Arc<OpenSpans>,
+    pub(crate) table: Arc<OpenSpans>,
     pub(crate) pipeline: Option<Arc<Pipeline>>,
 }
 
@@ -44,13 +44,13 @@ impl WithLens {
     /// The state of span `id` in this layer's table, for an exporting rank's live layer.
     pub(crate) fn state(&self, id: &Id) -> Option<Arc<SpanState>> {
         self.live()?;
-        self.store.state(id.into_u64())
+        self.table.state(id.into_u64())
     }
 
     /// Runs `f` on span `id`'s entry (no user code: the table's shard is locked meanwhile).
     pub(crate) fn with<R>(&self, id: &Id, f: impl FnOnce(&mut Entry) -> R) -> Option<R> {
         self.live()?;
-        self.store.with(id.into_u64(), f)
+        self.table.with(id.into_u64(), f)
     }
 
     fn live(&self) -> Option<&Arc<Pipeline>> {
@@ -65,7 +65,7 @@ impl WithLens {
         } else {
             Parent::Root
         };
-        self.store
+        self.table
             .with(id.into_u64(), |e| {
                 if e.used {
                     return Err(SetParentError::AlreadyStarted);

@@ -116,7 +116,7 @@ where
         LensLayer {
             filter: filter.clone(),
             logs_on: log_filter.is_on(),
-            logs_layer: LogLayer::filtered(provider, log_filter.clone(), spans.store().clone()),
+            logs_layer: LogLayer::filtered(provider, log_filter.clone(), spans.table().clone()),
             logs: log_filter,
             spans: spans.with_filter(filter),
         }

@@ -3,6 +3,7 @@
 //! (trace id, flags, trace state) of a new span.
 
 use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use opentelemetry::Context;
@@ -26,8 +27,9 @@ pub(crate) enum RecordSink {
     /// The queue of nemo-lens's batch processor: the worker builds the SDK spans.
     Queue(SpanQueue),
     /// No batch processor (synchronous export): the SDK span is built on the thread that
-    /// ends the span.
-    Inline,
+    /// ends the span; a span that should have been exported and was not (its provider is shut
+    /// down) is counted in `dropped`, as the queue's worker counts it.
+    Inline { dropped: Arc<AtomicU64> },
 }
 
 /// What the layer shares with the telemetry handle on an exporting rank.
@@ -38,7 +40,7 @@ pub(crate) struct Pipeline {
     pub(crate) tracer: ManuallyDrop<SdkTracer>,
     /// The span tables of the layers made for this pipeline (one per
     /// [`Telemetry::layer`](crate::Telemetry::layer) call).
-    stores: parking_lot::Mutex<Vec<Weak<OpenSpans>>>,
+    tables: parking_lot::Mutex<Vec<Weak<OpenSpans>>>,
     /// Parent of root spans (from `TRACEPARENT`), if the launcher gave one.
     pub(crate) default_parent: Option<Context>,
     /// The [fork generation](crate::ids) the pipeline was built in; in a forked child (another
@@ -65,8 +67,9 @@ pub(crate) struct Pipeline {
 }
 
 impl Pipeline {
-    /// `queue` is the batch processor's record queue when spans are exported in batches;
-    /// `rank_sampler` says whether the provider samples with [`crate::RankAwareSampler`]
+    /// `queue` is the batch processor's record queue when spans are exported in batches
+    /// (it counts the spans it drops); without one, the spans not built are counted in
+    /// `dropped`. `rank_sampler` says whether the provider samples with [`crate::RankAwareSampler`]
     /// (which ignores the parent's flag) instead of the SDK default.
     ///
     /// `direct` (what the worker needs to build `SpanData` itself) when no span processor of
@@ -76,6 +79,7 @@ impl Pipeline {
         default_parent: Option<Context>,
         text: TextRules,
         queue: Option<SpanQueue>,
+        dropped: Arc<AtomicU64>,
         rank_sampler: bool,
         direct: Option<DirectBuild>,
     ) -> Self {
@@ -87,11 +91,11 @@ impl Pipeline {
                 });
                 RecordSink::Queue(queue)
             }
-            None => RecordSink::Inline,
+            None => RecordSink::Inline { dropped },
         };
         Pipeline {
             tracer: ManuallyDrop::new(tracer),
-            stores: parking_lot::Mutex::new(Vec::new()),
+            tables: parking_lot::Mutex::new(Vec::new()),
             default_parent,
             generation: ids::fork_generation(),
             text,
@@ -136,7 +140,7 @@ impl Pipeline {
     pub(crate) fn spare_state(&self) -> Option<Arc<SpanState>> {
         match &self.sink {
             RecordSink::Queue(queue) => queue.spare(),
-            RecordSink::Inline => None,
+            RecordSink::Inline { .. } => None,
         }
     }
 
@@ -145,49 +149,51 @@ impl Pipeline {
     pub(crate) fn finish(&self, state: Arc<SpanState>, size: usize) {
         match &self.sink {
             RecordSink::Queue(queue) => queue.push_record(state, size),
-            RecordSink::Inline => {
-                let _ = state.build_sdk_span(&self.tracer);
+            RecordSink::Inline { dropped } => {
+                if !state.build_sdk_span(&self.tracer) {
+                    dropped.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
     }
 
     /// A new span table, for a new layer: shutdown and the panic hook reach its spans.
-    pub(crate) fn new_store(&self) -> Arc<OpenSpans> {
-        let store = Arc::new(OpenSpans::default());
-        let mut stores = self.stores.lock();
-        stores.retain(|s| s.strong_count() > 0);
-        stores.push(Arc::downgrade(&store));
-        store
+    pub(crate) fn new_table(&self) -> Arc<OpenSpans> {
+        let table = Arc::new(OpenSpans::default());
+        let mut tables = self.tables.lock();
+        tables.retain(|s| s.strong_count() > 0);
+        tables.push(Arc::downgrade(&table));
+        table
     }
 
-    fn stores(&self) -> Vec<Arc<OpenSpans>> {
+    fn tables(&self) -> Vec<Arc<OpenSpans>> {
         match self
-            .stores
+            .tables
             .try_lock_for(std::time::Duration::from_millis(200))
         {
-            Some(stores) => stores.iter().filter_map(Weak::upgrade).collect(),
+            Some(tables) => tables.iter().filter_map(Weak::upgrade).collect(),
             None => Vec::new(),
         }
     }
 
     /// Recorded spans open now, in every layer of this pipeline.
     pub(crate) fn open_spans(&self) -> usize {
-        self.stores().iter().map(|s| s.len()).sum()
+        self.tables().iter().map(|s| s.len()).sum()
     }
 
     /// Ends every open span as truncated with `reason`, innermost first, and hands them over
     /// for export; returns how many.
     pub(crate) fn close_all(&self, reason: &'static str) -> usize {
-        let mut open: Vec<_> = self.stores().iter().flat_map(|s| s.drain()).collect();
+        let mut open: Vec<_> = self.tables().iter().flat_map(|s| s.drain()).collect();
         // Each table's spans are innermost first; across layers, by start time.
         open.sort_by_key(|s| std::cmp::Reverse(s.start_time()));
         self.truncate_all(open, reason)
     }
 
-    /// Ends the open spans of `store` as truncated with `reason` (its layer is dropped, with the
+    /// Ends the open spans of `table` as truncated with `reason` (its layer is dropped, with the
     /// subscriber, while they are open); returns how many.
-    pub(crate) fn close_store(&self, store: &OpenSpans, reason: &'static str) -> usize {
-        self.truncate_all(store.drain(), reason)
+    pub(crate) fn close_table(&self, table: &OpenSpans, reason: &'static str) -> usize {
+        self.truncate_all(table.drain(), reason)
     }
 
     fn truncate_all(&self, open: Vec<Arc<SpanState>>, reason: &'static str) -> usize {
@@ -202,22 +208,22 @@ impl Pipeline {
     }
 
     /// Records a panic on the innermost open span among `scope` (span ids, innermost first),
-    /// without waiting on any lock for long (the panic hook): in `store` when it is one of
+    /// without waiting on any lock for long (the panic hook): in `table` when it is one of
     /// this pipeline's tables (the subscriber's lens layer), else in this pipeline's tables.
-    pub(crate) fn record_panic(&self, store: Option<&Arc<OpenSpans>>, scope: &[Id], message: &str) {
+    pub(crate) fn record_panic(&self, table: Option<&Arc<OpenSpans>>, scope: &[Id], message: &str) {
         let limit = self.text.limit;
         let message = crate::record::attributes::truncate_chars(message.to_string(), limit);
         // Captured here, resolved by the worker (or not at all if no span records it).
         let mut stacktrace =
             Stacktrace::capture(self.error_backtraces, UserFrames::AfterPanic, limit);
-        let stores = self.stores();
-        let stores: Vec<&Arc<OpenSpans>> = match store {
-            Some(s) if stores.iter().any(|o| Arc::ptr_eq(o, s)) => vec![s],
-            _ => stores.iter().collect(),
+        let tables = self.tables();
+        let tables: Vec<&Arc<OpenSpans>> = match table {
+            Some(s) if tables.iter().any(|o| Arc::ptr_eq(o, s)) => vec![s],
+            _ => tables.iter().collect(),
         };
         for id in scope {
-            for store in &stores {
-                if let Some(state) = store.find(id.into_u64())
+            for table in &tables {
+                if let Some(state) = table.find(id.into_u64())
                     && state.record_exception("panic", &message, &mut stacktrace, self.limits)
                 {
                     return;
@@ -270,7 +276,7 @@ impl Drop for Pipeline {
 }
 
 /// The decision of an `OTEL_TRACES_SAMPLER` sampler for a new span (see
-/// [`Pipeline::env_sampler`]): sampled, and the trace state.
+/// [`env_sampler`]): sampled, and the trace state.
 #[cold]
 fn sample(
     sampler: &Sampler,
@@ -311,4 +317,58 @@ pub(crate) fn decide(
     }
     let flags = ids::trace_flags(sampled, parent_cx.map(|p| p.trace_flags()));
     (trace_id, flags, trace_state)
+}
+
+#[cfg(test)]
+mod tests {
+    use opentelemetry::trace::{SpanContext, SpanId, TraceId, TracerProvider as _};
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+
+    use super::*;
+    use crate::record::SpanRecord;
+
+    /// On the synchronous path, a span the SDK does not build (its provider is shut down) is
+    /// counted as dropped, as the queue's worker counts it: dropped = produced − exported.
+    #[test]
+    fn a_span_not_built_inline_is_counted_as_dropped() {
+        let exporter = InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(exporter.clone())
+            .build();
+        let dropped = Arc::new(AtomicU64::new(0));
+        let pipeline = Pipeline::new(
+            provider.tracer(crate::SCOPE_NAME),
+            None,
+            TextRules::default(),
+            None,
+            dropped.clone(),
+            false,
+            None,
+        );
+        let ended = |span: u64| {
+            let cx = SpanContext::new(
+                TraceId::from(1),
+                SpanId::from(span),
+                TraceFlags::SAMPLED,
+                false,
+                TraceState::default(),
+            );
+            let state = Arc::new(SpanState::new(
+                cx,
+                Some(SpanRecord::start("step", Parent::Root)),
+            ));
+            let size = state.end().expect("the span was open");
+            (state, size)
+        };
+
+        let (state, size) = ended(1);
+        pipeline.finish(state, size);
+        assert_eq!(exporter.get_finished_spans().unwrap().len(), 1);
+        assert_eq!(dropped.load(Ordering::Relaxed), 0);
+
+        provider.shutdown().unwrap();
+        let (state, size) = ended(2);
+        pipeline.finish(state, size);
+        assert_eq!(dropped.load(Ordering::Relaxed), 1);
+    }
 }

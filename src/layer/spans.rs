@@ -31,7 +31,7 @@ use crate::record::{Parent, SpanState};
 pub(crate) struct SpanLayer<S> {
     pipeline: Option<Arc<Pipeline>>,
     /// This layer's open spans (one table per layer: see [`OpenSpans`]).
-    store: Arc<OpenSpans>,
+    table: Arc<OpenSpans>,
     /// Context activation (see [`crate::layer::activation`]).
     activate: bool,
     with_lens: WithLens,
@@ -51,18 +51,18 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     pub(crate) fn new(pipeline: Option<Arc<Pipeline>>, activate: bool) -> Self {
-        let store = match &pipeline {
-            Some(p) => p.new_store(),
+        let table = match &pipeline {
+            Some(p) => p.new_table(),
             None => Arc::default(),
         };
         SpanLayer {
             activate: activate && pipeline.is_some(),
             with_lens: WithLens {
                 scope: scope_ids::<S>,
-                store: store.clone(),
+                table: table.clone(),
                 pipeline: pipeline.clone(),
             },
-            store,
+            table,
             pipeline,
             _subscriber: PhantomData,
         }
@@ -71,12 +71,12 @@ where
     /// The table's identity on the per-thread stack of entered spans.
     #[inline]
     fn key(&self) -> usize {
-        Arc::as_ptr(&self.store) as usize
+        Arc::as_ptr(&self.table) as usize
     }
 
     /// This layer's open spans (the log bridge reads span contexts from it).
-    pub(crate) fn store(&self) -> &Arc<OpenSpans> {
-        &self.store
+    pub(crate) fn table(&self) -> &Arc<OpenSpans> {
+        &self.table
     }
 
     /// The pipeline, unless this rank does not export or the process is a forked child (whose
@@ -101,7 +101,7 @@ where
             return Parent::Root;
         };
         // A span with children keeps its parent (`LensSpanExt::set_parent`).
-        if let Some(sc) = lens_parent.and_then(|id| self.store.with(id, Entry::use_context)) {
+        if let Some(sc) = lens_parent.and_then(|id| self.table.with(id, Entry::use_context)) {
             return Parent::Span(sc);
         }
         // An attached remote parent; a context this thread activated for a lens span is not
@@ -123,9 +123,9 @@ where
 
     /// The span being entered (its context built at its first enter), if this layer has it.
     #[inline]
-    fn entered(&self, id: u64) -> Option<activation::Span> {
+    fn entered(&self, id: u64) -> Option<activation::Activation> {
         let activate = self.activate;
-        self.store.with(id, |e| {
+        self.table.with(id, |e| {
             // Entered: its parent is fixed from now on (`LensSpanExt::set_parent`).
             e.used = true;
             let cx = activate.then(|| {
@@ -137,7 +137,7 @@ where
                     })
                     .clone()
             });
-            activation::Span {
+            activation::Activation {
                 span_id: e.state.span_context().span_id(),
                 state: e.state.clone(),
                 cx,
@@ -151,7 +151,7 @@ impl<S> Drop for SpanLayer<S> {
         // The subscriber is dropped with spans still open (never closed, or whose parent was
         // released on a thread without the subscriber): end them now, saying so.
         if let Some(pipeline) = self.pipeline.as_ref().filter(|p| !p.inherited()) {
-            pipeline.close_store(&self.store, REASON_DROPPED);
+            pipeline.close_table(&self.table, REASON_DROPPED);
         }
     }
 }
@@ -204,7 +204,7 @@ where
             // the children and propagation.
             Arc::new(SpanState::new(cx, None))
         };
-        self.store
+        self.table
             .insert(id.into_u64(), Entry::new(state, name, sampled));
     }
 
@@ -214,7 +214,7 @@ where
         };
         // A span of another layer (this one reaches every span): its fields are not read.
         let Some(state) = self
-            .store
+            .table
             .with(id.into_u64(), |e| e.recorded.then(|| e.state.clone()))
             .flatten()
         else {
@@ -231,12 +231,12 @@ where
             return;
         };
         let Some(follows_cx) = self
-            .store
+            .table
             .with(follows.into_u64(), |e| e.state.span_context().clone())
         else {
             return;
         };
-        if let Some(state) = self.store.state(id.into_u64()) {
+        if let Some(state) = self.table.state(id.into_u64()) {
             state.add_link(follows_cx, Vec::new(), pipeline.limits);
         }
     }
@@ -256,7 +256,7 @@ where
         };
         // Is the span recorded? (Checked first: the fields are read only for a live span.)
         let Some(state) = span.and_then(|id| {
-            self.store
+            self.table
                 .with(id, |e| e.recorded.then(|| e.state.clone()))
                 .flatten()
         }) else {
@@ -291,7 +291,7 @@ where
             activation::Exit::Elsewhere => {
                 // Entered on another thread (a guard held across an `.await`): that thread's
                 // entry (and the context it attached) is stale from now on.
-                if let Some(span_id) = self.store.with(id, |e| e.state.span_context().span_id()) {
+                if let Some(span_id) = self.table.with(id, |e| e.state.span_context().span_id()) {
                     activation::exited_elsewhere(span_id);
                 }
             }
@@ -303,7 +303,7 @@ where
             return;
         };
         let id = id.into_u64();
-        let Some(entry) = self.store.remove(id) else {
+        let Some(entry) = self.table.remove(id) else {
             return;
         };
         let Entry {

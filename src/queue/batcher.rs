@@ -18,6 +18,43 @@ use super::config::{MAX_QUEUE_SIZE_LIMIT, QueueConfig};
 use crate::error::{LensError, Result};
 use crate::size::ApproxSize;
 
+/// Which queue a [`Batcher`] is: its worker thread's name (`nemo-lens-<thread>`) and the
+/// signal its errors name.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Role {
+    thread: &'static str,
+    signal: &'static str,
+}
+
+impl Role {
+    /// The span queue: thread `nemo-lens-spans`, signal `traces`.
+    pub(crate) const SPANS: Role = Role {
+        thread: "spans",
+        signal: "traces",
+    };
+    /// The log queue: thread `nemo-lens-logs`, signal `logs`.
+    pub(crate) const LOGS: Role = Role {
+        thread: "logs",
+        signal: "logs",
+    };
+
+    /// Starts `worker` on `thread` (named for this role); a thread that cannot start is an
+    /// exporter error of this role's signal.
+    fn spawn<F: FnOnce() + Send + 'static>(
+        self,
+        thread: std::thread::Builder,
+        worker: F,
+    ) -> Result<JoinHandle<()>> {
+        thread
+            .name(format!("nemo-lens-{}", self.thread))
+            .spawn(worker)
+            .map_err(|e| LensError::Exporter {
+                signal: self.signal,
+                message: format!("cannot start the batch worker thread: {e}"),
+            })
+    }
+}
+
 /// What a [`Batcher`]'s worker does with a batch.
 pub(crate) trait BatchExport<T>: Send + 'static {
     /// Exports `batch`, taking at most about `timeout`. An `Err` (or a timeout) counts the
@@ -127,10 +164,10 @@ fn deadline_after(d: Duration) -> Instant {
 }
 
 impl<T: Send + 'static> Batcher<T> {
-    /// Allocates the queue and starts the worker thread (named `nemo-lens-<name>`). Items
-    /// dropped (queue full, failed export, left at shutdown) are added to `dropped`.
+    /// Allocates the queue and starts the worker thread (named for `role`). Items dropped
+    /// (queue full, failed export, left at shutdown) are added to `dropped`.
     pub(crate) fn new(
-        name: &str,
+        role: Role,
         config: QueueConfig,
         dropped: Arc<AtomicU64>,
         exporter: impl BatchExport<T>,
@@ -138,13 +175,13 @@ impl<T: Send + 'static> Batcher<T> {
     where
         T: ApproxSize,
     {
-        Self::new_with(name, config, dropped, exporter, |_, _| {})
+        Self::new_with(role, config, dropped, exporter, |_, _| {})
     }
 
     /// As [`Batcher::new`], letting `prepare` see the queue before the worker takes the
     /// exporter.
     pub(crate) fn new_with<E: BatchExport<T>>(
-        name: &str,
+        role: Role,
         config: QueueConfig,
         dropped: Arc<AtomicU64>,
         mut exporter: E,
@@ -167,13 +204,9 @@ impl<T: Send + 'static> Batcher<T> {
         let (control, rx) = mpsc::channel();
         let worker = {
             let shared = shared.clone();
-            std::thread::Builder::new()
-                .name(format!("nemo-lens-{name}"))
-                .spawn(move || Worker::new(shared, exporter, config).run(rx))
-                .map_err(|e| LensError::Exporter {
-                    signal: "traces",
-                    message: format!("cannot start the batch worker thread: {e}"),
-                })?
+            role.spawn(std::thread::Builder::new(), move || {
+                Worker::new(shared, exporter, config).run(rx)
+            })?
         };
         Ok(Batcher {
             shared,
@@ -463,7 +496,7 @@ mod tests {
     /// held in an export (of `a`) while `b` and `c` fill the two slots, so `d` has none.
     #[test]
     fn a_full_queue_drops_and_counts() {
-        use super::{BatchExport, Batcher};
+        use super::{BatchExport, Batcher, Role};
         use crate::queue::QueueConfig;
         use std::sync::atomic::{AtomicU64, Ordering};
         use std::sync::{Arc, mpsc};
@@ -496,7 +529,7 @@ mod tests {
             release: released,
             exported: exported.clone(),
         };
-        let batcher = Batcher::new("demo", config, dropped.clone(), held).unwrap();
+        let batcher = Batcher::new(Role::SPANS, config, dropped.clone(), held).unwrap();
         batcher.push("a".to_string()); // wakes the worker, which takes it and is held
         in_export.recv_timeout(Duration::from_secs(60)).unwrap();
         for word in ["b", "c", "d"] {
@@ -515,7 +548,7 @@ mod tests {
     /// processor with `OTEL_BLRP_*` takes).
     #[test]
     fn the_batcher_batches_any_item_type() {
-        use super::{BatchExport, Batcher};
+        use super::{BatchExport, Batcher, Role};
         use crate::queue::QueueConfig;
         use std::sync::Arc;
         use std::sync::atomic::{AtomicU64, Ordering};
@@ -532,7 +565,7 @@ mod tests {
         let config = QueueConfig::from_env("OTEL_BLRP", &lookup).unwrap();
         let dropped = Arc::new(AtomicU64::new(0));
         let batcher =
-            Batcher::new("logs", config, dropped.clone(), Lines(batches.clone())).unwrap();
+            Batcher::new(Role::LOGS, config, dropped.clone(), Lines(batches.clone())).unwrap();
         for i in 0..10 {
             batcher.push(format!("line {i}"));
         }
@@ -544,5 +577,24 @@ mod tests {
         assert_eq!(all.len(), 10);
         assert_eq!(all[9], "line 9");
         assert_eq!(dropped.load(Ordering::Relaxed), 0);
+    }
+
+    /// A worker thread that cannot start is an error of the queue's own signal: a log queue's
+    /// says `logs`. A stack larger than the address space makes the start fail for real.
+    #[test]
+    fn a_worker_that_cannot_start_names_its_signal() {
+        use super::Role;
+        use crate::error::LensError;
+
+        for (role, signal) in [(Role::LOGS, "logs"), (Role::SPANS, "traces")] {
+            let huge = std::thread::Builder::new().stack_size(1 << 50);
+            match role.spawn(huge, || {}) {
+                Err(LensError::Exporter { signal: s, message }) => {
+                    assert_eq!(s, signal);
+                    assert!(message.contains("batch worker thread"), "{message}");
+                }
+                other => panic!("{role:?}: expected an exporter error, got {other:?}"),
+            }
+        }
     }
 }

@@ -11,7 +11,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::logs::{LogBatch, LogExporter, LogProcessor, SdkLogRecord};
 
-use super::batcher::{BatchExport, Batcher, block_on_timeout};
+use super::batcher::{BatchExport, Batcher, Role, block_on_timeout};
 use super::config::QueueConfig;
 use crate::error::Result;
 
@@ -79,7 +79,7 @@ impl<E: LogExporter + 'static> LensBatchLogProcessor<E> {
     pub fn new(exporter: E, config: QueueConfig, dropped: Arc<AtomicU64>) -> Result<Self> {
         let exporter = Arc::new(StdMutex::new(exporter));
         let batcher = Batcher::new(
-            "logs",
+            Role::LOGS,
             config,
             dropped,
             LogExport {

@@ -14,7 +14,7 @@ use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SdkTracer, Span, SpanData, SpanExporter, SpanProcessor};
 use parking_lot::Mutex;
 
-use super::batcher::{BatchExport, BatchHandle, Batcher, block_on_timeout};
+use super::batcher::{BatchExport, BatchHandle, Batcher, Role, block_on_timeout};
 use super::config::QueueConfig;
 use crate::error::Result;
 use crate::record::SpanState;
@@ -257,7 +257,7 @@ impl<E: SpanExporter + 'static> LensBatchProcessor<E> {
             dropped: dropped.clone(),
             spare: spare.clone(),
         };
-        let batcher = Batcher::new_with("spans", config, dropped, export, |shared, e| {
+        let batcher = Batcher::new_with(Role::SPANS, config, dropped, export, |shared, e| {
             e.identity = Arc::as_ptr(shared) as usize;
         })?;
         let queue = SpanQueue {

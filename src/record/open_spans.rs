@@ -6,11 +6,11 @@
 //!
 //! # Why not the registry's span extensions
 //!
-//! Keeping the state in the span's registry extension *and* listing it in a table for the
-//! closer meant two insertions and two removals per span (the extension map allocates a box
-//! per value), and a type-keyed extension allows one lens layer per subscriber: a second one
-//! (a second telemetry in the same subscriber) inserted the same type and panicked. Each layer
-//! has its own table here, so layers never see each other's spans.
+//! The state could live in the span's registry extension, with the table listing it for the
+//! closer. That costs two insertions and two removals per span (the extension map allocates a
+//! box per value), and a type-keyed extension allows one lens layer per subscriber: a second
+//! one (a second telemetry in the same subscriber) would insert the same type and panic. Each
+//! layer has its own table here, so layers never see each other's spans.
 //!
 //! # Cost and contention
 //!

@@ -1,8 +1,8 @@
 //! [`Telemetry`]: the handle of one process's telemetry (its shutdown is in `shutdown.rs`).
 
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use opentelemetry::global::BoxedTracer;
@@ -16,6 +16,7 @@ use tracing_subscriber::registry::LookupSpan;
 use super::once::ShutdownOnce;
 use super::pipelines::Built;
 use crate::SCOPE_NAME;
+use crate::bounded::{Unanswered, run_bounded};
 use crate::config::LensConfig;
 use crate::error::{LensError, Result};
 use crate::flight_recorder::{FlightRecorder, RecorderLayer};
@@ -467,7 +468,6 @@ impl Telemetry {
         if tracer.is_none() && meter.is_none() && logger.is_none() {
             return Ok(());
         }
-        let (tx, rx) = mpsc::channel();
         let flush = move || {
             let mut errors = Vec::new();
             if let Some(p) = tracer
@@ -485,17 +485,16 @@ impl Telemetry {
             {
                 errors.push(format!("logs: {e}"));
             }
-            let _ = tx.send(errors);
+            errors
         };
         let timeout = self.inner.flush_timeout;
-        std::thread::Builder::new()
-            .name("nemo-lens-flush".into())
-            .spawn(flush)
-            .map_err(|e| LensError::Shutdown(format!("cannot start the flush thread: {e}")))?;
-        match rx.recv_timeout(timeout + Duration::from_millis(500)) {
+        match run_bounded("flush", timeout + Duration::from_millis(500), flush) {
             Ok(errors) if errors.is_empty() => Ok(()),
             Ok(errors) => Err(LensError::Shutdown(errors.join("; "))),
-            Err(_) => Err(LensError::Shutdown(format!(
+            Err(Unanswered::NotStarted(e)) => Err(LensError::Shutdown(format!(
+                "cannot start the flush thread: {e}"
+            ))),
+            Err(Unanswered::TimedOut) => Err(LensError::Shutdown(format!(
                 "flush timed out after {timeout:?} (the export timeout): an exporter is stuck"
             ))),
         }

@@ -189,6 +189,7 @@ impl Built {
                     propagation::env_parent(&|k| env.raw(k)),
                     parts.text,
                     parts.settings.span_queue.get().cloned(),
+                    parts.settings.dropped.clone(),
                     config.sampler_enabled,
                     direct,
                 )

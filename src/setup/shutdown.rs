@@ -4,12 +4,13 @@
 //! ends abruptly (through [`ExitTarget`]).
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak, mpsc};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use super::handle::{Inner, Telemetry};
 use super::once::{FinishOnDrop, Turn};
 use super::process_exit::{self, ExitTarget};
+use crate::bounded::{Unanswered, run_bounded};
 use crate::error::{LensError, Result};
 use crate::layer::hooks::WithLens;
 use crate::record::open_spans::REASON_SHUTDOWN;
@@ -187,7 +188,7 @@ impl ExitTarget for Inner {
         // registry's scope walk, then the open-span table, with bounded waits.
         tracing::Span::current().with_subscriber(|(id, dispatch)| {
             if let Some(with) = dispatch.downcast_ref::<WithLens>() {
-                pipeline.record_panic(Some(&with.store), &(with.scope)(dispatch, id), message);
+                pipeline.record_panic(Some(&with.table), &(with.scope)(dispatch, id), message);
             }
         });
     }
@@ -250,55 +251,50 @@ impl ExitTarget for Inner {
         if tracer.is_none() && meter.is_none() && logger.is_none() {
             return Ok(());
         }
-        let (tx, rx) = mpsc::channel();
-        let worker = std::thread::Builder::new()
-            .name("nemo-lens-shutdown".into())
-            .spawn(move || {
-                let mut errors = Vec::new();
-                let remaining = || deadline.saturating_duration_since(Instant::now());
-                if let Some(p) = pipeline {
-                    // Queued span records become SDK spans on the worker; let it finish them
-                    // before the processors shut down, in half the time: the processors'
-                    // shutdown needs the rest to export or count what is left.
-                    p.drain(Instant::now() + remaining() / 2);
-                }
-                if let Some(t) = tracer
-                    && let Err(e) = t.shutdown(remaining())
-                {
-                    errors.push(format!("traces: {e}"));
-                }
-                if let Some(p) = own_provider
-                    && let Err(e) = p.shutdown_with_timeout(remaining())
-                {
-                    errors.push(format!("traces (application's processors): {e}"));
-                }
-                // Logs before metrics, so the last metric export carries the final
-                // `nemo.lens.dropped` counts of spans and logs.
-                if let Some(l) = logger
-                    && let Err(e) = l.shutdown_with_timeout(remaining())
-                {
-                    errors.push(format!("logs: {e}"));
-                }
-                if let Some(m) = meter
-                    && let Err(e) = m.shutdown_with_timeout(remaining())
-                {
-                    errors.push(format!("metrics: {e}"));
-                }
-                let _ = tx.send(errors);
-            });
         // The processors stop exporting at the deadline and then report; allow them a moment.
         let wait = deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(500);
-        let result = match worker {
-            Err(e) => Err(LensError::Shutdown(format!(
+        let answer = run_bounded("shutdown", wait, move || {
+            let mut errors = Vec::new();
+            let remaining = || deadline.saturating_duration_since(Instant::now());
+            if let Some(p) = pipeline {
+                // Queued span records become SDK spans on the worker; let it finish them
+                // before the processors shut down, in half the time: the processors'
+                // shutdown needs the rest to export or count what is left.
+                p.drain(Instant::now() + remaining() / 2);
+            }
+            if let Some(t) = tracer
+                && let Err(e) = t.shutdown(remaining())
+            {
+                errors.push(format!("traces: {e}"));
+            }
+            if let Some(p) = own_provider
+                && let Err(e) = p.shutdown_with_timeout(remaining())
+            {
+                errors.push(format!("traces (application's processors): {e}"));
+            }
+            // Logs before metrics, so the last metric export carries the final
+            // `nemo.lens.dropped` counts of spans and logs.
+            if let Some(l) = logger
+                && let Err(e) = l.shutdown_with_timeout(remaining())
+            {
+                errors.push(format!("logs: {e}"));
+            }
+            if let Some(m) = meter
+                && let Err(e) = m.shutdown_with_timeout(remaining())
+            {
+                errors.push(format!("metrics: {e}"));
+            }
+            errors
+        });
+        let result = match answer {
+            Ok(errors) if errors.is_empty() => Ok(()),
+            Ok(errors) => Err(LensError::Shutdown(errors.join("; "))),
+            Err(Unanswered::NotStarted(e)) => Err(LensError::Shutdown(format!(
                 "cannot start the shutdown thread: {e}"
             ))),
-            Ok(_) => match rx.recv_timeout(wait) {
-                Ok(errors) if errors.is_empty() => Ok(()),
-                Ok(errors) => Err(LensError::Shutdown(errors.join("; "))),
-                Err(_) => Err(LensError::Shutdown(format!(
-                    "timed out after {timeout:?}; data still queued was abandoned"
-                ))),
-            },
+            Err(Unanswered::TimedOut) => Err(LensError::Shutdown(format!(
+                "timed out after {timeout:?}; data still queued was abandoned"
+            ))),
         };
         let untracked = self.built.span_processors.untracked();
         if untracked > 0 {

@@ -18,7 +18,7 @@ use nemo_lens::{LensConfig, LensError, Telemetry};
 use opentelemetry::trace::{Span as _, Tracer as _, TracerProvider as _};
 use proptest::prelude::*;
 
-use crate::common::child::{self, Child};
+use nemo_lens_test_support::child::{self, Child};
 
 fn proptest_config(cases: u32) -> ProptestConfig {
     ProptestConfig {

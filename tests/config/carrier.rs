@@ -8,8 +8,8 @@ use nemo_lens::carrier::{self, OTEL_RESOURCE_ATTRIBUTES};
 use opentelemetry::KeyValue;
 use serde_json::json;
 
-use crate::common::child::{Child, run_alone};
-use crate::common::{console, python};
+use nemo_lens_test_support::child::{Child, run_alone};
+use nemo_lens_test_support::{console, python};
 
 fn kv(key: &'static str, value: impl Into<opentelemetry::Value>) -> KeyValue {
     KeyValue::new(key, value)
@@ -222,7 +222,7 @@ fn nemo_lens_trainer_env(cmd: &mut std::process::Command, dir: &std::path::Path)
 /// bytes, also after a panic; scopes nest.
 #[test]
 fn published_attributes_reach_a_spawned_child_and_are_restored() {
-    let trainer = crate::common::example("trainer");
+    let trainer = nemo_lens_test_support::example("trainer");
     run_alone(|| {
         let before = b"launcher.id=abc,nv.dl.rank=0,odd=\xff%2Dx";
         // SAFETY: this child process runs one test on one thread.

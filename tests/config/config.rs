@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use nemo_lens::{ExporterKind, LensConfig, LensError, Telemetry};
 use proptest::prelude::*;
 
-use crate::common::child;
+use nemo_lens_test_support::child;
 
 const BOOL_KEYS: [&str; 7] = [
     "ENABLED",
@@ -677,7 +677,7 @@ fn parse_int_follows_python_int_for_decimal_text() {
     }
 }
 
-/// Runs in a process of its own (`common::child`), the only one that sets these variables (the
+/// Runs in a process of its own (`nemo_lens_test_support::child`), the only one that sets these variables (the
 /// `LENSTEST_NONUTF8` prefix, which nothing else reads).
 #[test]
 fn from_env_with_fallback_reads_the_process_environment_and_rejects_non_utf8() {

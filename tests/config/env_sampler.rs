@@ -1,7 +1,7 @@
 //! `OTEL_TRACES_SAMPLER`, which the SDK reads, keeps its meaning for lens spans: the sampled
 //! flag decided on the training thread (what children and propagation see) agrees with what the
 //! SDK span built on the batch worker is, and spans the sampler drops are not counted as
-//! dropped. The test runs in a process of its own (`common::child`): it sets process variables
+//! dropped. The test runs in a process of its own (`nemo_lens_test_support::child`): it sets process variables
 //! before anything reads them.
 
 use std::collections::HashSet;
@@ -11,7 +11,7 @@ use nemo_lens::testing::CollectingExporter;
 use nemo_lens::{LensConfig, LensSpanExt, Telemetry};
 use tracing_subscriber::prelude::*;
 
-use crate::common::child;
+use nemo_lens_test_support::child;
 
 #[test]
 fn the_sdk_sampler_from_the_environment_decides_on_the_training_thread_too() {

@@ -1,12 +1,12 @@
 //! `first_rank_per_node`: exports where `LOCAL_RANK` is 0 or unset (spec §2.3).
 //!
-//! The test runs in a process of its own (`common::child`) because it mutates `LOCAL_RANK` in
+//! The test runs in a process of its own (`nemo_lens_test_support::child`) because it mutates `LOCAL_RANK` in
 //! the process environment; no other thread of that process reads the environment meanwhile.
 
 use nemo_lens::strategy::{ExportStrategy, get_export_strategy};
 use nemo_lens::{LensConfig, LensError};
 
-use crate::common::child;
+use nemo_lens_test_support::child;
 
 fn set_local_rank(value: Option<&str>) {
     // SAFETY: this is the only test of its child process, so no other thread reads or writes

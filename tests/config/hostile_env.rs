@@ -6,7 +6,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
-use crate::common::child::Child;
+use nemo_lens_test_support::child::Child;
 
 /// The trainer, killed (and the test failed) if it has not exited within a generous bound. Its
 /// output is read meanwhile, so a flood cannot block it on a full pipe.

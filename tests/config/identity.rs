@@ -5,8 +5,8 @@
 
 use serde_json::{Map, Value as Json, json};
 
-use crate::common::child::Child;
-use crate::common::{console, python};
+use nemo_lens_test_support::child::Child;
+use nemo_lens_test_support::{console, python};
 
 /// Python's `uuid.uuid5(uuid.NAMESPACE_URL, name)` for each name.
 fn python_uuid5(names: &[&str]) -> Vec<String> {

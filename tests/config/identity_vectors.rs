@@ -4,7 +4,7 @@
 use nemo_lens::identity;
 use opentelemetry::{KeyValue, Value};
 
-use crate::common::python;
+use nemo_lens_test_support::python;
 
 type Env = &'static [(&'static str, &'static str)];
 

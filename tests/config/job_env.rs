@@ -14,9 +14,9 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use crate::common::child::Child;
-use crate::common::collector::{self, Collector, count_named, items};
-use crate::common::console;
+use nemo_lens_test_support::child::Child;
+use nemo_lens_test_support::collector::{self, Collector, count_named, items};
+use nemo_lens_test_support::console;
 
 const WORLD: u32 = 4;
 

@@ -4,10 +4,7 @@
 //!
 //! One test binary: its tests run as threads of one process. A test that sets the process
 //! environment, reads process-wide state, or must not see other threads fork runs its body in a
-//! child (`common::child`).
-
-#[path = "../common/mod.rs"]
-mod common;
+//! child (`nemo_lens_test_support::child`).
 
 mod bad_input;
 mod carrier;

@@ -15,7 +15,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::common::child::Child;
+use nemo_lens_test_support::child::Child;
 
 /// A hostile file of `kind` under `dir` (or a device).
 fn hostile(kind: &str, dir: &Path) -> PathBuf {

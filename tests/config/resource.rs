@@ -573,7 +573,7 @@ mod nvidia_smi {
     // script is open for writing (which would make exec fail with ETXTBSY).
     #[test]
     fn nvidia_smi_is_used_when_cuda_visible_devices_is_unset() {
-        crate::common::child::run_alone(fake_nvidia_smi);
+        nemo_lens_test_support::child::run_alone(fake_nvidia_smi);
     }
 
     fn fake_nvidia_smi() {

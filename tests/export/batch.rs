@@ -16,7 +16,7 @@ use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter, SpanProcessor};
 use tracing_subscriber::prelude::*;
 
-use crate::common::child::{self, Child};
+use nemo_lens_test_support::child::{self, Child};
 
 /// Spans of the burst.
 const BURST: u64 = 10_000_000;

@@ -3,7 +3,7 @@
 //! returns within its timeout (plus a margin) with the collector gone, and every span is either
 //! delivered or counted as dropped.
 //!
-//! Runs in a process of its own (`common::child`): the OTLP endpoint goes through the process
+//! Runs in a process of its own (`nemo_lens_test_support::child`): the OTLP endpoint goes through the process
 //! environment, as a user's job script would set it, and resident memory is measured.
 
 use std::time::{Duration, Instant};
@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use nemo_lens::Telemetry;
 use tracing_subscriber::prelude::*;
 
-use crate::common::child;
-use crate::common::collector::{self, Collector, count_with, free_port};
-use crate::common::rss_kib;
+use nemo_lens_test_support::child;
+use nemo_lens_test_support::collector::{self, Collector, count_with, free_port};
+use nemo_lens_test_support::rss_kib;
 
 /// Emits `n` spans of `phase` and returns how long the loop took.
 fn emit(phase: &'static str, n: u64) -> Duration {

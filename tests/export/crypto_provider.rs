@@ -5,77 +5,25 @@
 //! even one no handshake could use, changes nothing: spans still reach a real collector behind
 //! a TLS front.
 //!
-//! Each case runs in a child process (this binary re-executed to run `child_role`), since the
+//! Each case runs in a child process (the fixture program `crypto_provider_rank`), since the
 //! default provider is process-wide.
 
 use std::time::Duration;
 
-use tokio_rustls::rustls::crypto::{CryptoProvider, ring};
-
-use crate::common::child::{self, Child};
-use crate::common::collector::{Collector, items};
-use crate::tls::{TestCa, TlsFront};
+use nemo_lens_test_support::child::Child;
+use nemo_lens_test_support::collector::{Collector, items};
+use nemo_lens_test_support::tls::{TestCa, TlsFront};
 
 /// When the child installs a default provider: `before` or `after` setup, or `unusable`
-/// (before setup, a provider without cipher suites: any client that used it would fail).
+/// (before setup, a provider without cipher suites: any client that used it would fail). The
+/// names are `crypto_provider_rank`'s.
 const WHEN: &str = "LENSTEST_PROVIDER";
 /// `rank,world_size` for the builder (unset: rank 0 of 1).
 const RANK: &str = "LENSTEST_RANK";
 
-fn child() {
-    use tracing_subscriber::prelude::*;
-    let when = std::env::var(WHEN).unwrap();
-    match when.as_str() {
-        "before" => ring::default_provider().install_default().unwrap(),
-        "unusable" => CryptoProvider {
-            cipher_suites: Vec::new(),
-            ..ring::default_provider()
-        }
-        .install_default()
-        .unwrap(),
-        _ => {}
-    }
-    let (rank, world_size) = std::env::var(RANK)
-        .ok()
-        .and_then(|v| {
-            let (r, w) = v.split_once(',')?;
-            Some((r.parse().ok()?, w.parse().ok()?))
-        })
-        .unwrap_or((0, 1));
-    let config = nemo_lens::LensConfig::from_env().unwrap();
-    let telemetry = nemo_lens::Telemetry::builder(config)
-        .rank(rank)
-        .world_size(world_size)
-        .build()
-        .unwrap();
-    if when == "after" {
-        ring::default_provider()
-            .install_default()
-            .expect("no default provider installed by nemo-lens");
-    }
-    let _guard = tracing_subscriber::registry()
-        .with(telemetry.layer())
-        .set_default();
-    for step in 0..3_i64 {
-        tracing::info_span!("train_step", dl.step = step).in_scope(|| {});
-    }
-    telemetry.shutdown(Duration::from_secs(20)).unwrap();
-    let d = telemetry.dropped();
-    println!("EXPORTING {} DROPPED {}", telemetry.is_exporting(), d.spans);
-    // The application's default is still there.
-    assert!(CryptoProvider::get_default().is_some());
-}
-
-#[test]
-#[ignore = "child process of the crypto-provider tests, started by them"]
-fn child_role() {
-    assert!(child::is_child(), "run by the crypto-provider tests");
-    child();
-}
-
 /// Runs the child with `envs` and the provider installed `when`; returns its stdout.
 fn run_child(when: &str, envs: &[(&str, String)]) -> String {
-    let out = Child::sibling("child_role")
+    let out = Child::fixture("crypto_provider_rank")
         .env(WHEN, when)
         .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
         .run_passing();

@@ -2,7 +2,7 @@
 //! over HTTP with metrics on: `force_flush` returns within the export timeout, and every span
 //! that ends before, during or after a shutdown is counted (none can be delivered).
 //!
-//! Runs in a process of its own (`common::child`): the OTLP endpoint goes through the process
+//! Runs in a process of its own (`nemo_lens_test_support::child`): the OTLP endpoint goes through the process
 //! environment, as a user's job script would set it.
 
 use std::sync::Arc;
@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use nemo_lens::Telemetry;
 use tracing_subscriber::prelude::*;
 
-use crate::common::child;
-use crate::common::collector::otlp_config;
-use crate::common::hung::HungCollector;
-use crate::common::wait::wait_until;
+use nemo_lens_test_support::child;
+use nemo_lens_test_support::collector::otlp_config;
+use nemo_lens_test_support::hung::HungCollector;
+use nemo_lens_test_support::wait::wait_until;
 
 #[test]
 fn flush_is_bounded_and_spans_ending_during_shutdown_are_counted() {

@@ -6,13 +6,7 @@
 //!
 //! One test binary: its tests run as threads of one process. A test that sets the process
 //! environment, measures resident memory or reads the global providers runs its body in a child
-//! (`common::child`).
-
-#[path = "../common/mod.rs"]
-mod common;
-// The TLS front before the collector (only this binary uses it).
-#[path = "../common/tls.rs"]
-mod tls;
+//! (`nemo_lens_test_support::child`).
 
 mod app_http_client;
 mod batch;

@@ -1,57 +1,21 @@
 //! OTLP export to a real collector (rotel) over loopback, for each protocol, configured through
 //! environment variables only, as a user would.
 //!
-//! Each test starts a collector, then runs a rank as a child process (this test binary
-//! re-executed to run `child_role`) with `NEMO_LENS_*` / `OTEL_*` variables and nothing else. The
+//! Each test starts a collector, then runs a rank as a child process (the fixture program
+//! `otlp_rank`) with `NEMO_LENS_*` / `OTEL_*` variables and nothing else. The
 //! child records a step with an event and a log line, training metrics, leaves spans open, and
 //! shuts down. The test then reads what the collector printed: spans (with the truncated ones),
 //! metrics and log records, each with the rank's resource.
 
 use std::time::Duration;
 
-use crate::common::child::{self, Child};
-use crate::common::collector::{self, Collector, items, named as span};
-
-/// The child: a user's program, configured from the environment only.
-fn child() {
-    let (telemetry, _guard) = child::telemetry_from_env();
-    let train = tracing::info_span!("train", dl.model = "gpt-test");
-    let _train = train.enter();
-    tracing::info_span!("train_step", dl.step = 7_i64, loss = 0.5_f64).in_scope(|| {
-        tracing::info!(tokens = 4096_i64, "step done");
-        tracing::warn!(grad_norm = 12.5_f64, "loss spiked");
-    });
-    nemo_lens::metrics::TrainingMetrics {
-        loss: Some(0.5),
-        step_duration_s: Some(0.25),
-        attributes: &[opentelemetry::KeyValue::new("phase", "train")],
-        ..Default::default()
-    }
-    .record(&telemetry);
-    // Still open at shutdown: exported as truncated.
-    let prefetch = tracing::info_span!("prefetch", batch = 8_i64);
-    let _prefetch = prefetch.enter();
-    telemetry
-        .shutdown(Duration::from_secs(20))
-        .expect("shutdown");
-}
+use nemo_lens_test_support::child::Child;
+use nemo_lens_test_support::collector::{self, Collector, items, named as span};
 
 fn run_child(envs: &[(&str, String)]) {
-    Child::sibling("child_role")
+    Child::fixture("otlp_rank")
         .envs(envs.iter().map(|(k, v)| (k, v)))
         .run_passing();
-}
-
-/// The child process of the delivery tests, which start it with `--ignored`; on its own it
-/// has no collector to send to, so it refuses to run.
-#[test]
-#[ignore = "child process of the OTLP delivery tests, started by them"]
-fn child_role() {
-    assert!(
-        child::is_child(),
-        "run by the OTLP delivery tests, which set the collector's endpoint"
-    );
-    child();
 }
 
 fn base_env(service: &str) -> Vec<(&'static str, String)> {

@@ -2,7 +2,7 @@
 //! called from inside the application's runtime (current-thread and multi-thread) neither panic
 //! ("no reactor running", "cannot drop a runtime") nor deadlock, and the spans arrive.
 //!
-//! Runs in a process of its own (`common::child`): the OTLP endpoint is given through the
+//! Runs in a process of its own (`nemo_lens_test_support::child`): the OTLP endpoint is given through the
 //! process environment, as a user would.
 
 use std::time::Duration;
@@ -10,8 +10,8 @@ use std::time::Duration;
 use nemo_lens::{LensConfig, Telemetry};
 use tracing_subscriber::prelude::*;
 
-use crate::common::child;
-use crate::common::collector::{self, Collector};
+use nemo_lens_test_support::child;
+use nemo_lens_test_support::collector::{self, Collector};
 
 fn traced_work(name: &'static str) {
     let telemetry = Telemetry::builder(LensConfig::from_env().unwrap())

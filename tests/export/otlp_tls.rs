@@ -1,7 +1,7 @@
 //! OTLP over TLS to a real collector: rotel behind a TLS front (tokio-rustls, certificates from
 //! an rcgen CA made by the test), configured through environment variables only.
 //!
-//! Each test runs a rank as a child process (this binary re-executed to run `child_role`) with
+//! Each test runs a rank as a child process (the fixture program `tls_rank`) with
 //! `NEMO_LENS_*` / `OTEL_*` variables and nothing else: over `grpc`, `http/protobuf` and
 //! `http/json`, spans, metrics and log records arrive when `OTEL_EXPORTER_OTLP_CERTIFICATE`
 //! names the CA, and with mutual TLS when the client certificate variables are set. A server
@@ -11,41 +11,9 @@
 use std::process::Output;
 use std::time::Duration;
 
-use crate::common::child::{self, Child};
-use crate::common::collector::{Collector, items};
-use crate::tls::{TestCa, TlsFront};
-
-/// The child: a user's program, configured from the environment only. Prints what it dropped.
-fn child() {
-    let (telemetry, _guard) = child::telemetry_from_env();
-    for step in 0..3_i64 {
-        tracing::info_span!("train_step", dl.step = step).in_scope(|| {
-            tracing::warn!(step, "loss spiked");
-        });
-    }
-    nemo_lens::metrics::TrainingMetrics {
-        loss: Some(0.5),
-        ..Default::default()
-    }
-    .record(&telemetry);
-    let _ = telemetry.shutdown(Duration::from_secs(20));
-    let d = telemetry.dropped();
-    println!(
-        "DROPPED spans={} logs={} metric_exports={}",
-        d.spans, d.logs, d.metric_exports
-    );
-}
-
-/// The child process of these tests, which start it with `--ignored`.
-#[test]
-#[ignore = "child process of the TLS tests, started by them"]
-fn child_role() {
-    assert!(
-        child::is_child(),
-        "run by the TLS tests, which set the endpoint"
-    );
-    child();
-}
+use nemo_lens_test_support::child::{self, Child};
+use nemo_lens_test_support::collector::{Collector, items};
+use nemo_lens_test_support::tls::{TestCa, TlsFront};
 
 fn run_child(envs: &[(&str, String)]) -> Output {
     // The system roots must not matter: only the variables do.
@@ -57,7 +25,7 @@ fn run_child(envs: &[(&str, String)]) -> Output {
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "5000"),
     ];
     let given = envs.iter().map(|(k, v)| (*k, v.as_str()));
-    Child::sibling("child_role")
+    Child::fixture("tls_rank")
         .envs(base.into_iter().chain(given))
         .run_passing()
 }

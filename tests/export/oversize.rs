@@ -2,7 +2,7 @@
 //! batch: a real collector (rotel) on loopback receives the batch's other spans, and the huge
 //! one is dropped alone and counted.
 //!
-//! Runs in a process of its own (`common::child`): the OTLP endpoint goes through the process
+//! Runs in a process of its own (`nemo_lens_test_support::child`): the OTLP endpoint goes through the process
 //! environment, as a user's job script would set it.
 
 use std::time::Duration;
@@ -10,8 +10,8 @@ use std::time::Duration;
 use nemo_lens::Telemetry;
 use tracing_subscriber::prelude::*;
 
-use crate::common::child;
-use crate::common::collector::{self, Collector, count_with};
+use nemo_lens_test_support::child;
+use nemo_lens_test_support::collector::{self, Collector, count_with};
 
 fn delivered(collector: &Collector, kind: &str) -> usize {
     count_with(&collector.spans(), "kind", kind)

@@ -3,7 +3,7 @@
 //! (`NEMO_LENS_QUEUE_MAX_BYTES`), and the rest are dropped and counted; an absurd
 //! `OTEL_BSP_MAX_QUEUE_SIZE` is clamped with a warning instead of reserving gigabytes.
 //!
-//! Each test runs in a process of its own (`common::child`): the first sets the OTLP endpoint
+//! Each test runs in a process of its own (`nemo_lens_test_support::child`): the first sets the OTLP endpoint
 //! in the process environment and measures this process's resident memory, the second the
 //! peak of the process's only child.
 
@@ -12,10 +12,10 @@ use std::time::Duration;
 use nemo_lens::Telemetry;
 use tracing_subscriber::prelude::*;
 
-use crate::common::child::{self, Child};
-use crate::common::collector::otlp_config;
-use crate::common::hung::HungCollector;
-use crate::common::rss_kib;
+use nemo_lens_test_support::child::{self, Child};
+use nemo_lens_test_support::collector::otlp_config;
+use nemo_lens_test_support::hung::HungCollector;
+use nemo_lens_test_support::rss_kib;
 
 #[test]
 fn spans_with_huge_attributes_stay_within_the_byte_budget_and_the_rest_are_counted() {

@@ -7,8 +7,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use crate::common::child::{Child, Running};
-use crate::common::collector::{self, Collector, count_named};
+use nemo_lens_test_support::child::{Child, Running};
+use nemo_lens_test_support::collector::{self, Collector, count_named};
 
 /// An example exporting to `collector` over gRPC as `service`.
 fn base(example: &str, collector: &Collector, service: &str) -> Child {

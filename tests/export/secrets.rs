@@ -2,7 +2,7 @@
 //! typically an API key) never appear in nemo-lens's Debug output, errors or logs.
 //!
 //! The headers are read by the OTLP exporter from the process environment, so the scenario runs
-//! in a fresh copy of this test binary with the variables set (`common::child`); the copy checks
+//! in a fresh copy of this test binary with the variables set (`nemo_lens_test_support::child`); the copy checks
 //! every string the crate produces, and the outer test checks everything the copy printed.
 
 use std::fmt::Write as _;
@@ -13,7 +13,7 @@ use std::time::Duration;
 use nemo_lens::{LensConfig, Telemetry};
 use tracing_subscriber::prelude::*;
 
-use crate::common::child::{self, Child};
+use nemo_lens_test_support::child::{self, Child};
 
 const PROTOCOL_VAR: &str = "LENSTEST_SECRETS_PROTOCOL";
 const SECRET: &str = "sk-live-SECRET-0123456789";

@@ -10,9 +10,9 @@
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
-use crate::common::child::Child;
-use crate::common::hung::HungCollector;
-use crate::common::wait::wait_until;
+use nemo_lens_test_support::child::Child;
+use nemo_lens_test_support::hung::HungCollector;
+use nemo_lens_test_support::wait::wait_until;
 
 /// Generous bound for "did not hang".
 const NEVER_HANGS: Duration = Duration::from_secs(90);

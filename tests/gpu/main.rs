@@ -13,9 +13,6 @@
 //! libraries; a build failure fails the test. The trainer must be built (`cargo test` builds
 //! the examples; `cargo test --test gpu` alone does not: run `cargo build --examples` first).
 
-#[path = "../common/mod.rs"]
-mod common;
-
 mod nvml;
 mod nvtx;
 
@@ -64,8 +61,8 @@ fn c_library(source: &str, name: &str, variant: &str, defines: &[&str]) -> PathB
 
 /// The trainer example, exporting its spans to the console file `<dir>/rank{rank}.jsonl`, with
 /// metrics off and short steps.
-fn trainer(dir: &Path) -> common::child::Child {
-    common::child::Child::example("trainer")
+fn trainer(dir: &Path) -> nemo_lens_test_support::child::Child {
+    nemo_lens_test_support::child::Child::example("trainer")
         .env("NEMO_LENS_ENABLED", "1")
         .env("NEMO_LENS_EXPORTER", "console")
         .env("NEMO_LENS_METRICS_ENABLED", "0")

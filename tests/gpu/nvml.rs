@@ -7,7 +7,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::common::console;
+use nemo_lens_test_support::console;
 
 /// The directory holding the stand-in (`variant`: a build without one symbol, or `""`).
 fn standin(variant: &str) -> PathBuf {

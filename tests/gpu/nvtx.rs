@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::common::child::{self, Child};
+use nemo_lens_test_support::child::{self, Child};
 
 /// The absolute path of the recorder (NVTX loads a path without a slash from the library path).
 fn recorder() -> PathBuf {
@@ -16,7 +16,7 @@ fn recorder() -> PathBuf {
 
 /// What the recorder wrote (none when NVTX was never initialised: no NVTX call was made).
 fn records(path: &Path) -> Vec<Value> {
-    crate::common::console::read_if_any(path)
+    nemo_lens_test_support::console::read_if_any(path)
 }
 
 /// A range or mark as a tool sees it: the names of the ranges open around it on its thread,

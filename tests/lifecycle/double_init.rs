@@ -1,12 +1,12 @@
 //! The double-init guard: a second enabled setup in one process is an error.
-//! (In a process of its own, `common::child`: the guard is process-wide.)
+//! (In a process of its own, `nemo_lens_test_support::child`: the guard is process-wide.)
 
 use std::time::Duration;
 
 use nemo_lens::testing::CollectingExporter;
 use nemo_lens::{LensConfig, LensError, Telemetry};
 
-use crate::common::child;
+use nemo_lens_test_support::child;
 
 fn enabled() -> LensConfig {
     LensConfig::default()

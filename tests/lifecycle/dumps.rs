@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::common::child::{Child, Running};
-use crate::common::wait;
+use nemo_lens_test_support::child::{Child, Running};
+use nemo_lens_test_support::wait;
 
 /// The trainer with a flight recorder of `capacity` spans over every step's spans (three per
 /// step), dumping into `dumps`, stepping as fast as it can; it logs each finished step.

@@ -2,8 +2,8 @@
 
 use std::process::Output;
 
-use crate::common::child::Child;
-use crate::common::console;
+use nemo_lens_test_support::child::Child;
+use nemo_lens_test_support::console;
 
 fn run(env: &[(&str, &str)], args: &[&str]) -> Output {
     Child::example("trainer")

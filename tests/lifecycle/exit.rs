@@ -1,5 +1,5 @@
 //! How the process dies: a panic, SIGTERM and SIGINT on the real trainer example, which
-//! installs the panic hook and the signal handlers, and on `examples/panic_exit` (a telemetry in
+//! installs the panic hook and the signal handlers, and on the fixture program `panic_exit` (a telemetry in
 //! a static). The spans it finished are exported, and the spans still open when the process
 //! ends arrive truncated; a panic the program catches leaves telemetry running.
 
@@ -7,8 +7,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
 
-use crate::common::child::{self, Child};
-use crate::common::console::{self, all_named as by_name, truncated, truncation_reason};
+use nemo_lens_test_support::child::{self, Child};
+use nemo_lens_test_support::console::{self, all_named as by_name, truncated, truncation_reason};
 
 fn command(out: &Path) -> Child {
     Child::example("trainer")
@@ -93,12 +93,12 @@ fn an_uncaught_panic_records_the_panic_and_flushes() {
     }
 }
 
-/// `examples/panic_exit` (telemetry in a static, a worker thread with an open span) with
+/// The fixture program `panic_exit` (telemetry in a static, a worker thread with an open span) with
 /// `args`: its exit code, stderr and spans.
 fn panic_exit(args: &[&str]) -> (Option<i32>, String, Vec<serde_json::Value>) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("spans.jsonl");
-    let output = Child::example("panic_exit")
+    let output = Child::fixture("panic_exit")
         .env("NEMO_LENS_ENABLED", "1")
         .env("NEMO_LENS_EXPORTER", "console")
         .env("NEMO_LENS_METRICS_ENABLED", "0")

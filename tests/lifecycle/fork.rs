@@ -2,20 +2,18 @@
 //! must be inert there (no export of the parent's spans, no wait for worker threads that did not
 //! survive the fork), and the child may set up telemetry of its own.
 //!
-//! Each scenario runs in a fresh, single-threaded copy of this test binary (`common::child`),
+//! Each scenario runs in a fresh, single-threaded copy of this test binary (`nemo_lens_test_support::child`),
 //! which then calls `libc::fork()` for real. The child reports through a file and leaves with
 //! `_exit`, so the test harness never runs twice.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use nemo_lens::{LensError, Telemetry};
 use tracing_subscriber::prelude::*;
 
-use crate::common::child::{self, Child};
-use crate::common::console::{config_to as console_to, names, read_if_any as spans_in};
-
-const DIR_VAR: &str = "LENSTEST_FORK_DIR";
+use nemo_lens_test_support::child;
+use nemo_lens_test_support::console::{config_to as console_to, names, read_if_any as spans_in};
 
 /// Forks: `None` in the child, the child's pid in the parent.
 fn fork() -> Option<libc::pid_t> {
@@ -65,17 +63,6 @@ fn wait_child(pid: libc::pid_t, report: &Path) {
 
 fn check(ok: bool, what: impl FnOnce() -> String) -> Result<(), String> {
     if ok { Ok(()) } else { Err(what()) }
-}
-
-/// `Some(dir)` in the child process that runs the scenario; `None` in the outer test, after the
-/// child ran it and passed.
-fn scenario() -> Option<PathBuf> {
-    if child::is_child() {
-        return Some(std::env::var_os(DIR_VAR).unwrap().into());
-    }
-    let dir = tempfile::tempdir().unwrap();
-    Child::this_test().env(DIR_VAR, dir.path()).run_passing();
-    None
 }
 
 /// The parent's telemetry in a child: spans the child starts or ends are not exported through
@@ -136,25 +123,22 @@ fn inherited_telemetry_is_inert_in_the_child(synchronous: bool, dir: &Path) {
 
 #[test]
 fn inherited_synchronous_telemetry_exports_nothing_from_the_child() {
-    if let Some(dir) = scenario() {
-        inherited_telemetry_is_inert_in_the_child(true, &dir);
-    }
+    child::run_in_child_dir(|dir| inherited_telemetry_is_inert_in_the_child(true, dir));
 }
 
 #[test]
 fn inherited_batch_telemetry_shuts_down_at_once_in_the_child() {
-    if let Some(dir) = scenario() {
-        inherited_telemetry_is_inert_in_the_child(false, &dir);
-    }
+    child::run_in_child_dir(|dir| inherited_telemetry_is_inert_in_the_child(false, dir));
 }
 
 /// A child sets up telemetry of its own (the double-init guard allows it after fork, and only
 /// there), and it records with fresh IDs into its own output.
 #[test]
 fn a_forked_child_sets_up_its_own_telemetry() {
-    let Some(dir) = scenario() else {
-        return;
-    };
+    child::run_in_child_dir(own_telemetry_in_a_forked_child);
+}
+
+fn own_telemetry_in_a_forked_child(dir: &Path) {
     let parent_out = dir.join("parent.jsonl");
     let child_out = dir.join("child.jsonl");
     let report = dir.join("child-report.txt");
@@ -230,9 +214,10 @@ fn a_forked_child_sets_up_its_own_telemetry() {
 /// instead of the signal vanishing into a pipe nobody reads. The parent's handler still works.
 #[test]
 fn sigterm_still_kills_a_forked_child_of_a_process_with_the_handlers() {
-    let Some(dir) = scenario() else {
-        return;
-    };
+    child::run_in_child_dir(sigterm_in_a_forked_child);
+}
+
+fn sigterm_in_a_forked_child(dir: &Path) {
     let telemetry = Telemetry::builder(console_to(&dir.join("parent.jsonl")))
         .build()
         .unwrap();

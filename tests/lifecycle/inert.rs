@@ -1,13 +1,13 @@
 //! Disabled, or enabled on a non-exporting rank: nothing is built, no thread starts, no file or
 //! socket opens, and every callsite is disabled for the layer.
 //!
-//! Each scenario runs in a fresh child process (`common::child`), so the thread and descriptor
+//! Each scenario runs in a fresh child process (`nemo_lens_test_support::child`), so the thread and descriptor
 //! counts see nothing but the scenario.
 
 use nemo_lens::{LensConfig, Telemetry};
 use tracing_subscriber::prelude::*;
 
-use crate::common::child;
+use nemo_lens_test_support::child;
 
 fn threads() -> usize {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();

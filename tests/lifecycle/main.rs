@@ -5,10 +5,7 @@
 //!
 //! One test binary: its tests run as threads of one process. A test that needs a process of its
 //! own (process-wide guard, panic hook, span groups, `fork`, thread and descriptor counts) runs
-//! its body in a child (`common::child`).
-
-#[path = "../common/mod.rs"]
-mod common;
+//! its body in a child (`nemo_lens_test_support::child`).
 
 mod double_init;
 mod dumps;

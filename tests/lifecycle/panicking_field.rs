@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::child::Child;
-use crate::common::console::{self, names};
+use nemo_lens_test_support::child::Child;
+use nemo_lens_test_support::console::{self, names};
 
 /// Far above the time a run takes (well under a second), far below "forever".
 const HANG_BOUND: Duration = Duration::from_secs(60);
@@ -28,7 +28,7 @@ fn run(place: &str, thread: &str, hook: &str, layers: &str) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("spans.jsonl");
     // A hang kills the process and fails the test, naming the example's arguments.
-    let output = Child::example("panicking_field")
+    let output = Child::fixture("panicking_field")
         .args([place, thread, hook, layers])
         .arg(&out)
         .current_dir(dir.path())

@@ -14,8 +14,8 @@ use std::process::ExitStatus;
 
 use serde_json::Value;
 
-use crate::common::child::Child;
-use crate::common::console::{self, keys, named as span};
+use nemo_lens_test_support::child::Child;
+use nemo_lens_test_support::console::{self, keys, named as span};
 
 /// The exception event of Python's `bad_step` span, and that span.
 fn python_exception() -> (Value, Value) {

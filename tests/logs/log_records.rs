@@ -14,8 +14,8 @@ use nemo_lens::Telemetry;
 use serde_json::Value;
 use tracing_subscriber::prelude::*;
 
-use crate::common::child::Child;
-use crate::common::console::{self, keys};
+use nemo_lens_test_support::child::Child;
+use nemo_lens_test_support::console::{self, keys};
 
 /// The log records of the Python fixture, by body.
 fn python_record(body: &str) -> Value {

@@ -7,7 +7,7 @@ use nemo_lens::{LensConfig, Telemetry};
 use serde_json::Value;
 use tracing_subscriber::prelude::*;
 
-use crate::common::console;
+use nemo_lens_test_support::console;
 
 /// The console file of `dir`, logs on, exported by the rank the strategy picks (single_rank).
 fn console_config(dir: &tempfile::TempDir) -> LensConfig {

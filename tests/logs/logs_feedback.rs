@@ -2,7 +2,7 @@
 //! their failures through `tracing` (and `log`), and none of those records comes back into the
 //! log pipeline, while the application's own records do.
 //!
-//! The test runs in a process of its own (`common::child`): it installs the process-wide `log` →
+//! The test runs in a process of its own (`nemo_lens_test_support::child`): it installs the process-wide `log` →
 //! `tracing` forwarder and global subscriber, and sets the OTLP endpoint in the process
 //! environment, as a user's program would.
 
@@ -15,7 +15,7 @@ use opentelemetry_sdk::logs::InMemoryLogExporter;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::prelude::*;
 
-use crate::common::child;
+use nemo_lens_test_support::child;
 
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);

@@ -3,10 +3,7 @@
 //!
 //! One test binary: its tests run as threads of one process. A test that installs process-wide
 //! state (the `log` forwarder, the global subscriber, the environment) runs its body in a child
-//! (`common::child`).
-
-#[path = "../common/mod.rs"]
-mod common;
+//! (`nemo_lens_test_support::child`).
 
 mod exception_events;
 mod log_records;

@@ -3,10 +3,7 @@
 //!
 //! One test binary: its tests run as threads of one process. A test that reads process-wide
 //! state (the global meter provider, the process's threads) runs its body in a child
-//! (`common::child`).
-
-#[path = "../common/mod.rs"]
-mod common;
+//! (`nemo_lens_test_support::child`).
 
 mod console_metrics;
 mod metrics_events;

@@ -11,8 +11,8 @@ use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use tracing::Level;
 use tracing_subscriber::prelude::*;
 
-use crate::common::child::{self, Child};
-use crate::common::metrics::{collect, exporting, metric};
+use nemo_lens_test_support::child::{self, Child};
+use nemo_lens_test_support::metrics::{collect, exporting, metric};
 
 fn attrs<'a>(it: impl Iterator<Item = &'a KeyValue>) -> Vec<(String, Value)> {
     let mut v: Vec<(String, Value)> = it

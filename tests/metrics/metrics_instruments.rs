@@ -11,8 +11,8 @@ use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::metrics::InMemoryMetricExporter;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, Metric, MetricData, ResourceMetrics};
 
-use crate::common;
 use common::metrics::{exporting, metric};
+use nemo_lens_test_support as common;
 
 /// The last (cumulative) batch after a flush.
 fn collect(telemetry: &Telemetry, exporter: &InMemoryMetricExporter) -> ResourceMetrics {

@@ -16,8 +16,8 @@ use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::prelude::*;
 
-use crate::common;
 use common::metrics::{collect, exporting, metric};
+use nemo_lens_test_support as common;
 
 /// Collects the messages of warnings emitted under the metrics diagnostics target.
 #[derive(Clone, Default)]

@@ -10,8 +10,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::common::child;
-use crate::common::wait::{wait_for, wait_until};
+use nemo_lens_test_support::child;
+use nemo_lens_test_support::wait::{wait_for, wait_until};
 
 use nemo_lens::{ExporterKind, LensConfig, LensError, Telemetry};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader};

@@ -3,10 +3,7 @@
 //! and the closer of SDK spans still open at shutdown or SIGTERM, in real processes.
 //!
 //! One test binary: its tests run as threads of one process; the closer's scenarios run in
-//! children (`common::child`).
-
-#[path = "../common/mod.rs"]
-mod common;
+//! children (`nemo_lens_test_support::child`).
 
 mod otel_layer;
 mod sdk_closer;

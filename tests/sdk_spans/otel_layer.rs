@@ -13,7 +13,7 @@ use opentelemetry_sdk::trace::{InMemorySpanExporter, SpanData};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::prelude::*;
 
-use crate::common::memory;
+use nemo_lens_test_support::memory;
 
 const TRACE: &str = "4bf92f3577b34e0ea36b9a0f8e1c6a2d";
 const PARENT: &str = "00f067aa0ba902b7";

@@ -3,7 +3,7 @@
 //! (tracing-opentelemetry's layer), then shuts down, or is killed by SIGTERM with the signal
 //! handlers installed; the console JSONL file it wrote holds both spans, truncated.
 //!
-//! The child is this test binary, run again for the same test (`common::child`) with
+//! The child is this test binary, run again for the same test (`nemo_lens_test_support::child`) with
 //! `SDK_CLOSER_MODE` set to the mode: each test plays the parent, and the child in the child.
 
 use std::os::unix::process::ExitStatusExt;
@@ -16,8 +16,8 @@ use opentelemetry::trace::{Span as _, Tracer as _};
 use serde_json::Value;
 use tracing_subscriber::prelude::*;
 
-use crate::common::child::{self, Child};
-use crate::common::console::{self, truncation_reason};
+use nemo_lens_test_support::child::{self, Child};
+use nemo_lens_test_support::console::{self, truncation_reason};
 
 const MODE: &str = "SDK_CLOSER_MODE";
 const READY: &str = "spans open";

@@ -167,7 +167,9 @@ fn a_span_truncated_at_shutdown_and_closed_later_leaves_newer_spans_open() {
 #[test]
 fn a_span_left_open_when_its_subscriber_is_dropped_is_ended_as_truncated() {
     let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
-    let telemetry = crate::common::memory::builder(&exporter).build().unwrap();
+    let telemetry = nemo_lens_test_support::memory::builder(&exporter)
+        .build()
+        .unwrap();
     let subscriber = tracing_subscriber::registry().with(telemetry.layer());
     let child = tracing::subscriber::with_default(subscriber, || {
         let parent = tracing::info_span!("parent", nemo.group.job = tracing::field::Empty);
@@ -183,7 +185,7 @@ fn a_span_left_open_when_its_subscriber_is_dropped_is_ended_as_truncated() {
     );
     telemetry.force_flush().unwrap();
     let spans = exporter.get_finished_spans().unwrap();
-    let parent = crate::common::memory::named(&spans, "parent");
+    let parent = nemo_lens_test_support::memory::named(&spans, "parent");
     let reason = &parent
         .events
         .iter()
@@ -194,7 +196,7 @@ fn a_span_left_open_when_its_subscriber_is_dropped_is_ended_as_truncated() {
         reason.value,
         Value::from("dropped by the subscriber without being closed")
     );
-    let child = crate::common::memory::named(&spans, "child");
+    let child = nemo_lens_test_support::memory::named(&spans, "child");
     assert!(child.events.is_empty(), "the child closed normally");
     telemetry.shutdown(Duration::from_secs(5)).unwrap();
 }

@@ -16,7 +16,7 @@ use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use tracing_subscriber::prelude::*;
 
-use crate::common::child::{self, Child};
+use nemo_lens_test_support::child::{self, Child};
 
 const THREADS: usize = 8;
 const STEPS: usize = 200;

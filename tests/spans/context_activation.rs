@@ -11,7 +11,7 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::InMemorySpanExporter;
 use tracing_subscriber::prelude::*;
 
-use crate::common::memory;
+use nemo_lens_test_support::memory;
 
 fn telemetry(activate: bool, exporter: InMemorySpanExporter) -> Telemetry {
     memory::builder(&exporter)

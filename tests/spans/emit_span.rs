@@ -15,7 +15,7 @@ use opentelemetry::trace::{TraceContextExt, Tracer, TracerProvider as _};
 use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
 
-use crate::common::child;
+use nemo_lens_test_support::child;
 
 fn pipeline() -> (SdkTracerProvider, SdkTracer, CollectingExporter) {
     let exporter = CollectingExporter::default();
@@ -275,7 +275,7 @@ fn inverted_evidence_is_python_s_decimal_for_hostile_times() {
         .unwrap();
     }
     let lines: Vec<String> = pairs.iter().map(|(a, b)| format!("{a}|{b}")).collect();
-    let python = crate::common::python::map_lines(
+    let python = nemo_lens_test_support::python::map_lines(
         "from decimal import Decimal as D",
         "'|'.join([str(D(line.split('|')[0])), str(D(line.split('|')[1])), \
          str(D(line.split('|')[0]) - D(line.split('|')[1])), \

@@ -2,7 +2,7 @@
 //! (spec §2.7): IDs never zero, never repeated across threads, independent of how the generator
 //! was created, and re-seeded in a forked child.
 //!
-//! Several tests run in child processes of their own (`common::child`) to get a fresh process:
+//! Several tests run in child processes of their own (`nemo_lens_test_support::child`) to get a fresh process:
 //! one compares the IDs of two identical processes, one checks a process in which no
 //! `ChaChaIdGenerator::new()` ever ran, and one runs four identically seeded ranks through the
 //! whole export pipeline at once.
@@ -14,8 +14,8 @@ use nemo_lens::ChaChaIdGenerator;
 use opentelemetry::trace::{SpanId, TraceId};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 
-use crate::common::child::{self, Child};
-use crate::common::console;
+use nemo_lens_test_support::child::{self, Child};
+use nemo_lens_test_support::console;
 
 fn span_u64(id: SpanId) -> u64 {
     u64::from_be_bytes(id.to_bytes())

@@ -4,7 +4,7 @@
 //! one: `propagation::create_linked_span` on the OpenTelemetry tracer, and a `tracing` span with
 //! `LensSpanExt::add_link` before it is entered.
 
-use crate::common;
+use nemo_lens_test_support as common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -3,10 +3,7 @@
 //! processes, the open-span closer and the flight recorder.
 //!
 //! One test binary: its tests run as threads of one process. A test that needs a process of its
-//! own (process-wide slots, `fork`) runs its body in a child (`common::child`).
-
-#[path = "../common/mod.rs"]
-mod common;
+//! own (process-wide slots, `fork`) runs its body in a child (`nemo_lens_test_support::child`).
 
 mod attributes;
 mod callsite_interest;

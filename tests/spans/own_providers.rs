@@ -11,7 +11,7 @@ use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use tracing_subscriber::prelude::*;
 
-use crate::common::child;
+use nemo_lens_test_support::child;
 
 fn exporting() -> LensConfig {
     LensConfig::default()

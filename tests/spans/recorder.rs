@@ -12,8 +12,8 @@ use tracing::field::Empty;
 use tracing_core::Metadata;
 use tracing_subscriber::prelude::*;
 
-use crate::common::child;
-use crate::common::wait::wait_until;
+use nemo_lens_test_support::child;
+use nemo_lens_test_support::wait::wait_until;
 
 /// The console exporter's keys, in its order.
 const CONSOLE_KEYS: [&str; 11] = [

@@ -14,7 +14,7 @@ use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
 use tracing::field::Empty;
 use tracing_subscriber::prelude::*;
 
-use crate::common::{child, memory};
+use nemo_lens_test_support::{child, memory};
 
 /// Records, for every span, the thread `on_start` and `on_end` ran on, and tags the span in
 /// `on_start`.
@@ -197,7 +197,9 @@ fn record_on_a_span_of_another_layer_reads_nothing() {
         }
     }
     let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
-    let telemetry = crate::common::memory::builder(&exporter).build().unwrap();
+    let telemetry = nemo_lens_test_support::memory::builder(&exporter)
+        .build()
+        .unwrap();
     let subscriber = tracing_subscriber::registry()
         .with(telemetry.layer())
         .with(tracing_subscriber::fmt::layer().with_writer(std::io::sink));
@@ -214,7 +216,7 @@ fn record_on_a_span_of_another_layer_reads_nothing() {
     });
     telemetry.force_flush().unwrap();
     let spans = exporter.get_finished_spans().unwrap();
-    let on = crate::common::memory::named(&spans, "on");
+    let on = nemo_lens_test_support::memory::named(&spans, "on");
     assert_eq!(
         SpanCapture::attribute(on, "note"),
         Some(Value::from("value"))

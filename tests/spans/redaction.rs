@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::common;
+use nemo_lens_test_support as common;
 
 use nemo_lens::{DEFAULT_REDACT_KEYS, LensConfig, TelemetryBuilder};
 use serde_json::Value;

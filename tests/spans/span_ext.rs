@@ -2,7 +2,7 @@
 //! `OpenTelemetrySpanExt` on spans of the real lens layer, exported through the lens pipeline
 //! into an in-memory exporter.
 
-use crate::common;
+use nemo_lens_test_support as common;
 
 use std::collections::HashMap;
 

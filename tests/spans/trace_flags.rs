@@ -3,7 +3,7 @@
 //! the span contexts children and propagation see, and in the `traceparent` it sends; a trace
 //! continued from a parent without the flag keeps that parent's flags.
 
-use crate::common;
+use nemo_lens_test_support as common;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -9,7 +9,7 @@ use std::process::Output;
 
 use serde_json::Value;
 
-use crate::common::{child::Child, console};
+use nemo_lens_test_support::{child::Child, console};
 
 /// Runs one exporting trainer rank (3 steps, per-step groups) with `env`; returns its output
 /// and its span lines by name.

@@ -5,8 +5,9 @@
 //! The queue is an atomic index into the files sorted largest first (a large file started last
 //! would leave the other threads idle at the end). This needs no pool: the threads live as long
 //! as the command's read, `std::thread::scope` joins them and passes their panics on, and the
-//! count is exactly `--jobs` (a work-stealing pool such as rayon would add nothing for a
-//! handful of coarse tasks).
+//! count is `--jobs`, at most the file count and [`THREADS_PER_CORE`] per available core (a
+//! work-stealing pool such as rayon would add nothing for a handful of coarse tasks). A thread
+//! the system cannot start stops the reading with an error (exit 2), never a panic.
 //!
 //! Memory stays what one file costs, times the thread count: each thread holds one record
 //! (at most `--max-record-bytes`) and its reader's buffers.
@@ -16,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use indicatif::ProgressBar;
 
 use super::{ReadOptions, Records, Stats};
@@ -24,18 +25,25 @@ use super::{ReadOptions, Records, Stats};
 /// `--jobs N`: how many files are read at once.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Jobs {
-    /// Files read at once, one thread each (default: the cores this process may run on).
+    /// Files read at once, one thread each (default: the cores this process may run on; at
+    /// most 4 per core and one per file).
     #[arg(short = 'j', long = "jobs", value_name = "N")]
     pub jobs: Option<NonZeroUsize>,
 }
 
+/// Threads per available core `--jobs` may ask for: reading is parsing, and more threads than
+/// this only add stacks and allocator arenas.
+pub const THREADS_PER_CORE: usize = 4;
+
 impl Jobs {
     /// The thread count: `--jobs`, else the available parallelism (CPU affinity and cgroup
-    /// quota included), else 1.
+    /// quota included), else 1; at most [`THREADS_PER_CORE`] per available core (the file
+    /// count bounds it further in [`for_each_file`]).
     pub fn threads(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
         self.jobs
-            .or_else(|| std::thread::available_parallelism().ok())
-            .map_or(1, NonZeroUsize::get)
+            .map_or(cores, NonZeroUsize::get)
+            .min(cores.saturating_mul(THREADS_PER_CORE))
     }
 }
 
@@ -64,12 +72,7 @@ pub fn for_each_file<F>(
 where
     F: Fn(&mut Records<'_>) -> Result<()> + Sync,
 {
-    let mut sizes = Vec::with_capacity(paths.len());
-    for path in paths {
-        let meta =
-            std::fs::metadata(path).with_context(|| format!("cannot open {}", path.display()))?;
-        sizes.push(meta.len());
-    }
+    let sizes = super::check_all(paths)?;
     let mut order: Vec<usize> = (0..paths.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(sizes[i]));
     let queue = Queue {
@@ -80,20 +83,33 @@ where
     };
     let work = || worker(&queue, paths, options, progress, &f);
     let threads = threads.clamp(1, paths.len().max(1));
+    let mut spawn_failure = None;
     if threads == 1 {
         work();
     } else {
         std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(work);
+            for started in 0..threads {
+                let spawned = std::thread::Builder::new()
+                    .name("nemo-lens-read".into())
+                    .spawn_scoped(s, work);
+                if let Err(e) = spawned {
+                    // The threads already running stop at their next file.
+                    queue.stop.store(true, Ordering::Relaxed);
+                    spawn_failure = Some(anyhow::anyhow!(
+                        "cannot start reading thread {} of {threads} (--jobs): {e}; \
+                         try a smaller --jobs",
+                        started + 1
+                    ));
+                    break;
+                }
             }
         });
     }
     progress.finish_and_clear();
     let (stats, failure) = queue.out.into_inner().unwrap_or_else(|e| e.into_inner());
-    match failure {
-        Some((_, e)) => Err(e),
-        None => Ok(stats),
+    match (spawn_failure, failure) {
+        (Some(e), _) | (None, Some((_, e))) => Err(e),
+        (None, None) => Ok(stats),
     }
 }
 
@@ -204,14 +220,28 @@ mod tests {
         assert!(format!("{err:#}").contains("cannot open"), "{err:#}");
         assert_eq!(calls.load(Ordering::Relaxed), 0);
 
+        // One thread reads in order, so the files after the refused one are never started.
+        // With two, the error still ends the reading, but how many files the other thread
+        // finished meanwhile depends on the scheduler.
         let paths = vec![good; 50];
-        let err = for_each_file(&paths, &options(), 2, &ProgressBar::hidden(), |records| {
-            calls.fetch_add(1, Ordering::Relaxed);
-            anyhow::ensure!(records.source().index != 3, "file 3 is refused");
-            Ok(())
-        })
-        .unwrap_err();
-        assert_eq!(err.to_string(), "file 3 is refused");
-        assert!(calls.load(Ordering::Relaxed) < 50);
+        for (threads, expected_calls) in [(1, Some(4)), (2, None)] {
+            calls.store(0, Ordering::Relaxed);
+            let err = for_each_file(
+                &paths,
+                &options(),
+                threads,
+                &ProgressBar::hidden(),
+                |records| {
+                    calls.fetch_add(1, Ordering::Relaxed);
+                    anyhow::ensure!(records.source().index != 3, "file 3 is refused");
+                    Ok(())
+                },
+            )
+            .unwrap_err();
+            assert_eq!(err.to_string(), "file 3 is refused");
+            if let Some(expected) = expected_calls {
+                assert_eq!(calls.load(Ordering::Relaxed), expected);
+            }
+        }
     }
 }

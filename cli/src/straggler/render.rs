@@ -201,6 +201,28 @@ pub fn verdict(v: &Verdict) -> String {
     out
 }
 
+/// The stderr lines (without `warning: `) for what merging the input's steps changed: one
+/// line each, whatever the count.
+pub fn warnings(v: &Verdict) -> Vec<String> {
+    let m = &v.merges;
+    let mut lines = Vec::new();
+    if let Some((rank, key)) = m.first_conflict {
+        lines.push(format!(
+            "{} step(s) of {} rank(s) seen twice with different figures (first: rank {rank}, \
+             step {key}): two inputs claim the same rank; the larger figures are kept",
+            m.conflicting_steps, m.conflicting_ranks
+        ));
+    }
+    if let Some((rank, key)) = m.first_clamped {
+        lines.push(format!(
+            "{} figure(s) over 71 minutes clamped to 71 min 35 s (first: rank {rank}, step \
+             {key})",
+            m.clamped_figures
+        ));
+    }
+    lines
+}
+
 /// Every compared rank, one line each.
 pub fn detail(v: &Verdict) -> String {
     let Some(ranks) = &v.per_rank else {

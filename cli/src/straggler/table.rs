@@ -32,10 +32,14 @@ const MAX_HOST_BYTES: usize = 64;
 const MAX_COLLECTIVE_NAMES: usize = 8;
 /// `wait_us` of a step without any collective span.
 const NO_WAIT: u32 = u32::MAX;
+/// The longest figure an [`Entry`] holds, µs (71 minutes 35 s); longer ones are clamped and
+/// counted ([`Merges::clamped_figures`]).
+pub const MAX_FIGURE_US: u32 = NO_WAIT - 1;
 /// An empty name slot.
 const NO_NAME: u16 = u16::MAX;
 
-/// One step of one rank: durations in µs (up to 71 minutes; longer ones are clamped).
+/// One step of one rank: durations in µs (up to 71 minutes; longer ones are clamped and
+/// counted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
     /// The step number, else the step span's start (µs since the epoch).
@@ -102,6 +106,8 @@ pub struct RankState {
     /// Step spans not compared: open at a dump, truncated, or whose children a dump may have
     /// lost.
     pub partial: u64,
+    /// A step of this rank was seen twice with different figures.
+    conflicting: bool,
 }
 
 impl Default for RankState {
@@ -113,6 +119,7 @@ impl Default for RankState {
             window: VecDeque::new(),
             older: 0,
             partial: 0,
+            conflicting: false,
         }
     }
 }
@@ -148,17 +155,25 @@ impl RankState {
         Some(free)
     }
 
-    fn push(&mut self, record: &StepRecord) {
+    /// Adds a step: whether it met a different step of the same key, and how many of its
+    /// figures were clamped.
+    fn push(&mut self, record: &StepRecord) -> (bool, u64) {
         // Numbered steps and steps keyed by start time do not mix: the numbers win.
         if record.numbered != self.numbered {
             if !record.numbered {
-                return;
+                return (false, 0);
             }
             self.numbered = true;
             self.older += self.window.len() as u64;
             self.window.clear();
         }
-        let clamp = |us: i64| us.clamp(0, i64::from(NO_WAIT - 1)) as u32;
+        let clamped = std::cell::Cell::new(0u64);
+        let clamp = |us: i64| {
+            if us > i64::from(MAX_FIGURE_US) {
+                clamped.set(clamped.get() + 1);
+            }
+            us.clamp(0, i64::from(MAX_FIGURE_US)) as u32
+        };
         let mut entry = Entry {
             key: record.key,
             step_us: clamp(record.step_us),
@@ -170,6 +185,7 @@ impl RankState {
                 entry.named[slot] = entry.named[slot].saturating_add(clamp(us));
             }
         }
+        let clamped = clamped.get();
         let w = &mut self.window;
         // Steps mostly come in order: the newest goes to the back.
         if w.back().is_none_or(|last| last.key < entry.key) {
@@ -177,8 +193,11 @@ impl RankState {
         } else {
             match w.binary_search_by_key(&entry.key, |e| e.key) {
                 Ok(i) => {
+                    // The same step twice (overlapping dumps) has the same figures; others
+                    // mean two sources claim this rank.
+                    let conflict = w[i] != entry;
                     w[i].merge(&entry);
-                    return;
+                    return (conflict, clamped);
                 }
                 Err(i) => w.insert(i, entry),
             }
@@ -187,13 +206,35 @@ impl RankState {
             w.pop_front();
             self.older += 1;
         }
+        (false, clamped)
     }
+}
+
+/// What merging the steps of the input changed, counted: each is reported on stderr in one
+/// line and in the JSON verdict.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Merges {
+    /// Steps of a rank seen twice with different figures: two sources (files of two runs, two
+    /// processes given one rank) claim the rank. The larger figures are kept.
+    pub conflicting_steps: u64,
+    /// Ranks with such a step.
+    pub conflicting_ranks: u64,
+    /// Step, wait or span figures over 71 minutes ([`MAX_FIGURE_US`]), clamped to it.
+    pub clamped_figures: u64,
+    /// The first (rank, step key) of each, for the report.
+    #[serde(skip)]
+    pub first_conflict: Option<(i64, i64)>,
+    /// See `first_conflict`.
+    #[serde(skip)]
+    pub first_clamped: Option<(i64, i64)>,
 }
 
 /// All ranks, and what the readers share.
 #[derive(Debug, Default)]
 pub struct Table {
     ranks: BTreeMap<i64, RankState>,
+    /// What merging steps changed.
+    pub merges: Merges,
     bytes: usize,
     /// Ranks skipped because the table was full.
     pub ranks_over_budget: u64,
@@ -267,8 +308,22 @@ impl Table {
 
     /// Adds a complete step of `rank`.
     pub fn push(&mut self, rank: i64, record: &StepRecord) {
-        if let Some(state) = self.ranks.get_mut(&rank) {
-            state.push(record);
+        let Some(state) = self.ranks.get_mut(&rank) else {
+            return;
+        };
+        let (conflict, clamped) = state.push(record);
+        let m = &mut self.merges;
+        if conflict {
+            m.conflicting_steps += 1;
+            if !state.conflicting {
+                state.conflicting = true;
+                m.conflicting_ranks += 1;
+            }
+            m.first_conflict = m.first_conflict.or(Some((rank, record.key)));
+        }
+        if clamped > 0 {
+            m.clamped_figures += clamped;
+            m.first_clamped = m.first_clamped.or(Some((rank, record.key)));
         }
     }
 
@@ -329,6 +384,35 @@ mod tests {
         );
         assert_eq!(e.named[0], 30);
         assert_eq!(s.names().collect::<Vec<_>>(), [(0, 7)]);
+    }
+
+    #[test]
+    fn conflicting_steps_and_clamped_figures_are_counted() {
+        let mut t = Table::default();
+        t.rank(3, None, None);
+        t.push(3, &step(1, 100, Some(10)));
+        t.push(3, &step(1, 100, Some(10)));
+        assert_eq!(
+            t.merges,
+            Merges::default(),
+            "the same step twice is no conflict"
+        );
+        t.push(3, &step(1, 120, Some(10)));
+        t.push(3, &step(2, 5_000_000_000, Some(4_500_000_000)));
+        assert_eq!(
+            (t.merges.conflicting_steps, t.merges.conflicting_ranks),
+            (1, 1)
+        );
+        assert_eq!(t.merges.first_conflict, Some((3, 1)));
+        assert_eq!(
+            (t.merges.clamped_figures, t.merges.first_clamped),
+            (2, Some((3, 2)))
+        );
+        let e = t.ranks()[&3].window()[1];
+        assert_eq!(
+            (e.step_us, e.wait_us()),
+            (MAX_FIGURE_US, Some(MAX_FIGURE_US))
+        );
     }
 
     #[test]

@@ -23,12 +23,16 @@
 //! less (or computes more) than that step's median rank by more than the limit; steps are
 //! matched across ranks by their number, else by their order from the latest.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
 use super::collect::Counts;
-use super::table::{Entry, RankState, Table, WINDOW};
+// The tests reach it here.
+#[cfg(test)]
+pub(super) use super::slow_steps::median_without;
+use super::slow_steps::{Measure, StepFigures};
+use super::table::{Entry, Merges, RankState, Table, WINDOW};
 use crate::ranges::{count, gaps};
 
 /// Ranks with fewer complete steps are listed, not compared.
@@ -86,14 +90,6 @@ pub enum Cause {
     Compute,
     /// One of its compute spans is longer than the median rank's.
     Span,
-}
-
-/// What the slow steps of a suspect are measured by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Measure {
-    Wait,
-    Compute,
-    Span(u16),
 }
 
 /// A rank the others wait for.
@@ -180,6 +176,9 @@ pub struct Verdict {
     /// What the spans were.
     #[serde(flatten)]
     pub counts: Counts,
+    /// Steps seen twice with different figures, figures clamped.
+    #[serde(flatten)]
+    pub merges: Merges,
     /// Every rank's figures (`--detail`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub per_rank: Option<Vec<RankFigures>>,
@@ -239,160 +238,338 @@ fn medians(rank: i64, state: &RankState) -> Medians {
     }
 }
 
-/// Builds the verdict from the table.
+/// The median rank: the ranks compared (enough steps), the ones the medians are taken over,
+/// and their medians, µs.
+struct MedianRank<'a> {
+    /// Every rank read.
+    all: &'a [Medians],
+    /// Ranks with at least [`MIN_STEPS`] steps.
+    compared: Vec<&'a Medians>,
+    /// The ranks the medians are taken over: those with collective spans when two or more
+    /// have them ([`MedianRank::use_wait`]), else every compared rank.
+    base: Vec<&'a Medians>,
+    /// Ranks are judged by their wait in collectives.
+    use_wait: bool,
+    step: Option<f64>,
+    compute: Option<f64>,
+    wait: Option<f64>,
+}
+
+impl<'a> MedianRank<'a> {
+    fn of(all: &'a [Medians]) -> Self {
+        let compared: Vec<&Medians> = all.iter().filter(|m| m.steps >= MIN_STEPS).collect();
+        let waiting: Vec<&Medians> = compared
+            .iter()
+            .copied()
+            .filter(|m| m.wait.is_some())
+            .collect();
+        let use_wait = waiting.len() >= 2;
+        let base = if use_wait { waiting } else { compared.clone() };
+        let mut median_rank = MedianRank {
+            all,
+            compared,
+            base,
+            use_wait,
+            step: None,
+            compute: None,
+            wait: None,
+        };
+        median_rank.step = median(median_rank.column(|m| m.step));
+        median_rank.compute = median(median_rank.column(|m| m.compute));
+        if use_wait {
+            median_rank.wait = median(median_rank.column(|m| m.wait.unwrap_or(0.0)));
+        }
+        median_rank
+    }
+
+    /// One figure of every rank of the base.
+    fn column(&self, f: impl Fn(&Medians) -> f64) -> Vec<f64> {
+        self.base.iter().map(|m| f(m)).collect()
+    }
+}
+
+/// How far from the median rank a rank may be, µs: the threshold, or the ranks' spread when
+/// larger.
+struct Limits {
+    compute: f64,
+    /// The compute limit when ranks are not judged by their wait.
+    wait: f64,
+    /// Per compute span name (interned) on two or more compared ranks: its median over them,
+    /// and its limit.
+    spans: BTreeMap<u16, (f64, f64)>,
+}
+
+impl Limits {
+    fn of(median_rank: &MedianRank<'_>, threshold_percent: f64) -> Self {
+        let threshold = threshold_percent / 100.0 * median_rank.step.unwrap_or(0.0);
+        let compute = threshold.max(noise(
+            &median_rank.column(|m| m.compute),
+            median_rank.compute.unwrap_or(0.0),
+        ));
+        let wait = match median_rank.wait {
+            Some(w) => threshold.max(noise(&median_rank.column(|m| m.wait.unwrap_or(0.0)), w)),
+            None => compute,
+        };
+        let mut by_name: BTreeMap<u16, Vec<f64>> = BTreeMap::new();
+        for m in &median_rank.compared {
+            for &(name, v) in &m.named {
+                by_name.entry(name).or_default().push(v);
+            }
+        }
+        let spans = by_name
+            .into_iter()
+            .filter(|(_, v)| v.len() >= 2)
+            .filter_map(|(n, v)| {
+                let m = median(v.clone())?;
+                Some((n, (m, threshold.max(noise(&v, m)))))
+            })
+            .collect();
+        Limits {
+            compute,
+            wait,
+            spans,
+        }
+    }
+
+    /// The limit of what a suspect is measured by.
+    fn of_measure(&self, median_rank: &MedianRank<'_>) -> f64 {
+        if median_rank.use_wait {
+            self.wait
+        } else {
+            self.compute
+        }
+    }
+}
+
+/// A compute span of a rank against the median rank, µs.
+#[derive(Debug, Clone, Copy)]
+struct SpanExcess {
+    name: u16,
+    /// Its median on this rank.
+    value: f64,
+    /// Over the median rank's.
+    excess: f64,
+    limit: f64,
+}
+
+/// One compared rank against the median rank, µs.
+struct Judgement {
+    /// Compute over the median rank's.
+    excess: f64,
+    /// Wait under the median rank's, when both wait.
+    deficit: Option<f64>,
+    /// Its compute span with the largest excess.
+    span: Option<SpanExcess>,
+    /// Why it is a suspect, and what it costs the job per step.
+    suspect: Option<(Cause, f64)>,
+}
+
+fn judge_rank(m: &Medians, median_rank: &MedianRank<'_>, limits: &Limits) -> Judgement {
+    let excess = m.compute - median_rank.compute.unwrap_or(m.compute);
+    let deficit = match (m.wait, median_rank.wait) {
+        (Some(w), Some(median_wait)) => Some(median_wait - w),
+        _ => None,
+    };
+    let span = m
+        .named
+        .iter()
+        .filter_map(|&(name, value)| {
+            let (median, limit) = limits.spans.get(&name)?;
+            Some(SpanExcess {
+                name,
+                value,
+                excess: value - median,
+                limit: *limit,
+            })
+        })
+        .max_by(|a, b| a.excess.total_cmp(&b.excess));
+    let suspect = match deficit {
+        Some(d) => (d > limits.wait).then_some((Cause::Wait, d)),
+        // Without a wait to compare: its compute, or one of its spans, stands out (a rank
+        // without collective spans among ranks with them has only its spans to compare).
+        None => {
+            let by_span = span
+                .filter(|s| s.excess > s.limit)
+                .map(|s| (Cause::Span, s.excess));
+            let by_compute = (!median_rank.use_wait && excess > limits.compute)
+                .then_some((Cause::Compute, excess));
+            match (by_compute, by_span) {
+                (Some(c), Some(s)) if s.1 > c.1 => Some(s),
+                (c, s) => c.or(s),
+            }
+        }
+    };
+    Judgement {
+        excess,
+        deficit,
+        span,
+        suspect,
+    }
+}
+
+fn rank_figures(table: &Table, m: &Medians, j: &Judgement) -> RankFigures {
+    let state = &table.ranks()[&m.rank];
+    RankFigures {
+        rank: m.rank,
+        host: state.host.as_deref().map(str::to_owned),
+        steps: m.steps,
+        step_ms: ms(m.step),
+        compute_ms: ms(m.compute),
+        wait_ms: m.wait.map(ms),
+        compute_excess_ms: ms(j.excess),
+        wait_deficit_ms: j.deficit.map(ms),
+        spans: m
+            .named
+            .iter()
+            .map(|&(name, v)| (table.name(name).to_owned(), ms(v)))
+            .collect(),
+        older_steps: state.older,
+        partial_steps: state.partial,
+        suspect: j.suspect.is_some(),
+    }
+}
+
+/// The suspect a judgement names, with its slow steps.
+fn suspect(
+    table: &Table,
+    m: &Medians,
+    j: &Judgement,
+    median_rank: &MedianRank<'_>,
+    limits: &Limits,
+    steps: &mut StepFigures<'_>,
+) -> Option<Suspect> {
+    let (cause, cost) = j.suspect?;
+    // The span holding the excess: the cause itself, or most of the excess.
+    let span = j
+        .span
+        .filter(|s| cause == Cause::Span || s.excess >= cost / 2.0);
+    let (measure, limit) = match (cause, span) {
+        (Cause::Wait, _) => (Measure::Wait, limits.wait),
+        (Cause::Span, Some(s)) => (Measure::Span(s.name), s.limit),
+        _ => (Measure::Compute, limits.compute),
+    };
+    let (slow, compared_steps, slow_keys) = steps.slow_steps(m.rank, measure, limit);
+    Some(Suspect {
+        rank: m.rank,
+        host: table.ranks()[&m.rank].host.as_deref().map(str::to_owned),
+        cause,
+        cost_ms: ms(cost),
+        compute_ms: ms(m.compute),
+        compute_excess_ms: ms(j.excess),
+        wait_ms: m.wait.map(ms),
+        median_wait_ms: median_rank.wait.map(ms),
+        span: span.map(|s| table.name(s.name).to_owned()),
+        span_ms: span.map(|s| ms(s.value)),
+        span_excess_ms: span.map(|s| ms(s.excess)),
+        outside_steps: cause == Cause::Wait && j.excess < cost / 2.0,
+        slow_steps: slow,
+        steps_compared: compared_steps,
+        slow_step_numbers: slow_keys,
+    })
+}
+
+/// What the per-rank judgement found.
+struct Found {
+    /// By cost, largest first.
+    suspects: Vec<Suspect>,
+    /// Every compared rank's figures.
+    figures: Vec<RankFigures>,
+    /// Every compared rank has numbered steps.
+    numbered: bool,
+}
+
+/// Builds the verdict from the table: the medians, the limits, each rank judged, then the
+/// verdict assembled.
 pub fn judge(table: &Table, counts: Counts, settings: Settings, detail: bool) -> Verdict {
     let states = table.ranks();
     let all: Vec<Medians> = states.iter().map(|(r, s)| medians(*r, s)).collect();
-    let compared: Vec<&Medians> = all.iter().filter(|m| m.steps >= MIN_STEPS).collect();
-    let waiting: Vec<&Medians> = compared
+    let median_rank = MedianRank::of(&all);
+    let limits = Limits::of(&median_rank, settings.threshold_percent);
+    let numbered = median_rank
+        .compared
         .iter()
-        .copied()
-        .filter(|m| m.wait.is_some())
-        .collect();
-    let use_wait = waiting.len() >= 2;
-    let base = if use_wait { &waiting } else { &compared };
-    let of = |f: &dyn Fn(&Medians) -> f64| -> Vec<f64> { base.iter().map(|m| f(m)).collect() };
-    let step = median(of(&|m| m.step));
-    let compute = median(of(&|m| m.compute));
-    let wait = if use_wait {
-        median(of(&|m| m.wait.unwrap_or(0.0)))
-    } else {
-        None
-    };
-    let threshold = settings.threshold_percent / 100.0 * step.unwrap_or(0.0);
-    let limit_compute = threshold.max(noise(&of(&|m| m.compute), compute.unwrap_or(0.0)));
-    let limit_wait = match wait {
-        Some(w) => threshold.max(noise(&of(&|m| m.wait.unwrap_or(0.0)), w)),
-        None => limit_compute,
-    };
-    // The median rank of each compute span name (over the ranks that have it), and its limit.
-    let mut by_name: BTreeMap<u16, Vec<f64>> = BTreeMap::new();
-    for m in &compared {
-        for &(name, v) in &m.named {
-            by_name.entry(name).or_default().push(v);
-        }
-    }
-    let name_medians: BTreeMap<u16, (f64, f64)> = by_name
-        .into_iter()
-        .filter(|(_, v)| v.len() >= 2)
-        .filter_map(|(n, v)| {
-            let m = median(v.clone())?;
-            Some((n, (m, threshold.max(noise(&v, m)))))
-        })
-        .collect();
-
-    let numbered = compared.iter().all(|m| states[&m.rank].numbered);
+        .all(|m| states[&m.rank].numbered);
+    let base = median_rank.base.iter().map(|m| m.rank).collect();
     let mut steps = StepFigures::new(states, base, numbered);
-    let mut suspects = Vec::new();
-    let mut figures = Vec::new();
-    for m in &compared {
-        let state = &states[&m.rank];
-        let excess = m.compute - compute.unwrap_or(m.compute);
-        let deficit = match (m.wait, wait) {
-            (Some(w), Some(median_wait)) => Some(median_wait - w),
-            _ => None,
-        };
-        // (name, its median here, excess over the median rank, limit), the largest excess.
-        let best_span = m
-            .named
-            .iter()
-            .filter_map(|&(n, v)| {
-                let (median, limit) = name_medians.get(&n)?;
-                Some((n, v, v - median, *limit))
-            })
-            .max_by(|a, b| a.2.total_cmp(&b.2));
-        let judged = match deficit {
-            Some(d) => (d > limit_wait).then_some((Cause::Wait, d)),
-            // Without a wait to compare: its compute, or one of its spans, stands out (a rank
-            // without collective spans among ranks with them has only its spans to compare).
-            None => {
-                let by_span = best_span.filter(|s| s.2 > s.3).map(|s| (Cause::Span, s.2));
-                let by_compute =
-                    (!use_wait && excess > limit_compute).then_some((Cause::Compute, excess));
-                match (by_compute, by_span) {
-                    (Some(c), Some(s)) if s.1 > c.1 => Some(s),
-                    (c, s) => c.or(s),
-                }
-            }
-        };
-        let mut spans = BTreeMap::new();
-        for &(name, v) in &m.named {
-            spans.insert(table.name(name).to_owned(), ms(v));
-        }
-        figures.push(RankFigures {
-            rank: m.rank,
-            host: state.host.as_deref().map(str::to_owned),
-            steps: m.steps,
-            step_ms: ms(m.step),
-            compute_ms: ms(m.compute),
-            wait_ms: m.wait.map(ms),
-            compute_excess_ms: ms(excess),
-            wait_deficit_ms: deficit.map(ms),
-            spans,
-            older_steps: state.older,
-            partial_steps: state.partial,
-            suspect: judged.is_some(),
-        });
-        let Some((cause, cost)) = judged else {
-            continue;
-        };
-        // The span holding the excess: the cause itself, or most of the excess.
-        let span = best_span.filter(|s| cause == Cause::Span || s.2 >= cost / 2.0);
-        let (measure, limit) = match (cause, span) {
-            (Cause::Wait, _) => (Measure::Wait, limit_wait),
-            (Cause::Span, Some(s)) => (Measure::Span(s.0), s.3),
-            _ => (Measure::Compute, limit_compute),
-        };
-        let (slow, compared_steps, slow_keys) = steps.slow_steps(m.rank, measure, limit);
-        suspects.push(Suspect {
-            rank: m.rank,
-            host: state.host.as_deref().map(str::to_owned),
-            cause,
-            cost_ms: ms(cost),
-            compute_ms: ms(m.compute),
-            compute_excess_ms: ms(excess),
-            wait_ms: m.wait.map(ms),
-            median_wait_ms: wait.map(ms),
-            span: span.map(|s| table.name(s.0).to_owned()),
-            span_ms: span.map(|s| ms(s.1)),
-            span_excess_ms: span.map(|s| ms(s.2)),
-            outside_steps: cause == Cause::Wait && excess < cost / 2.0,
-            slow_steps: slow,
-            steps_compared: compared_steps,
-            slow_step_numbers: slow_keys,
-        });
+    let mut found = Found {
+        suspects: Vec::new(),
+        figures: Vec::new(),
+        numbered,
+    };
+    for m in &median_rank.compared {
+        let judgement = judge_rank(m, &median_rank, &limits);
+        found.figures.push(rank_figures(table, m, &judgement));
+        found.suspects.extend(suspect(
+            table,
+            m,
+            &judgement,
+            &median_rank,
+            &limits,
+            &mut steps,
+        ));
     }
-    suspects.sort_by(|a, b| b.cost_ms.total_cmp(&a.cost_ms).then(a.rank.cmp(&b.rank)));
+    found
+        .suspects
+        .sort_by(|a, b| b.cost_ms.total_cmp(&a.cost_ms).then(a.rank.cmp(&b.rank)));
+    assemble(
+        table,
+        &median_rank,
+        &limits,
+        found,
+        counts,
+        settings,
+        detail,
+    )
+}
 
+/// The verdict around the suspects: the median rank, the ranks not compared or missing, the
+/// steps and spans seen.
+fn assemble(
+    table: &Table,
+    median_rank: &MedianRank<'_>,
+    limits: &Limits,
+    found: Found,
+    counts: Counts,
+    settings: Settings,
+    detail: bool,
+) -> Verdict {
+    let states = table.ranks();
     let world_size = settings.world_size.or(table.world_size);
     // The gaps between the ranks read, below the world size.
     let missing_ranks = world_size.map_or_else(Vec::new, |w| gaps(states.keys().copied(), w));
-    let keys =
-        |f: fn(&RankState) -> Option<i64>| base.iter().filter_map(move |m| f(&states[&m.rank]));
-    let compute_names: BTreeSet<u16> = compared
+    let keys = |f: fn(&RankState) -> Option<i64>| {
+        median_rank
+            .base
+            .iter()
+            .filter_map(move |m| f(&states[&m.rank]))
+    };
+    let compute_names: BTreeSet<u16> = median_rank
+        .compared
         .iter()
         .flat_map(|m| m.named.iter().map(|(n, _)| *n))
         .collect();
     Verdict {
-        cost_ms_per_step: suspects.first().map(|s| s.cost_ms),
-        suspects,
+        cost_ms_per_step: found.suspects.first().map(|s| s.cost_ms),
+        suspects: found.suspects,
         threshold_percent: settings.threshold_percent,
-        limit_ms: ms(if use_wait { limit_wait } else { limit_compute }),
-        step_ms: step.map(ms),
-        compute_ms: compute.map(ms),
-        wait_ms: wait.map(ms),
+        limit_ms: ms(limits.of_measure(median_rank)),
+        step_ms: median_rank.step.map(ms),
+        compute_ms: median_rank.compute.map(ms),
+        wait_ms: median_rank.wait.map(ms),
         world_size,
         ranks_read: states.len(),
-        ranks_compared: compared.len(),
+        ranks_compared: median_rank.compared.len(),
         missing_count: count(&missing_ranks) as i64,
         missing_ranks,
-        few_steps_ranks: all
+        few_steps_ranks: median_rank
+            .all
             .iter()
             .filter(|m| m.steps < MIN_STEPS)
             .map(|m| m.rank)
             .collect(),
-        no_collective_ranks: if use_wait {
-            compared
+        no_collective_ranks: if median_rank.use_wait {
+            median_rank
+                .compared
                 .iter()
                 .filter(|m| m.wait.is_none())
                 .map(|m| m.rank)
@@ -402,12 +579,11 @@ pub fn judge(table: &Table, counts: Counts, settings: Settings, detail: bool) ->
         },
         first_step: keys(|s| s.window().front().map(|e| e.key))
             .min()
-            .filter(|_| numbered),
+            .filter(|_| found.numbered),
         last_step: keys(|s| s.window().back().map(|e| e.key))
             .max()
-            .filter(|_| numbered),
-        steps_per_rank: median(base.iter().map(|m| m.steps as f64).collect()).unwrap_or(0.0)
-            as usize,
+            .filter(|_| found.numbered),
+        steps_per_rank: median(median_rank.column(|m| m.steps as f64)).unwrap_or(0.0) as usize,
         window: WINDOW,
         collective_spans: table.collective_names.iter().cloned().collect(),
         compute_spans: compute_names
@@ -416,120 +592,7 @@ pub fn judge(table: &Table, counts: Counts, settings: Settings, detail: bool) ->
             .collect(),
         ranks_over_budget: table.ranks_over_budget,
         counts,
-        per_rank: detail.then_some(figures),
+        merges: table.merges,
+        per_rank: detail.then_some(found.figures),
     }
-}
-
-/// The figure of one step of one rank (`None`: the rank does not follow the span).
-fn figure(measure: Measure, state: &RankState, e: &Entry) -> Option<f64> {
-    Some(match measure {
-        Measure::Wait => f64::from(e.wait_us().unwrap_or(0)),
-        Measure::Compute => f64::from(e.compute_us()),
-        Measure::Span(name) => f64::from(e.named[state.slot_of(name)?]),
-    })
-}
-
-/// Each step's figures over the compared ranks, sorted, per measure: built once per measure
-/// (not per suspect: thousands of suspects among thousands of ranks stay linear).
-struct StepFigures<'a> {
-    states: &'a BTreeMap<i64, RankState>,
-    base: &'a [&'a Medians],
-    /// Steps are matched by number (else by position from the latest step: clocks of ranks
-    /// are never compared).
-    numbered: bool,
-    by_measure: HashMap<Measure, HashMap<i64, Vec<f64>>>,
-}
-
-impl<'a> StepFigures<'a> {
-    fn new(states: &'a BTreeMap<i64, RankState>, base: &'a [&'a Medians], numbered: bool) -> Self {
-        StepFigures {
-            states,
-            base,
-            numbered,
-            by_measure: HashMap::new(),
-        }
-    }
-
-    fn key(&self, w: &VecDeque<Entry>, i: usize) -> i64 {
-        if self.numbered {
-            w[i].key
-        } else {
-            (w.len() - 1 - i) as i64
-        }
-    }
-
-    fn of(&mut self, measure: Measure) -> &HashMap<i64, Vec<f64>> {
-        if !self.by_measure.contains_key(&measure) {
-            let mut per_step: HashMap<i64, Vec<f64>> = HashMap::new();
-            for m in self.base {
-                let state = &self.states[&m.rank];
-                let w = state.window();
-                for i in 0..w.len() {
-                    if let Some(v) = figure(measure, state, &w[i]) {
-                        per_step.entry(self.key(w, i)).or_default().push(v);
-                    }
-                }
-            }
-            for v in per_step.values_mut() {
-                v.sort_by(f64::total_cmp);
-            }
-            self.by_measure.insert(measure, per_step);
-        }
-        &self.by_measure[&measure]
-    }
-
-    /// The steps where `rank` waited less, or computed (in a span) more, than the step's other
-    /// ranks (their median) by more than `limit`: (slow, compared, the slow steps' numbers when
-    /// steps are numbered).
-    fn slow_steps(
-        &mut self,
-        rank: i64,
-        measure: Measure,
-        limit: f64,
-    ) -> (usize, usize, Option<Vec<i64>>) {
-        let me = &self.states[&rank];
-        let mine = me.window();
-        let keys: Vec<i64> = (0..mine.len()).map(|i| self.key(mine, i)).collect();
-        let numbered = self.numbered;
-        let per_step = self.of(measure);
-        let (mut slow, mut compared, mut slow_keys) = (0, 0, Vec::new());
-        for (i, k) in keys.into_iter().enumerate() {
-            let Some(here) = figure(measure, me, &mine[i]) else {
-                continue;
-            };
-            let Some(typical) = per_step.get(&k).and_then(|v| median_without(v, here)) else {
-                continue;
-            };
-            compared += 1;
-            let gap = match measure {
-                Measure::Wait => typical - here,
-                _ => here - typical,
-            };
-            if gap > limit {
-                slow += 1;
-                slow_keys.push(k);
-            }
-        }
-        slow_keys.sort_unstable();
-        (slow, compared, numbered.then_some(slow_keys))
-    }
-}
-
-/// The median of `sorted` without one occurrence of `x` (the rank's own figure, when it is
-/// there); `None` when nothing else is left.
-pub(super) fn median_without(sorted: &[f64], x: f64) -> Option<f64> {
-    let p = sorted.partition_point(|v| *v < x);
-    let (skip, n) = match sorted.get(p) {
-        Some(v) if *v == x => (p, sorted.len() - 1),
-        _ => (sorted.len(), sorted.len()),
-    };
-    if n == 0 {
-        return None;
-    }
-    let at = |k: usize| if k < skip { sorted[k] } else { sorted[k + 1] };
-    Some(if n % 2 == 1 {
-        at(n / 2)
-    } else {
-        (at(n / 2 - 1) + at(n / 2)) / 2.0
-    })
 }

@@ -109,6 +109,9 @@ pub(super) fn text(report: &Report) -> String {
     } else {
         out.push_str(&straggler::render_verdict(&report.straggler));
     }
+    if let Some(lost) = &report.lost_work {
+        super::lost::text(lost, &mut out);
+    }
     if !report.logs.is_empty() {
         let total: u64 = report.logs.values().sum();
         let parts: Vec<String> = report

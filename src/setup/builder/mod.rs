@@ -275,6 +275,23 @@ impl TelemetryBuilder {
 
     /// Reads environment variables (`SLURM_*`, `OTEL_*`, …) through `lookup` instead of the
     /// process environment.
+    ///
+    /// A few are still read from the process environment, because the OpenTelemetry SDK and
+    /// its TLS stack read them there and nemo-lens must agree with what they read:
+    /// `OTEL_TRACES_SAMPLER` and `OTEL_TRACES_SAMPLER_ARG` (the sampler),
+    /// `OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT`, `OTEL_SPAN_EVENT_COUNT_LIMIT` and
+    /// `OTEL_SPAN_LINK_COUNT_LIMIT` (the span limits), and `SSL_CERT_FILE` (the system
+    /// certificate bundle).
+    ///
+    /// ```
+    /// // Setup sees `OTEL_SDK_DISABLED=true`, whatever the process environment holds.
+    /// let lookup = |name: &str| (name == "OTEL_SDK_DISABLED").then(|| "true".to_string());
+    /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default())
+    ///     .env_lookup(lookup)
+    ///     .build()?;
+    /// assert!(!telemetry.is_exporting());
+    /// # Ok::<(), nemo_lens::LensError>(())
+    /// ```
     pub fn env_lookup(
         mut self,
         lookup: impl Fn(&str) -> Option<String> + Send + Sync + 'static,

@@ -2,8 +2,8 @@
 //! (`benches/compare_python.sh` runs both and prints the ratios).
 //!
 //! ```sh
-//! cargo run --release --example bench_pair -- 200000 export
-//! cargo run --release --example bench_pair -- 200000 noexport
+//! cargo run --release -p nemo-lens-test-support --bin bench_pair -- 200000 export
+//! cargo run --release -p nemo-lens-test-support --bin bench_pair -- 200000 noexport
 //! ```
 //!
 //! Same shape as `benches/python/pylens_bench.py`: every iteration opens two nested group-gated

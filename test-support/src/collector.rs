@@ -8,8 +8,6 @@
 //! (traces, metrics, logs) in the OpenTelemetry Collector "debug exporter" layout to a file that
 //! the test reads. Dropping it kills the process.
 
-#![allow(dead_code)]
-
 use std::fs::{self, File, OpenOptions};
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
@@ -19,16 +17,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-// `benches/otlp.rs` compiles this file on its own, so the wait helper is declared here and
-// re-exported as `common::wait`.
-#[path = "wait.rs"]
-pub mod wait;
+use crate::wait;
 
 /// The rotel release the tests are written against (rotel 0.0.1a15 from PyPI).
 pub const ROTEL_VERSION: &str = "0.0.1a15";
 
 fn venv_dir() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("rotel-venv")
+    crate::programs::target_tmp_dir().join("rotel-venv")
 }
 
 fn find_binary(venv: &Path) -> Option<PathBuf> {
@@ -95,7 +90,8 @@ pub struct Collector {
     /// The OTLP/HTTP port.
     pub http_port: u16,
     out: PathBuf,
-    dir: tempfile::TempDir,
+    /// Holds rotel's output, pid and log files; removed with the collector.
+    _dir: tempfile::TempDir,
 }
 
 impl Collector {
@@ -140,7 +136,7 @@ impl Collector {
             grpc_port,
             http_port,
             out,
-            dir,
+            _dir: dir,
         };
         for port in [grpc_port, http_port] {
             let listening = wait::try_wait_for(Duration::from_secs(30), || {

@@ -13,8 +13,15 @@
 //! [`reset_max_level_to_off`]) and asserts the result. `benches/peers/` measures the same floor
 //! in a process of its own, with no subscriber ever built, and `benches/instructions.sh` counts
 //! its instructions: the three agree or the in-process figure is wrong.
-
-#![allow(dead_code)]
+//!
+//! ```no_run
+//! use nemo_lens_test_support::bench::{Wiring, build};
+//!
+//! for wiring in Wiring::ALL {
+//!     let built = build(wiring);
+//!     built.run(|| tracing::info_span!("train_step").in_scope(|| {}));
+//! }
+//! ```
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -108,13 +115,26 @@ impl Wiring {
 /// A built wiring: the dispatcher to run under (none for [`Wiring::NoSubscriber`]) and what
 /// to shut down afterwards.
 pub struct Built {
+    /// The subscriber to run under; `None` for [`Wiring::NoSubscriber`].
     pub dispatch: Option<Dispatch>,
+    /// Spans the wiring's exporter received.
     pub exported: Arc<AtomicU64>,
     telemetry: Option<Telemetry>,
     provider: Option<SdkTracerProvider>,
 }
 
 impl Built {
+    /// A wiring of `telemetry`'s: `dispatch` holds its layer, `exported` counts what its
+    /// exporter received (shut down with the wiring).
+    pub fn lens(telemetry: Telemetry, dispatch: Dispatch, exported: Arc<AtomicU64>) -> Built {
+        Built {
+            dispatch: Some(dispatch),
+            exported,
+            telemetry: Some(telemetry),
+            provider: None,
+        }
+    }
+
     /// Runs `f` with this wiring as the thread's default subscriber.
     pub fn run<R>(&self, f: impl FnOnce() -> R) -> R {
         match &self.dispatch {
@@ -226,17 +246,9 @@ pub fn build(wiring: Wiring) -> Built {
             });
             built.provider = Some(provider);
         }
-        #[cfg(feature = "tracing-opentelemetry")]
+        // It needs nemo-lens's `tracing-opentelemetry` feature, which the bench binary knows.
         Wiring::LensOtelLayer => {
-            let t = lens(exporting_config("all"), 0, 1, exported);
-            built.dispatch = Some(Dispatch::new(
-                tracing_subscriber::registry().with(t.opentelemetry_layer()),
-            ));
-            built.telemetry = Some(t);
-        }
-        #[cfg(not(feature = "tracing-opentelemetry"))]
-        Wiring::LensOtelLayer => {
-            panic!("the lens_opentelemetry_layer wiring needs --features tracing-opentelemetry")
+            panic!("benches/peers builds the lens_opentelemetry_layer wiring (Built::lens)")
         }
         Wiring::RegistryOnly => {
             built.dispatch = Some(Dispatch::new(tracing_subscriber::registry()));

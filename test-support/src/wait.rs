@@ -1,9 +1,18 @@
 //! Waiting for something another thread or process does: poll a condition until it holds, or
 //! fail after a timeout with a message naming what was awaited. Never a fixed sleep.
 //!
-//! ```ignore
-//! wait_until(Duration::from_secs(30), "the reader thread", || threads() == 1);
-//! let line = wait_for(Duration::from_secs(60), "a periodic export", || find_line(&path));
+//! ```
+//! use std::sync::atomic::{AtomicBool, Ordering};
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use nemo_lens_test_support::wait::{wait_for, wait_until};
+//!
+//! let done = Arc::new(AtomicBool::new(false));
+//! let flag = done.clone();
+//! std::thread::spawn(move || flag.store(true, Ordering::SeqCst));
+//! wait_until(Duration::from_secs(30), "the worker thread", || done.load(Ordering::SeqCst));
+//! let value = wait_for(Duration::from_secs(30), "a value", || Some(42));
+//! assert_eq!(value, 42);
 //! ```
 
 use std::time::{Duration, Instant};

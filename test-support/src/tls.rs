@@ -7,8 +7,6 @@
 //! certificate signed by a given CA (mutual TLS), and records every failed handshake so a test
 //! can tell that a refused connection was refused by TLS.
 
-#![allow(dead_code)]
-
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

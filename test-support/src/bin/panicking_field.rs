@@ -2,7 +2,7 @@
 //! stays the application's own (`tests/lifecycle/panicking_field.rs` runs it).
 //!
 //! ```sh
-//! cargo run --example panicking_field -- event main hook lens /tmp/spans.jsonl
+//! cargo run -p nemo-lens-test-support --bin panicking_field -- event main hook lens /tmp/spans.jsonl
 //! ```
 //!
 //! Arguments: where the panicking value is recorded (`event`: `tracing::info!(v = %Boom)`;

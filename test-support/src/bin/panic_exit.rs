@@ -4,8 +4,8 @@
 //! (`tests/lifecycle/exit.rs` runs it).
 //!
 //! ```sh
-//! NEMO_LENS_ENABLED=1 NEMO_LENS_EXPORTER=console cargo run --example panic_exit
-//! NEMO_LENS_ENABLED=1 NEMO_LENS_EXPORTER=console cargo run --example panic_exit -- --catch
+//! NEMO_LENS_ENABLED=1 NEMO_LENS_EXPORTER=console cargo run -p nemo-lens-test-support --bin panic_exit
+//! NEMO_LENS_ENABLED=1 NEMO_LENS_EXPORTER=console cargo run -p nemo-lens-test-support --bin panic_exit -- --catch
 //! ```
 //!
 //! Uncaught, the panic ends the process (status 101): the `step` span it unwinds through ends

@@ -11,7 +11,6 @@
 //! Python's `json.dumps` writes it. Rank 4's file is gzip and its resource has no
 //! `dl.rank` (the rank comes from the file name `spans-rank4.jsonl.gz`). The Python fixture
 //! (rank 3) is copied next to them.
-#![allow(dead_code)]
 
 use std::fs;
 use std::io::Write;
@@ -21,11 +20,6 @@ use std::process::Command;
 use serde_json::{Value, json};
 
 pub mod measure;
-// The library's test helpers for the programs a test runs and their environment.
-#[path = "../../../tests/common/programs.rs"]
-mod programs;
-#[allow(unused_imports)] // not every test binary runs a program
-pub use programs::{clear_telemetry_env, example};
 
 /// Steps per rank.
 pub const STEPS: i64 = 12;
@@ -207,9 +201,18 @@ pub fn files_ending(dir: &Path, suffix: &str) -> Vec<PathBuf> {
     v
 }
 
-/// The `nemo-lens` binary built for this test run.
+/// The `nemo-lens` binary of this test run, `<target>/<profile>/nemo-lens`: Cargo builds it
+/// before it runs the command-line tool's tests and benches (it is their package's binary). A
+/// missing binary fails the test.
 pub fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_nemo-lens"))
+    let path = crate::programs::profile_dir().join("nemo-lens");
+    assert!(
+        path.is_file(),
+        "the nemo-lens binary is missing at {}: run the command-line tool's tests \
+         (`cargo test -p nemo-lens-cli`), which build it",
+        path.display()
+    );
+    Command::new(path)
 }
 
 /// Compute per step of a rank in [`write_rank_dumps`], and of its slow ranks.
@@ -304,3 +307,96 @@ pub fn write_rank_dumps(
     }
     files
 }
+
+/// Runs `cmd` to its end with stdin closed, stdout and stderr captured; kills it and fails
+/// the test when it runs longer than `timeout` (a command that hangs ends the test, not CI).
+#[track_caller]
+pub fn run_bounded(cmd: &mut Command, timeout: std::time::Duration) -> std::process::Output {
+    use std::io::Read as _;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {:?}: {e}", cmd.get_program()));
+    let read = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = pipe.read_to_end(&mut buf);
+            buf
+        })
+    };
+    let stdout = read(Box::new(child.stdout.take().unwrap()));
+    let stderr = read(Box::new(child.stderr.take().unwrap()));
+    // The command as the failure shows it: the program and its first arguments.
+    let shown: Vec<String> = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .take(8)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let deadline = std::time::Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{} ... did not exit within {timeout:?} (killed); stderr:\n{}",
+                shown.join(" "),
+                String::from_utf8_lossy(&stderr.join().unwrap())
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    std::process::Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
+/// Lets `cmd` take a long command line: a 64 MiB stack limit, so the kernel's room for
+/// arguments (a quarter of the stack limit) holds tens of thousands of `--span`s.
+pub fn room_for_arguments(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only `setrlimit`, async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 64 << 20,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            let mut old = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::getrlimit(libc::RLIMIT_STACK, &mut old);
+            let limit = libc::rlimit {
+                rlim_max: old.rlim_max,
+                rlim_cur: limit.rlim_cur.min(old.rlim_max),
+            };
+            if libc::setrlimit(libc::RLIMIT_STACK, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    cmd
+}
+
+/// Launcher variables that give emit-spans its identity; cleared from every run.
+pub const LAUNCHER_ENV: [&str; 10] = [
+    "RANK",
+    "WORLD_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_JOB_ID",
+    "SLURM_ARRAY_JOB_ID",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+];

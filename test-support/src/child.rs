@@ -1,5 +1,5 @@
 //! Child processes, one API for all of them: this test binary re-executed to run one of its
-//! tests alone, or an example program.
+//! tests alone, a fixture program of this crate, or an example program.
 //!
 //! A test runs its body in a child when it needs a process of its own: process-wide state (the
 //! global providers, the double-init guard, signal handlers, `fork`, the environment, resident
@@ -7,10 +7,16 @@
 //! process, would share. The child is a user's program with only the environment the test gives
 //! it: every inherited `NEMO_LENS_*`, `OTEL_*` and `TRACEPARENT` variable is removed.
 //!
+//! A process that plays a role for a test (a rank exporting to the test's collector, a program
+//! that panics) is a fixture program ([`Child::fixture`]), not a test: it runs only when a test
+//! starts it, so `cargo test -- --include-ignored` has nothing to run by mistake.
+//!
 //! Every run is bounded: a child still running after its timeout is killed, and the test fails
 //! showing what the child printed.
 //!
-//! ```ignore
+//! ```no_run
+//! use nemo_lens_test_support::child::{self, Child};
+//!
 //! #[test]
 //! fn a_test_with_a_process_of_its_own() {
 //!     child::run_in_child([("OTEL_TRACES_SAMPLER", "always_off")], || {
@@ -19,8 +25,8 @@
 //! }
 //!
 //! let out = Child::example("trainer").env("NEMO_LENS_ENABLED", "1").args(["--steps", "1"]).run();
-//! let mut running = Child::this_test().env("MODE", "signal").spawn();
-//! running.wait_for_output("the ready line", |stdout, _| stdout.contains("ready"));
+//! let mut running = Child::fixture("panic_exit").env("NEMO_LENS_ENABLED", "1").spawn();
+//! running.wait_for_output("the panic", |_, stderr| stderr.contains("panicked"));
 //! running.signal(libc::SIGTERM);
 //! let out = running.wait();
 //! ```
@@ -35,7 +41,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::wait;
+use crate::wait;
 
 /// Set in a re-executed test binary to the name of the test it runs as the child.
 pub const CHILD_VAR: &str = "LENSTEST_CHILD_TEST";
@@ -74,6 +80,24 @@ where
     }
 }
 
+/// Set in a child [`run_in_child_dir`] started: the directory its parent made for it.
+pub const CHILD_DIR_VAR: &str = "LENSTEST_CHILD_DIR";
+
+/// [`run_in_child`] with a fresh directory: the parent makes a temporary directory (removed
+/// when the child has passed) and the child runs `body` with its path.
+#[track_caller]
+pub fn run_in_child_dir(body: impl FnOnce(&Path)) {
+    if is_child() {
+        let dir = std::env::var_os(CHILD_DIR_VAR).expect("the directory the parent made");
+        body(Path::new(&dir));
+    } else {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        Child::this_test()
+            .env(CHILD_DIR_VAR, dir.path())
+            .run_passing();
+    }
+}
+
 /// [`run_in_child`] with no variables of its own: `body` runs alone in a fresh process.
 #[track_caller]
 pub fn run_alone(body: impl FnOnce()) {
@@ -96,23 +120,8 @@ pub fn try_wait_pid(pid: libc::pid_t, timeout: Duration) -> Option<libc::c_int> 
     })
 }
 
-/// In a child started by an OTLP test: the telemetry the environment configures (it must
-/// export), and a default subscriber with its layer.
-pub fn telemetry_from_env() -> (nemo_lens::Telemetry, tracing::subscriber::DefaultGuard) {
-    use tracing_subscriber::prelude::*;
-    let config = nemo_lens::LensConfig::from_env().expect("config");
-    let telemetry = nemo_lens::Telemetry::builder(config)
-        .build()
-        .expect("setup");
-    assert!(telemetry.is_exporting());
-    let guard = tracing_subscriber::registry()
-        .with(telemetry.layer())
-        .set_default();
-    (telemetry, guard)
-}
-
-/// A child process to start: a test of this binary or an example, its environment and
-/// arguments, and its timeout.
+/// A child process to start: a test of this binary, a fixture program or an example, its
+/// environment and arguments, and its timeout.
 pub struct Child {
     cmd: Command,
     what: String,
@@ -144,20 +153,10 @@ impl Child {
         Child::test(&current_test())
     }
 
-    /// The test `name` of the running test's module (e.g. an `#[ignore]`d child role).
-    #[track_caller]
-    pub fn sibling(name: &str) -> Child {
-        let current = current_test();
-        match current.rsplit_once("::") {
-            Some((module, _)) => Child::test(&format!("{module}::{name}")),
-            None => Child::test(name),
-        }
-    }
-
     /// The example program `name` (`target/<profile>/examples/<name>`).
     pub fn example(name: &str) -> Child {
         let mut child = Child::new(
-            Command::new(super::example(name)),
+            Command::new(crate::example(name)),
             format!("example {name}"),
             false,
         );
@@ -165,8 +164,21 @@ impl Child {
         child
     }
 
+    /// This crate's fixture program `name` (built on first use, see
+    /// [`fixture_program`](crate::fixture_program)).
+    #[track_caller]
+    pub fn fixture(name: &str) -> Child {
+        let mut child = Child::new(
+            Command::new(crate::fixture_program(name)),
+            format!("fixture program {name}"),
+            false,
+        );
+        child.cmd.env_remove(CHILD_VAR);
+        child
+    }
+
     fn new(mut cmd: Command, what: String, test: bool) -> Child {
-        super::clear_telemetry_env(&mut cmd);
+        crate::clear_telemetry_env(&mut cmd);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

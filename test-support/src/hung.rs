@@ -7,11 +7,18 @@ use std::sync::{Arc, Mutex};
 
 /// The hung collector; it lives as long as the test process.
 pub struct HungCollector {
+    /// The loopback port it accepts connections on.
     pub port: u16,
     connections: Arc<AtomicUsize>,
 }
 
 impl HungCollector {
+    /// Listens on a free loopback port and starts accepting (and holding) connections.
+    ///
+    /// ```
+    /// let hung = nemo_lens_test_support::hung::HungCollector::start();
+    /// assert!(hung.endpoint().starts_with("http://127.0.0.1:"));
+    /// ```
     pub fn start() -> HungCollector {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
