@@ -5,22 +5,30 @@
 //! collector. (Cargo unifies features: a TLS feature nemo-lens enabled on reqwest would be the
 //! application's too, and reqwest with rustls but no provider panics building any client.)
 //!
-//! The application runs in a child process (this binary re-executed): the crypto provider is
-//! process-wide, and no test of this binary may have installed one before.
+//! The application runs in a child process (this test re-executed alone): the crypto provider
+//! is process-wide, and no other test of this binary may have installed one before.
 
 use std::time::Duration;
 
 use opentelemetry::trace::{Tracer, TracerProvider};
 use opentelemetry_otlp::WithExportConfig;
 
-use crate::common::child::{self, Child};
-use crate::common::collector::{Collector, count_named};
+use nemo_lens_test_support::child::{self, Child};
+use nemo_lens_test_support::collector::{Collector, count_named};
 
 /// The collector's OTLP/HTTP base URL, for the application's own exporter.
 const APP_ENDPOINT: &str = "LENSTEST_APP_ENDPOINT";
 
 fn application() {
-    let (telemetry, _guard) = child::telemetry_from_env();
+    use tracing_subscriber::prelude::*;
+    let config = nemo_lens::LensConfig::from_env().expect("config");
+    let telemetry = nemo_lens::Telemetry::builder(config)
+        .build()
+        .expect("setup");
+    assert!(telemetry.is_exporting());
+    let _guard = tracing_subscriber::registry()
+        .with(telemetry.layer())
+        .set_default();
     tracing::info_span!("lens_step").in_scope(|| {});
 
     // The application's own pipeline: opentelemetry-otlp's default HTTP client.
@@ -45,16 +53,12 @@ fn application() {
 }
 
 #[test]
-#[ignore = "child process of the application-HTTP-client test, started by it"]
-fn application_role() {
-    assert!(child::is_child(), "run by the application-HTTP-client test");
-    application();
-}
-
-#[test]
 fn the_applications_own_otlp_http_exporter_works_without_a_crypto_provider() {
+    if child::is_child() {
+        return application();
+    }
     let collector = Collector::start();
-    Child::sibling("application_role")
+    Child::this_test()
         .envs([
             ("NEMO_LENS_ENABLED", "1"),
             ("NEMO_LENS_EXPORTER", "otlp"),
@@ -68,7 +72,7 @@ fn the_applications_own_otlp_http_exporter_works_without_a_crypto_provider() {
         "the application's span and nemo-lens's",
         Duration::from_secs(30),
         |o| {
-            let spans = crate::common::collector::spans(o);
+            let spans = nemo_lens_test_support::collector::spans(o);
             count_named(&spans, "app_own_span") == 1 && count_named(&spans, "lens_step") == 1
         },
     );

@@ -467,7 +467,7 @@ fn an_nvml_library_that_never_loads_holds_nothing() {
         .args(["--steps", "0", "--checkpoint-every", "0"])
         .timeout(Duration::from_secs(120))
         .spawn();
-    let exported = crate::common::wait::try_wait_for(Duration::from_secs(60), || {
+    let exported = nemo_lens_test_support::wait::try_wait_for(Duration::from_secs(60), || {
         // The lines written so far (the last may be half written).
         let text = std::fs::read_to_string(&out).unwrap_or_default();
         let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];

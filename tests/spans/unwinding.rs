@@ -14,7 +14,7 @@ use nemo_lens::testing::SpanCapture;
 use opentelemetry::trace::Status;
 use opentelemetry_sdk::trace::SpanData;
 
-use crate::common::child;
+use nemo_lens_test_support::child;
 
 /// A value whose destructor runs an instrumented cleanup step of its own.
 struct Cleanup;
