@@ -15,7 +15,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group};
-use nemo_lens::export::ConsoleSpanExporter;
+use nemo_lens::export::{ConsoleSpanExporter, ConsoleWriter};
 use nemo_lens::testing::SpanCapture;
 use nemo_lens::{ExporterKind, LensConfig, Telemetry};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
@@ -57,8 +57,9 @@ fn bench_exporter(c: &mut Criterion) {
     assert_eq!(batch.len(), BATCH);
     let dir = tempfile::tempdir().expect("temp dir");
     let template = dir.path().join("spans-rank{rank}.jsonl");
-    let mut exporter =
-        ConsoleSpanExporter::to_path(template.to_str().expect("utf-8 path"), 0).expect("file");
+    let mut exporter = ConsoleSpanExporter::new(
+        ConsoleWriter::to_path(template.to_str().expect("utf-8 path"), 0).expect("file"),
+    );
     exporter.set_resource(&resource);
     let path = exporter.path().expect("file target").to_path_buf();
     let mut g = c.benchmark_group("console_export");

@@ -164,10 +164,9 @@ pub(crate) fn next_u64() -> u64 {
 ///   a trace continued from elsewhere keep the flag their parent had. opentelemetry-sdk 0.33
 ///   builds a root span's flags from its empty parent (`01`), so lens sets the bit where it
 ///   can: on the span contexts of the lens layer (children, the log bridge, propagation), on
-///   every root span it exports, and on the wire through
-///   [`propagation::install_global_propagator`](crate::propagation::install_global_propagator)
-///   (the SDK's W3C propagator clears every flag but `sampled`). A span processor of your own
-///   sees the SDK's `01` on root spans.
+///   every root span it exports, and on the wire through the propagator setup installs (see
+///   [`propagation`](crate::propagation); the SDK's W3C propagator clears every flag but
+///   `sampled`). A span processor of your own sees the SDK's `01` on root spans.
 ///
 /// ```
 /// use nemo_lens::ChaChaIdGenerator;

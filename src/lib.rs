@@ -168,6 +168,7 @@
 mod bounded;
 mod error;
 mod ids;
+mod overwrite;
 mod pyjson;
 pub mod semconv;
 mod size;
@@ -183,58 +184,9 @@ mod rank;
 // The path of a span, from the record back to the layer that writes it:
 // the record, the table of open records, and the record's conversion to an SDK span;
 mod record;
-// the exporters, which put spans (and metrics and logs) on the wire. The public module is
-// declared here, where it also shows the queue's processors: `export/` itself uses only leaves
-// and `config`;
-pub mod export {
-    //! Exporters: where finished spans, metrics and log records go, and the queue before them.
-    //!
-    //! | type | what it does |
-    //! |---|---|
-    //! | [`ConsoleSpanExporter`], [`ConsoleMetricExporter`], [`ConsoleLogExporter`] | compact JSONL in the Python library's console layout, to stdout, a file or any writer |
-    //! | [`ConsoleWriter`] | the line sink those three share, so their lines interleave whole |
-    //! | [`LensBatchProcessor`], [`LensBatchLogProcessor`] ([`QueueConfig`]) | the bounded queue and worker between the layer and an exporter, which count what they drop |
-    //! | [`OtlpProtocol`], [`Signal`] | OTLP over gRPC (feature `otlp-grpc`), HTTP/protobuf or HTTP/JSON (feature `otlp-http`), chosen per signal from `OTEL_EXPORTER_OTLP_*` |
-    //!
-    //! Behind the OTLP exporters that setup builds, every export runs on a helper thread so that
-    //! `OTEL_EXPORTER_OTLP_TIMEOUT` holds for every transport, span requests are kept under the
-    //! collector's 4 MiB message limit (a batch is split; a span too large alone is dropped and
-    //! counted), and failed metric exports are counted with the dropped spans and log records.
-    //!
-    //! [`Telemetry`](crate::Telemetry) wires these up from the configuration; use them directly
-    //! to build a pipeline of your own (a custom exporter behind the console layout, a test
-    //! writer).
-    //!
-    //! ```
-    //! use nemo_lens::export::ConsoleSpanExporter;
-    //! use opentelemetry::trace::{Tracer, TracerProvider};
-    //! use opentelemetry_sdk::trace::SdkTracerProvider;
-    //!
-    //! let provider = SdkTracerProvider::builder()
-    //!     .with_simple_exporter(ConsoleSpanExporter::to_writer(std::io::sink()))
-    //!     .build();
-    //! provider.tracer("demo").in_span("train", |_cx| {});
-    //! provider.shutdown().unwrap();
-    //! ```
-
-    pub(crate) mod console;
-    mod counted;
-    mod deadline;
-    mod message_limit;
-    pub(crate) mod otlp;
-
-    pub use crate::queue::{
-        LensBatchLogProcessor, LensBatchProcessor, MAX_QUEUE_SIZE_LIMIT, QueueConfig,
-    };
-    pub(crate) use console::resolve_path;
-    pub use console::{
-        ConsoleLogExporter, ConsoleMetricExporter, ConsoleSpanExporter, ConsoleWriter,
-    };
-    pub(crate) use counted::CountedMetricExporter;
-    pub(crate) use deadline::DeadlineExporter;
-    pub(crate) use message_limit::MessageLimit;
-    pub use otlp::{OtlpProtocol, Signal};
-}
+// the exporters, which put spans (and metrics and logs) on the wire (`export/` uses only
+// leaves and `config`);
+pub mod export;
 // the bounded queue, whose worker thread builds the SDK spans and runs the span processors;
 mod queue;
 // the layer, on the training thread, which keeps a compact record of each span it records and
@@ -265,6 +217,7 @@ pub use layer::hooks::SetParentError;
 pub use layer::logs::LogFilter;
 pub use layer::span_ext::LensSpanExt;
 pub use layer::{DEFAULT_REDACT_KEYS, LensLayer, REDACTED};
+pub use overwrite::Overwrite;
 pub use queue::DropCounts;
 pub use rank::RankAwareSampler;
 pub use rank::{groups, strategy};

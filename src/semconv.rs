@@ -32,9 +32,10 @@
 //! NeMo Lens names `nv.dl.rank` / `nv.dl.world_size` and, unless
 //! [`crate::TelemetryBuilder::legacy_rank_attributes`] turns them off, the 0.1.0 names
 //! `dl.rank` / `dl.world_size`. Its Slurm attributes, `nv.dl.job.uuid` and `nv.dl.run.uuid`
-//! are today's ([`crate::identity`]); its `nv.gpu.*` attributes come from NVML with
+//! are today's ([`crate::identity::job_attributes`]); its `nv.gpu.*` attributes come from NVML with
 //! `NEMO_LENS_DETECT_GPU` (feature `nvml`). [`SLURM_CLUSTER`], [`SLURM_NODELIST`] and
-//! [`SLURM_TORCHELASTIC_RESTART_COUNT`] are retired (kept, never emitted).
+//! [`SLURM_TORCHELASTIC_RESTART_COUNT`] are retired (kept, deprecated, never emitted), as are
+//! the older source-code names [`CODE_NAMESPACE`], [`CODE_FILEPATH`] and [`CODE_LINENO`].
 //!
 //! Each `nv.dl.*`, `nv.gpu.*`, `slurm.*` and `inverted.*` constant says its type in the
 //! attribute model of NeMo Lens (`integer`, `string`, `boolean`): a launcher or an application
@@ -202,6 +203,7 @@ pub const SLURM_JOB_ID: &str = "slurm.job.id";
 pub const SLURM_JOB_NAME: &str = "slurm.job.name";
 /// `slurm.nodelist` (string): nodes allocated to the job; retired (0.1.0 wrote `SLURM_NODELIST`;
 /// never emitted now).
+#[deprecated(note = "retired: never emitted (0.1.0 wrote it)")]
 pub const SLURM_NODELIST: &str = "slurm.nodelist";
 /// `slurm.nnodes` (integer): number of nodes (`SLURM_JOB_NUM_NODES`, else `SLURM_NNODES`; 0.1.0
 /// wrote a string).
@@ -256,9 +258,11 @@ pub const SLURM_TOPOLOGY_ADDR: &str = "slurm.topology.addr";
 /// (`SLURM_TOPOLOGY_ADDR_PATTERN`; task-local).
 pub const SLURM_TOPOLOGY_ADDR_PATTERN: &str = "slurm.topology.addr_pattern";
 /// `slurm.cluster` (string): retired (never emitted); use [`SLURM_CLUSTER_NAME`].
+#[deprecated(note = "retired: never emitted; use SLURM_CLUSTER_NAME")]
 pub const SLURM_CLUSTER: &str = "slurm.cluster";
 /// `slurm.torchelastic.restart_count` (integer): retired (never emitted); the restart count is part
 /// of [`NV_DL_RUN_UUID`].
+#[deprecated(note = "retired: never emitted; the restart count is part of NV_DL_RUN_UUID")]
 pub const SLURM_TORCHELASTIC_RESTART_COUNT: &str = "slurm.torchelastic.restart_count";
 
 // ------------------------------------------------------------------------------------------
@@ -307,10 +311,13 @@ pub const CODE_FUNCTION_NAME: &str = "code.function.name";
 pub const CODE_LINE_NUMBER: &str = "code.line.number";
 /// `code.namespace`: older name of the module attribute, which `opentelemetry-appender-tracing`
 /// writes; nemo-lens writes [`CODE_FUNCTION_NAME`] instead, as Python does.
+#[deprecated(note = "older name, not written by nemo-lens; use CODE_FUNCTION_NAME")]
 pub const CODE_NAMESPACE: &str = "code.namespace";
 /// `code.filepath`: older name of [`CODE_FILE_PATH`] (not written by nemo-lens).
+#[deprecated(note = "older name, not written by nemo-lens; use CODE_FILE_PATH")]
 pub const CODE_FILEPATH: &str = "code.filepath";
 /// `code.lineno`: older name of [`CODE_LINE_NUMBER`] (not written by nemo-lens).
+#[deprecated(note = "older name, not written by nemo-lens; use CODE_LINE_NUMBER")]
 pub const CODE_LINENO: &str = "code.lineno";
 
 // ------------------------------------------------------------------------------------------
@@ -378,10 +385,10 @@ pub const NV_DL_LOCAL_RANK: &str = "nv.dl.local_rank";
 /// `nv.dl.role` (string): kind of process: `trainer`, `ckpt_worker`, `launcher`, `generator`.
 pub const NV_DL_ROLE: &str = "nv.dl.role";
 /// `nv.dl.job.uuid` (string): the job as submitted, stable across restarts and requeues (see
-/// [`crate::identity::job_uuid`]).
+/// [`crate::identity::job_attributes`]).
 pub const NV_DL_JOB_UUID: &str = "nv.dl.job.uuid";
 /// `nv.dl.run.uuid` (string): one run of the job, new with every restart (see
-/// [`crate::identity::run_uuid`]).
+/// [`crate::identity::job_attributes`]).
 pub const NV_DL_RUN_UUID: &str = "nv.dl.run.uuid";
 /// `nv.dl.provider.name` (string): execution engine running the workload: `mcore`, `vllm`,
 /// `sglang`.

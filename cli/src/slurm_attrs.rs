@@ -7,18 +7,18 @@
 //! srun sh -c 'eval "$(nemo-lens set-slurm-resource-attrs --stage task --container-image "$IMAGE")"; exec trainer'
 //! ```
 //!
-//! The attributes are [`nemo_lens::identity::slurm_attributes`] (typed Slurm attributes and
-//! `nv.dl.job.uuid`; nothing outside a job). `--stage sbatch` leaves out the task-local
+//! The attributes are the Slurm part of [`nemo_lens::identity::job_attributes`] (typed Slurm
+//! attributes and `nv.dl.job.uuid`; nothing outside a job; not the run's UUID). `--stage sbatch` leaves out the task-local
 //! `slurm.topology.addr` / `slurm.topology.addr_pattern`; `--stage task` adds `host.name` and,
 //! with `--container-image`, `nv.dl.launch.container.image`. Keys the variable already holds
 //! win: only missing keys are appended, and the segments already there are kept byte for byte
-//! ([`nemo_lens::carrier::extend_bytes`]). The value is quoted as Python's `shlex.quote`.
+//! ([`nemo_lens::carrier::extend`]). The value is quoted as Python's `shlex.quote`.
 //! Stdout closed (`>&-`) or any write error exits 2: the line is the command's whole output.
 
 use std::io::Write;
 
 use anyhow::anyhow;
-use nemo_lens::{carrier, identity, semconv};
+use nemo_lens::{Overwrite, carrier, identity, semconv};
 use opentelemetry::KeyValue;
 
 use crate::Failure;
@@ -53,6 +53,9 @@ pub fn run(stage: Stage, container_image: Option<&str>) -> Result<(), Failure> {
         .map_err(|e| Failure::setup(anyhow!(e).context("cannot write to stdout")))
 }
 
+/// The variable the identity is carried in.
+const OTEL_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
+
 /// Whether the process started with stdout closed (`>&-`). Rust's runtime puts `/dev/null`,
 /// opened read-write, on a closed standard descriptor before `main`, so writes to it succeed;
 /// a shell's `>/dev/null` opens it write-only, and is an ordinary output.
@@ -80,7 +83,7 @@ fn stdout_closed() -> bool {
 /// The variable's current bytes (empty when unset).
 fn inherited() -> Vec<u8> {
     use std::os::unix::ffi::OsStrExt;
-    std::env::var_os(carrier::OTEL_RESOURCE_ATTRIBUTES)
+    std::env::var_os(OTEL_RESOURCE_ATTRIBUTES)
         .map(|v| v.as_bytes().to_vec())
         .unwrap_or_default()
 }
@@ -92,7 +95,9 @@ fn export_line(
     lookup: &dyn Fn(&str) -> Option<String>,
     inherited: &[u8],
 ) -> Vec<u8> {
-    let mut additions = identity::slurm_attributes(lookup);
+    let mut additions = identity::job_attributes(lookup, None);
+    // The shell line hands down the job, not one run of it.
+    additions.retain(|kv| kv.key.as_str() != semconv::NV_DL_RUN_UUID);
     match stage {
         Stage::Sbatch => additions.retain(|kv| {
             ![
@@ -113,8 +118,16 @@ fn export_line(
             }
         }
     }
-    let value = carrier::extend_bytes(inherited, &additions, false);
-    let mut line = format!("export {}=", carrier::OTEL_RESOURCE_ATTRIBUTES).into_bytes();
+    let value = {
+        use std::os::unix::ffi::{OsStrExt, OsStringExt};
+        carrier::extend(
+            std::ffi::OsStr::from_bytes(inherited),
+            &additions,
+            Overwrite::No,
+        )
+        .into_vec()
+    };
+    let mut line = format!("export {OTEL_RESOURCE_ATTRIBUTES}=").into_bytes();
     line.extend_from_slice(&shell_quote(&value));
     line.push(b'\n');
     line

@@ -8,14 +8,15 @@
 //! not UTF-8, and escapes that are not the canonical ones); a segment without `=` or with a blank
 //! key is dropped, as every reader would ignore it.
 //!
-//! | function | Python (`nemo.lens.resources.attributes`) |
+//! | function | Python |
 //! |---|---|
-//! | [`parse`] | `parse_otel_resource_attributes` |
-//! | [`format()`] | `format_otel_resource_attributes` |
-//! | [`extend`], [`extend_bytes`] | `extend_otel_resource_attributes(value, additions, overwrite=)` |
-//! | [`set`] | `set_otel_resource_attributes(additions, overwrite=)` |
-//! | [`publish`] | `publish_otel_resource_attributes(additions, overwrite=)` |
-//! | [`check`] | `check_resource_attributes(attrs, required=, forbidden=, env_value=)` |
+//! | [`extend`] | `extend_otel_resource_attributes(value, additions, overwrite=)` |
+//! | [`publish`] | `publish_otel_resource_attributes(additions, overwrite=)`; [`Published::keep`]: `set_otel_resource_attributes` |
+//!
+//! A rank set up with [`crate::Telemetry::builder`] carries the job's identity on its resource
+//! without calling anything here, and reads the variable itself. A launcher that starts ranks
+//! (or a tool that prepares their environment) hands the identity down with these; the ranks
+//! then keep the launcher's values.
 //!
 //! Warnings (a refused key, a value that cannot be carried) go to the `tracing` target
 //! `nemo_lens::carrier` when a subscriber is installed, else to stderr.
@@ -23,35 +24,54 @@
 //! # Handing identity to a child
 //!
 //! The environment is shared by every thread of the process, and changing it while another
-//! thread reads it is undefined behaviour on most platforms: [`set`] and [`publish`] are
-//! therefore `unsafe`. A launcher that starts its children itself needs neither: it gives each
+//! thread reads it is undefined behaviour on most platforms: [`publish`] is therefore `unsafe`.
+//! A launcher that starts its children itself needs no such thing: it gives each
 //! [`std::process::Command`] its own value.
 //!
 //! ```
-//! use nemo_lens::carrier;
+//! use nemo_lens::{Overwrite, carrier};
 //! use opentelemetry::KeyValue;
 //!
 //! // What this launcher inherited, and what it adds for one worker.
 //! let inherited = "slurm.job.id=12345_7,team=ml%20infra";
 //! let worker = [KeyValue::new("nv.dl.rank", 3_i64), KeyValue::new("nv.dl.world_size", 8_i64)];
-//! let value = carrier::extend(inherited, &worker, true);
+//! let value = carrier::extend(inherited, &worker, Overwrite::Yes);
 //! assert_eq!(value, "slurm.job.id=12345_7,team=ml%20infra,nv.dl.rank=3,nv.dl.world_size=8");
 //!
 //! let mut child = std::process::Command::new("trainer");
-//! child.env(carrier::OTEL_RESOURCE_ATTRIBUTES, &value);
+//! child.env("OTEL_RESOURCE_ATTRIBUTES", &value);
+//! ```
+//!
+//! A launcher written in Rust derives the job's identity (the Slurm attributes, `nv.dl.job.uuid`
+//! and `nv.dl.run.uuid`) from its environment with [`crate::identity`], and hands it down under
+//! what it was given:
+//!
+//! ```
+//! use nemo_lens::{Overwrite, carrier, identity};
+//!
+//! let env = |k: &str| std::env::var(k).ok();
+//! let attrs = identity::job_attributes(env, Some("exp-42"));
+//! let inherited = std::env::var_os("OTEL_RESOURCE_ATTRIBUTES").unwrap_or_default();
+//! let value = carrier::extend(&inherited, &attrs, Overwrite::No); // what the launcher was given wins
+//! assert!(value.to_string_lossy().contains("nv.dl.run.uuid="));
 //! ```
 
 mod encoding;
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 
 use opentelemetry::{KeyValue, Value};
 
 pub(crate) use encoding::{percent_decode, py_strip, python_float, segments};
 
+use crate::Overwrite;
+
+#[cfg(test)]
+mod tests;
+
 /// The variable the carrier lives in.
-pub const OTEL_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
+pub(crate) const OTEL_RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
 
 /// The `tracing` target of the carrier's warnings.
 const TARGET: &str = "nemo_lens::carrier";
@@ -62,18 +82,7 @@ const TARGET: &str = "nemo_lens::carrier";
 /// the text after it, stripped then percent-decoded (a malformed escape stays as written, `+`
 /// stays `+`, bytes that are not UTF-8 become U+FFFD). A key given twice keeps its first
 /// position and its last value. Every value is a string.
-///
-/// ```
-/// use nemo_lens::carrier;
-/// use opentelemetry::KeyValue;
-///
-/// let attrs = carrier::parse("a=1, b = x%2Cy ,novalue,a=2,key%2Cpart=v");
-/// assert_eq!(
-///     attrs,
-///     [KeyValue::new("a", "2"), KeyValue::new("b", "x,y"), KeyValue::new("key%2Cpart", "v")]
-/// );
-/// ```
-pub fn parse(text: &str) -> Vec<KeyValue> {
+pub(crate) fn parse(text: &str) -> Vec<KeyValue> {
     let mut out: Vec<KeyValue> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
     for segment in segments(text.as_bytes()) {
@@ -98,20 +107,7 @@ pub fn parse(text: &str) -> Vec<KeyValue> {
 /// Dropped with a warning: a key that is blank or holds `,` or `=` (the format has no encoding
 /// for them), and an array value. A key given twice (after stripping) keeps its first position
 /// and its last value.
-///
-/// ```
-/// use nemo_lens::carrier;
-/// use opentelemetry::KeyValue;
-///
-/// let text = carrier::format(&[
-///     KeyValue::new("nemo.run.id", "exp/1,seed=7"),
-///     KeyValue::new("active", true),
-///     KeyValue::new("rate", 0.5),
-///     KeyValue::new("bad,key", "dropped with a warning"),
-/// ]);
-/// assert_eq!(text, "nemo.run.id=exp%2F1%2Cseed%3D7,active=True,rate=0.5");
-/// ```
-pub fn format(attributes: &[KeyValue]) -> String {
+fn format(attributes: &[KeyValue]) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut index: HashMap<&str, usize> = HashMap::new();
     for kv in attributes {
@@ -146,51 +142,58 @@ pub fn format(attributes: &[KeyValue]) -> String {
     parts.join(",")
 }
 
-/// Adds `additions` to the text of `OTEL_RESOURCE_ATTRIBUTES`, as Python's
-/// `extend_otel_resource_attributes(value, additions, overwrite=...)`.
+/// Adds `additions` to the value of `OTEL_RESOURCE_ATTRIBUTES` (a `&str`, or the raw value
+/// [`std::env::var_os`] gives), as Python's `extend_otel_resource_attributes(value, additions,
+/// overwrite=...)`, and returns the new value (for [`std::process::Command::env`]).
 ///
 /// * The segments of `inherited` pass through byte for byte, in order (a segment without `=` or
-///   with a blank key is dropped).
+///   with a blank key is dropped), also bytes that are not UTF-8.
 /// * An addition whose value is the empty string counts as absent.
-/// * `overwrite = false`: a key already present wins; only missing keys are appended.
-/// * `overwrite = true`: every inherited segment with a key being added is removed (duplicates
+/// * [`Overwrite::No`]: a key already present wins; only missing keys are appended.
+/// * [`Overwrite::Yes`]: every inherited segment with a key being added is removed (duplicates
 ///   included) and the additions are appended.
 ///
-/// The additions are formatted as [`format()`] does (and its warnings apply).
+/// The additions are formatted as Python's `format_otel_resource_attributes`: `key=value`
+/// joined by `,`, keys stripped and not encoded, values percent-encoded and printed as Python
+/// prints them (`True` / `False`, integers, `repr(float)` such as `0.5` or `1e-05`, strings as
+/// they are). Dropped with a warning: a key that is blank or holds `,` or `=` (the format has no
+/// encoding for them), and an array value. A key given twice keeps its first position and its
+/// last value.
 ///
 /// ```
-/// use nemo_lens::carrier;
+/// use nemo_lens::{Overwrite, carrier};
 /// use opentelemetry::KeyValue;
 ///
 /// let inherited = "nv.dl.rank=1,launcher.id=abc,nv.dl.rank=2, malformed ";
 /// let rank = [KeyValue::new("nv.dl.rank", 3_i64)];
-/// assert_eq!(carrier::extend(inherited, &rank, true), "launcher.id=abc,nv.dl.rank=3");
+/// assert_eq!(carrier::extend(inherited, &rank, Overwrite::Yes), "launcher.id=abc,nv.dl.rank=3");
 /// assert_eq!(
-///     carrier::extend(inherited, &rank, false),
+///     carrier::extend(inherited, &rank, Overwrite::No),
 ///     "nv.dl.rank=1,launcher.id=abc,nv.dl.rank=2"
 /// );
 /// assert_eq!(
-///     carrier::extend("odd=%2Fpre%2Dencoded", &[KeyValue::new("slurm.job.id", "12345")], false),
+///     carrier::extend("", &[KeyValue::new("nemo.run.id", "exp/1,seed=7"), KeyValue::new("rate", 0.5)], Overwrite::No),
+///     "nemo.run.id=exp%2F1%2Cseed%3D7,rate=0.5"
+/// );
+/// assert_eq!(
+///     carrier::extend("odd=%2Fpre%2Dencoded", &[KeyValue::new("slurm.job.id", "12345")], Overwrite::No),
 ///     "odd=%2Fpre%2Dencoded,slurm.job.id=12345"
 /// );
 /// ```
-pub fn extend(inherited: &str, additions: &[KeyValue], overwrite: bool) -> String {
-    let bytes = extend_bytes(inherited.as_bytes(), additions, overwrite);
-    // Inherited segments are copied whole and additions are UTF-8: the result is UTF-8.
-    String::from_utf8(bytes).unwrap_or_default()
+pub fn extend(
+    inherited: impl AsRef<OsStr>,
+    additions: &[KeyValue],
+    overwrite: Overwrite,
+) -> OsString {
+    from_bytes(extend_bytes(
+        &to_bytes(inherited.as_ref()),
+        additions,
+        overwrite.yes(),
+    ))
 }
 
-/// [`extend`] on the raw bytes of the variable (as [`std::os::unix::ffi::OsStrExt::as_bytes`]
-/// gives them), so that inherited bytes that are not UTF-8 pass through unchanged.
-///
-/// ```
-/// use nemo_lens::carrier;
-/// use opentelemetry::KeyValue;
-///
-/// let value = carrier::extend_bytes(b"odd=\xff", &[KeyValue::new("nv.dl.rank", 1_i64)], false);
-/// assert_eq!(value, b"odd=\xff,nv.dl.rank=1");
-/// ```
-pub fn extend_bytes(inherited: &[u8], additions: &[KeyValue], overwrite: bool) -> Vec<u8> {
+/// [`extend`] on raw bytes.
+fn extend_bytes(inherited: &[u8], additions: &[KeyValue], overwrite: bool) -> Vec<u8> {
     let present: Vec<KeyValue> = additions
         .iter()
         .filter(|kv| !matches!(&kv.value, Value::String(s) if s.as_str().is_empty()))
@@ -249,58 +252,36 @@ fn from_bytes(bytes: Vec<u8>) -> OsString {
     OsString::from(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// Extends the process's `OTEL_RESOURCE_ATTRIBUTES` with `additions` ([`extend`], on the
-/// variable's raw bytes) and returns the new value; processes started afterwards inherit it. As
-/// Python's `set_otel_resource_attributes`.
-///
-/// # Safety
-///
-/// This changes the process environment ([`std::env::set_var`]): no other thread may read or
-/// write the environment at the same time (that includes `getenv` inside C libraries, DNS
-/// resolution and time-zone lookups). Call it at startup, before other threads exist, or
-/// serialise every access yourself. To hand a value to one child, prefer [`extend`] and
-/// [`std::process::Command::env`], which are safe.
-///
-/// ```
-/// use nemo_lens::carrier;
-/// use opentelemetry::KeyValue;
-///
-/// // SAFETY: a doctest's only thread touches the environment.
-/// let value = unsafe { carrier::set(&[KeyValue::new("nv.dl.world_size", 8_i64)], false) };
-/// assert!(value.to_string_lossy().ends_with("nv.dl.world_size=8"));
-/// ```
-pub unsafe fn set(additions: &[KeyValue], overwrite: bool) -> OsString {
-    let inherited = current().map(|v| to_bytes(&v)).unwrap_or_default();
-    let value = from_bytes(extend_bytes(&inherited, additions, overwrite));
-    // SAFETY: the caller guarantees that no other thread accesses the environment meanwhile.
-    unsafe { std::env::set_var(OTEL_RESOURCE_ATTRIBUTES, &value) };
-    value
-}
-
-/// Publishes `additions` in the process's `OTEL_RESOURCE_ATTRIBUTES` for as long as the
-/// returned guard lives, as Python's `publish_otel_resource_attributes` context manager:
-/// processes started meanwhile inherit them. `overwrite = true` (Python's default) replaces
-/// inherited values of the same keys; `false` keeps them.
+/// Publishes `additions` in the process's `OTEL_RESOURCE_ATTRIBUTES` ([`extend`], on the
+/// variable's raw bytes) for as long as the returned guard lives, as Python's
+/// `publish_otel_resource_attributes` context manager: processes started meanwhile inherit
+/// them. [`Overwrite::Yes`] (Python's default) replaces inherited values of the same keys;
+/// [`Overwrite::No`] keeps them.
 ///
 /// Dropping the guard restores the variable exactly as it was (the same bytes, or unset if it
 /// was unset), also when a panic unwinds through the scope. Guards nest: drop them in reverse
 /// order of creation (Rust's scoping does this for guards held in local variables).
+/// [`Published::keep`] leaves the new value in place instead (Python's
+/// `set_otel_resource_attributes`).
 ///
 /// # Safety
 ///
-/// As [`set`]: publishing and the guard's drop change the process environment, so no other
-/// thread may read or write the environment while either happens. Scopes may nest in one thread;
-/// they must not overlap across threads.
+/// This changes the process environment ([`std::env::set_var`]), and so does the guard's drop:
+/// no other thread may read or write the environment while either happens (that includes
+/// `getenv` inside C libraries, DNS resolution and time-zone lookups). Call it at startup,
+/// before other threads exist, or serialise every access yourself. Scopes may nest in one
+/// thread; they must not overlap across threads. To hand a value to one child, prefer
+/// [`extend`] and [`std::process::Command::env`], which are safe.
 ///
 /// ```
-/// use nemo_lens::carrier;
+/// use nemo_lens::{Overwrite, carrier};
 /// use opentelemetry::KeyValue;
 ///
 /// // SAFETY: a doctest's only thread touches the environment.
 /// unsafe {
 ///     std::env::set_var("OTEL_RESOURCE_ATTRIBUTES", "nv.dl.rank=0,launcher.id=abc");
 ///     {
-///         let _scope = carrier::publish(&[KeyValue::new("nv.dl.rank", 2_i64)], true);
+///         let _scope = carrier::publish(&[KeyValue::new("nv.dl.rank", 2_i64)], Overwrite::Yes);
 ///         assert_eq!(
 ///             std::env::var("OTEL_RESOURCE_ATTRIBUTES").unwrap(),
 ///             "launcher.id=abc,nv.dl.rank=2"
@@ -310,119 +291,63 @@ pub unsafe fn set(additions: &[KeyValue], overwrite: bool) -> OsString {
 /// }
 /// assert_eq!(std::env::var("OTEL_RESOURCE_ATTRIBUTES").unwrap(), "nv.dl.rank=0,launcher.id=abc");
 /// ```
-#[must_use = "the previous value is restored when the guard is dropped"]
-pub unsafe fn publish(additions: &[KeyValue], overwrite: bool) -> Published {
+#[must_use = "the previous value is restored when the guard is dropped; `keep()` keeps the new one"]
+pub unsafe fn publish(additions: &[KeyValue], overwrite: Overwrite) -> Published {
     let previous = current();
-    // SAFETY: forwarded from the caller.
-    unsafe { set(additions, overwrite) };
-    Published { previous }
+    let inherited = previous.as_deref().map(to_bytes).unwrap_or_default();
+    let value = from_bytes(extend_bytes(&inherited, additions, overwrite.yes()));
+    // SAFETY: the caller guarantees that no other thread accesses the environment meanwhile.
+    unsafe { std::env::set_var(OTEL_RESOURCE_ATTRIBUTES, &value) };
+    Published {
+        previous: Some(previous),
+        value,
+    }
 }
 
-/// The scope of [`publish`]: restores `OTEL_RESOURCE_ATTRIBUTES` when dropped.
+/// The scope of [`publish`]: restores `OTEL_RESOURCE_ATTRIBUTES` when dropped, unless kept.
 #[derive(Debug)]
-#[must_use = "the previous value is restored when the guard is dropped"]
+#[must_use = "the previous value is restored when the guard is dropped; `keep()` keeps the new one"]
 pub struct Published {
-    previous: Option<OsString>,
+    /// What to restore (`Some(None)`: unset the variable); `None` once kept.
+    previous: Option<Option<OsString>>,
+    /// The value published.
+    value: OsString,
+}
+
+impl Published {
+    /// Keeps the published value in the environment for the rest of the process (Python's
+    /// `set_otel_resource_attributes`) and returns it.
+    ///
+    /// ```
+    /// use nemo_lens::{Overwrite, carrier};
+    /// use opentelemetry::KeyValue;
+    ///
+    /// // SAFETY: a doctest's only thread touches the environment.
+    /// let value = unsafe { carrier::publish(&[KeyValue::new("nv.dl.world_size", 8_i64)], Overwrite::No) }
+    ///     .keep();
+    /// assert!(value.to_string_lossy().ends_with("nv.dl.world_size=8"));
+    /// assert_eq!(std::env::var_os("OTEL_RESOURCE_ATTRIBUTES"), Some(value));
+    /// ```
+    pub fn keep(mut self) -> OsString {
+        self.previous = None;
+        std::mem::take(&mut self.value)
+    }
 }
 
 impl Drop for Published {
     fn drop(&mut self) {
+        let Some(previous) = &self.previous else {
+            return;
+        };
         // SAFETY: `publish`'s caller promised that no other thread accesses the environment
         // while the scope is opened or closed.
         unsafe {
-            match &self.previous {
+            match previous {
                 Some(value) => std::env::set_var(OTEL_RESOURCE_ATTRIBUTES, value),
                 None => std::env::remove_var(OTEL_RESOURCE_ATTRIBUTES),
             }
         }
     }
-}
-
-/// What [`check`] found: each list empty when all is well.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Check {
-    /// Required keys that are absent.
-    pub missing: Vec<String>,
-    /// Required keys whose value is the empty string.
-    pub empty: Vec<String>,
-    /// Forbidden keys that are present, in the order they were given.
-    pub forbidden: Vec<String>,
-    /// Keys that occur more than once in the variable's text, each once, in the order of its
-    /// first repetition.
-    pub duplicates: Vec<String>,
-}
-
-impl Check {
-    /// Whether nothing was found.
-    ///
-    /// ```
-    /// assert!(nemo_lens::carrier::check(&[], &[], &[], None).ok());
-    /// ```
-    pub fn ok(&self) -> bool {
-        self.missing.is_empty()
-            && self.empty.is_empty()
-            && self.forbidden.is_empty()
-            && self.duplicates.is_empty()
-    }
-}
-
-/// Checks attributes (typically [`parse`]d from the variable) as Python's
-/// `check_resource_attributes`: `required` keys missing or empty, `forbidden` keys present, and,
-/// given the variable's text, keys written more than once.
-///
-/// ```
-/// use nemo_lens::carrier;
-/// use opentelemetry::KeyValue;
-///
-/// let attrs = [KeyValue::new("slurm.job.id", ""), KeyValue::new("slurm.nodelist", "node-[1-4]")];
-/// let check = carrier::check(
-///     &attrs,
-///     &["slurm.job.id", "slurm.array.job_id"],
-///     &["slurm.nodelist"],
-///     Some("slurm.job.id=1,slurm.job.id=2"),
-/// );
-/// assert!(!check.ok());
-/// assert_eq!(check.empty, ["slurm.job.id"]);
-/// assert_eq!(check.missing, ["slurm.array.job_id"]);
-/// assert_eq!(check.forbidden, ["slurm.nodelist"]);
-/// assert_eq!(check.duplicates, ["slurm.job.id"]);
-/// ```
-pub fn check(
-    attributes: &[KeyValue],
-    required: &[&str],
-    forbidden: &[&str],
-    text: Option<&str>,
-) -> Check {
-    // A key given twice counts with its last value, as in a Python dict.
-    let last: HashMap<&str, &Value> = attributes
-        .iter()
-        .map(|kv| (kv.key.as_str(), &kv.value))
-        .collect();
-    let value_of = |key: &str| last.get(key).copied();
-    let mut check = Check::default();
-    for key in required {
-        match value_of(key) {
-            None => check.missing.push((*key).to_owned()),
-            Some(Value::String(s)) if s.as_str().is_empty() => check.empty.push((*key).to_owned()),
-            Some(_) => {}
-        }
-    }
-    check.forbidden = forbidden
-        .iter()
-        .filter(|key| value_of(key).is_some())
-        .map(|key| (*key).to_owned())
-        .collect();
-    let mut seen: HashSet<&[u8]> = HashSet::new();
-    let mut reported: HashSet<&[u8]> = HashSet::new();
-    for segment in segments(text.unwrap_or_default().as_bytes()) {
-        if !seen.insert(segment.key) && reported.insert(segment.key) {
-            check
-                .duplicates
-                .push(String::from_utf8_lossy(segment.key).into_owned());
-        }
-    }
-    check
 }
 
 /// A key as a warning shows it: at most 64 characters.

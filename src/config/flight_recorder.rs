@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::error::{LensError, Result};
 
 /// The most closed spans a recorder keeps (about 25 MB of slots).
-pub const MAX_CAPACITY: usize = 100_000;
+pub(crate) const MAX_CAPACITY: usize = 100_000;
 
 /// The recorder's groups when `NEMO_LENS_FLIGHT_RECORDER_GROUPS` is unset.
 pub(super) const DEFAULT_GROUPS: &str = "job,step,checkpoint,collective";
@@ -21,7 +21,7 @@ pub(super) const DEFAULT_HANG_TIMEOUT: Duration = Duration::from_secs(600);
 ///
 /// | variable | default | meaning |
 /// |---|---|---|
-/// | `NEMO_LENS_FLIGHT_RECORDER` | `0` (off) | closed spans kept (ring slots), `0`..=[`MAX_CAPACITY`] |
+/// | `NEMO_LENS_FLIGHT_RECORDER` | `0` (off) | closed spans kept (ring slots), `0`..=`100000` |
 /// | `NEMO_LENS_FLIGHT_RECORDER_GROUPS` | `job,step,checkpoint,collective` | span groups recorded |
 /// | `NEMO_LENS_DUMP_DIR` | the working directory | where dumps are written |
 /// | `NEMO_LENS_HANG_TIMEOUT` | `600` | seconds without a recorded span closing before the watchdog dumps; `0` = no watchdog |

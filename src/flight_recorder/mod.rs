@@ -118,7 +118,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use md5::{Digest, Md5};
 
 pub use self::layer::RecorderLayer;
-pub use crate::config::flight_recorder::{MAX_CAPACITY, RecorderConfig};
+pub use crate::config::flight_recorder::RecorderConfig;
 
 use self::ring::{OpenTable, Record, Ring};
 use crate::config::LensConfig;

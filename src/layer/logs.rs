@@ -213,11 +213,13 @@ impl LogRecord for LensLogRecord {
         if !self.code.done {
             let code = &mut self.code;
             let slot = match key.as_str() {
-                semconv::CODE_NAMESPACE => &mut code.function,
-                semconv::CODE_FILEPATH => &mut code.file,
+                // The older names `opentelemetry-appender-tracing` writes (deprecated in
+                // `semconv`, which names only what nemo-lens writes today).
+                "code.namespace" => &mut code.function,
+                "code.filepath" => &mut code.file,
                 // Python writes no file name apart from the path.
                 "code.filename" => return,
-                semconv::CODE_LINENO => {
+                "code.lineno" => {
                     code.done = true;
                     &mut code.line
                 }

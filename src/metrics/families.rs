@@ -394,7 +394,7 @@ pub(super) struct Training {
 }
 
 /// Bucket bounds of `dl.step.duration`, seconds: from 10 ms to 10 minutes.
-pub const STEP_DURATION_BOUNDS_S: [f64; 16] = [
+pub(crate) const STEP_DURATION_BOUNDS_S: [f64; 16] = [
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 600.0,
 ];
 
@@ -421,8 +421,8 @@ pub const STEP_DURATION_BOUNDS_S: [f64; 16] = [
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct TrainingMetrics<'a> {
-    /// Step wall time in seconds → histogram `dl.step.duration` (`s`, bounds
-    /// [`STEP_DURATION_BOUNDS_S`]).
+    /// Step wall time in seconds → histogram `dl.step.duration` (`s`, bucket bounds 0.01,
+    /// 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500 and 600 s).
     pub step_duration_s: Option<f64>,
     /// → gauge `dl.loss`.
     pub loss: Option<f64>,

@@ -25,17 +25,18 @@
 //!    ```
 //!
 //! 2. **Registered metric groups** ([below](#metric-groups)): a library declares its metrics once
-//!    ([`register_metric_group`]) and records them by key ([`record_metrics`]). Recording never
-//!    fails: an unknown group or key is reported once and skipped.
+//!    ([`register_metric_group`]) and records them by key ([`Instruments::record`]). Recording
+//!    never fails: an unknown group or key is reported once and skipped.
 //!
 //!    ```
-//!    use nemo_lens::metrics::{MetricKind, MetricSpec, record_metrics, register_metric_group};
+//!    use nemo_lens::Overwrite;
+//!    use nemo_lens::metrics::{MetricSpec, register_metric_group};
 //!    # let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
 //!    register_metric_group("doc_rl", [
-//!        MetricSpec::new("reward", "doc_rl.reward.mean", MetricKind::Gauge),
-//!        MetricSpec::new("gen_ms", "doc_rl.generation.duration", MetricKind::Histogram).with_unit("ms"),
-//!    ], false).unwrap();
-//!    record_metrics(&telemetry, "doc_rl", [("reward", 0.7), ("gen_ms", 1250.0)], &[]);
+//!        MetricSpec::gauge("reward", "doc_rl.reward.mean"),
+//!        MetricSpec::histogram("gen_ms", "doc_rl.generation.duration").with_unit("ms"),
+//!    ], Overwrite::No).unwrap();
+//!    telemetry.instruments().record("doc_rl", [("reward", 0.7), ("gen_ms", 1250.0)], &[]);
 //!    ```
 //!
 //! 3. **Fields of `tracing` events** ([`EventMetricsLayer`]): with [`Telemetry::metrics_layer`] in the
@@ -53,8 +54,7 @@
 //! Recording never panics and never returns an error into the training loop. Misuse found while
 //! recording (an unknown metric group or key, a negative value for a monotonic counter, a `u64` too
 //! large for an up-down counter) is reported **once** per distinct problem and the measurement is
-//! skipped. The report is a `tracing` warning with target [`DIAGNOSTICS_TARGET`]
-//! (`nemo_lens::metrics`); that target is one of the [internal targets](crate::INTERNAL_TARGETS),
+//! skipped. The report is a `tracing` warning with target `nemo_lens::metrics`; that target is one of the [internal targets](crate::INTERNAL_TARGETS),
 //! so the warning reaches your `fmt` layer but is never exported as telemetry itself. Where
 //! `tracing` cannot deliver it (no subscriber is installed, or the problem is found inside
 //! [`EventMetricsLayer`], where `tracing` drops re-entrant events) it is one `WARN
@@ -130,24 +130,26 @@
 //!
 //! A library (an RL framework, a data loader) owns its metric names. It declares them at
 //! start-up as [`MetricSpec`]s under a *group* with [`register_metric_group`], then records
-//! whichever of them it has values for with [`record_metrics`], as Python NeMo Lens's
+//! whichever of them it has values for with [`Instruments::record`], as Python NeMo Lens's
 //! `instruments.registry` (nightly):
 //!
 //! ```
-//! use nemo_lens::metrics::{MetricKind, MetricSpec, record_metrics, register_metric_group};
+//! use nemo_lens::Overwrite;
+//! use nemo_lens::metrics::{MetricSpec, register_metric_group};
 //! # let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
 //!
 //! register_metric_group("doc_loader", [
-//!     MetricSpec::new("batches", "loader.batches", MetricKind::Counter).with_unit("{batch}"),
-//!     MetricSpec::new("wait_ms", "loader.wait.duration", MetricKind::Histogram)
+//!     MetricSpec::counter("batches", "loader.batches").with_unit("{batch}"),
+//!     MetricSpec::histogram("wait_ms", "loader.wait.duration")
 //!         .with_unit("ms")
 //!         .with_description("Time the trainer waited for a batch."),
-//!     MetricSpec::new("queue", "loader.queue.depth", MetricKind::UpDownCounter),
-//! ], false)?;
+//!     MetricSpec::up_down_counter("queue", "loader.queue.depth"),
+//! ], Overwrite::No)?;
 //!
 //! // In the loop: only the keys you have values for; `None` is skipped.
 //! let wait_ms: Option<f64> = Some(3.5);
-//! record_metrics(&telemetry, "doc_loader", [("batches", Some(1.0)), ("wait_ms", wait_ms)], &[]);
+//! let instruments = telemetry.instruments();
+//! instruments.record("doc_loader", [("batches", Some(1.0)), ("wait_ms", wait_ms)], &[]);
 //! # Ok::<(), nemo_lens::LensError>(())
 //! ```
 //!
@@ -155,7 +157,9 @@
 //!
 //! Registration happens once, at start-up, so its mistakes are typed errors
 //! ([`LensError::Registry`](crate::LensError::Registry)): an empty group, no specs, an empty key or name, a key declared
-//! twice, or a group that is already registered (unless `allow_override`).
+//! twice, or a group that is already registered (unless [`Overwrite::Yes`](crate::Overwrite)).
+//! A group, once registered, stays for the life of the process; replace it with
+//! `Overwrite::Yes`.
 //!
 //! Recording happens in the training loop, so it **never** returns an error: an unknown group,
 //! an unknown key, or a negative value for a counter is reported once per
@@ -164,9 +168,9 @@
 //!
 //! ## Instruments
 //!
-//! Every spec becomes an `f64` instrument of its [`MetricKind`], created the first time it is
+//! Every spec becomes an `f64` instrument of its kind, created the first time it is
 //! recorded through an [`Instruments`] cache and reused afterwards. Re-registering a group with
-//! `allow_override` takes effect for the next record.
+//! `Overwrite::Yes` takes effect for the next record.
 //!
 //! [`Telemetry::instruments`]: crate::Telemetry::instruments
 //! [`Telemetry::metrics_layer`]: crate::Telemetry::metrics_layer
@@ -183,13 +187,8 @@ mod families;
 mod registry;
 
 pub use events::EventMetricsLayer;
-pub use families::{
-    GymMetrics, InferenceMetrics, RlMetrics, STEP_DURATION_BOUNDS_S, TrainingMetrics,
-};
-pub use registry::{
-    MetricKind, MetricSpec, record_metrics, register_metric_group, registered_metric_groups,
-    unregister_metric_group,
-};
+pub use families::{GymMetrics, InferenceMetrics, RlMetrics, TrainingMetrics};
+pub use registry::{MetricSpec, register_metric_group};
 
 /// Lazily created, cached instruments of one [`Meter`] (see
 /// [instrument caching](crate::metrics#instrument-caching)).
@@ -286,7 +285,7 @@ impl AsRef<Instruments> for Instruments {
 }
 
 /// The `tracing` target of the warnings metrics recording emits (once per distinct problem).
-pub const DIAGNOSTICS_TARGET: &str = "nemo_lens::metrics";
+pub(crate) const DIAGNOSTICS_TARGET: &str = "nemo_lens::metrics";
 
 /// How many distinct recording problems are remembered (and so warned about) per process.
 pub(crate) const MAX_DISTINCT_WARNINGS: usize = 1024;

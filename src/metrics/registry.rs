@@ -1,4 +1,4 @@
-//! The metric-group registry: `register_metric_group`, `record_metrics`.
+//! The metric-group registry: `register_metric_group`, `Instruments::record`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -11,25 +11,13 @@ use parking_lot::RwLock;
 
 use super::Instruments;
 use super::warn_once;
+use crate::Overwrite;
 use crate::error::{LensError, Result};
 
-/// What kind of instrument a [`MetricSpec`] becomes, and how a value is applied.
-///
-/// | kind | instrument | a value is |
-/// |---|---|---|
-/// | `Gauge` | gauge | set (last value wins) |
-/// | `Histogram` | histogram | recorded |
-/// | `Counter` | monotonic counter | added (must be ≥ 0) |
-/// | `UpDownCounter` | up-down counter | added |
-///
-/// ```
-/// use nemo_lens::metrics::MetricKind;
-/// assert_eq!("up_down_counter".parse::<MetricKind>().unwrap(), MetricKind::UpDownCounter);
-/// let err = "summary".parse::<MetricKind>().unwrap_err().to_string();
-/// assert!(err.contains("gauge") && err.contains("up_down_counter"));
-/// ```
+/// What kind of instrument a [`MetricSpec`] becomes, and how a value is applied (see the
+/// constructors of [`MetricSpec`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum MetricKind {
+pub(crate) enum MetricKind {
     /// A gauge (the default, as in Python).
     #[default]
     Gauge,
@@ -43,14 +31,10 @@ pub enum MetricKind {
 
 impl MetricKind {
     /// Every kind, in Python's `METRIC_KINDS` spelling.
-    pub const ACCEPTED: &'static str = "'gauge', 'histogram', 'counter', 'up_down_counter'";
+    pub(crate) const ACCEPTED: &'static str = "'gauge', 'histogram', 'counter', 'up_down_counter'";
 
     /// The Python spelling (`gauge`, `histogram`, `counter`, `up_down_counter`).
-    ///
-    /// ```
-    /// assert_eq!(nemo_lens::metrics::MetricKind::UpDownCounter.as_str(), "up_down_counter");
-    /// ```
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             MetricKind::Gauge => "gauge",
             MetricKind::Histogram => "histogram",
@@ -82,39 +66,39 @@ impl FromStr for MetricKind {
     }
 }
 
-/// One metric of a group: the key you record by, the instrument name, kind, unit, description.
+/// One metric of a group: the key you record by, the instrument name, its kind, unit and
+/// description. One constructor per kind, as Python's `MetricSpec(kind=...)`:
+///
+/// | constructor | instrument | a value is |
+/// |---|---|---|
+/// | [`MetricSpec::gauge`] | gauge | set (last value wins) |
+/// | [`MetricSpec::histogram`] | histogram | recorded |
+/// | [`MetricSpec::counter`] | monotonic counter | added (must be ≥ 0) |
+/// | [`MetricSpec::up_down_counter`] | up-down counter | added |
 ///
 /// ```
-/// use nemo_lens::metrics::{MetricKind, MetricSpec};
-/// let spec = MetricSpec::new("gen_ms", "rl.generation.duration_ms", MetricKind::Histogram)
+/// use nemo_lens::metrics::MetricSpec;
+/// let spec = MetricSpec::histogram("gen_ms", "rl.generation.duration_ms")
 ///     .with_unit("ms")
 ///     .with_description("Duration of text generation.");
-/// assert_eq!(spec.key, "gen_ms");
-/// assert_eq!(spec.unit, "ms");
+/// # let _ = spec;
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct MetricSpec {
-    /// The key passed to [`record_metrics`].
-    pub key: String,
+    /// The key passed to [`Instruments::record`].
+    pub(crate) key: String,
     /// The instrument name (`rl.reward.mean`).
-    pub name: String,
+    pub(crate) name: String,
     /// The instrument kind.
-    pub kind: MetricKind,
+    pub(crate) kind: MetricKind,
     /// The unit (UCUM, e.g. `ms`, `{token}/s`), empty for none.
-    pub unit: String,
+    pub(crate) unit: String,
     /// A description, empty for none.
-    pub description: String,
+    pub(crate) description: String,
 }
 
 impl MetricSpec {
-    /// A spec with no unit and no description.
-    ///
-    /// ```
-    /// use nemo_lens::metrics::{MetricKind, MetricSpec};
-    /// let spec = MetricSpec::new("reward_mean", "rl.reward.mean", MetricKind::Gauge);
-    /// assert_eq!((spec.unit.as_str(), spec.description.as_str()), ("", ""));
-    /// ```
-    pub fn new(key: impl Into<String>, name: impl Into<String>, kind: MetricKind) -> Self {
+    fn of(kind: MetricKind, key: impl Into<String>, name: impl Into<String>) -> Self {
         MetricSpec {
             key: key.into(),
             name: name.into(),
@@ -124,12 +108,53 @@ impl MetricSpec {
         }
     }
 
-    /// Sets the unit.
+    /// A gauge recorded by `key` under the instrument `name` (no unit, no description): a value
+    /// is set, the last one wins.
     ///
     /// ```
-    /// use nemo_lens::metrics::{MetricKind, MetricSpec};
-    /// let spec = MetricSpec::new("tps", "rl.throughput.tokens_per_sec", MetricKind::Gauge).with_unit("{token}/s");
-    /// assert_eq!(spec.unit, "{token}/s");
+    /// let spec = nemo_lens::metrics::MetricSpec::gauge("reward_mean", "rl.reward.mean");
+    /// # let _ = spec;
+    /// ```
+    pub fn gauge(key: impl Into<String>, name: impl Into<String>) -> Self {
+        Self::of(MetricKind::Gauge, key, name)
+    }
+
+    /// A histogram: every value is recorded.
+    ///
+    /// ```
+    /// let spec = nemo_lens::metrics::MetricSpec::histogram("wait_ms", "loader.wait.duration");
+    /// # let _ = spec;
+    /// ```
+    pub fn histogram(key: impl Into<String>, name: impl Into<String>) -> Self {
+        Self::of(MetricKind::Histogram, key, name)
+    }
+
+    /// A monotonic counter: a value is added and must be ≥ 0 (a negative one is warned about
+    /// once and skipped).
+    ///
+    /// ```
+    /// let spec = nemo_lens::metrics::MetricSpec::counter("batches", "loader.batches");
+    /// # let _ = spec;
+    /// ```
+    pub fn counter(key: impl Into<String>, name: impl Into<String>) -> Self {
+        Self::of(MetricKind::Counter, key, name)
+    }
+
+    /// An up-down counter: a value is added, either sign.
+    ///
+    /// ```
+    /// let spec = nemo_lens::metrics::MetricSpec::up_down_counter("queue", "loader.queue.depth");
+    /// # let _ = spec;
+    /// ```
+    pub fn up_down_counter(key: impl Into<String>, name: impl Into<String>) -> Self {
+        Self::of(MetricKind::UpDownCounter, key, name)
+    }
+
+    /// Sets the unit (UCUM, e.g. `ms`, `{token}/s`).
+    ///
+    /// ```
+    /// let spec = nemo_lens::metrics::MetricSpec::gauge("tps", "rl.throughput.tokens_per_sec").with_unit("{token}/s");
+    /// # let _ = spec;
     /// ```
     pub fn with_unit(mut self, unit: impl Into<String>) -> Self {
         self.unit = unit.into();
@@ -139,9 +164,8 @@ impl MetricSpec {
     /// Sets the description.
     ///
     /// ```
-    /// use nemo_lens::metrics::{MetricKind, MetricSpec};
-    /// let spec = MetricSpec::new("kl", "rl.kl_divergence", MetricKind::Gauge).with_description("KL to the reference.");
-    /// assert_eq!(spec.description, "KL to the reference.");
+    /// let spec = nemo_lens::metrics::MetricSpec::gauge("kl", "rl.kl_divergence").with_description("KL to the reference.");
+    /// # let _ = spec;
     /// ```
     pub fn with_description(mut self, description: impl Into<String>) -> Self {
         self.description = description.into();
@@ -161,21 +185,24 @@ fn groups() -> &'static RwLock<Groups> {
 /// # Errors
 ///
 /// [`LensError::Registry`] when `group` is empty, `specs` is empty, a spec has an empty key or
-/// name, two specs share a key, or `group` is already registered and `allow_override` is
-/// false. Nothing is registered on error.
+/// name, two specs share a key, or `group` is already registered and `overwrite` is
+/// [`Overwrite::No`]. Nothing is registered on error. With [`Overwrite::Yes`] the new specs
+/// replace the group's.
 ///
 /// ```
-/// use nemo_lens::metrics::{MetricKind, MetricSpec, register_metric_group};
-/// let spec = || MetricSpec::new("k", "doc.reg.k", MetricKind::Gauge);
-/// register_metric_group("doc_reg", [spec()], false).unwrap();
-/// assert!(register_metric_group("doc_reg", [spec()], false).unwrap_err().to_string().contains("already registered"));
-/// register_metric_group("doc_reg", [spec().with_unit("ms")], true).unwrap(); // replaced
-/// assert!(register_metric_group("doc_reg2", [spec(), spec()], false).is_err()); // duplicate key
+/// use nemo_lens::Overwrite;
+/// use nemo_lens::metrics::{MetricSpec, register_metric_group};
+/// let spec = || MetricSpec::gauge("k", "doc.reg.k");
+/// register_metric_group("doc_reg", [spec()], Overwrite::No).unwrap();
+/// let err = register_metric_group("doc_reg", [spec()], Overwrite::No).unwrap_err();
+/// assert!(err.to_string().contains("already registered"));
+/// register_metric_group("doc_reg", [spec().with_unit("ms")], Overwrite::Yes).unwrap(); // replaced
+/// assert!(register_metric_group("doc_reg2", [spec(), spec()], Overwrite::No).is_err()); // duplicate key
 /// ```
 pub fn register_metric_group(
     group: &str,
     specs: impl IntoIterator<Item = MetricSpec>,
-    allow_override: bool,
+    overwrite: Overwrite,
 ) -> Result<()> {
     let specs: Vec<MetricSpec> = specs.into_iter().collect();
     if group.trim().is_empty() {
@@ -209,9 +236,9 @@ pub fn register_metric_group(
         }
     }
     let mut groups = groups().write();
-    if groups.contains_key(group) && !allow_override {
+    if groups.contains_key(group) && !overwrite.yes() {
         return Err(LensError::Registry(format!(
-            "metric group '{group}' is already registered; pass allow_override = true to replace it"
+            "metric group '{group}' is already registered; pass Overwrite::Yes to replace it"
         )));
     }
     groups.insert(group.to_owned(), specs.into());
@@ -219,18 +246,8 @@ pub fn register_metric_group(
 }
 
 /// Removes `group`.
-///
-/// # Errors
-///
-/// [`LensError::Registry`] when `group` is not registered.
-///
-/// ```
-/// use nemo_lens::metrics::{MetricKind, MetricSpec, register_metric_group, unregister_metric_group};
-/// register_metric_group("doc_unreg", [MetricSpec::new("k", "doc.unreg.k", MetricKind::Gauge)], false).unwrap();
-/// unregister_metric_group("doc_unreg").unwrap();
-/// assert!(unregister_metric_group("doc_unreg").is_err());
-/// ```
-pub fn unregister_metric_group(group: &str) -> Result<()> {
+#[cfg(test)]
+pub(crate) fn unregister_metric_group(group: &str) -> Result<()> {
     match groups().write().remove(group) {
         Some(_) => Ok(()),
         None => Err(LensError::Registry(format!(
@@ -240,14 +257,8 @@ pub fn unregister_metric_group(group: &str) -> Result<()> {
 }
 
 /// Every registered group and its specs, sorted by group.
-///
-/// ```
-/// use nemo_lens::metrics::{MetricKind, MetricSpec, register_metric_group, registered_metric_groups};
-/// register_metric_group("doc_list", [MetricSpec::new("k", "doc.list.k", MetricKind::Counter)], false).unwrap();
-/// let groups = registered_metric_groups();
-/// assert_eq!(groups["doc_list"][0].kind, MetricKind::Counter);
-/// ```
-pub fn registered_metric_groups() -> BTreeMap<String, Vec<MetricSpec>> {
+#[cfg(test)]
+pub(crate) fn registered_metric_groups() -> BTreeMap<String, Vec<MetricSpec>> {
     groups()
         .read()
         .iter()
@@ -255,25 +266,40 @@ pub fn registered_metric_groups() -> BTreeMap<String, Vec<MetricSpec>> {
         .collect()
 }
 
-/// Records `values` (`(key, value)` pairs; `None` values are skipped) of `group` with
-/// `attributes`. Never fails, never panics: an unknown group or key, or a negative value for a
-/// [`MetricKind::Counter`], is warned about once and skipped.
-///
-/// `to` is an [`Instruments`] cache or anything holding one, such as the
-/// [`Telemetry`](crate::Telemetry) handle.
-///
-/// ```
-/// use nemo_lens::metrics::{MetricKind, MetricSpec, record_metrics, register_metric_group};
-/// use opentelemetry::KeyValue;
-/// # let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
-/// register_metric_group("doc_rec", [MetricSpec::new("reward", "doc.rec.reward", MetricKind::Gauge)], false).unwrap();
-/// let env = [KeyValue::new("env", "math")];
-/// record_metrics(&telemetry, "doc_rec", [("reward", 0.7)], &env);
-/// record_metrics(&telemetry, "doc_rec", [("typo", 1.0)], &env); // warned once, skipped
-/// record_metrics(&telemetry, "no_such_group", [("reward", 1.0)], &[]); // warned once, skipped
-/// ```
-pub fn record_metrics<K, V>(
-    to: &impl AsRef<Instruments>,
+impl Instruments {
+    /// Records `values` (`(key, value)` pairs; `None` values are skipped) of the metric group
+    /// `group` (see [`register_metric_group`]) with `attributes`, as Python's
+    /// `record_metrics`. Never fails, never panics: an unknown group or key, or a negative value
+    /// for a [`MetricSpec::counter`], is warned about once and skipped.
+    ///
+    /// ```
+    /// use nemo_lens::Overwrite;
+    /// use nemo_lens::metrics::{MetricSpec, register_metric_group};
+    /// use opentelemetry::KeyValue;
+    /// # let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// register_metric_group("doc_rec", [MetricSpec::gauge("reward", "doc.rec.reward")], Overwrite::No).unwrap();
+    /// let env = [KeyValue::new("env", "math")];
+    /// let instruments = telemetry.instruments();
+    /// instruments.record("doc_rec", [("reward", 0.7)], &env);
+    /// instruments.record("doc_rec", [("typo", 1.0)], &env); // warned once, skipped
+    /// instruments.record("no_such_group", [("reward", 1.0)], &[]); // warned once, skipped
+    /// ```
+    pub fn record<K, V>(
+        &self,
+        group: &str,
+        values: impl IntoIterator<Item = (K, V)>,
+        attributes: &[KeyValue],
+    ) where
+        K: AsRef<str>,
+        V: Into<Option<f64>>,
+    {
+        record_metrics(self, group, values, attributes);
+    }
+}
+
+/// The body of [`Instruments::record`].
+fn record_metrics<K, V>(
+    instruments: &Instruments,
     group: &str,
     values: impl IntoIterator<Item = (K, V)>,
     attributes: &[KeyValue],
@@ -283,11 +309,10 @@ pub fn record_metrics<K, V>(
 {
     let Some(specs) = groups().read().get(group).cloned() else {
         warn_once("unknown metric group", group, "", || {
-            format!("record_metrics: metric group '{group}' is not registered; values skipped")
+            format!("Instruments::record: metric group '{group}' is not registered; values skipped")
         });
         return;
     };
-    let instruments = to.as_ref();
     for (key, value) in values {
         let key = key.as_ref();
         let Some(value) = value.into() else {
@@ -295,14 +320,16 @@ pub fn record_metrics<K, V>(
         };
         let Some(spec) = specs.iter().find(|s| s.key == key) else {
             warn_once("unknown metric key", group, key, || {
-                format!("record_metrics: metric group '{group}' has no key '{key}'; value skipped")
+                format!(
+                    "Instruments::record: metric group '{group}' has no key '{key}'; value skipped"
+                )
             });
             continue;
         };
         if spec.kind == MetricKind::Counter && (value < 0.0 || value.is_nan()) {
             warn_once("negative counter value", group, key, || {
                 format!(
-                    "record_metrics: '{key}' of group '{group}' is a counter ({}), which only \
+                    "Instruments::record: '{key}' of group '{group}' is a counter ({}), which only \
                      accepts values >= 0; got {value}, skipped",
                     spec.name
                 )
@@ -389,5 +416,57 @@ impl Cache {
             .entry(spec.clone())
             .or_insert(instrument)
             .record(value, attributes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registry_err(r: Result<()>) -> String {
+        match r {
+            Err(e @ LensError::Registry(_)) => e.to_string(),
+            other => panic!("expected LensError::Registry, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn kinds_parse_in_python_s_spelling() {
+        assert_eq!(
+            "up_down_counter".parse::<MetricKind>().unwrap(),
+            MetricKind::UpDownCounter
+        );
+        let err = "summary".parse::<MetricKind>().unwrap_err().to_string();
+        assert!(
+            err.contains("'up_down_counter'") && err.contains("summary"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn groups_are_listed_replaced_only_with_override_and_removed() {
+        let v1 = MetricSpec::histogram("a", "reg_list.a").with_unit("ms");
+        register_metric_group("reg_list", [v1.clone()], Overwrite::No).unwrap();
+        assert_eq!(registered_metric_groups()["reg_list"], vec![v1.clone()]);
+
+        let v2 = MetricSpec::counter("b", "reg_list.b").with_description("B.");
+        let msg = registry_err(register_metric_group(
+            "reg_list",
+            [v2.clone()],
+            Overwrite::No,
+        ));
+        assert!(
+            msg.contains("already registered") && msg.contains("Overwrite::Yes"),
+            "{msg}"
+        );
+        assert_eq!(registered_metric_groups()["reg_list"], vec![v1]);
+
+        register_metric_group("reg_list", [v2.clone()], Overwrite::Yes).unwrap();
+        assert_eq!(registered_metric_groups()["reg_list"], vec![v2]);
+
+        unregister_metric_group("reg_list").unwrap();
+        assert!(!registered_metric_groups().contains_key("reg_list"));
+        let msg = registry_err(unregister_metric_group("reg_list"));
+        assert!(msg.contains("not registered"), "{msg}");
     }
 }

@@ -56,45 +56,16 @@ const MAX_MEMBERS: usize = 32;
 ///   `@` followed by at most 13 characters, the first a letter or digit): a member with another
 ///   such key is left out, the rest kept.
 ///
-/// Setup installs it globally ([`install_global_propagator`](super::install_global_propagator));
-/// [`extract_context`](super::extract_context) and the launcher's `TRACEPARENT` use it too.
-///
-/// ```
-/// use std::collections::HashMap;
-/// use opentelemetry::propagation::TextMapPropagator;
-/// use opentelemetry::trace::TraceContextExt;
-/// use nemo_lens::propagation::W3cTraceContextPropagator;
-///
-/// let w3c = W3cTraceContextPropagator::new();
-/// let incoming = HashMap::from([
-///     (
-///         "traceparent".to_string(),
-///         "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03".to_string(),
-///     ),
-///     ("tracestate".to_string(), "rojo=00f067aa0ba902b7, congo=t61rcWkgMzE".to_string()),
-/// ]);
-/// let cx = w3c.extract(&incoming);
-/// assert_eq!(cx.span().span_context().trace_flags().to_u8(), 0x03);
-/// let mut outgoing = HashMap::new();
-/// w3c.inject_context(&cx, &mut outgoing);
-/// assert!(outgoing["traceparent"].ends_with("-03"));
-/// assert_eq!(outgoing["tracestate"], "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE");
-///
-/// // Uppercase hex is not Trace Context: nothing is continued.
-/// let bad = HashMap::from([(
-///     "traceparent".to_string(),
-///     "00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01".to_string(),
-/// )]);
-/// assert!(!w3c.extract(&bad).span().span_context().is_valid());
-/// ```
+/// Setup installs it globally (`install_global_propagator`); [`extract_context`](super::extract_context)
+/// and the launcher's `TRACEPARENT` use it too.
 #[derive(Clone, Debug, Default)]
-pub struct W3cTraceContextPropagator {
+pub(crate) struct W3cTraceContextPropagator {
     _private: (),
 }
 
 impl W3cTraceContextPropagator {
     /// The propagator.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 }

@@ -93,7 +93,7 @@ pub(crate) struct Shared<T> {
 }
 
 /// A bounded queue with a worker thread that exports it in batches (see
-/// [`LensBatchProcessor`](crate::export::LensBatchProcessor)).
+/// [`LensBatchProcessor`](crate::queue::span_processor::LensBatchProcessor)).
 pub(crate) struct Batcher<T: Send + 'static> {
     shared: Arc<Shared<T>>,
     control: mpsc::Sender<Control>,
@@ -497,7 +497,7 @@ mod tests {
     #[test]
     fn a_full_queue_drops_and_counts() {
         use super::{BatchExport, Batcher, Role};
-        use crate::queue::QueueConfig;
+        use crate::queue::config::QueueConfig;
         use std::sync::atomic::{AtomicU64, Ordering};
         use std::sync::{Arc, mpsc};
         use std::time::Duration;
@@ -549,7 +549,7 @@ mod tests {
     #[test]
     fn the_batcher_batches_any_item_type() {
         use super::{BatchExport, Batcher, Role};
-        use crate::queue::QueueConfig;
+        use crate::queue::config::QueueConfig;
         use std::sync::Arc;
         use std::sync::atomic::{AtomicU64, Ordering};
         use std::time::Duration;

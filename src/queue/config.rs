@@ -7,10 +7,10 @@ use crate::error::{LensError, Result};
 
 /// The largest accepted queue size (16 Mi items): a larger value would reserve gigabytes up
 /// front.
-pub const MAX_QUEUE_SIZE_LIMIT: usize = 1 << 24;
+pub(crate) const MAX_QUEUE_SIZE_LIMIT: usize = 1 << 24;
 
-/// Sizes and timeouts of the batch queues of [`LensBatchProcessor`](crate::export::LensBatchProcessor)
-/// and [`LensBatchLogProcessor`](crate::export::LensBatchLogProcessor), read at setup from the
+/// Sizes and timeouts of the batch queues of the span and log-record
+/// processors, read at setup from the
 /// standard variables ([`QueueConfig::from_env`]):
 ///
 /// | Variable (spans; logs use `OTEL_BLRP_*`) | Default | Meaning |
@@ -25,24 +25,19 @@ pub const MAX_QUEUE_SIZE_LIMIT: usize = 1 << 24;
 /// non-negative one for the delay) is a [`LensError::InvalidValue`] naming the variable. A full
 /// queue never blocks the thread that ends a span: the item is dropped and counted
 /// ([`Telemetry::dropped`](crate::Telemetry::dropped)).
-///
-/// ```
-/// let c = nemo_lens::export::QueueConfig::default();
-/// assert_eq!((c.max_queue_size, c.max_export_batch_size), (2048, 512));
-/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QueueConfig {
+pub(crate) struct QueueConfig {
     /// Items that may wait for export; more are dropped (and counted).
-    pub max_queue_size: usize,
+    pub(crate) max_queue_size: usize,
     /// Time between two exports when no full batch is waiting.
-    pub scheduled_delay: Duration,
+    pub(crate) scheduled_delay: Duration,
     /// Items per export call (clamped to the queue size).
-    pub max_export_batch_size: usize,
+    pub(crate) max_export_batch_size: usize,
     /// Time one export may take; then its batch counts as dropped.
-    pub export_timeout: Duration,
+    pub(crate) export_timeout: Duration,
     /// Bytes the queue may hold, waiting and in flight (`NEMO_LENS_QUEUE_MAX_BYTES`); more are
     /// dropped (and counted).
-    pub max_queue_bytes: usize,
+    pub(crate) max_queue_bytes: usize,
 }
 
 impl Default for QueueConfig {
@@ -87,27 +82,13 @@ impl QueueConfig {
     /// Reads `<prefix>_MAX_QUEUE_SIZE`, `_SCHEDULE_DELAY` (ms), `_MAX_EXPORT_BATCH_SIZE` and
     /// `_EXPORT_TIMEOUT` (ms) through `lookup` (`prefix` is `OTEL_BSP` for spans, `OTEL_BLRP`
     /// for log records), over the defaults.
-    ///
-    /// ```
-    /// use nemo_lens::export::QueueConfig;
-    /// let env = |k: &str| (k == "OTEL_BSP_MAX_QUEUE_SIZE").then(|| " 100 ".to_string());
-    /// assert_eq!(QueueConfig::from_env("OTEL_BSP", &env).unwrap().max_queue_size, 100);
-    /// let bad = |k: &str| (k == "OTEL_BSP_SCHEDULE_DELAY").then(|| "5s".to_string());
-    /// let err = QueueConfig::from_env("OTEL_BSP", &bad).unwrap_err().to_string();
-    /// assert!(err.contains("OTEL_BSP_SCHEDULE_DELAY") && err.contains("'5s'"));
-    /// ```
-    pub fn from_env(prefix: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
+    pub(crate) fn from_env(prefix: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self> {
         Self::from_env_over(prefix, QueueConfig::default(), lookup)
     }
 
     /// The defaults of the log-record processor: as spans, but exported every second (the
     /// `OTEL_BLRP_SCHEDULE_DELAY` default of the OpenTelemetry specification).
-    ///
-    /// ```
-    /// let d = nemo_lens::export::QueueConfig::logs_default();
-    /// assert_eq!(d.scheduled_delay, std::time::Duration::from_millis(1000));
-    /// ```
-    pub fn logs_default() -> Self {
+    pub(crate) fn logs_default() -> Self {
         QueueConfig {
             scheduled_delay: Duration::from_millis(1000),
             ..QueueConfig::default()
@@ -115,13 +96,7 @@ impl QueueConfig {
     }
 
     /// [`QueueConfig::from_env`] over other defaults (e.g. [`QueueConfig::logs_default`]).
-    ///
-    /// ```
-    /// use nemo_lens::export::QueueConfig;
-    /// let c = QueueConfig::from_env_over("OTEL_BLRP", QueueConfig::logs_default(), &|_| None).unwrap();
-    /// assert_eq!(c, QueueConfig::logs_default());
-    /// ```
-    pub fn from_env_over(
+    pub(crate) fn from_env_over(
         prefix: &str,
         d: QueueConfig,
         lookup: &dyn Fn(&str) -> Option<String>,

@@ -47,20 +47,7 @@ impl<E: LogExporter + 'static> BatchExport<(SdkLogRecord, InstrumentationScope)>
 
 /// The log-record processor of nemo-lens: a bounded queue and worker thread in front of a
 /// [`LogExporter`], sized by `OTEL_BLRP_*`, counting what it drops.
-///
-/// ```
-/// use std::sync::Arc;
-/// use std::sync::atomic::AtomicU64;
-/// use nemo_lens::export::{QueueConfig, LensBatchLogProcessor};
-/// let exporter = opentelemetry_sdk::logs::InMemoryLogExporter::default();
-/// let dropped = Arc::new(AtomicU64::new(0));
-/// let processor = LensBatchLogProcessor::new(exporter, QueueConfig::logs_default(), dropped).unwrap();
-/// let provider = opentelemetry_sdk::logs::SdkLoggerProvider::builder()
-///     .with_log_processor(processor)
-///     .build();
-/// # provider.shutdown().unwrap();
-/// ```
-pub struct LensBatchLogProcessor<E> {
+pub(crate) struct LensBatchLogProcessor<E> {
     batcher: Batcher<(SdkLogRecord, InstrumentationScope)>,
     exporter: Arc<StdMutex<E>>,
     flush_timeout: Duration,
@@ -76,7 +63,7 @@ impl<E> fmt::Debug for LensBatchLogProcessor<E> {
 
 impl<E: LogExporter + 'static> LensBatchLogProcessor<E> {
     /// Starts the worker thread; records dropped are added to `dropped`.
-    pub fn new(exporter: E, config: QueueConfig, dropped: Arc<AtomicU64>) -> Result<Self> {
+    pub(crate) fn new(exporter: E, config: QueueConfig, dropped: Arc<AtomicU64>) -> Result<Self> {
         let exporter = Arc::new(StdMutex::new(exporter));
         let batcher = Batcher::new(
             Role::LOGS,

@@ -215,20 +215,7 @@ impl<E: SpanExporter + 'static> BatchExport<SpanItem> for SpanExport<E> {
 /// Spans recorded by the lens layer reach its queue as compact records, and their SDK spans
 /// are built on its worker thread (see `src/record/`); spans ended elsewhere (the
 /// OpenTelemetry API) reach it through [`SpanProcessor::on_end`] as usual.
-///
-/// ```
-/// use std::sync::Arc;
-/// use std::sync::atomic::AtomicU64;
-/// use nemo_lens::export::{LensBatchProcessor, QueueConfig};
-/// let exporter = opentelemetry_sdk::trace::InMemorySpanExporter::default();
-/// let dropped = Arc::new(AtomicU64::new(0));
-/// let processor = LensBatchProcessor::new(exporter, QueueConfig::default(), dropped).unwrap();
-/// let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
-///     .with_span_processor(processor)
-///     .build();
-/// # provider.shutdown().unwrap();
-/// ```
-pub struct LensBatchProcessor<E> {
+pub(crate) struct LensBatchProcessor<E> {
     batcher: Batcher<SpanItem>,
     queue: SpanQueue,
     exporter: Arc<StdMutex<E>>,
@@ -245,7 +232,7 @@ impl<E> fmt::Debug for LensBatchProcessor<E> {
 
 impl<E: SpanExporter + 'static> LensBatchProcessor<E> {
     /// Starts the worker thread; spans dropped are added to `dropped`.
-    pub fn new(exporter: E, config: QueueConfig, dropped: Arc<AtomicU64>) -> Result<Self> {
+    pub(crate) fn new(exporter: E, config: QueueConfig, dropped: Arc<AtomicU64>) -> Result<Self> {
         let exporter = Arc::new(StdMutex::new(exporter));
         let builder = Arc::new(Mutex::new(None));
         let spare = Arc::new(ArrayQueue::new(SPARE_STATES));

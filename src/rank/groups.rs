@@ -10,9 +10,17 @@
 //! | `per_step` | the above plus `model_init`, `load_checkpoint`, `step`, `forward_backward`, `optimizer` |
 //! | `all` | every registered group |
 //!
+//! The built-in groups are the eight above (those of the Python library) and `collective`
+//! (communication between ranks: all-reduce, barriers, …), which is in no preset but `all` and
+//! which the [flight recorder](crate::flight_recorder) records by default. An unknown name in
+//! [`Telemetry::set_span_groups`](crate::Telemetry::set_span_groups) is an error that lists the
+//! registered groups and presets; in `NEMO_LENS_SPAN_GROUPS` it is reported once and ignored (a
+//! job shares one value across processes that register different groups).
+//!
 //! # Declaring a group on a span
 //!
-//! A span declares its group with a **field name** of the form `nemo.group.<group>`. Field names
+//! A span declares its group with a **field name** of the form `nemo.group.<group>` (the prefix
+//! `nemo.group.`). Field names
 //! are part of a callsite's static metadata, so the lens layer decides once per callsite
 //! (`Interest::never` for a disabled group) and a span in a disabled group costs what a disabled
 //! `tracing` callsite costs. The field needs no value and is never exported as an attribute.
@@ -35,8 +43,8 @@
 //! ```
 //! use nemo_lens::groups;
 //! groups::register_span_groups(&["microbatch", "communication"], &[("per_step", &["microbatch"])]).unwrap();
-//! let set = groups::resolve("per_step", "NEMO_LENS_SPAN_GROUPS").unwrap();
-//! assert!(set.contains("microbatch") && set.contains("step"));
+//! let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+//! telemetry.set_span_groups("per_step").unwrap(); // now holds "microbatch" too
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -47,32 +55,32 @@ use parking_lot::RwLock;
 use crate::error::{LensError, Result};
 
 /// Field-name prefix that declares a span's group: `nemo.group.step`.
-pub const GROUP_FIELD_PREFIX: &str = "nemo.group.";
+pub(crate) const GROUP_FIELD_PREFIX: &str = "nemo.group.";
 
 /// `job`: the whole training job.
-pub const JOB: &str = "job";
+pub(crate) const JOB: &str = "job";
 /// `checkpoint`: saving a checkpoint.
-pub const CHECKPOINT: &str = "checkpoint";
+pub(crate) const CHECKPOINT: &str = "checkpoint";
 /// `evaluate`: evaluation passes.
-pub const EVALUATE: &str = "evaluate";
+pub(crate) const EVALUATE: &str = "evaluate";
 /// `model_init`: building the model.
-pub const MODEL_INIT: &str = "model_init";
+pub(crate) const MODEL_INIT: &str = "model_init";
 /// `load_checkpoint`: restoring a checkpoint.
-pub const LOAD_CHECKPOINT: &str = "load_checkpoint";
+pub(crate) const LOAD_CHECKPOINT: &str = "load_checkpoint";
 /// `step`: one training iteration.
-pub const STEP: &str = "step";
+pub(crate) const STEP: &str = "step";
 /// `forward_backward`: forward and backward passes.
-pub const FORWARD_BACKWARD: &str = "forward_backward";
+pub(crate) const FORWARD_BACKWARD: &str = "forward_backward";
 /// `optimizer`: the optimizer step.
-pub const OPTIMIZER: &str = "optimizer";
+pub(crate) const OPTIMIZER: &str = "optimizer";
 
 /// `collective`: communication between ranks (all-reduce, barriers, ...), put around it by
 /// libraries; not in any preset but `all` (the Python presets are unchanged), recorded by the
 /// [flight recorder](crate::flight_recorder) by default.
-pub const COLLECTIVE: &str = "collective";
+pub(crate) const COLLECTIVE: &str = "collective";
 
-/// The eight built-in groups of the Python library (the registry also holds [`COLLECTIVE`]).
-pub const BUILTIN_GROUPS: [&str; 8] = [
+/// The eight built-in groups of the Python library (the registry also holds `COLLECTIVE`).
+pub(crate) const BUILTIN_GROUPS: [&str; 8] = [
     JOB,
     CHECKPOINT,
     EVALUATE,
@@ -84,7 +92,7 @@ pub const BUILTIN_GROUPS: [&str; 8] = [
 ];
 
 /// The preset that expands to every registered group.
-pub const ALL_PRESET: &str = "all";
+pub(crate) const ALL_PRESET: &str = "all";
 
 #[derive(Debug)]
 struct Registry {
@@ -166,20 +174,12 @@ pub fn register_span_groups(groups: &[&str], presets: &[(&str, &[&str])]) -> Res
 }
 
 /// Every registered group, sorted.
-///
-/// ```
-/// assert!(nemo_lens::groups::registered_groups().contains(&"step".to_string()));
-/// ```
-pub fn registered_groups() -> Vec<String> {
+pub(crate) fn registered_groups() -> Vec<String> {
     registry().read().groups.iter().cloned().collect()
 }
 
 /// Every preset name (including `all`), sorted.
-///
-/// ```
-/// assert!(nemo_lens::groups::registered_presets().contains(&"per_step".to_string()));
-/// ```
-pub fn registered_presets() -> Vec<String> {
+pub(crate) fn registered_presets() -> Vec<String> {
     let reg = registry().read();
     let mut names: Vec<String> = reg.presets.keys().cloned().collect();
     names.push(ALL_PRESET.to_string());
@@ -189,15 +189,7 @@ pub fn registered_presets() -> Vec<String> {
 
 /// Resolves a spec (`"default,step"`) to a set of groups. An unknown entry is an error naming
 /// `var` and listing the valid options.
-///
-/// ```
-/// use nemo_lens::groups::resolve;
-/// let set = resolve(" Default , STEP,", "NEMO_LENS_SPAN_GROUPS").unwrap();
-/// assert_eq!(set.len(), 4);
-/// let err = resolve("default,warp", "NEMO_LENS_SPAN_GROUPS").unwrap_err();
-/// assert!(err.to_string().contains("'warp'"));
-/// ```
-pub fn resolve(spec: &str, var: &str) -> Result<BTreeSet<String>> {
+pub(crate) fn resolve(spec: &str, var: &str) -> Result<BTreeSet<String>> {
     let reg = registry().read();
     let mut out = BTreeSet::new();
     for part in spec.split(',') {
@@ -227,21 +219,14 @@ pub fn resolve(spec: &str, var: &str) -> Result<BTreeSet<String>> {
     Ok(out)
 }
 
-/// Resolves a spec as [`resolve`] does, but keeps going past names no library registered in
+/// Resolves a spec as `resolve` does, but keeps going past names no library registered in
 /// this process: returns the groups of the known entries and the unknown entries (lower-cased,
 /// in spec order, deduplicated).
 ///
 /// A job sets one `NEMO_LENS_SPAN_GROUPS` for every process, and some of its groups are
 /// registered only by some processes (Python's Megatron groups, another library's), so setup
 /// resolves the variable this way: the unknown names are reported once and ignored.
-///
-/// ```
-/// use nemo_lens::groups::resolve_known;
-/// let (set, unknown) = resolve_known("default, Megatron_PP ,step,megatron_pp");
-/// assert!(set.contains("job") && set.contains("step"));
-/// assert_eq!(unknown, vec!["megatron_pp".to_string()]);
-/// ```
-pub fn resolve_known(spec: &str) -> (BTreeSet<String>, Vec<String>) {
+pub(crate) fn resolve_known(spec: &str) -> (BTreeSet<String>, Vec<String>) {
     let mut unknown: Vec<String> = Vec::new();
     let mut known = Vec::new();
     for part in spec.split(',') {
@@ -340,25 +325,52 @@ pub fn is_span_group_enabled(group: &str) -> bool {
         .is_some_and(|g| g.is_enabled(group))
 }
 
-/// Replaces this process's enabled groups (the telemetry set up last) and re-evaluates every
-/// callsite. Returns an error for an unknown name and changes nothing then.
-///
-/// ```
-/// // Before any setup there is no telemetry to change: a no-op that still validates.
-/// assert!(nemo_lens::groups::set_enabled_span_groups("per_step").is_ok());
-/// assert!(nemo_lens::groups::set_enabled_span_groups("bogus").is_err());
-/// ```
-pub fn set_enabled_span_groups(spec: &str) -> Result<()> {
-    let set = resolve(spec, "set_enabled_span_groups")?;
-    if let Some(g) = current_gate().read().as_ref() {
-        g.set(set);
-    }
-    Ok(())
-}
-
 /// The group a callsite declares through a `nemo.group.<group>` field, if any.
 pub(crate) fn declared_group(meta: &tracing_core::Metadata<'_>) -> Option<&'static str> {
     meta.fields()
         .iter()
         .find_map(|f| f.name().strip_prefix(GROUP_FIELD_PREFIX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_resolve_as_in_python() {
+        let d = resolve("default", "X").unwrap();
+        assert_eq!(
+            d.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["checkpoint", "evaluate", "job"]
+        );
+        let p = resolve("PER_STEP", "X").unwrap();
+        for g in BUILTIN_GROUPS {
+            assert!(p.contains(g), "{g}");
+        }
+        assert!(resolve("all", "X").unwrap().is_superset(&p));
+        assert!(resolve(" , ", "X").unwrap().is_empty());
+        let err = resolve("step,nonsense", "NEMO_LENS_SPAN_GROUPS").unwrap_err();
+        assert!(matches!(err, LensError::UnknownSpanGroup { ref name, .. } if name == "nonsense"));
+        let msg = err.to_string();
+        assert!(
+            msg.contains("NEMO_LENS_SPAN_GROUPS")
+                && msg.contains("forward_backward")
+                && msg.contains("per_step")
+        );
+    }
+
+    #[test]
+    fn resolve_known_keeps_going_past_unknown_names() {
+        let (set, unknown) = resolve_known("default, Megatron_PP ,step,megatron_pp");
+        assert!(set.contains("job") && set.contains("step"));
+        assert_eq!(unknown, vec!["megatron_pp".to_string()]);
+    }
+
+    #[test]
+    fn registered_presets_include_all() {
+        let presets = registered_presets();
+        assert!(presets.contains(&"per_step".to_string()));
+        assert!(presets.contains(&ALL_PRESET.to_string()));
+        assert!(registered_groups().contains(&COLLECTIVE.to_string()));
+    }
 }

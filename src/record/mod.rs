@@ -11,7 +11,7 @@
 //! span *is*: its static name (or `otel.name`), kind, status, two timestamps, its span context
 //! (ids drawn at once, so children, the log bridge and propagation see them), its parent, its
 //! attributes (static keys), events and links. When the span closes, the record goes into the
-//! batch queue as one pointer, and the worker thread ([`crate::export::LensBatchProcessor`])
+//! batch queue as one pointer, and the worker thread ([`crate::queue::span_processor::LensBatchProcessor`])
 //! builds the exported span from it. An OpenTelemetry [`Context`] is built only when something
 //! asks for one (context activation at the first enter,
 //! [`LensSpanExt::context`](crate::LensSpanExt::context), propagation, a `TRACEPARENT` parent).

@@ -242,16 +242,16 @@ impl Telemetry {
     /// 5. the application's attributes
     ///    ([`TelemetryBuilder::resource_attributes`](crate::TelemetryBuilder::resource_attributes));
     /// 6. detected attributes: local (`host.name`, `process.pid`, `host.gpu.count`), then the
-    ///    job's identity: the Slurm attributes of [`identity::slurm_attributes`](crate::identity::slurm_attributes)
+    ///    job's identity: the Slurm attributes of [`identity::job_attributes`](crate::identity::job_attributes)
     ///    (typed integers, `nv.dl.job.uuid`), where the allowlisted `slurm.*` keys and the two
     ///    UUIDs found in `OTEL_RESOURCE_ATTRIBUTES` win over the derived ones (the launcher is
     ///    authoritative), and `nv.dl.run.uuid` unless the launcher or the application gave it
-    ///    ([`identity::run_uuid`](crate::identity::run_uuid): under Slurm from the job and its
+    ///    (as [`identity::job_attributes`](crate::identity::job_attributes) derives it: under Slurm from the job and its
     ///    restart counts; outside, from the configured run id, else `TORCHELASTIC_RUN_ID`, else
     ///    this process's run id — every rank must share it for one run UUID); then Kubernetes.
     ///    Note that **detected values override the caller's** on a collision, as in Python;
     /// 7. everything above is laid over the attributes parsed from `OTEL_RESOURCE_ATTRIBUTES`
-    ///    ([`carrier::parse`](crate::carrier::parse); the integer `nv.dl.*` / `nv.gpu.*` keys
+    ///    (parsed as the OpenTelemetry SDKs do; the integer `nv.dl.*` / `nv.gpu.*` keys
     ///    restored to integers, an invalid one kept as its string with a warning), which in
     ///    turn lie over the SDK defaults `telemetry.sdk.name` = `opentelemetry`,
     ///    `telemetry.sdk.language` = `rust` and `telemetry.sdk.version` = the
@@ -354,7 +354,7 @@ impl Telemetry {
     }
 
     /// The cached instruments of [`Telemetry::meter`], used by
-    /// [`InferenceMetrics`](crate::metrics::InferenceMetrics) and friends, [`crate::metrics::record_metrics`] and
+    /// [`InferenceMetrics`](crate::metrics::InferenceMetrics) and friends, [`Instruments::record`](crate::metrics::Instruments::record) and
     /// [`Telemetry::metrics_layer`]. The handle itself is `AsRef<Instruments>`, so those accept
     /// `&telemetry` directly.
     ///

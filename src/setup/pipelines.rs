@@ -160,7 +160,7 @@ impl Built {
             None => Some(match config.exporter {
                 ExporterKind::Console => {
                     let writer = self.console_writer(config, rank)?;
-                    exporter_processor(ConsoleSpanExporter::with_writer(writer), &parts.settings)?
+                    exporter_processor(ConsoleSpanExporter::new(writer), &parts.settings)?
                 }
                 ExporterKind::Otlp => {
                     let protocol = otlp::protocol_for(Signal::Traces, env)?;

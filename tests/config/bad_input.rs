@@ -12,7 +12,6 @@ use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
-use nemo_lens::export::{MAX_QUEUE_SIZE_LIMIT, QueueConfig};
 use nemo_lens::testing::CollectingExporter;
 use nemo_lens::{LensConfig, LensError, Telemetry};
 use opentelemetry::trace::{Span as _, Tracer as _, TracerProvider as _};
@@ -57,13 +56,6 @@ fn garbage() -> impl Strategy<Value = String> {
         ("[-+0-9a-z_.=,\\u{7f}\\u{feff}]{1,4}", 1usize..20_000).prop_map(|(s, n)| s.repeat(n)),
     ]
 }
-
-const BATCH_KEYS: [&str; 4] = [
-    "MAX_QUEUE_SIZE",
-    "SCHEDULE_DELAY",
-    "MAX_EXPORT_BATCH_SIZE",
-    "EXPORT_TIMEOUT",
-];
 
 /// Every variable the setup path reads through its lookup (`NEMO_LENS_*` via the config).
 const SETUP_VARS: [&str; 39] = [
@@ -123,38 +115,6 @@ fn named_variable(err: &LensError) -> Option<String> {
         | LensError::UnknownStrategy { var, .. }
         | LensError::UnknownSpanGroup { var, .. } => Some(var.clone()),
         _ => None,
-    }
-}
-
-proptest! {
-    #![proptest_config(proptest_config(256))]
-
-    /// `OTEL_BSP_*` / `OTEL_BLRP_*`: default when blank, else a valid configuration, else an
-    /// `InvalidValue` naming the variable.
-    #[test]
-    fn batch_variables_yield_a_default_a_valid_value_or_a_named_error(
-        prefix in prop::sample::select(vec!["OTEL_BSP", "OTEL_BLRP"]),
-        key in prop::sample::select(BATCH_KEYS.to_vec()),
-        value in garbage(),
-    ) {
-        let var = format!("{prefix}_{key}");
-        let lookup = |k: &str| (k == var).then(|| value.clone());
-        match QueueConfig::from_env(prefix, &lookup) {
-            Ok(c) => {
-                if value.trim().is_empty() {
-                    prop_assert_eq!(c, QueueConfig::default());
-                }
-                prop_assert!((1..=MAX_QUEUE_SIZE_LIMIT).contains(&c.max_queue_size));
-                prop_assert!(c.max_export_batch_size >= 1);
-                prop_assert!(c.max_export_batch_size <= c.max_queue_size);
-                prop_assert!(!c.export_timeout.is_zero());
-            }
-            Err(e) => {
-                prop_assert!(matches!(e, LensError::InvalidValue { .. }), "{:?}", e);
-                prop_assert_eq!(named_variable(&e), Some(var.clone()));
-                prop_assert!(e.to_string().len() < 400, "the value is shortened in the message");
-            }
-        }
     }
 }
 

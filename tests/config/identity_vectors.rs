@@ -16,6 +16,22 @@ fn lookup(env: Env) -> impl Fn(&str) -> Option<String> {
     }
 }
 
+/// The value of `key` among the attributes `identity::job_attributes` derives.
+fn derived(env: Env, run_id: Option<&str>, key: &str) -> Option<String> {
+    identity::job_attributes(lookup(env), run_id)
+        .into_iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| kv.value.as_str().into_owned())
+}
+
+/// The Slurm attributes (and `nv.dl.job.uuid`) `identity::job_attributes` derives, without the
+/// run's UUID.
+fn slurm_attributes(env: Env) -> Vec<KeyValue> {
+    let mut attributes = identity::job_attributes(lookup(env), None);
+    attributes.retain(|kv| kv.key.as_str() != "nv.dl.run.uuid");
+    attributes
+}
+
 /// Python's `uuid.uuid5(uuid.NAMESPACE_URL, name)` for each name.
 fn python_uuid5(names: &[&str]) -> Vec<String> {
     let lines: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
@@ -215,12 +231,22 @@ fn job_and_run_uuids_are_python_s() {
     let mut names = Vec::new();
     let mut expected = Vec::new();
     for (env, name, uuid) in JOB_VECTORS {
-        assert_eq!(identity::job_uuid(lookup(env)), *uuid, "{env:?}");
+        // The job's UUID is an attribute of a Slurm job only; outside one it is absent (the
+        // `nojob` name's UUID is pinned by the unit tests of `config::resource::uuids`).
+        let in_slurm = env
+            .iter()
+            .any(|(k, v)| *k == "SLURM_JOB_ID" && !v.is_empty());
+        let expected_here = in_slurm.then(|| (*uuid).to_owned());
+        assert_eq!(
+            derived(env, None, "nv.dl.job.uuid"),
+            expected_here,
+            "{env:?}"
+        );
         names.push(*name);
         expected.push(*uuid);
     }
     for (env, run_id, name, uuid) in RUN_VECTORS {
-        let got = identity::run_uuid(lookup(env), *run_id);
+        let got = derived(env, *run_id, "nv.dl.run.uuid");
         match name {
             Some(name) => {
                 assert_eq!(got.as_deref(), Some(*uuid), "{env:?} {run_id:?}");
@@ -244,7 +270,7 @@ fn kv(key: &'static str, value: impl Into<Value>) -> KeyValue {
 
 #[test]
 fn slurm_attributes_are_python_s_in_order_and_type() {
-    let non_array = identity::slurm_attributes(lookup(&[
+    let non_array = slurm_attributes(&[
         ("SLURM_JOB_ID", "12345"),
         ("SLURM_JOB_NAME", "train-gpt"),
         ("SLURM_JOB_NUM_NODES", "4"),
@@ -254,7 +280,7 @@ fn slurm_attributes_are_python_s_in_order_and_type() {
         ("SLURMD_NODENAME", "head-01"),
         ("SLURM_RESTART_COUNT", "2"),
         ("SLURM_NODELIST", "node[1-4]"),
-    ]));
+    ]);
     assert_eq!(
         non_array,
         [
@@ -274,7 +300,7 @@ fn slurm_attributes_are_python_s_in_order_and_type() {
         ]
     );
 
-    let array = identity::slurm_attributes(lookup(&[
+    let array = slurm_attributes(&[
         ("SLURM_JOB_ID", "12350"),
         ("SLURM_ARRAY_JOB_ID", "12345"),
         ("SLURM_ARRAY_TASK_ID", "7"),
@@ -289,7 +315,7 @@ fn slurm_attributes_are_python_s_in_order_and_type() {
         ("SLURM_TOPOLOGY_ADDR", "s1.s2.n3"),
         ("SLURM_TOPOLOGY_ADDR_PATTERN", "switch.switch.node"),
         ("LENS_SLURM_ARRAY_SLUID", "as1"),
-    ]));
+    ]);
     assert_eq!(
         array,
         [
@@ -314,7 +340,7 @@ fn slurm_attributes_are_python_s_in_order_and_type() {
 
     // Invalid integers are left out (their defaults too); an empty first variable gives way to
     // the next; a step hides the head node.
-    let invalid = identity::slurm_attributes(lookup(&[
+    let invalid = slurm_attributes(&[
         ("SLURM_JOB_ID", "99"),
         ("SLURM_NNODES", "x"),
         ("SLURM_NTASKS", ""),
@@ -326,7 +352,7 @@ fn slurm_attributes_are_python_s_in_order_and_type() {
         ("SLURM_PARTITION", "p"),
         ("LENS_SLURM_SLUID", ""),
         ("NV_LAUNCH_SLUID", "s1"),
-    ]));
+    ]);
     let keys: Vec<&str> = invalid.iter().map(|kv| kv.key.as_str()).collect();
     assert_eq!(
         keys,
@@ -347,13 +373,13 @@ fn slurm_attributes_are_python_s_in_order_and_type() {
     );
 
     // An integer beyond i64 is skipped like an unparsable one; blanks and a sign are fine.
-    let edges = identity::slurm_attributes(lookup(&[
+    let edges = slurm_attributes(&[
         ("SLURM_JOB_ID", "1"),
         ("SLURM_NNODES", "9223372036854775808"),
         ("SLURM_NTASKS", " +007 "),
         ("SLURM_ARRAY_TASK_ID", ""),
         ("SLURM_ARRAY_JOB_ID", "12345"),
-    ]));
+    ]);
     let get = |k: &str| {
         edges
             .iter()
@@ -365,5 +391,5 @@ fn slurm_attributes_are_python_s_in_order_and_type() {
     assert_eq!(get("slurm.job.id"), Some(Value::from("12345_")));
     assert_eq!(get("slurm.array.task_id"), None);
 
-    assert!(identity::slurm_attributes(lookup(&[("SLURM_JOB_ID", "")])).is_empty());
+    assert!(slurm_attributes(&[("SLURM_JOB_ID", "")]).is_empty());
 }

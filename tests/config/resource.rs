@@ -376,7 +376,7 @@ fn slurm_attributes_are_typed_as_python_s() {
     assert_eq!(get_str(&res, semconv::SLURM_PARTITION), s("batch"));
     assert_eq!(get_str(&res, semconv::SLURM_CLUSTER_NAME), s("eos"));
     // Retired in today's NeMo Lens: never emitted.
-    assert_eq!(get(&res, semconv::SLURM_NODELIST), None);
+    assert_eq!(get(&res, "slurm.nodelist"), None); // retired: never emitted
 }
 
 #[test]

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use nemo_lens::export::ConsoleSpanExporter;
+use nemo_lens::export::{ConsoleSpanExporter, ConsoleWriter};
 use opentelemetry::trace::{Link, Span, SpanKind, Status, TraceContextExt, Tracer, TracerProvider};
 use opentelemetry::{Array, Context, KeyValue, Value};
 use opentelemetry_sdk::Resource;
@@ -360,7 +360,8 @@ fn resource() -> Resource {
 fn write_spans(dir: &Path) -> std::path::PathBuf {
     let template = dir.join("nested/spans-rank{rank}.jsonl");
     let template = template.to_str().unwrap();
-    let exporter = ConsoleSpanExporter::to_path(template, 3).expect("open span file");
+    let exporter =
+        ConsoleSpanExporter::new(ConsoleWriter::to_path(template, 3).expect("open span file"));
     let provider = SdkTracerProvider::builder()
         .with_resource(resource())
         .with_simple_exporter(exporter)
@@ -597,7 +598,9 @@ fn rank_files_are_separate_and_appended_to() {
     let template = template.to_str().unwrap();
     let run = |rank: u32, name: &'static str| {
         let provider = SdkTracerProvider::builder()
-            .with_simple_exporter(ConsoleSpanExporter::to_path(template, rank).unwrap())
+            .with_simple_exporter(ConsoleSpanExporter::new(
+                ConsoleWriter::to_path(template, rank).unwrap(),
+            ))
             .build();
         provider.tracer("t").in_span(name, |_| {});
         provider.shutdown().unwrap();

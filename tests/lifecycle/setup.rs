@@ -122,12 +122,20 @@ fn single_rank_exports_from_the_last_rank_by_default() {
 }
 
 #[test]
-fn a_strategy_closure_overrides_the_registry() {
+fn a_registered_strategy_decides_by_name() {
+    nemo_lens::strategy::register_export_strategy(
+        "lenstest_even_ranks",
+        |_, r, _| r % 2 == 0,
+        nemo_lens::Overwrite::Yes,
+    )
+    .unwrap();
     for rank in 0..4 {
-        let t = Telemetry::builder(LensConfig::default().with_enabled(true))
+        let config = LensConfig::default()
+            .with_enabled(true)
+            .with_export_strategy("lenstest_even_ranks");
+        let t = Telemetry::builder(config)
             .rank(rank)
             .world_size(4)
-            .export_strategy(|_, r, _| r % 2 == 0)
             .span_exporter(CollectingExporter::default())
             .allow_reinit_for_testing(true)
             .build()

@@ -312,7 +312,7 @@ fn concurrent_span_and_metric_exports_interleave_whole_lines() {
     let path = dir.path().join("both.jsonl");
     let writer = ConsoleWriter::to_path(path.to_str().unwrap(), 0).unwrap();
     let tracer_provider = SdkTracerProvider::builder()
-        .with_simple_exporter(ConsoleSpanExporter::with_writer(writer.clone()))
+        .with_simple_exporter(ConsoleSpanExporter::new(writer.clone()))
         .build();
     let meter_provider = SdkMeterProvider::builder()
         .with_reader(PeriodicReader::builder(ConsoleMetricExporter::new(writer)).build())

@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use nemo_lens::metrics::{
-    GymMetrics, InferenceMetrics, RlMetrics, STEP_DURATION_BOUNDS_S, TrainingMetrics,
-};
+use nemo_lens::metrics::{GymMetrics, InferenceMetrics, RlMetrics, TrainingMetrics};
 use nemo_lens::{LensConfig, SCOPE_NAME, Telemetry, semconv};
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::metrics::InMemoryMetricExporter;
@@ -312,7 +310,10 @@ fn training_metrics_carry_the_callers_attributes_and_step_buckets() {
     assert_eq!(point.count(), 2);
     assert_eq!(
         point.bounds().collect::<Vec<_>>(),
-        STEP_DURATION_BOUNDS_S.to_vec()
+        vec![
+            0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0,
+            500.0, 600.0,
+        ]
     );
     assert_eq!(
         f64_gauge(metric(&rm, semconv::DL_LOSS)),

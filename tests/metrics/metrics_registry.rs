@@ -1,16 +1,14 @@
-//! The metric-group registry: typed registration errors, listing and removal, recording by key
-//! into a real meter provider, and "warn once, skip, never fail" recording.
+//! The metric-group registry: typed registration errors, recording by key into a real meter
+//! provider, and "warn once, skip, never fail" recording (listing and removal are unit tests in
+//! `src/metrics/`).
 //!
 //! The registry is process-wide and tests run in parallel, so every test uses its own groups.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nemo_lens::metrics::{
-    DIAGNOSTICS_TARGET, MetricKind, MetricSpec, record_metrics, register_metric_group,
-    registered_metric_groups, unregister_metric_group,
-};
-use nemo_lens::{LensConfig, LensError, Telemetry};
+use nemo_lens::metrics::{MetricSpec, register_metric_group};
+use nemo_lens::{LensConfig, LensError, Overwrite, Telemetry};
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use tracing_subscriber::layer::{Context, Layer};
@@ -18,6 +16,9 @@ use tracing_subscriber::prelude::*;
 
 use common::metrics::{collect, exporting, metric};
 use nemo_lens_test_support as common;
+
+/// The `tracing` target of the metrics diagnostics.
+const DIAGNOSTICS_TARGET: &str = "nemo_lens::metrics";
 
 /// Collects the messages of warnings emitted under the metrics diagnostics target.
 #[derive(Clone, Default)]
@@ -60,64 +61,39 @@ fn registry_err(r: Result<(), LensError>) -> String {
 
 #[test]
 fn registration_mistakes_are_typed_errors_and_register_nothing() {
-    let ok = || MetricSpec::new("k", "reg_err.k", MetricKind::Gauge);
-    let msg = registry_err(register_metric_group("", [ok()], false));
+    let ok = || MetricSpec::gauge("k", "reg_err.k");
+    let msg = registry_err(register_metric_group("", [ok()], Overwrite::No));
     assert!(msg.contains("non-empty"), "{msg}");
-    let msg = registry_err(register_metric_group("reg_err_empty", [], false));
+    let msg = registry_err(register_metric_group("reg_err_empty", [], Overwrite::No));
     assert!(msg.contains("at least one"), "{msg}");
     let msg = registry_err(register_metric_group(
         "reg_err_key",
-        [MetricSpec::new("", "reg_err.x", MetricKind::Gauge)],
-        false,
+        [MetricSpec::gauge("", "reg_err.x")],
+        Overwrite::No,
     ));
     assert!(msg.contains("MetricSpec.key"), "{msg}");
     let msg = registry_err(register_metric_group(
         "reg_err_name",
-        [MetricSpec::new("x", " ", MetricKind::Gauge)],
-        false,
+        [MetricSpec::gauge("x", " ")],
+        Overwrite::No,
     ));
     assert!(msg.contains("MetricSpec.name"), "{msg}");
-    let msg = registry_err(register_metric_group("reg_err_dup", [ok(), ok()], false));
+    let msg = registry_err(register_metric_group(
+        "reg_err_dup",
+        [ok(), ok()],
+        Overwrite::No,
+    ));
     assert!(msg.contains("'k' twice"), "{msg}");
 
-    let groups = registered_metric_groups();
+    // Nothing was registered: each name is still free.
     for g in [
-        "",
         "reg_err_empty",
         "reg_err_key",
         "reg_err_name",
         "reg_err_dup",
     ] {
-        assert!(!groups.contains_key(g), "{g} was registered");
+        register_metric_group(g, [ok()], Overwrite::No).unwrap();
     }
-    let err = "summary".parse::<MetricKind>().unwrap_err().to_string();
-    assert!(
-        err.contains("'up_down_counter'") && err.contains("summary"),
-        "{err}"
-    );
-}
-
-#[test]
-fn groups_are_listed_replaced_only_with_override_and_removed() {
-    let v1 = MetricSpec::new("a", "reg_list.a", MetricKind::Histogram).with_unit("ms");
-    register_metric_group("reg_list", [v1.clone()], false).unwrap();
-    assert_eq!(registered_metric_groups()["reg_list"], vec![v1.clone()]);
-
-    let v2 = MetricSpec::new("b", "reg_list.b", MetricKind::Counter).with_description("B.");
-    let msg = registry_err(register_metric_group("reg_list", [v2.clone()], false));
-    assert!(
-        msg.contains("already registered") && msg.contains("allow_override"),
-        "{msg}"
-    );
-    assert_eq!(registered_metric_groups()["reg_list"], vec![v1]);
-
-    register_metric_group("reg_list", [v2.clone()], true).unwrap();
-    assert_eq!(registered_metric_groups()["reg_list"], vec![v2]);
-
-    unregister_metric_group("reg_list").unwrap();
-    assert!(!registered_metric_groups().contains_key("reg_list"));
-    let msg = registry_err(unregister_metric_group("reg_list"));
-    assert!(msg.contains("not registered"), "{msg}");
 }
 
 #[test]
@@ -125,21 +101,19 @@ fn every_kind_records_by_key_with_units_and_attributes() {
     register_metric_group(
         "reg_kinds",
         [
-            MetricSpec::new("reward", "reg_kinds.reward", MetricKind::Gauge),
-            MetricSpec::new("gen_ms", "reg_kinds.gen", MetricKind::Histogram)
+            MetricSpec::gauge("reward", "reg_kinds.reward"),
+            MetricSpec::histogram("gen_ms", "reg_kinds.gen")
                 .with_unit("ms")
                 .with_description("Generation time."),
-            MetricSpec::new("samples", "reg_kinds.samples", MetricKind::Counter)
-                .with_unit("{sample}"),
-            MetricSpec::new("inflight", "reg_kinds.inflight", MetricKind::UpDownCounter),
+            MetricSpec::counter("samples", "reg_kinds.samples").with_unit("{sample}"),
+            MetricSpec::up_down_counter("inflight", "reg_kinds.inflight"),
         ],
-        false,
+        Overwrite::No,
     )
     .unwrap();
     let (t, exporter) = exporting();
     let env = [KeyValue::new("env", "math")];
-    record_metrics(
-        &t,
+    t.instruments().record(
         "reg_kinds",
         [
             ("reward", Some(0.25)),
@@ -149,8 +123,7 @@ fn every_kind_records_by_key_with_units_and_attributes() {
         ],
         &env,
     );
-    record_metrics(
-        t.instruments(),
+    t.instruments().record(
         "reg_kinds",
         [
             ("reward", Some(0.75)),
@@ -205,23 +178,19 @@ fn every_kind_records_by_key_with_units_and_attributes() {
 fn an_overridden_spec_gets_a_new_instrument() {
     register_metric_group(
         "reg_override",
-        [MetricSpec::new("x", "reg_override.v1", MetricKind::Gauge)],
-        false,
+        [MetricSpec::gauge("x", "reg_override.v1")],
+        Overwrite::No,
     )
     .unwrap();
     let (t, exporter) = exporting();
-    record_metrics(&t, "reg_override", [("x", 1.0)], &[]);
+    t.instruments().record("reg_override", [("x", 1.0)], &[]);
     register_metric_group(
         "reg_override",
-        [MetricSpec::new(
-            "x",
-            "reg_override.v2",
-            MetricKind::Histogram,
-        )],
-        true,
+        [MetricSpec::histogram("x", "reg_override.v2")],
+        Overwrite::Yes,
     )
     .unwrap();
-    record_metrics(&t, "reg_override", [("x", 2.0)], &[]);
+    t.instruments().record("reg_override", [("x", 2.0)], &[]);
     let rm = collect(&t, &exporter).unwrap();
     assert!(matches!(
         metric(&rm, "reg_override.v2").data(),
@@ -234,19 +203,21 @@ fn unknown_groups_and_keys_are_warned_about_once_and_skipped() {
     register_metric_group(
         "reg_warn",
         [
-            MetricSpec::new("ok", "reg_warn.ok", MetricKind::Gauge),
-            MetricSpec::new("steps", "reg_warn.steps", MetricKind::Counter),
+            MetricSpec::gauge("ok", "reg_warn.ok"),
+            MetricSpec::counter("steps", "reg_warn.steps"),
         ],
-        false,
+        Overwrite::No,
     )
     .unwrap();
     let (t, exporter) = exporting();
     let warnings = Warnings::default();
     warnings.during(|| {
         for _ in 0..3 {
-            record_metrics(&t, "reg_warn_missing", [("ok", 1.0)], &[]);
-            record_metrics(&t, "reg_warn", [("typo", 1.0), ("ok", 5.0)], &[]);
-            record_metrics(&t, "reg_warn", [("steps", -2.0)], &[]);
+            t.instruments()
+                .record("reg_warn_missing", [("ok", 1.0)], &[]);
+            t.instruments()
+                .record("reg_warn", [("typo", 1.0), ("ok", 5.0)], &[]);
+            t.instruments().record("reg_warn", [("steps", -2.0)], &[]);
         }
     });
     let got = warnings.taken();
@@ -272,16 +243,15 @@ fn unknown_groups_and_keys_are_warned_about_once_and_skipped() {
 fn recording_on_a_disabled_handle_is_silent_and_harmless() {
     register_metric_group(
         "reg_disabled",
-        [MetricSpec::new(
-            "ok",
-            "reg_disabled.ok",
-            MetricKind::Histogram,
-        )],
-        false,
+        [MetricSpec::histogram("ok", "reg_disabled.ok")],
+        Overwrite::No,
     )
     .unwrap();
     let t = Telemetry::builder(LensConfig::default()).build().unwrap();
     let warnings = Warnings::default();
-    warnings.during(|| record_metrics(&t, "reg_disabled", [("ok", f64::NAN)], &[]));
+    warnings.during(|| {
+        t.instruments()
+            .record("reg_disabled", [("ok", f64::NAN)], &[])
+    });
     assert!(warnings.taken().is_empty());
 }

@@ -98,10 +98,15 @@ fn a_span_exited_on_another_worker_is_never_injected_afterwards() {
     use std::thread::ThreadId;
     use std::time::{Duration, Instant};
 
-    use nemo_lens::propagation::{W3cTraceContextPropagator, current_context};
-
     let exporter = InMemorySpanExporter::default();
-    let telemetry = telemetry(true, exporter.clone());
+    // Globals installed: `inject_context` writes through nemo-lens's propagator, the one that
+    // must never inject a stale context.
+    let telemetry = memory::builder(&exporter)
+        .context_activation(true)
+        .install_globals(true)
+        .allow_reinit_for_testing(true)
+        .build()
+        .unwrap();
     let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(telemetry.layer()));
     let workers: Arc<Mutex<HashSet<ThreadId>>> = Arc::default();
     let runtime = {
@@ -168,10 +173,8 @@ fn a_span_exited_on_another_worker_is_never_injected_afterwards() {
                 runtime.spawn(async move {
                     assert!(tracing::Span::current().is_none(), "code in no span");
                     let mut carrier = HashMap::new();
-                    W3cTraceContextPropagator::new()
-                        .inject_context(&opentelemetry::Context::current(), &mut carrier);
-                    W3cTraceContextPropagator::new()
-                        .inject_context(&current_context(), &mut carrier);
+                    // The current lens span's context, else `Context::current()`.
+                    nemo_lens::propagation::inject_context(&mut carrier);
                     // And after nemo-lens ran on this thread, the current context itself.
                     if opentelemetry::Context::current()
                         .span()

@@ -25,12 +25,3 @@ mod trace_flags;
 mod trace_per;
 mod unwinding;
 mod w3c_trace_context;
-
-use std::sync::{Mutex, MutexGuard};
-
-/// The pipeline-parallel carrier slot (`propagation::set_pp_trace_carrier`) is one per process:
-/// the tests that fill it take this lock first.
-fn pp_carrier_slot() -> MutexGuard<'static, ()> {
-    static SLOT: Mutex<()> = Mutex::new(());
-    SLOT.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}

@@ -9,9 +9,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use common::memory::named;
-use nemo_lens::propagation::{W3cTraceContextPropagator, extract_context};
+use nemo_lens::propagation::{extract_context, inject_context};
 use nemo_lens::{LensSpanExt, Telemetry};
-use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{Span as _, TraceContextExt, Tracer as _};
 use opentelemetry_sdk::trace::SpanData;
 use tracing_subscriber::prelude::*;
@@ -82,13 +81,11 @@ fn root_spans_of_the_opentelemetry_tracer_are_exported_random() {
 
 #[test]
 fn the_propagator_sends_and_receives_the_random_flag() {
-    let w3c = W3cTraceContextPropagator::new();
+    // The capture installs the global propagator that `inject_context` writes through.
+    let capture = nemo_lens::testing::SpanCapture::new();
     let mut injected = HashMap::new();
-    run(|_| {
-        tracing::info_span!("step").in_scope(|| {
-            let cx = tracing::Span::current().context();
-            w3c.inject_context(&cx, &mut injected);
-        });
+    capture.in_scope(|| {
+        tracing::info_span!("step").in_scope(|| inject_context(&mut injected));
     });
     let traceparent = &injected["traceparent"];
     assert!(traceparent.ends_with("-03"), "{traceparent}");
@@ -98,14 +95,14 @@ fn the_propagator_sends_and_receives_the_random_flag() {
             "traceparent".to_string(),
             format!("00-{TRACE}-{PARENT}-{sent}"),
         )]);
-        let cx = w3c.extract(&carrier);
+        let cx = extract_context(&carrier);
         let sc = cx.span().span_context().clone();
         assert!(sc.is_valid() && sc.is_remote());
         assert_eq!(sc.trace_flags().to_u8(), kept, "traceparent flags {sent}");
     }
     // A header the SDK rejects stays rejected.
     let bad = HashMap::from([("traceparent".to_string(), format!("00-{TRACE}-{PARENT}-zz"))]);
-    assert!(!w3c.extract(&bad).span().span_context().is_valid());
+    assert!(!extract_context(&bad).span().span_context().is_valid());
 }
 
 #[test]

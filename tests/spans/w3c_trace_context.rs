@@ -9,9 +9,9 @@
 
 use std::collections::HashMap;
 
-use nemo_lens::propagation::{W3cTraceContextPropagator, extract_context, inject_context};
+use nemo_lens::propagation::{extract_context, inject_context};
 use nemo_lens::testing::SpanCapture;
-use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::propagation::Extractor;
 use opentelemetry::trace::TraceContextExt;
 
 const TRACE_ID: &str = "0af7651916cd43dd8448eb211c80319c";
@@ -280,8 +280,8 @@ fn unholdable_cases() -> Vec<Case> {
 /// those with at most one header of each name, through `extract_context` over a map too; fails
 /// naming every case that went wrong.
 fn run(cases: Vec<Case>) {
+    // The capture installs nemo-lens's propagator globally: the one under test.
     let capture = SpanCapture::new();
-    let w3c = W3cTraceContextPropagator::new();
     let mut failed = Vec::new();
     for case in &cases {
         let headers = Headers(
@@ -295,7 +295,8 @@ fn run(cases: Vec<Case>) {
                 )
                 .collect(),
         );
-        let (out, server) = serve(&capture, w3c.extract(&headers));
+        let extracted = opentelemetry::global::get_text_map_propagator(|p| p.extract(&headers));
+        let (out, server) = serve(&capture, extracted);
         if let Err(e) = check(case, &out, &server) {
             failed.push(format!("{} (header list): expected {e}", case.name));
         }

@@ -52,44 +52,8 @@ pub(crate) const INHERITED_KEYS: [&str; 23] = [
 /// (`derive_slurm_resource_attributes`), in Python's order. Empty unless `SLURM_JOB_ID` is
 /// non-empty.
 ///
-/// | attribute | value |
-/// |---|---|
-/// | `slurm.job.id` | `{SLURM_ARRAY_JOB_ID}_{SLURM_ARRAY_TASK_ID}` for an array task (task id set, array job id non-empty), else `SLURM_JOB_ID` |
-/// | `slurm.job.id.raw` | `SLURM_JOB_ID` |
-/// | `slurm.array.job_id` | `SLURM_ARRAY_JOB_ID`, else `SLURM_JOB_ID` |
-/// | `slurm.array.task_id` | `SLURM_ARRAY_TASK_ID`, else `"0"` |
-/// | `slurm.array.count` | integer `SLURM_ARRAY_TASK_COUNT`; 1 when unset or empty |
-/// | `slurm.sluid`, `slurm.array.sluid` | `LENS_SLURM_SLUID` else `NV_LAUNCH_SLUID`; `LENS_SLURM_ARRAY_SLUID` else `NV_LAUNCH_ARRAY_SLUID` |
-/// | `slurm.job.name`, `slurm.cluster.name` | `SLURM_JOB_NAME`, `SLURM_CLUSTER_NAME` |
-/// | `slurm.partition` | `SLURM_JOB_PARTITION`, else `SLURM_PARTITION` |
-/// | `slurm.nnodes` | integer `SLURM_JOB_NUM_NODES`, else `SLURM_NNODES` |
-/// | `slurm.ntasks` | integer `SLURM_NTASKS` |
-/// | `slurm.restart_count` | integer `SLURM_RESTART_COUNT`; 0 when unset or empty |
-/// | `slurm.job.user`, `.job.account`, `.job.qos`, `.job.reservation`, `slurm.segment` | `SLURM_JOB_USER`, `SLURM_JOB_ACCOUNT`, `SLURM_JOB_QOS`, `SLURM_JOB_RESERVATION`, `SLURM_SEGMENT` |
-/// | `slurm.topology.addr`, `slurm.topology.addr_pattern` | `SLURM_TOPOLOGY_ADDR`, `SLURM_TOPOLOGY_ADDR_PATTERN` |
-/// | `slurm.head_node.name` | `SLURMD_NODENAME`, only outside a step (`SLURM_STEP_ID` and `SLURM_STEPID` empty or unset) |
-/// | `nv.dl.job.uuid` | [`job_uuid`](crate::identity::job_uuid) |
-///
-/// An empty variable counts as unset ("else" takes the next one). An integer is
-/// `[+-]?[0-9]+` once surrounding blanks are stripped, and must fit an `i64`: any other value
-/// leaves the attribute out (its default is not used either).
-///
-/// ```
-/// use opentelemetry::{KeyValue, Value};
-///
-/// let env = [("SLURM_JOB_ID", "12350"), ("SLURM_ARRAY_JOB_ID", "12345"),
-///            ("SLURM_ARRAY_TASK_ID", "7"), ("SLURM_NNODES", "4"), ("SLURM_CLUSTER_NAME", "cluster-a")];
-/// let attrs = nemo_lens::identity::slurm_attributes(|k| {
-///     env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
-/// });
-/// let get = |k: &str| attrs.iter().find(|kv| kv.key.as_str() == k).map(|kv| kv.value.clone());
-/// assert_eq!(get("slurm.job.id"), Some(Value::from("12345_7")));
-/// assert_eq!(get("slurm.job.id.raw"), Some(Value::from("12350")));
-/// assert_eq!(get("slurm.nnodes"), Some(Value::I64(4)));
-/// assert_eq!(get("slurm.array.count"), Some(Value::I64(1)));
-/// assert_eq!(get("nv.dl.job.uuid"), Some(Value::from("be34ba0f-41ed-5d53-84c1-e3f3dd25bfd7")));
-/// ```
-pub fn slurm_attributes(lookup: impl Fn(&str) -> Option<String>) -> Vec<KeyValue> {
+/// The attribute table is on [`crate::identity::job_attributes`].
+pub(crate) fn slurm_attributes(lookup: impl Fn(&str) -> Option<String>) -> Vec<KeyValue> {
     let lookup: &dyn Fn(&str) -> Option<String> = &lookup;
     let Some(job_id) = non_empty(lookup("SLURM_JOB_ID")) else {
         return Vec::new();

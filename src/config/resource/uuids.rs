@@ -36,16 +36,8 @@ fn uuid5(name: &str) -> String {
 /// `derive_nv_dl_job_uuid` does.
 ///
 /// A rank under Slurm carries it without calling this; a launcher written in Rust calls it to
-/// hand the value down (see [`crate::carrier`]).
-///
-/// ```
-/// let env = [("SLURM_CLUSTER_NAME", "cluster-a"), ("SLURM_JOB_ID", "12350"),
-///            ("SLURM_ARRAY_JOB_ID", "12345"), ("SLURM_ARRAY_TASK_ID", "7")];
-/// let lookup = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string());
-/// // uuid.uuid5(uuid.NAMESPACE_URL, "nemo.lens.job/cluster-a/12345") in Python.
-/// assert_eq!(nemo_lens::identity::job_uuid(lookup), "be34ba0f-41ed-5d53-84c1-e3f3dd25bfd7");
-/// ```
-pub fn job_uuid(lookup: impl Fn(&str) -> Option<String>) -> String {
+/// hand the value down (see [`crate::identity::job_attributes`]).
+pub(crate) fn job_uuid(lookup: impl Fn(&str) -> Option<String>) -> String {
     let lookup: &dyn Fn(&str) -> Option<String> = &lookup;
     uuid5(&format!(
         "nemo.lens.job/{}/{}",
@@ -66,24 +58,10 @@ pub fn job_uuid(lookup: impl Fn(&str) -> Option<String>) -> String {
 ///
 /// Outside Slurm every rank of a run must pass the same run id (or share
 /// `TORCHELASTIC_RUN_ID`) to get one run UUID.
-///
-/// ```
-/// use nemo_lens::identity::run_uuid;
-///
-/// let env = [("SLURM_CLUSTER_NAME", "cluster-a"), ("SLURM_JOB_ID", "12345"),
-///            ("SLURM_RESTART_COUNT", "1")];
-/// let lookup = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string());
-/// // uuid.uuid5(uuid.NAMESPACE_URL, "nemo.lens.run/cluster-a/12345/sr1") in Python.
-/// assert_eq!(run_uuid(lookup, None).as_deref(), Some("be42db52-ed95-5653-b035-190f2392e702"));
-///
-/// // Outside Slurm: from the run id every rank shares.
-/// assert_eq!(
-///     run_uuid(|_| None, Some("local-1")).as_deref(),
-///     Some("b7bfb81b-f66c-50d8-a79e-8a703cdad745")
-/// );
-/// assert_eq!(run_uuid(|_| None, None), None);
-/// ```
-pub fn run_uuid(lookup: impl Fn(&str) -> Option<String>, run_id: Option<&str>) -> Option<String> {
+pub(crate) fn run_uuid(
+    lookup: impl Fn(&str) -> Option<String>,
+    run_id: Option<&str>,
+) -> Option<String> {
     let lookup: &dyn Fn(&str) -> Option<String> = &lookup;
     let in_slurm = non_empty(lookup("SLURM_JOB_ID")).is_some()
         || non_empty(lookup("SLURM_ARRAY_JOB_ID")).is_some();
@@ -107,4 +85,35 @@ pub fn run_uuid(lookup: impl Fn(&str) -> Option<String>, run_id: Option<&str>) -
         name.push_str(&restarts);
     }
     Some(uuid5(&name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookup(env: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| {
+            env.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn uuids_are_python_s() {
+        // uuid.uuid5(uuid.NAMESPACE_URL, "nemo.lens.job/nocluster/nojob") in Python: the name
+        // outside a Slurm job, where no job UUID is emitted.
+        assert_eq!(job_uuid(|_| None), "d2badfc7-0e4c-537b-b4ea-8785f79f8679");
+        // uuid.uuid5(uuid.NAMESPACE_URL, "nemo.lens.run/cluster-a/12345/sr1") in Python.
+        let env = lookup(&[
+            ("SLURM_CLUSTER_NAME", "cluster-a"),
+            ("SLURM_JOB_ID", "12345"),
+            ("SLURM_RESTART_COUNT", "1"),
+        ]);
+        assert_eq!(
+            run_uuid(env, None).as_deref(),
+            Some("be42db52-ed95-5653-b035-190f2392e702")
+        );
+        assert_eq!(run_uuid(|_| None, None), None);
+    }
 }

@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::future::Future;
-use std::io::{self, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -45,14 +44,14 @@ use crate::pyjson::{write_bool, write_f64, write_i64, write_json_str, write_time
 /// never split each other.
 ///
 /// ```
-/// use nemo_lens::export::ConsoleLogExporter;
+/// use nemo_lens::export::{ConsoleLogExporter, ConsoleWriter};
 /// use opentelemetry::logs::{Logger, LoggerProvider, LogRecord, Severity};
 /// use opentelemetry_sdk::logs::SdkLoggerProvider;
 ///
 /// let dir = tempfile::tempdir()?;
 /// let template = dir.path().join("rank{rank}.jsonl");
 /// let provider = SdkLoggerProvider::builder()
-///     .with_simple_exporter(ConsoleLogExporter::to_path(template.to_str().unwrap(), 2)?)
+///     .with_simple_exporter(ConsoleLogExporter::new(ConsoleWriter::to_path(template.to_str().unwrap(), 2)?))
 ///     .build();
 /// let logger = provider.logger("demo");
 /// let mut record = logger.create_log_record();
@@ -95,43 +94,6 @@ impl ConsoleLogExporter {
             resource_json: EMPTY_RESOURCE_JSON.to_owned(),
             is_shutdown: AtomicBool::new(false),
         }
-    }
-
-    /// Writes to the process's stdout.
-    ///
-    /// ```
-    /// let exporter = nemo_lens::export::ConsoleLogExporter::stdout();
-    /// assert!(exporter.path().is_none());
-    /// ```
-    pub fn stdout() -> Self {
-        Self::new(ConsoleWriter::stdout())
-    }
-
-    /// Writes to any writer (a pipe, a socket, a test buffer).
-    ///
-    /// ```
-    /// let exporter = nemo_lens::export::ConsoleLogExporter::to_writer(std::io::sink());
-    /// # let _ = exporter;
-    /// ```
-    pub fn to_writer(w: impl Write + Send + 'static) -> Self {
-        Self::new(ConsoleWriter::to_writer(w))
-    }
-
-    /// Appends to the file named by `template` with `{rank}` replaced.
-    ///
-    /// ```
-    /// let dir = tempfile::tempdir()?;
-    /// let t = dir.path().join("r{rank}.jsonl");
-    /// let exporter = nemo_lens::export::ConsoleLogExporter::to_path(t.to_str().unwrap(), 1)?;
-    /// assert_eq!(exporter.path(), Some(dir.path().join("r1.jsonl").as_path()));
-    /// # Ok::<(), std::io::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// Any I/O error from creating the directories or opening the file.
-    pub fn to_path(template: &str, rank: u32) -> io::Result<Self> {
-        Ok(Self::new(ConsoleWriter::to_path(template, rank)?))
     }
 
     /// The file written to, or `None` for stdout and custom writers.

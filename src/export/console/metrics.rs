@@ -24,11 +24,11 @@ use crate::pyjson::{write_f64, write_i64, write_json_str, write_value};
 /// The layout and an end-to-end example are below.
 ///
 /// ```
-/// use nemo_lens::export::ConsoleMetricExporter;
+/// use nemo_lens::export::{ConsoleMetricExporter, ConsoleWriter};
 /// use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
 /// use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 ///
-/// let exporter = ConsoleMetricExporter::stdout();
+/// let exporter = ConsoleMetricExporter::new(ConsoleWriter::stdout());
 /// assert_eq!(exporter.temporality(), Temporality::Cumulative);
 /// let provider = SdkMeterProvider::builder()
 ///     .with_reader(PeriodicReader::builder(exporter).build())
@@ -142,23 +142,13 @@ impl ConsoleMetricExporter {
         }
     }
 
-    /// Writes to the process's stdout.
-    ///
-    /// ```
-    /// let exporter = nemo_lens::export::ConsoleMetricExporter::stdout();
-    /// # let _ = exporter;
-    /// ```
-    pub fn stdout() -> Self {
-        Self::new(ConsoleWriter::stdout())
-    }
-
     /// Asks the reader for `temporality` instead of cumulative.
     ///
     /// ```
-    /// use nemo_lens::export::ConsoleMetricExporter;
+    /// use nemo_lens::export::{ConsoleMetricExporter, ConsoleWriter};
     /// use opentelemetry_sdk::metrics::Temporality;
     /// use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-    /// let exporter = ConsoleMetricExporter::stdout().with_temporality(Temporality::Delta);
+    /// let exporter = ConsoleMetricExporter::new(ConsoleWriter::stdout()).with_temporality(Temporality::Delta);
     /// assert_eq!(exporter.temporality(), Temporality::Delta);
     /// ```
     pub fn with_temporality(mut self, temporality: Temporality) -> Self {

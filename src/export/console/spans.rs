@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::future::Future;
-use std::io::{self, Write};
+use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -24,11 +24,12 @@ use crate::pyjson::{resource_json, write_attributes, write_json_str, write_time}
 /// exporter; the SDK passes it the provider's resource, which is then embedded in every line.
 ///
 /// ```
-/// use nemo_lens::export::ConsoleSpanExporter;
+/// use nemo_lens::export::{ConsoleSpanExporter, ConsoleWriter};
 /// use opentelemetry_sdk::trace::{BatchSpanProcessor, SdkTracerProvider};
 ///
+/// let exporter = ConsoleSpanExporter::new(ConsoleWriter::stdout());
 /// let provider = SdkTracerProvider::builder()
-///     .with_span_processor(BatchSpanProcessor::builder(ConsoleSpanExporter::stdout()).build())
+///     .with_span_processor(BatchSpanProcessor::builder(exporter).build())
 ///     .build();
 /// # provider.shutdown().unwrap();
 /// ```
@@ -85,24 +86,26 @@ use crate::pyjson::{resource_json, write_attributes, write_json_str, write_time}
 ///
 /// # Picking stdout or a file
 ///
-/// - [`ConsoleSpanExporter::stdout()`] (also [`Default`]): what Python Lens does. Spans of every
-///   rank land on the process's stdout.
-/// - [`ConsoleSpanExporter::to_path`]`("spans-{rank}.jsonl", rank)`: one file per rank, so ranks
-///   never interleave; `{rank}` in the template is replaced by the rank, parent directories are
+/// The [`ConsoleWriter`] given to [`ConsoleSpanExporter::new`] decides where lines go:
+///
+/// - [`ConsoleWriter::stdout()`]: what Python Lens does. Spans of every rank land on the
+///   process's stdout.
+/// - [`ConsoleWriter::to_path`]`("spans-{rank}.jsonl", rank)`: one file per rank, so ranks never
+///   interleave; `{rank}` in the template is replaced by the rank, parent directories are
 ///   created, and the file is appended to.
-/// - [`ConsoleSpanExporter::to_writer`]: any [`std::io::Write`] (a socket, a pipe, a test buffer).
-/// - [`ConsoleSpanExporter::with_writer`]: a [`ConsoleWriter`] shared with the
-///   [metric exporter](crate::export::ConsoleMetricExporter), so span lines and metric lines go, each
-///   whole, into one stream (what `Telemetry` does with `NEMO_LENS_EXPORTER=console`).
+/// - [`ConsoleWriter::to_writer`]: any [`std::io::Write`] (a socket, a pipe, a test buffer).
+/// - a clone of the writer of the [metric exporter](crate::export::ConsoleMetricExporter), so span
+///   lines and metric lines go, each whole, into one stream (what `Telemetry` does with
+///   `NEMO_LENS_EXPORTER=console`).
 ///
 /// ```
-/// use nemo_lens::export::ConsoleSpanExporter;
+/// use nemo_lens::export::{ConsoleSpanExporter, ConsoleWriter};
 /// use opentelemetry::trace::{Tracer, TracerProvider};
 /// use opentelemetry_sdk::trace::SdkTracerProvider;
 ///
 /// let dir = tempfile::tempdir()?;
 /// let template = dir.path().join("spans-{rank}.jsonl");
-/// let exporter = ConsoleSpanExporter::to_path(template.to_str().unwrap(), 3)?;
+/// let exporter = ConsoleSpanExporter::new(ConsoleWriter::to_path(template.to_str().unwrap(), 3)?);
 /// let provider = SdkTracerProvider::builder()
 ///     .with_simple_exporter(exporter)
 ///     .build();
@@ -138,20 +141,6 @@ impl fmt::Debug for ConsoleSpanExporter {
     }
 }
 
-impl Default for ConsoleSpanExporter {
-    /// Same as [`ConsoleSpanExporter::stdout()`].
-    ///
-    /// ```
-    /// use nemo_lens::export::ConsoleSpanExporter;
-    ///
-    /// let exporter = ConsoleSpanExporter::default();
-    /// assert!(exporter.path().is_none());
-    /// ```
-    fn default() -> Self {
-        Self::stdout()
-    }
-}
-
 impl ConsoleSpanExporter {
     /// Writes to `writer`, which may be shared with a
     /// [`ConsoleMetricExporter`](crate::export::ConsoleMetricExporter) so that
@@ -162,11 +151,11 @@ impl ConsoleSpanExporter {
     /// use nemo_lens::export::ConsoleMetricExporter;
     ///
     /// let writer = ConsoleWriter::stdout();
-    /// let spans = ConsoleSpanExporter::with_writer(writer.clone());
+    /// let spans = ConsoleSpanExporter::new(writer.clone());
     /// let metrics = ConsoleMetricExporter::new(writer);
     /// # let _ = (spans, metrics);
     /// ```
-    pub fn with_writer(writer: ConsoleWriter) -> Self {
+    pub fn new(writer: ConsoleWriter) -> Self {
         Self {
             buf: Mutex::new(Vec::with_capacity(8 * 1024)),
             writer,
@@ -175,93 +164,12 @@ impl ConsoleSpanExporter {
         }
     }
 
-    /// Writes to the process's stdout, like Python NeMo Lens's `console` exporter.
-    ///
-    /// ```
-    /// use nemo_lens::export::ConsoleSpanExporter;
-    /// use opentelemetry_sdk::trace::SdkTracerProvider;
-    ///
-    /// let provider = SdkTracerProvider::builder()
-    ///     .with_simple_exporter(ConsoleSpanExporter::stdout())
-    ///     .build();
-    /// # provider.shutdown().unwrap();
-    /// ```
-    pub fn stdout() -> Self {
-        Self::with_writer(ConsoleWriter::stdout())
-    }
-
-    /// Writes to any [`Write`] implementation (a pipe, a socket, an in-memory buffer).
-    ///
-    /// Each export call writes its whole batch with one `write_all` and then calls `flush`, so a
-    /// [`std::io::BufWriter`] in front of the writer is unnecessary.
-    ///
-    /// ```
-    /// use std::io::Write;
-    /// use std::sync::{Arc, Mutex};
-    ///
-    /// use nemo_lens::export::ConsoleSpanExporter;
-    /// use opentelemetry::trace::{Tracer, TracerProvider};
-    /// use opentelemetry_sdk::trace::SdkTracerProvider;
-    ///
-    /// /// A writer whose bytes stay readable after the exporter took ownership of it.
-    /// #[derive(Clone, Default)]
-    /// struct Shared(Arc<Mutex<Vec<u8>>>);
-    /// impl Write for Shared {
-    ///     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-    ///         self.0.lock().unwrap().write(b)
-    ///     }
-    ///     fn flush(&mut self) -> std::io::Result<()> {
-    ///         Ok(())
-    ///     }
-    /// }
-    ///
-    /// let out = Shared::default();
-    /// let provider = SdkTracerProvider::builder()
-    ///     .with_simple_exporter(ConsoleSpanExporter::to_writer(out.clone()))
-    ///     .build();
-    /// provider.tracer("demo").in_span("step", |_cx| {});
-    /// provider.shutdown()?;
-    ///
-    /// let text = String::from_utf8(out.0.lock().unwrap().clone())?;
-    /// let line: serde_json::Value = serde_json::from_str(text.trim_end())?;
-    /// assert_eq!(line["name"], "step");
-    /// assert_eq!(line["parent_id"], serde_json::Value::Null);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn to_writer(w: impl Write + Send + 'static) -> Self {
-        Self::with_writer(ConsoleWriter::to_writer(w))
-    }
-
-    /// Appends to the file named by `template` with `{rank}` replaced by `rank` (see
-    /// [`ConsoleWriter::to_path`]), creating the file and its parent directories as needed.
-    ///
-    /// Giving every rank its own file keeps lines from different processes from interleaving.
-    /// A template without `{rank}` is used as is (all ranks then share one file).
-    ///
-    /// ```
-    /// use nemo_lens::export::ConsoleSpanExporter;
-    ///
-    /// let dir = tempfile::tempdir()?;
-    /// let template = dir.path().join("run-42/spans-rank{rank}.jsonl");
-    /// let exporter = ConsoleSpanExporter::to_path(template.to_str().unwrap(), 7)?;
-    /// assert_eq!(exporter.path(), Some(dir.path().join("run-42/spans-rank7.jsonl").as_path()));
-    /// assert!(dir.path().join("run-42/spans-rank7.jsonl").exists());
-    /// # Ok::<(), std::io::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// Any I/O error from creating the directories or opening the file.
-    pub fn to_path(template: &str, rank: u32) -> io::Result<Self> {
-        ConsoleWriter::to_path(template, rank).map(Self::with_writer)
-    }
-
     /// The file this exporter appends to, or `None` for stdout and custom writers.
     ///
     /// ```
-    /// use nemo_lens::export::ConsoleSpanExporter;
+    /// use nemo_lens::export::{ConsoleSpanExporter, ConsoleWriter};
     ///
-    /// assert_eq!(ConsoleSpanExporter::stdout().path(), None);
+    /// assert_eq!(ConsoleSpanExporter::new(ConsoleWriter::stdout()).path(), None);
     /// ```
     pub fn path(&self) -> Option<&Path> {
         self.writer.path()
@@ -449,6 +357,7 @@ fn push_py_str_repr(out: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io;
     use std::time::UNIX_EPOCH;
 
     #[test]
@@ -554,7 +463,7 @@ mod tests {
             status: Status::Unset,
             instrumentation_scope: Default::default(),
         };
-        let exporter = ConsoleSpanExporter::to_writer(Broken);
+        let exporter = ConsoleSpanExporter::new(ConsoleWriter::to_writer(Broken));
         match exporter.export_batch(std::slice::from_ref(&span)) {
             Err(OTelSdkError::InternalFailure(msg)) => assert!(msg.contains("disk on fire")),
             other => panic!("expected InternalFailure, got {other:?}"),

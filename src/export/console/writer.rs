@@ -72,6 +72,9 @@ impl ConsoleWriter {
 
     /// Any [`Write`] implementation (a pipe, a socket, an in-memory buffer).
     ///
+    /// Each export call writes its whole batch with one `write_all` and then calls `flush`, so a
+    /// [`std::io::BufWriter`] in front of the writer is unnecessary.
+    ///
     /// ```
     /// let writer = nemo_lens::export::ConsoleWriter::to_writer(std::io::sink());
     /// assert!(writer.path().is_none());
@@ -80,9 +83,10 @@ impl ConsoleWriter {
         Self::new(Box::new(w), Target::Writer)
     }
 
-    /// Appends to the file named by `template` with `{rank}` replaced by `rank` (see
-    /// every `{rank}` in `template` replaced), creating the file and its parent directories as needed. The file is
-    /// opened once; clones of the writer share it.
+    /// Appends to the file named by `template` with every `{rank}` replaced by `rank`, creating
+    /// the file and its parent directories as needed. The file is opened once; clones of the
+    /// writer share it. Giving every rank its own file keeps lines of different processes from
+    /// interleaving; a template without `{rank}` is used as is.
     ///
     /// ```
     /// use nemo_lens::export::ConsoleWriter;

@@ -42,14 +42,8 @@ use crate::error::{LensError, Result};
 use crate::export::otlp::endpoint::Destination;
 
 /// An OTLP wire protocol.
-///
-/// ```
-/// use nemo_lens::export::OtlpProtocol;
-/// assert_eq!("http/protobuf".parse::<OtlpProtocol>().unwrap(), OtlpProtocol::HttpProtobuf);
-/// assert!("thrift".parse::<OtlpProtocol>().is_err());
-/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OtlpProtocol {
+pub(crate) enum OtlpProtocol {
     /// `grpc` (the default).
     Grpc,
     /// `http/protobuf`.
@@ -60,7 +54,7 @@ pub enum OtlpProtocol {
 
 impl OtlpProtocol {
     /// The accepted spellings, for error messages.
-    pub const ACCEPTED: &'static str = "'grpc', 'http/protobuf', 'http/json'";
+    pub(crate) const ACCEPTED: &'static str = "'grpc', 'http/protobuf', 'http/json'";
 
     #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
     fn sdk(self) -> Protocol {
@@ -102,7 +96,7 @@ impl FromStr for OtlpProtocol {
 /// A telemetry signal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Signal {
+pub(crate) enum Signal {
     /// Spans.
     Traces,
     /// Metrics.
@@ -113,7 +107,7 @@ pub enum Signal {
 
 impl Signal {
     /// `traces`, `metrics` or `logs`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Signal::Traces => "traces",
             Signal::Metrics => "metrics",

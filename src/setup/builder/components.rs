@@ -6,14 +6,13 @@ use opentelemetry_sdk::logs::LogExporter;
 use opentelemetry_sdk::trace::{SpanExporter, SpanProcessor, TracerProviderBuilder};
 
 use super::TelemetryBuilder;
-use crate::config::LensConfig;
 use crate::queue::processors::{BoxedProcessor, exporter_processor, log_provider};
-use crate::rank::strategy::ExportStrategy;
 
 impl TelemetryBuilder {
     /// Sends spans to `exporter` instead of the configured console/OTLP exporter (traces only;
-    /// metrics keep theirs). It is wrapped in the [batch processor](crate::export::LensBatchProcessor), built
-    /// only on an exporting rank.
+    /// metrics keep theirs). It is put behind nemo-lens's bounded batch queue (`OTEL_BSP_*`,
+    /// drops counted in [`Telemetry::dropped`](crate::Telemetry::dropped)), built only on an
+    /// exporting rank.
     ///
     /// ```
     /// use opentelemetry_sdk::trace::InMemorySpanExporter;
@@ -100,21 +99,6 @@ impl TelemetryBuilder {
     /// ```
     pub fn tracer_provider(mut self, builder: TracerProviderBuilder) -> Self {
         self.provider_builder = Some(builder);
-        self
-    }
-
-    /// Decides with `strategy` instead of the registry entry named by `export_strategy`.
-    ///
-    /// ```
-    /// let builder = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default())
-    ///     .export_strategy(|_cfg, rank, _ws| rank % 8 == 0);
-    /// # let _ = builder;
-    /// ```
-    pub fn export_strategy(
-        mut self,
-        strategy: impl Fn(&LensConfig, u32, u32) -> bool + Send + Sync + 'static,
-    ) -> Self {
-        self.export_strategy = Some(ExportStrategy::custom(strategy));
         self
     }
 

@@ -1,20 +1,11 @@
-//! Export strategies, the strategy registry and the `RankAwareSampler` (spec §2.3, §2.4).
+//! The strategies, the md5 rule against Python, and the registry.
 //!
 //! The `sampled` rule is compared with the Python rule by running `python3`; a small table
 //! computed with Python pins it even where Python is absent.
 
 use std::process::Command;
 
-use nemo_lens::strategy::{
-    BUILTIN_STRATEGIES, ExportStrategy, get_export_strategy, rank_is_sampled, rank_sample_value,
-    register_export_strategy, registered_strategies, unregister_export_strategy,
-};
-use nemo_lens::{LensConfig, LensError, RankAwareSampler};
-use opentelemetry::trace::{
-    SpanContext, SpanId, SpanKind, TraceContextExt, TraceFlags, TraceId, TraceState,
-};
-use opentelemetry::{Context, KeyValue};
-use opentelemetry_sdk::trace::{SamplingDecision, ShouldSample};
+use super::*;
 
 const RATES: [f64; 7] = [0.0, 0.01, 0.1, 0.25, 0.5, 0.9, 1.0];
 
@@ -189,14 +180,14 @@ fn sampled_follows_the_rate() {
 #[test]
 fn custom_strategies_register_override_and_unregister() {
     let name = "lenstest_even_ranks";
-    register_export_strategy(name, |_, rank, _| rank % 2 == 0, false).unwrap();
+    register_export_strategy(name, |_, rank, _| rank % 2 == 0, Overwrite::No).unwrap();
     assert!(registered_strategies().contains(&name.to_string()));
     let s = get_export_strategy(name, "NEMO_LENS_EXPORT_STRATEGY").unwrap();
     assert!(matches!(s, ExportStrategy::Custom(_)));
     assert_eq!(exporting_ranks(&s, &cfg(-1, 1.0), 6), vec![0, 2, 4]);
 
     // Registering the same name again without override fails and keeps the first function.
-    let err = register_export_strategy(name, |_, _, _| true, false).unwrap_err();
+    let err = register_export_strategy(name, |_, _, _| true, Overwrite::No).unwrap_err();
     assert!(matches!(&err, LensError::Registry(_)), "{err:?}");
     let msg = err.to_string();
     assert!(msg.contains(name), "{msg}");
@@ -208,7 +199,7 @@ fn custom_strategies_register_override_and_unregister() {
     register_export_strategy(
         name,
         |cfg, rank, world| i64::from(rank) == cfg.export_rank || rank + 1 == world,
-        true,
+        Overwrite::Yes,
     )
     .unwrap();
     let s = get_export_strategy(name, "v").unwrap();
@@ -234,7 +225,7 @@ fn built_ins_cannot_be_unregistered_or_replaced_without_override() {
         assert!(msg.contains(builtin), "{msg}");
         assert!(registered_strategies().contains(&builtin.to_string()));
 
-        let err = register_export_strategy(builtin, |_, _, _| false, false).unwrap_err();
+        let err = register_export_strategy(builtin, |_, _, _| false, Overwrite::No).unwrap_err();
         assert!(matches!(&err, LensError::Registry(_)), "{err:?}");
         assert!(err.to_string().contains(builtin));
     }
@@ -252,7 +243,7 @@ fn built_ins_cannot_be_unregistered_or_replaced_without_override() {
 #[test]
 fn empty_names_are_rejected() {
     for name in ["", " ", "\t\n"] {
-        let err = register_export_strategy(name, |_, _, _| true, true).unwrap_err();
+        let err = register_export_strategy(name, |_, _, _| true, Overwrite::Yes).unwrap_err();
         assert!(matches!(&err, LensError::Registry(_)), "{name:?}: {err:?}");
         assert!(err.to_string().contains("non-empty"), "{err}");
     }
@@ -269,8 +260,8 @@ fn unregistering_an_unknown_name_fails() {
 
 #[test]
 fn registered_strategies_are_sorted_and_include_the_built_ins() {
-    register_export_strategy("lenstest_aaa_first", |_, _, _| true, true).unwrap();
-    register_export_strategy("lenstest_zzz_last", |_, _, _| true, true).unwrap();
+    register_export_strategy("lenstest_aaa_first", |_, _, _| true, Overwrite::Yes).unwrap();
+    register_export_strategy("lenstest_zzz_last", |_, _, _| true, Overwrite::Yes).unwrap();
     let names = registered_strategies();
     assert!(
         names.windows(2).all(|w| w[0] < w[1]),
@@ -320,136 +311,61 @@ fn unknown_strategy_error_names_the_variable_and_the_registered_strategies() {
     assert!(get_export_strategy(" all_ranks", "v").is_err());
 }
 
-// ---------------------------------------------------------------------------------------------
-// RankAwareSampler.
-
-fn decision(sampler: &RankAwareSampler, parent: Option<&Context>) -> SamplingDecision {
-    let result = sampler.should_sample(
-        parent,
-        TraceId::from(0x1234_u128),
-        "step",
-        &SpanKind::Internal,
-        &[KeyValue::new("k", 1)],
-        &[],
-    );
-    assert!(result.attributes.is_empty());
-    result.decision
-}
-
 #[test]
-fn sampler_rate_at_or_above_one_keeps_every_rank() {
-    for rate in [1.0, 1.5, f64::INFINITY] {
-        for rank in 0..256 {
-            let s = RankAwareSampler::new(rank, 256, rate);
-            assert!(s.is_sampled(), "rank {rank} rate {rate}");
-            assert_eq!(decision(&s, None), SamplingDecision::RecordAndSample);
+fn first_rank_per_node_follows_local_rank() {
+    let by_name = get_export_strategy("first_rank_per_node", "NEMO_LENS_EXPORT_STRATEGY").unwrap();
+    assert!(matches!(by_name, ExportStrategy::FirstRankPerNode));
+    let cfg = LensConfig::default();
+
+    // (LOCAL_RANK, expected decision); the global rank and world size do not matter.
+    let cases: [(Option<&str>, bool); 7] = [
+        (None, true),
+        (Some("0"), true),
+        (Some(" 0 "), true),
+        (Some("+0"), true),
+        (Some("3"), false),
+        (Some("1"), false),
+        (Some("-1"), false),
+    ];
+    for (local_rank, expected) in cases {
+        let lookup = |k: &str| {
+            (k == "LOCAL_RANK")
+                .then(|| local_rank.map(str::to_owned))
+                .flatten()
+        };
+        for strategy in [&ExportStrategy::FirstRankPerNode, &by_name] {
+            for (rank, world) in [(0, 1), (0, 16), (5, 16), (15, 16)] {
+                let decided = strategy
+                    .decide_with(&cfg, rank, world, &lookup)
+                    .unwrap_or_else(|e| panic!("LOCAL_RANK={local_rank:?}: {e}"));
+                assert_eq!(
+                    decided, expected,
+                    "LOCAL_RANK={local_rank:?}, rank {rank}/{world}"
+                );
+            }
         }
     }
-}
 
-#[test]
-fn sampler_rate_at_or_below_zero_drops_every_rank() {
-    for rate in [0.0, -0.0, -0.5, f64::NEG_INFINITY, f64::NAN] {
-        for rank in 0..256 {
-            let s = RankAwareSampler::new(rank, 256, rate);
-            assert!(!s.is_sampled(), "rank {rank} rate {rate}");
-            assert_eq!(decision(&s, None), SamplingDecision::Drop);
+    // Not an integer: a typed error that names LOCAL_RANK (Python's int() raises too, also for
+    // an empty value).
+    for bad in ["abc", "0.0", "", "1e0", "zero"] {
+        let lookup = |k: &str| (k == "LOCAL_RANK").then(|| bad.to_owned());
+        let err = ExportStrategy::FirstRankPerNode
+            .decide_with(&cfg, 0, 8, &lookup)
+            .unwrap_err();
+        match &err {
+            LensError::InvalidLocalRank { value } => assert_eq!(value, bad),
+            other => panic!("LOCAL_RANK={bad:?}: expected InvalidLocalRank, got {other:?}"),
         }
+        let msg = err.to_string();
+        assert!(msg.contains("LOCAL_RANK"), "{msg}");
+        assert!(msg.contains(&format!("'{bad}'")), "{msg}");
+        assert!(by_name.decide_with(&cfg, 0, 8, &lookup).is_err());
     }
-}
 
-#[test]
-fn sampler_between_zero_and_one_uses_the_md5_rule() {
-    for (rank, value) in PYTHON_TABLE {
-        for rate in [0.01, 0.1, 0.25, 0.5, 0.9, value, value + 1e-4] {
-            let s = RankAwareSampler::new(rank, 16, rate);
-            let expected = value < rate;
-            assert_eq!(s.is_sampled(), expected, "rank {rank} rate {rate}");
-            assert_eq!(
-                decision(&s, None),
-                if expected {
-                    SamplingDecision::RecordAndSample
-                } else {
-                    SamplingDecision::Drop
-                }
-            );
-        }
-    }
-    // The decision depends on rank and rate only, not on the world size.
-    for world in [1, 8, 100_000] {
-        assert!(RankAwareSampler::new(3, world, 0.1).is_sampled());
-        assert!(!RankAwareSampler::new(0, world, 0.1).is_sampled());
-    }
-    let s = RankAwareSampler::new(5, 32, 0.5);
-    assert_eq!(s.rank(), 5);
-    assert_eq!(s.world_size(), 32);
-}
-
-#[test]
-fn sampler_is_per_rank_not_parent_based() {
-    let parent_state = TraceState::from_key_value([("vendor", "abc")]).unwrap();
-    let sampled_parent = Context::new().with_remote_span_context(SpanContext::new(
-        TraceId::from(7_u128),
-        SpanId::from(9_u64),
-        TraceFlags::SAMPLED,
-        true,
-        parent_state.clone(),
-    ));
-    let unsampled_parent = Context::new().with_remote_span_context(SpanContext::new(
-        TraceId::from(7_u128),
-        SpanId::from(9_u64),
-        TraceFlags::default(),
-        true,
-        parent_state.clone(),
-    ));
-    let keep = RankAwareSampler::new(3, 8, 0.1);
-    let drop = RankAwareSampler::new(0, 8, 0.1);
-    for parent in [&sampled_parent, &unsampled_parent] {
-        assert_eq!(
-            decision(&keep, Some(parent)),
-            SamplingDecision::RecordAndSample
-        );
-        assert_eq!(decision(&drop, Some(parent)), SamplingDecision::Drop);
-        // The parent's trace state is carried over.
-        let result = keep.should_sample(
-            Some(parent),
-            TraceId::from(7_u128),
-            "child",
-            &SpanKind::Internal,
-            &[],
-            &[],
-        );
-        assert_eq!(result.trace_state, parent_state);
-    }
-    // A parent context without a span: empty trace state.
-    let result = keep.should_sample(
-        Some(&Context::new()),
-        TraceId::from(7_u128),
-        "root",
-        &SpanKind::Server,
-        &[],
-        &[],
-    );
-    assert_eq!(result.decision, SamplingDecision::RecordAndSample);
-    assert_eq!(result.trace_state, TraceState::default());
-}
-
-#[test]
-fn sampler_description_matches_python() {
-    assert_eq!(
-        RankAwareSampler::new(3, 8, 0.1).description(),
-        "RankAwareSampler(rank=3, rate=0.1)"
-    );
-    assert_eq!(
-        RankAwareSampler::new(0, 1, 1.0).description(),
-        "RankAwareSampler(rank=0, rate=1.0)"
-    );
-    assert_eq!(
-        RankAwareSampler::new(1023, 1024, 0.0).description(),
-        "RankAwareSampler(rank=1023, rate=0.0)"
-    );
-    assert_eq!(
-        RankAwareSampler::new(42, 64, 0.25).description(),
-        "RankAwareSampler(rank=42, rate=0.25)"
+    assert!(
+        ExportStrategy::FirstRankPerNode
+            .decide_with(&cfg, 0, 8, &|_| None)
+            .unwrap()
     );
 }

@@ -12,25 +12,26 @@
 //! | `sampled` | `md5(str(rank)) % 10000 / 10000 < export_sample_rate` |
 //! | `first_rank_per_node` | `LOCAL_RANK` is `0` (or unset) |
 //!
-//! `sampled` uses exactly the rule of the Python library, so in a job that mixes Python and Rust
-//! processes the same ranks export:
+//! `sampled` uses exactly the rule of the Python library (`int(md5(str(rank)).hexdigest(), 16)
+//! % 10000 / 10000`), so in a job that mixes Python and Rust processes the same ranks export.
+//! A built-in name is replaced only with [`Overwrite::Yes`].
+//!
+//! Custom strategies are registered by name and selected with `NEMO_LENS_EXPORT_STRATEGY` (or
+//! [`LensConfig::with_export_strategy`]), as in the Python library:
 //!
 //! ```
-//! use nemo_lens::strategy::{rank_sample_value, rank_is_sampled};
-//! // int(hashlib.md5(b"0").hexdigest(), 16) % 10000 / 10000 == 0.785
-//! assert_eq!(rank_sample_value(0), 0.785);
-//! assert!(rank_is_sampled(0, 0.8));
-//! assert!(!rank_is_sampled(0, 0.785));
+//! use nemo_lens::{LensConfig, Overwrite, Telemetry, strategy};
+//!
+//! strategy::register_export_strategy("every_64th", |_cfg, rank, _ws| rank % 64 == 0, Overwrite::No)
+//!     .unwrap();
+//! let config = LensConfig::default().with_enabled(true).with_export_strategy("every_64th");
+//! let telemetry = Telemetry::builder(config).rank(128).world_size(256).build().unwrap();
+//! assert!(telemetry.is_exporting());
+//! # telemetry.shutdown(std::time::Duration::from_secs(5)).unwrap();
 //! ```
 //!
-//! Custom strategies are registered by name and selected with `NEMO_LENS_EXPORT_STRATEGY`:
-//!
-//! ```
-//! use nemo_lens::strategy;
-//! strategy::register_export_strategy("every_64th", |_cfg, rank, _ws| rank % 64 == 0, false).unwrap();
-//! assert!(strategy::registered_strategies().contains(&"every_64th".to_string()));
-//! strategy::unregister_export_strategy("every_64th").unwrap();
-//! ```
+//! A registered name stays for the life of the process; [`Overwrite::Yes`] replaces its
+//! function.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -39,20 +40,24 @@ use std::sync::{Arc, OnceLock};
 use md5::{Digest, Md5};
 use parking_lot::RwLock;
 
+use crate::Overwrite;
 use crate::config::LensConfig;
 use crate::error::{LensError, Result};
 
+#[cfg(test)]
+mod tests;
+
 /// A user-supplied strategy: `(config, rank, world_size) -> export?`.
-pub type StrategyFn = dyn Fn(&LensConfig, u32, u32) -> bool + Send + Sync;
+pub(crate) type StrategyFn = dyn Fn(&LensConfig, u32, u32) -> bool + Send + Sync;
 
 /// The names of the built-in strategies, which cannot be unregistered.
-pub const BUILTIN_STRATEGIES: [&str; 4] =
+#[cfg(test)]
+pub(crate) const BUILTIN_STRATEGIES: [&str; 4] =
     ["all_ranks", "first_rank_per_node", "sampled", "single_rank"];
 
 /// A registered strategy: one of the built-ins or a user function.
 #[derive(Clone)]
-#[non_exhaustive]
-pub enum ExportStrategy {
+pub(crate) enum ExportStrategy {
     /// `all_ranks`.
     AllRanks,
     /// `single_rank`.
@@ -79,31 +84,22 @@ impl fmt::Debug for ExportStrategy {
 
 impl ExportStrategy {
     /// Wraps a closure as a strategy.
-    ///
-    /// ```
-    /// use nemo_lens::{LensConfig, strategy::ExportStrategy};
-    /// let s = ExportStrategy::custom(|_, rank, _| rank < 2);
-    /// assert!(s.decide(&LensConfig::default(), 1, 8).unwrap());
-    /// ```
-    pub fn custom(f: impl Fn(&LensConfig, u32, u32) -> bool + Send + Sync + 'static) -> Self {
+    pub(crate) fn custom(
+        f: impl Fn(&LensConfig, u32, u32) -> bool + Send + Sync + 'static,
+    ) -> Self {
         ExportStrategy::Custom(Arc::new(f))
     }
 
     /// Evaluates the strategy for one rank. Only `first_rank_per_node` can fail (a non-integer
     /// `LOCAL_RANK`).
-    ///
-    /// ```
-    /// use nemo_lens::{LensConfig, strategy::ExportStrategy};
-    /// let cfg = LensConfig::default(); // export_rank = -1: the last rank exports
-    /// assert!(ExportStrategy::SingleRank.decide(&cfg, 7, 8).unwrap());
-    /// assert!(!ExportStrategy::SingleRank.decide(&cfg, 0, 8).unwrap());
-    /// ```
-    pub fn decide(&self, config: &LensConfig, rank: u32, world_size: u32) -> Result<bool> {
+    #[cfg(test)]
+    pub(crate) fn decide(&self, config: &LensConfig, rank: u32, world_size: u32) -> Result<bool> {
         self.decide_with(config, rank, world_size, &crate::config::env::process_var)
     }
 
-    /// [`ExportStrategy::decide`], reading `LOCAL_RANK` through `lookup` (the builder's
-    /// [`env_lookup`](crate::TelemetryBuilder::env_lookup)).
+    /// Evaluates the strategy for one rank, reading `LOCAL_RANK` through `lookup` (the builder's
+    /// [`env_lookup`](crate::TelemetryBuilder::env_lookup)). Only `first_rank_per_node` can fail
+    /// (a non-integer `LOCAL_RANK`).
     pub(crate) fn decide_with(
         &self,
         config: &LensConfig,
@@ -144,23 +140,14 @@ fn local_rank_is_zero(value: Option<String>) -> Result<bool> {
 
 /// `int(md5(str(rank)).hexdigest(), 16) % 10000 / 10000`: the per-rank value the Python
 /// library compares with the sample rate.
-///
-/// ```
-/// assert_eq!(nemo_lens::strategy::rank_sample_value(3), 0.0883);
-/// ```
-pub fn rank_sample_value(rank: u32) -> f64 {
+pub(crate) fn rank_sample_value(rank: u32) -> f64 {
     let digest = Md5::digest(rank.to_string().as_bytes());
     let value = u128::from_be_bytes(digest.into());
     (value % 10_000) as f64 / 10_000.0
 }
 
 /// Whether `rank` exports under `sampled` at `rate` (the Python rule, bit for bit).
-///
-/// ```
-/// assert!(nemo_lens::strategy::rank_is_sampled(3, 1.0));
-/// assert!(!nemo_lens::strategy::rank_is_sampled(3, 0.0));
-/// ```
-pub fn rank_is_sampled(rank: u32, rate: f64) -> bool {
+pub(crate) fn rank_is_sampled(rank: u32, rate: f64) -> bool {
     rank_sample_value(rank) < rate
 }
 
@@ -181,18 +168,21 @@ fn registry() -> &'static Registry {
     })
 }
 
-/// Registers a strategy under `name`. Replacing an existing one (built-in or not) needs
-/// `allow_override`.
+/// Registers `strategy`, a function `(config, rank, world_size) -> export?` evaluated once per
+/// process at setup, under `name`: the name `NEMO_LENS_EXPORT_STRATEGY` selects. Replacing a
+/// registered one (built-in or not) needs [`Overwrite::Yes`]; with [`Overwrite::No`] that is an
+/// error. The name must not be blank.
 ///
 /// ```
-/// use nemo_lens::strategy::register_export_strategy;
-/// assert!(register_export_strategy("all_ranks", |_, _, _| false, false).is_err());
-/// assert!(register_export_strategy("", |_, _, _| false, false).is_err());
+/// use nemo_lens::{Overwrite, strategy::register_export_strategy};
+/// assert!(register_export_strategy("all_ranks", |_, _, _| false, Overwrite::No).is_err());
+/// assert!(register_export_strategy("", |_, _, _| false, Overwrite::No).is_err());
+/// register_export_strategy("first_eight", |_, rank, _| rank < 8, Overwrite::No).unwrap();
 /// ```
 pub fn register_export_strategy(
     name: &str,
     strategy: impl Fn(&LensConfig, u32, u32) -> bool + Send + Sync + 'static,
-    allow_override: bool,
+    overwrite: Overwrite,
 ) -> Result<()> {
     if name.trim().is_empty() {
         return Err(LensError::Registry(
@@ -200,9 +190,9 @@ pub fn register_export_strategy(
         ));
     }
     let mut reg = registry().write();
-    if reg.contains_key(name) && !allow_override {
+    if reg.contains_key(name) && !overwrite.yes() {
         return Err(LensError::Registry(format!(
-            "Strategy '{name}' is already registered. Pass allow_override=true to replace it."
+            "Strategy '{name}' is already registered. Pass Overwrite::Yes to replace it."
         )));
     }
     reg.insert(name.to_string(), ExportStrategy::custom(strategy));
@@ -210,13 +200,8 @@ pub fn register_export_strategy(
 }
 
 /// Removes a user strategy. Built-ins cannot be removed.
-///
-/// ```
-/// use nemo_lens::strategy::unregister_export_strategy;
-/// assert!(unregister_export_strategy("single_rank").is_err());
-/// assert!(unregister_export_strategy("never_registered").is_err());
-/// ```
-pub fn unregister_export_strategy(name: &str) -> Result<()> {
+#[cfg(test)]
+pub(crate) fn unregister_export_strategy(name: &str) -> Result<()> {
     if BUILTIN_STRATEGIES.contains(&name) {
         return Err(LensError::Registry(format!(
             "Cannot unregister built-in strategy '{name}'."
@@ -231,24 +216,14 @@ pub fn unregister_export_strategy(name: &str) -> Result<()> {
 }
 
 /// The registered strategy names, sorted.
-///
-/// ```
-/// let names = nemo_lens::strategy::registered_strategies();
-/// assert!(names.starts_with(&["all_ranks".to_string()]));
-/// ```
-pub fn registered_strategies() -> Vec<String> {
+#[cfg(test)]
+pub(crate) fn registered_strategies() -> Vec<String> {
     registry().read().keys().cloned().collect()
 }
 
-/// Looks a strategy up by name; `var` names where the name came from, for the error.
-///
-/// ```
-/// use nemo_lens::strategy::get_export_strategy;
-/// let err = get_export_strategy("fastest", "NEMO_LENS_EXPORT_STRATEGY").unwrap_err();
-/// assert!(err.to_string().contains("NEMO_LENS_EXPORT_STRATEGY"));
-/// assert!(err.to_string().contains("single_rank"));
-/// ```
-pub fn get_export_strategy(name: &str, var: &str) -> Result<ExportStrategy> {
+/// Looks a strategy up by name; `var` names where the name came from, for the error (which
+/// lists the registered names).
+pub(crate) fn get_export_strategy(name: &str, var: &str) -> Result<ExportStrategy> {
     let reg = registry().read();
     reg.get(name)
         .cloned()
