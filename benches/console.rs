@@ -98,15 +98,13 @@ struct Run {
 fn end_to_end(duration: Duration, rate: Option<f64>) -> Run {
     let dir = tempfile::tempdir().expect("temp dir");
     let template = dir.path().join("spans-rank{rank}.jsonl");
-    let telemetry = Telemetry::builder(
-        LensConfig::default()
-            .with_enabled(true)
-            .with_export_strategy("all_ranks")
-            .with_span_groups("all")
-            .with_metrics_enabled(false)
-            .with_exporter(ExporterKind::Console)
-            .with_console_path(Some(template.to_str().expect("utf-8 path").into())),
-    )
+    let telemetry = Telemetry::builder(LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.groups.span_groups = "all".into();
+        c.metrics_enabled = false;
+        c.export.exporter = ExporterKind::Console;
+        c.export.console_path = Some(template.to_str().expect("utf-8 path").into());
+    }))
     .allow_reinit_for_testing(true)
     .build()
     .expect("console telemetry");

@@ -39,7 +39,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use nemo_lens::{LensConfig, Telemetry};
+use nemo_lens::{LensConfig, Place, Telemetry};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use tracing::Dispatch;
@@ -69,14 +69,13 @@ enum Rank {
 }
 
 fn telemetry(rank: Rank, nvtx: bool) -> Telemetry {
-    let config = LensConfig::default()
-        .with_enabled(true)
-        .with_metrics_enabled(false)
-        .with_span_groups("per_step")
-        .with_nvtx(nvtx);
+    let config = LensConfig::default().with_enabled(true).with(|c| {
+        c.metrics_enabled = false;
+        c.groups.span_groups = "per_step".into();
+        c.nvtx = nvtx;
+    });
     Telemetry::builder(config)
-        .rank(if rank == Rank::Exporting { 7 } else { 0 })
-        .world_size(8)
+        .place(Place::rank(if rank == Rank::Exporting { 7 } else { 0 }).of(8))
         .span_exporter(Discard::default())
         .allow_reinit_for_testing(true)
         .build()

@@ -114,14 +114,12 @@ fn received_spans(text: &str) -> u64 {
 /// `rate` spans/s. Delivered is what rotel reports once the counts stop growing.
 fn run(label: &str, rotel: &Rotel, duration: Duration, rate: Option<f64>) {
     let before = rotel.received();
-    let telemetry = Telemetry::builder(
-        LensConfig::default()
-            .with_enabled(true)
-            .with_export_strategy("all_ranks")
-            .with_span_groups("all")
-            .with_metrics_enabled(false)
-            .with_exporter(ExporterKind::Otlp),
-    )
+    let telemetry = Telemetry::builder(LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.groups.span_groups = "all".into();
+        c.metrics_enabled = false;
+        c.export.exporter = ExporterKind::Otlp;
+    }))
     .allow_reinit_for_testing(true)
     .build()
     .expect("otlp telemetry");

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::Criterion;
-use nemo_lens::{LensConfig, Telemetry};
+use nemo_lens::{LensConfig, Place, Telemetry};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use tracing::Dispatch;
@@ -46,16 +46,15 @@ impl SpanExporter for Discard {
 }
 
 fn telemetry(recorder: usize, exporting: bool) -> Telemetry {
-    let mut config = LensConfig::default()
-        .with_enabled(true)
-        .with_metrics_enabled(false)
-        .with_span_groups("per_step");
+    let mut config = LensConfig::default().with_enabled(true).with(|c| {
+        c.metrics_enabled = false;
+        c.groups.span_groups = "per_step".into();
+    });
     config.flight_recorder.capacity = recorder;
     config.flight_recorder.hang_timeout = None;
     config.flight_recorder.dump_dir = Some(std::env::temp_dir());
     Telemetry::builder(config)
-        .rank(if exporting { 7 } else { 0 })
-        .world_size(8)
+        .place(Place::rank(if exporting { 7 } else { 0 }).of(8))
         .span_exporter(Discard::default())
         .allow_reinit_for_testing(true)
         .build()

@@ -22,7 +22,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group};
-use nemo_lens::{DEFAULT_REDACT_KEYS, Telemetry};
+use nemo_lens::{Telemetry, TelemetryBuilder};
 use tracing::Dispatch;
 use tracing_subscriber::prelude::*;
 
@@ -45,10 +45,12 @@ fn one_span() {
 /// The redact keys of a case: the default set, or 10,000 keys (the default ones among them).
 fn keys(case: &str) -> Option<Vec<String>> {
     (case != "default_keys").then(|| {
-        DEFAULT_REDACT_KEYS
+        TelemetryBuilder::DEFAULT_REDACT_KEYS
             .iter()
             .map(|k| k.to_string())
-            .chain((DEFAULT_REDACT_KEYS.len()..10_000).map(|i| format!("field_{i}")))
+            .chain(
+                (TelemetryBuilder::DEFAULT_REDACT_KEYS.len()..10_000).map(|i| format!("field_{i}")),
+            )
             .collect()
     })
 }
@@ -114,7 +116,7 @@ fn main() {
         let _ = telemetry.shutdown(Duration::from_secs(60));
         println!(
             "COUNT case={case} spans={n} dropped={:?}",
-            telemetry.dropped()
+            telemetry.stats()
         );
         return;
     }

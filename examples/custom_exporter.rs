@@ -64,11 +64,11 @@ fn train_step(step: i64) {
 }
 
 fn main() -> Result<(), nemo_lens::LensError> {
-    let config = LensConfig::default()
-        .with_enabled(true)
-        .with_service_name("my-backend-demo")
-        .with_span_groups("per_step")
-        .with_metrics_enabled(false);
+    let config = LensConfig::default().with_enabled(true).with(|c| {
+        c.identity.service_name = "my-backend-demo".into();
+        c.groups.span_groups = "per_step".into();
+        c.metrics_enabled = false;
+    });
     let telemetry = Telemetry::builder(config)
         .span_exporter(MyBackendExporter::default())
         .build()?;

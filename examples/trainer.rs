@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use nemo_lens::metrics::TrainingMetrics;
-use nemo_lens::{LensConfig, Telemetry};
+use nemo_lens::{LensConfig, Place, Telemetry};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use tracing::instrument;
@@ -131,17 +131,17 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let mut builder = Telemetry::builder(config);
-    if let Some(rank) = args.rank {
-        builder = builder.rank(rank);
-    }
+    let mut place = match args.rank {
+        Some(rank) => Place::rank(rank),
+        None => Place::default(),
+    };
     if let Some(world_size) = args.world_size {
-        builder = builder.world_size(world_size);
+        place = place.of(world_size);
     }
     if let Some(local_rank) = args.local_rank {
-        builder = builder.local_rank(local_rank);
+        place = place.local_rank(local_rank);
     }
-    let telemetry = match builder.build() {
+    let telemetry = match Telemetry::builder(config).place(place).build() {
         Ok(t) => t,
         Err(e) => {
             eprintln!("trainer: {e}");
@@ -202,7 +202,7 @@ fn train(args: &Args, telemetry: &Telemetry) {
             loss: Some(loss),
             ..Default::default()
         }
-        .record(telemetry);
+        .record(telemetry.instruments());
         tracing::debug!(loss, step, "step finished");
         if args.checkpoint_every > 0 && step % args.checkpoint_every == 0 {
             save_checkpoint(step);

@@ -155,7 +155,7 @@ pub enum LensError {
         #[source]
         source: io::Error,
     },
-    /// A backdated span's time is NaN or infinite ([`crate::emit_span`]).
+    /// A backdated span's time is NaN or infinite ([`crate::EmitSpan`]).
     #[error("{label} must be finite, got {value}")]
     NonFiniteTime {
         /// Which time (`start_epoch_seconds`, `end_epoch_seconds`, …).

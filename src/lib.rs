@@ -38,7 +38,7 @@
 //! that SIGTERM and panics truncate and flush too):
 //!
 //! ```
-//! use nemo_lens::{LensConfig, Telemetry};
+//! use nemo_lens::{LensConfig, Place, Telemetry};
 //! use tracing_subscriber::prelude::*;
 //!
 //! #[tracing::instrument(fields(nemo.group.step))]
@@ -49,7 +49,7 @@
 //! # fn main() -> Result<(), nemo_lens::LensError> {
 //! // NEMO_LENS_ENABLED=1 NEMO_LENS_EXPORTER=console NEMO_LENS_SPAN_GROUPS=per_step ...
 //! let config = LensConfig::from_env()?;
-//! let telemetry = Telemetry::builder(config).rank(0).world_size(1).build()?;
+//! let telemetry = Telemetry::builder(config).place(Place::rank(0).of(1)).build()?;
 //! tracing_subscriber::registry()
 //!     .with(telemetry.layer())                     // next to fmt, EnvFilter, ...
 //!     .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
@@ -98,11 +98,11 @@
 //! * **Metrics** ([`metrics`]): Lens's instrument families, a registry for your own metric
 //!   groups and metrics from event fields ([`Telemetry::metrics_layer`]).
 //! * **Logs**: with `NEMO_LENS_LOGS_ENABLED=1` the same layer bridges events (and `log`
-//!   records) into OpenTelemetry log records carrying the ids of their span ([`LogFilter`]).
+//!   records) into OpenTelemetry log records carrying the ids of their span.
 //! * **Propagation** ([`propagation`]): W3C TraceContext and Baggage across ranks and
 //!   processes, linked spans ([`LensSpanExt`]), a launcher's `TRACEPARENT` as every rank's parent.
 //! * **Attribute names** ([`semconv`]): every name of the Python `semconv` module as a constant.
-//! * **Backdated spans**: [`emit_span`] records a completed span from timestamps taken earlier.
+//! * **Backdated spans**: [`EmitSpan`] records a completed span from timestamps taken earlier.
 //! * **Flight recorder** ([`flight_recorder`]): every enabled rank, exporting or not, keeps its
 //!   last spans of a few groups in fixed memory and dumps them on `SIGUSR1` or when it hangs.
 //! * **Testing** ([`testing`], feature `testing`): capture finished spans in your own tests.
@@ -113,7 +113,7 @@
 //!
 //! ## Where a span goes
 //!
-//! On the training thread, the `tracing` callsite asks the layer's filter ([`LensFilter`])
+//! On the training thread, the `tracing` callsite asks the layer's per-layer filter
 //! once whether it records at all; the layer keeps a compact record of each recorded span and,
 //! when the span closes, pushes it into a bounded queue. The queue's worker thread turns records
 //! into OpenTelemetry spans and hands them to the exporter (console or OTLP). The source tree
@@ -131,7 +131,7 @@
 //! start no threads and open no sockets. On an exporting rank the training thread keeps a
 //! compact record and the export worker turns it into the exporter's span; the queues between
 //! them are bounded in items and bytes, never block, and count what they drop
-//! ([`Telemetry::dropped`]). Each enter of a span attaches its OpenTelemetry context (built at
+//! ([`Telemetry::stats`]). Each enter of a span attaches its OpenTelemetry context (built at
 //! its first enter), which [`TelemetryBuilder::context_activation`]`(false)` turns off.
 //! `docs/performance.md` has both figures, the training thread's and the whole process's,
 //! beside the `tracing` registry alone and tracing-opentelemetry.
@@ -207,25 +207,21 @@ pub mod testing;
 // On top: the setup that builds it all and shuts it down.
 mod setup;
 
-pub use backdated::{EmitSpan, EpochSeconds, emit_span};
-pub use config::{ExporterKind, LensConfig};
+pub use backdated::{EmitSpan, EpochSeconds};
+pub use config::{ExportConfig, ExporterKind, GroupsConfig, IdentityConfig, LensConfig};
 pub use error::{LensError, Result};
 pub use gpu::nvtx::NvtxLayer;
 pub use ids::ChaChaIdGenerator;
-pub use layer::filter::{INTERNAL_TARGETS, LensFilter};
+pub use layer::LensLayer;
 pub use layer::hooks::SetParentError;
-pub use layer::logs::LogFilter;
 pub use layer::span_ext::LensSpanExt;
-pub use layer::{DEFAULT_REDACT_KEYS, LensLayer, REDACTED};
 pub use overwrite::Overwrite;
-pub use queue::DropCounts;
 pub use rank::RankAwareSampler;
 pub use rank::{groups, strategy};
-pub use setup::process_exit::EXIT_FLUSH_TIMEOUT;
-pub use setup::{Telemetry, TelemetryBuilder};
+pub use setup::{ExportMode, Place, Stats, Telemetry, TelemetryBuilder};
 
 /// The instrumentation scope of spans created by the lens layer and by [`Telemetry::tracer`].
-pub const SCOPE_NAME: &str = "nemo.lens";
+pub(crate) const SCOPE_NAME: &str = "nemo.lens";
 
 // README's examples are compiled and run as doctests.
 #[cfg(doctest)]

@@ -81,7 +81,7 @@ impl Default for SpanCapture {
 impl SpanCapture {
     /// Captures every span (all groups enabled).
     pub fn new() -> Self {
-        Self::with_config(LensConfig::default().with_span_groups("all"))
+        Self::with_config(LensConfig::default().with(|c| c.groups.span_groups = "all".into()))
             .expect("the default capture configuration is valid")
     }
 
@@ -89,7 +89,7 @@ impl SpanCapture {
     ///
     /// ```
     /// use nemo_lens::{testing::SpanCapture, LensConfig};
-    /// let capture = SpanCapture::with_config(LensConfig::default().with_span_groups("step")).unwrap();
+    /// let capture = SpanCapture::with_config(LensConfig::default().with(|c| c.groups.span_groups = "step".into())).unwrap();
     /// capture.in_scope(|| {
     ///     tracing::info_span!("kept", nemo.group.step = tracing::field::Empty).in_scope(|| {});
     ///     tracing::info_span!("gated", nemo.group.optimizer = tracing::field::Empty).in_scope(|| {});
@@ -100,15 +100,15 @@ impl SpanCapture {
     pub fn with_config(config: LensConfig) -> crate::Result<Self> {
         let exporter = CollectingExporter::default();
         // Spans only: a capture must never reach for a collector with metrics or logs.
-        let config = config
-            .with_enabled(true)
-            .with_traces_enabled(true)
-            .with_metrics_enabled(false)
-            .with_logs_enabled(false)
-            .with_export_strategy("all_ranks");
+        let config = config.with_enabled(true).with(|c| {
+            c.traces_enabled = true;
+            c.metrics_enabled = false;
+            c.logs_enabled = false;
+            c.export.strategy = "all_ranks".into();
+        });
         let telemetry = Telemetry::builder(config)
             .span_exporter(exporter.clone())
-            .synchronous_export(true)
+            .export_mode(crate::ExportMode::Synchronous)
             .allow_reinit_for_testing(true)
             .build()?;
         Ok(SpanCapture {

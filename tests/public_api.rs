@@ -67,3 +67,122 @@ fn public_api_matches_the_committed_listing() {
         .expect("read the public API from the rustdoc JSON");
     api.assert_eq_or_update(root.join("docs").join("public-api.txt"));
 }
+
+/// The most free items (modules, types, traits, functions, constants; not methods or other
+/// associated items) the public API may have beside `semconv`'s attribute names: few enough
+/// to hold in mind.
+const MAX_FREE_ITEMS: usize = 60;
+
+#[test]
+fn the_public_api_has_at_most_60_free_items_beside_semconv() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let listing = std::fs::read_to_string(root.join("docs").join("public-api.txt"))
+        .expect("read docs/public-api.txt");
+    let items = free_items(&listing);
+    assert!(
+        items.len() <= MAX_FREE_ITEMS,
+        "{} free public items beside semconv (at most {MAX_FREE_ITEMS}):\n{}",
+        items.len(),
+        items
+            .iter()
+            .map(|(kind, path)| format!("{kind} {path}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+#[test]
+fn free_items_counts_module_level_items_only() {
+    let listing = "\
+pub mod nemo_lens
+pub mod nemo_lens::semconv
+pub mod nemo_lens::groups
+pub const nemo_lens::semconv::SERVICE_NAME: &str
+pub const nemo_lens::groups::JOB: &str
+pub fn nemo_lens::groups::resolve(&str) -> nemo_lens::Result<()>
+#[non_exhaustive] pub struct nemo_lens::LensConfig
+pub nemo_lens::LensConfig::enabled: bool
+pub fn nemo_lens::LensConfig::with(self, impl FnOnce(&mut nemo_lens::LensConfig)) -> Self
+pub struct nemo_lens::EmitSpan<'a>
+pub fn nemo_lens::EmitSpan<'a>::new(&str) -> Self
+pub const nemo_lens::TelemetryBuilder::DEFAULT_REDACT_KEYS: [&str; 8]
+pub type nemo_lens::Result<T, E> = core::result::Result<T, E>
+";
+    let paths: Vec<_> = free_items(listing).into_iter().map(|(_, p)| p).collect();
+    assert_eq!(
+        paths,
+        [
+            "nemo_lens",
+            "nemo_lens::groups",
+            "nemo_lens::groups::JOB",
+            "nemo_lens::groups::resolve",
+            "nemo_lens::LensConfig",
+            "nemo_lens::EmitSpan",
+            "nemo_lens::Result",
+        ]
+    );
+}
+
+/// The free items of a `public-api` listing, as (kind, path): the modules, and the structs,
+/// enums, traits, type aliases, functions, constants, statics and macros whose parent is a
+/// module, without those of `semconv`.
+fn free_items(listing: &str) -> Vec<(String, String)> {
+    const KINDS: [&str; 9] = [
+        "mod", "struct", "enum", "trait", "type", "fn", "const", "static", "macro",
+    ];
+    let modules: std::collections::HashSet<&str> = listing
+        .lines()
+        .filter_map(|line| line.strip_prefix("pub mod "))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .collect();
+    let mut items = Vec::new();
+    for line in listing.lines() {
+        // Attributes first (`#[non_exhaustive] pub struct …`).
+        let mut line = line;
+        while let Some(rest) = line.strip_prefix("#[") {
+            line = rest.split_once("] ").map_or("", |(_, after)| after);
+        }
+        let Some(rest) = line.strip_prefix("pub ") else {
+            continue;
+        };
+        let rest = rest.strip_prefix("unsafe ").unwrap_or(rest);
+        // `pub const fn f` is a function; `pub const C` a constant.
+        let rest = match rest.strip_prefix("const ") {
+            Some(after) if after.starts_with("fn ") => after,
+            _ => rest,
+        };
+        let Some((kind, rest)) = rest.split_once(' ') else {
+            continue;
+        };
+        if !KINDS.contains(&kind) {
+            continue;
+        }
+        let path: String = without_generics(rest)
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+            .collect();
+        // `pub const nemo_lens::groups::JOB: &str`: the colon before the type is not the path's.
+        let path = path.trim_end_matches(':').to_string();
+        let parent = path.rsplit_once("::").map_or("", |(parent, _)| parent);
+        if (kind != "mod" && !modules.contains(parent)) || path.contains("::semconv") {
+            continue;
+        }
+        items.push((kind.to_string(), path));
+    }
+    items
+}
+
+/// `text` without what stands between `<` and `>` (`EmitSpan<'a>::new` → `EmitSpan::new`).
+fn without_generics(text: &str) -> String {
+    let mut depth = 0i32;
+    let mut out = String::new();
+    for c in text.chars() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}

@@ -47,7 +47,7 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use nemo_lens::EmitSpan;
-use nemo_lens::{LensConfig, Telemetry};
+use nemo_lens::{LensConfig, Place, Telemetry};
 use opentelemetry::Context;
 use opentelemetry::trace::{SpanContext, TraceContextExt};
 
@@ -163,8 +163,8 @@ fn identity(
             value: id.to_owned(),
             source: "--run-id".into(),
         }),
-        None if !config.run_id.is_empty() => Some(Found {
-            value: config.run_id.clone(),
+        None if !config.identity.run_id.is_empty() => Some(Found {
+            value: config.identity.run_id.clone(),
             source: "NEMO_LENS_RUN_ID".into(),
         }),
         None => var(lookup, "SLURM_JOB_ID").map(|value| Found {
@@ -200,25 +200,26 @@ pub fn run(service: &str, args: &[String], identity_args: &IdentityArgs) -> Resu
     config.enabled = true;
     config.traces_enabled = true;
     config.metrics_enabled = false;
-    config.sampler_enabled = false;
-    config.export_strategy = "all_ranks".into();
-    config.service_name = service.to_owned();
+    config.export.sampler = false;
+    config.export.strategy = "all_ranks".into();
+    config.identity.service_name = service.to_owned();
     let identity = identity(identity_args, &config, &process_env)
         .map_err(|e| Failure::setup(anyhow!(e).context("cannot tell the spans' identity")))?;
-    config.run_id = identity
+    config.identity.run_id = identity
         .run_id
         .as_ref()
         .map_or_else(String::new, |f| f.value.clone());
-    let mut builder = Telemetry::builder(config).no_random_run_id();
-    builder = match &identity.rank {
-        Some(r) => builder.rank(r.value),
-        None => builder.unknown_rank(),
-    };
-    builder = match &identity.world_size {
-        Some(w) => builder.world_size(w.value),
-        None => builder.unknown_world_size(),
-    };
-    let telemetry = builder.build().map_err(|e| Failure::setup(anyhow!(e)))?;
+    // What the tool was not told it does not know: no random run id, no guessed rank.
+    let place = match &identity.rank {
+        Some(r) => Place::rank(r.value),
+        None => Place::unknown(),
+    }
+    .of(identity.world_size.as_ref().map(|w| w.value));
+    let telemetry = Telemetry::builder(config)
+        .place(place)
+        .random_run_id(false)
+        .build()
+        .map_err(|e| Failure::setup(anyhow!(e)))?;
     let tracer = telemetry.tracer();
 
     let mut contexts: HashMap<&str, SpanContext> = HashMap::new();
@@ -246,7 +247,7 @@ pub fn run(service: &str, args: &[String], identity_args: &IdentityArgs) -> Resu
         }
     }
     let flushed = telemetry.force_flush();
-    let dropped = telemetry.dropped();
+    let dropped = telemetry.stats();
     let shut = telemetry.shutdown(FLUSH_TIMEOUT);
     match flushed {
         Err(e) if e.to_string().contains("timed out") => {
@@ -255,10 +256,10 @@ pub fn run(service: &str, args: &[String], identity_args: &IdentityArgs) -> Resu
             ));
         }
         Err(e) => return Err(Failure::setup(anyhow!(e).context("failed to export spans"))),
-        Ok(()) if dropped.spans > 0 => {
+        Ok(()) if dropped.dropped_spans > 0 => {
             return Err(Failure::setup(anyhow!(
                 "failed to export spans: {} span(s) dropped",
-                dropped.spans
+                dropped.dropped_spans
             )));
         }
         Ok(()) => {}

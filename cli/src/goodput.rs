@@ -47,7 +47,8 @@ const WINDOW_DENOMINATOR: &str = "slurm.job span (SLURM_JOB_START -> shutdown)";
 
 /// Prints the report (and writes the folded stacks).
 pub fn run(opts: &Options) -> Result<()> {
-    let paths = files::discover(&opts.inputs)?;
+    let mut split = crate::input::archive::split(&opts.inputs, &opts.read)?;
+    let paths = files::discover(&split.paths)?;
     let roles: Vec<Role> = paths.iter().map(|p| files::role_of(p)).collect();
     if !roles.contains(&Role::Trainer) {
         anyhow::bail!(
@@ -55,7 +56,8 @@ pub fn run(opts: &Options) -> Result<()> {
             opts.inputs.len()
         );
     }
-    let (mut read, stats) = files::read(&paths, &roles, &opts.read, &opts.jobs)?;
+    let (mut read, mut stats) = files::read(&paths, &roles, &opts.read, &opts.jobs)?;
+    stats.add_skipped(std::mem::take(&mut split.stats));
     stats.report();
     let mut bad_numbers = 0;
     for (path, f) in paths.iter().zip(&read) {

@@ -492,7 +492,9 @@ pub fn run(
     json: bool,
     read: &ReadOptions,
 ) -> Result<bool> {
-    let report = analyse(files, world_size, read)?;
+    let split = input::archive::split(files, read)?;
+    split.report();
+    let report = analyse(&split.paths, world_size, read)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -1,4 +1,4 @@
-//! Streaming reader for per-rank console output (plain or gzip).
+//! Streaming reader for per-rank console output (plain, gzip or zstd).
 //!
 //! A console file is a stream of JSON records: finished spans (the layout of
 //! `nemo_lens::export::console`, shared with Python NeMo Lens), metric batches
@@ -22,13 +22,19 @@
 //! NaN loss is kept. Timestamps are RFC 3339 with any offset ([`timestamp`]).
 //!
 //! Gzip is recognised by its magic bytes (`1f 8b`), whatever the file name; concatenated gzip
-//! members (what `cat a.gz b.gz` gives) are read as one stream.
+//! members (what `cat a.gz b.gz` gives) are read as one stream. So is zstd, in both layouts of
+//! the OpenTelemetry Collector's file exporter ([`zstd`]). Collector archives (OTLP/JSON, one
+//! request per line, every rank of a node in one file) are split into per-rank console files
+//! before a command reads them ([`archive`]).
 
+pub mod archive;
 mod framing;
 mod open;
+mod otlp;
 mod parallel;
 mod record;
 mod timestamp;
+mod zstd;
 
 pub use parallel::{Jobs, for_each_file};
 pub use record::{LogRecord, Record, ResourceMetrics, Span, parse_record};
@@ -99,6 +105,18 @@ impl Stats {
         self.truncated_files += other.truncated_files;
         self.examples.extend(other.examples);
         // Stable: the examples of one file keep their order.
+        self.examples.sort_by_key(|(file, _)| *file);
+        self.examples.truncate(MAX_EXAMPLES);
+    }
+
+    /// Adds what was skipped in collector archives ([`archive::Split::stats`]): their lines and
+    /// spans are counted when their per-rank files are read, their damage only here.
+    pub fn add_skipped(&mut self, archives: Stats) {
+        self.skipped += archives.skipped;
+        self.too_long += archives.too_long;
+        self.too_long_bytes += archives.too_long_bytes;
+        self.truncated_files += archives.truncated_files;
+        self.examples.extend(archives.examples);
         self.examples.sort_by_key(|(file, _)| *file);
         self.examples.truncate(MAX_EXAMPLES);
     }
@@ -215,12 +233,22 @@ fn open(path: &Path, progress: &ProgressBar) -> Result<Box<dyn BufRead>> {
             BUFFER_BYTES,
             MultiGzDecoder::new(raw),
         )))
+    } else if zstd::is_stream(head) {
+        Ok(Box::new(BufReader::with_capacity(
+            BUFFER_BYTES,
+            zstd::Frames::new(raw),
+        )))
+    } else if zstd::is_length_prefixed(head) {
+        Ok(Box::new(BufReader::with_capacity(
+            BUFFER_BYTES,
+            zstd::LengthPrefixed::new(raw),
+        )))
     } else {
         Ok(Box::new(raw))
     }
 }
 
-/// Opens a file for reading, decompressed when it is gzip (no progress bar).
+/// Opens a file for reading, decompressed when it is gzip or zstd (no progress bar).
 pub fn open_decoded(path: &Path) -> Result<Box<dyn BufRead>> {
     open(path, &ProgressBar::hidden())
 }

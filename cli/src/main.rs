@@ -9,8 +9,8 @@
 //! * `set-slurm-resource-attrs` prints the shell line that hands a Slurm job's identity down
 //!   through `OTEL_RESOURCE_ATTRIBUTES` ([`slurm_attrs`]).
 //!
-//! Input files are read by [`input`] (plain or gzip, compact or pretty-printed records, streamed,
-//! bad or oversized records skipped and counted).
+//! Input files are read by [`input`] (plain, gzip or zstd, compact or pretty-printed records,
+//! streamed, bad or oversized records skipped and counted; collector archives split per rank).
 
 mod emit;
 mod goodput;
@@ -56,7 +56,8 @@ enum Command {
     /// ui.perfetto.dev or chrome://tracing.
     #[command(after_help = EXIT_CODES)]
     Perfetto {
-        /// Console JSONL files, one or more per rank (gzip detected by content).
+        /// Console JSONL files, one or more per rank, or OpenTelemetry Collector archives or
+        /// their directories (gzip and zstd detected by content).
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Output file (Chrome Trace Event JSON).
@@ -73,7 +74,7 @@ enum Command {
     /// The step span (named `step` or `train_step`) is listed first.
     #[command(after_help = EXIT_CODES)]
     Summary {
-        /// Console JSONL files (plain or .gz).
+        /// Console JSONL files or collector archives or their directories (plain, gzip or zstd).
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Order of the statistics table.
@@ -104,8 +105,9 @@ enum Command {
     /// The verdict comes first, in a few lines; exit code 3 when it names a suspect.
     #[command(after_help = EXIT_CODES)]
     Straggler {
-        /// Flight-recorder dumps (default groups are enough) or console JSONL with the step
-        /// and collective spans, plain or .gz, any mix of ranks.
+        /// Flight-recorder dumps (default groups are enough), console JSONL or collector
+        /// archives (or their directories) with the step and collective spans, plain, gzip or
+        /// zstd, any mix of ranks.
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// After the verdict, every rank's medians.
@@ -145,7 +147,7 @@ enum Command {
     #[command(after_help = EXIT_CODES)]
     Goodput {
         /// Job directories (their lens_rank<N>.jsonl[.gz], lens_slurm*, lens_ftlauncher*,
-        /// *_ckptworker* files) or such files.
+        /// *_ckptworker* files, collector archives) or such files.
         #[arg(required = true, value_name = "DIR|FILE")]
         inputs: Vec<PathBuf>,
         /// Print JSON instead of the text report.
@@ -196,7 +198,8 @@ enum Command {
     /// and the ranks without a dump. Exit code 3 when it names a suspect.
     #[command(after_help = EXIT_CODES)]
     Hang {
-        /// Dump files (`nemo-lens-dump-rank*.jsonl`); the latest dump of each rank is used.
+        /// Dump files (`nemo-lens-dump-rank*.jsonl`) or collector archives; the latest dump of
+        /// each rank is used.
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Number of ranks, when the dumps do not carry `dl.world_size`.

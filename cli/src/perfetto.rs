@@ -461,6 +461,9 @@ pub fn run(
     progress: bool,
 ) -> Result<Outcome> {
     refuse_input_as_output(inputs, output)?;
+    let mut split = input::archive::split(inputs, read)?;
+    let archives = std::mem::take(&mut split.stats);
+    let inputs = &split.paths[..];
     // A missing input or a device is refused before the output is created.
     input::check_all(inputs)?;
     let file = File::create(output)
@@ -469,7 +472,7 @@ pub fn run(
         .with_context(|| format!("cannot write {}", output.display()))?;
     let mut lost = lost::LostIterations::read(inputs, read)?;
     let bar = input::progress_bar(inputs, progress);
-    let stats = input::for_each_record(inputs, read, &bar, |source, record| {
+    let mut stats = input::for_each_record(inputs, read, &bar, |source, record| {
         match record {
             Record::Span(mut span) => {
                 lost.rename(source.index, &mut span);
@@ -494,6 +497,7 @@ pub fn run(
         Ok(())
     })
     .with_context(|| format!("while writing {}", output.display()))?;
+    stats.add_skipped(archives);
     let outcome = Outcome {
         stats,
         events: writer.events,

@@ -109,9 +109,10 @@ pub struct Options {
 /// its own read).
 fn analyse(opts: &Options) -> Result<(Analysis, input::Stats)> {
     let analysis = Analysis::new(opts.names.clone());
-    let bar = input::progress_bar(&opts.files, opts.progress);
-    let stats = input::for_each_file(
-        &opts.files,
+    let mut split = input::archive::split(&opts.files, &opts.read)?;
+    let bar = input::progress_bar(&split.paths, opts.progress);
+    let mut stats = input::for_each_file(
+        &split.paths,
         &opts.read,
         opts.jobs.threads(),
         &bar,
@@ -126,6 +127,7 @@ fn analyse(opts: &Options) -> Result<(Analysis, input::Stats)> {
             Ok(())
         },
     )?;
+    stats.add_skipped(std::mem::take(&mut split.stats));
     Ok((analysis, stats))
 }
 

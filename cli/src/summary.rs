@@ -337,9 +337,10 @@ fn collect(opts: &Options) -> Result<Collected> {
     let merged = Mutex::new(Tables::default());
     let table_bytes = AtomicUsize::new(0);
     let analysis = straggler::Analysis::new(straggler::SpanNames::default());
-    let bar = input::progress_bar(&opts.files, opts.progress);
-    let stats = input::for_each_file(
-        &opts.files,
+    let mut split = input::archive::split(&opts.files, &opts.read)?;
+    let bar = input::progress_bar(&split.paths, opts.progress);
+    let mut stats = input::for_each_file(
+        &split.paths,
         &opts.read,
         opts.jobs.threads(),
         &bar,
@@ -363,6 +364,7 @@ fn collect(opts: &Options) -> Result<Collected> {
             Ok(())
         },
     )?;
+    stats.add_skipped(std::mem::take(&mut split.stats));
     let tables = merged.into_inner().unwrap_or_else(|e| e.into_inner());
     Ok(Collected {
         groups: tables.groups,

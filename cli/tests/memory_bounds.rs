@@ -374,8 +374,54 @@ fn hang_skips_a_200_mib_line_in_bounded_memory() {
     assert!(m.stderr.contains("over --max-record-bytes"), "{}", m.stderr);
 }
 
+/// A collector archive (OTLP/JSON requests, gzip) with a 200 MiB request line between two
+/// ordinary ones: the line is skipped unread while the archive is split per rank.
+fn an_archive_request_line_of_200_mib_is_skipped_in_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let request = |span_id: u64, name: &str| {
+        format!(
+            r#"{{"resourceSpans":[{{"resource":{{"attributes":[{{"key":"dl.rank","value":{{"intValue":"0"}}}}]}},"scopeSpans":[{{"spans":[{{"traceId":"{:032x}","spanId":"{span_id:016x}","name":"{name}","startTimeUnixNano":"1795989600000000000","endTimeUnixNano":"1795989600100000000"}}]}}]}}]}}"#,
+            0xabc
+        )
+    };
+    let gzip = |data: &[u8]| {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        enc.write_all(data).unwrap();
+        enc.finish().unwrap()
+    };
+    let path = dir.path().join("node-0.jsonl.gz");
+    let mut f = BufWriter::new(fs::File::create(&path).unwrap());
+    let (first, last) = (request(1, "train_step"), request(2, "train_step"));
+    let huge = request(3, "HUGE");
+    let (head, tail) = huge.split_once("HUGE").unwrap();
+    f.write_all(&gzip(format!("{first}\n{head}").as_bytes()))
+        .unwrap();
+    // Concatenated gzip members are one stream: 200 members of 1 MiB of the span's name.
+    let member = gzip(&vec![b'a'; 1 << 20]);
+    for _ in 0..200 {
+        f.write_all(&member).unwrap();
+    }
+    f.write_all(&gzip(format!("{tail}\n{last}\n").as_bytes()))
+        .unwrap();
+    f.into_inner().unwrap().sync_all().unwrap();
+
+    let (m, report) = summary_json(std::slice::from_ref(&path));
+    assert_bounded(&m, "summary, a 200 MiB request line in a collector archive");
+    assert_eq!(report["input"]["spans"], 2, "{report}");
+    assert_eq!(report["input"]["too_long_records"], 1, "{report}");
+    assert!(
+        m.stderr.contains("node-0.jsonl.gz:2: request line of"),
+        "{}",
+        m.stderr
+    );
+}
+
 /// The tests, in the order they run.
-const TESTS: [(&str, fn()); 9] = [
+const TESTS: [(&str, fn()); 10] = [
+    (
+        "an_archive_request_line_of_200_mib_is_skipped_in_bounded_memory",
+        an_archive_request_line_of_200_mib_is_skipped_in_bounded_memory,
+    ),
     (
         "goodput_keeps_only_the_spans_it_accounts_for",
         goodput_keeps_only_the_spans_it_accounts_for,

@@ -1,7 +1,7 @@
 //! Exact decimal numbers as Python's `decimal.Decimal` reads, compares, subtracts and prints
 //! them: the times of a backdated span and its `inverted.*` evidence.
 //!
-//! Only what `emit_span` needs: parsing Python's decimal syntax, exact comparison, subtraction
+//! Only what `EmitSpan` needs: parsing Python's decimal syntax, exact comparison, subtraction
 //! rounded to Python's default context (28 significant digits, half-even), truncation to
 //! nanoseconds, and Python's `str()`.
 

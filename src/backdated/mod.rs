@@ -196,7 +196,7 @@ fn redact(kv: KeyValue) -> KeyValue {
 ///
 /// Some work is only known after the fact: a launcher measured how long the container pull
 /// took, a data loader logged when its prefetch started, a shell script wants one span per
-/// phase. [`emit_span`] (or the [`EmitSpan`] builder it wraps) records such an interval as an
+/// phase. [`EmitSpan`] records such an interval as an
 /// already-ended span, with the rules of Python NeMo Lens's nightly
 /// `nemo.lens.span_utilities.emit_span`:
 ///
@@ -220,8 +220,9 @@ fn redact(kv: KeyValue) -> KeyValue {
 ///   not recover an earlier context); pass `Context::new()` for a root span. The emitted span is
 ///   never made current.
 /// * **Attributes** are set after the span starts (samplers do not see them, as in Python);
-///   string values under the redact keys ([`crate::DEFAULT_REDACT_KEYS`]) become
-///   `[REDACTED]`.
+///   string values under the default redact keys
+///   ([`TelemetryBuilder::DEFAULT_REDACT_KEYS`](crate::TelemetryBuilder::DEFAULT_REDACT_KEYS))
+///   become `[REDACTED]`.
 ///
 /// ```
 /// use nemo_lens::EmitSpan;
@@ -354,6 +355,27 @@ impl<'a> EmitSpan<'a> {
     /// assert!(cx.is_some_and(|cx| !cx.is_sampled()));
     /// # Ok::<(), nemo_lens::LensError>(())
     /// ```
+    ///
+    /// End before start is clamped and tagged `inverted.*`:
+    ///
+    /// ```
+    /// use nemo_lens::EmitSpan;
+    /// use opentelemetry::trace::TracerProvider as _;
+    /// use opentelemetry::KeyValue;
+    /// use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+    ///
+    /// let exporter = InMemorySpanExporter::default();
+    /// let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+    /// let tracer = provider.tracer("nemo.lens");
+    ///
+    /// EmitSpan::new("skewed", 10.5, 10.25).attribute(KeyValue::new("host", "b")).emit(&tracer)?;
+    /// let span = &exporter.get_finished_spans().unwrap()[0];
+    /// assert_eq!(span.start_time, span.end_time);
+    /// let attr = |k: &str| span.attributes.iter().find(|kv| kv.key.as_str() == k).map(|kv| kv.value.to_string());
+    /// assert_eq!(attr("inverted.skew").as_deref(), Some("true"));
+    /// assert_eq!(attr("inverted.delta_seconds").as_deref(), Some("0.25"));
+    /// # Ok::<(), nemo_lens::LensError>(())
+    /// ```
     pub fn emit<T: Tracer>(self, tracer: &T) -> Result<Option<SpanContext>> {
         if let Some(group) = self.group
             && !crate::rank::groups::is_span_group_enabled(group)
@@ -416,48 +438,4 @@ fn warn(message: &str) {
     } else {
         tracing::warn!(target: "nemo_lens::emit", "{message}");
     }
-}
-
-/// Records a completed span from earlier timestamps: shorthand for
-/// [`EmitSpan::new`]`(name, start, end)` with an optional parent, attributes and group, then
-/// [`EmitSpan::emit`].
-///
-/// ```
-/// use nemo_lens::emit_span;
-/// use opentelemetry::trace::TracerProvider as _;
-/// use opentelemetry::KeyValue;
-/// use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
-///
-/// let exporter = InMemorySpanExporter::default();
-/// let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
-/// let tracer = provider.tracer("nemo.lens");
-///
-/// // End before start: clamped, tagged inverted.*.
-/// emit_span(&tracer, "skewed", 10.5, 10.25, None, [KeyValue::new("host", "b")], None)?;
-/// let span = &exporter.get_finished_spans().unwrap()[0];
-/// assert_eq!(span.start_time, span.end_time);
-/// let attr = |k: &str| span.attributes.iter().find(|kv| kv.key.as_str() == k).map(|kv| kv.value.to_string());
-/// assert_eq!(attr("inverted.skew").as_deref(), Some("true"));
-/// assert_eq!(attr("inverted.delta_seconds").as_deref(), Some("0.25"));
-/// # Ok::<(), nemo_lens::LensError>(())
-/// ```
-pub fn emit_span<T: Tracer>(
-    tracer: &T,
-    name: impl Into<Cow<'static, str>>,
-    start: impl Into<EpochSeconds>,
-    end: impl Into<EpochSeconds>,
-    parent: Option<&Context>,
-    attributes: impl IntoIterator<Item = KeyValue>,
-    group: Option<&str>,
-) -> Result<Option<SpanContext>> {
-    if let Some(group) = group
-        && !crate::rank::groups::is_span_group_enabled(group)
-    {
-        return Ok(None);
-    }
-    let mut span = EmitSpan::new(name, start, end).attributes(attributes);
-    if let Some(cx) = parent {
-        span = span.parent(cx);
-    }
-    span.emit(tracer)
 }

@@ -3,7 +3,7 @@
 
 use super::env::{self, parse_bool, parse_float, parse_int, parse_level};
 use super::{DEFAULT_PREFIX, LensConfig, check_rate};
-use crate::error::Result;
+use crate::error::{LensError, Result};
 
 /// The variables of other tools the configuration reads: a non-UTF-8 value means unset.
 const BARE_VARS: [&str; 3] = ["OTEL_SERVICE_NAME", "WANDB_ENTITY", "WANDB_PROJECT"];
@@ -80,60 +80,74 @@ impl LensConfig {
             Ok(())
         };
         boolean("ENABLED", &mut cfg.enabled)?;
-        boolean("SAMPLER_ENABLED", &mut cfg.sampler_enabled)?;
+        boolean("SAMPLER_ENABLED", &mut cfg.export.sampler)?;
         boolean("TRACES_ENABLED", &mut cfg.traces_enabled)?;
         boolean("METRICS_ENABLED", &mut cfg.metrics_enabled)?;
         boolean("LOGS_ENABLED", &mut cfg.logs_enabled)?;
         boolean("DETECT_GPU", &mut cfg.detect_gpu)?;
         boolean("NVTX", &mut cfg.nvtx)?;
         if let Some((var, v)) = get("EXPORT_STRATEGY") {
-            cfg.export_strategy = v;
-            cfg.sources.export_strategy = Some(var);
+            cfg.sources.export_strategy = Some((var, v.clone()));
+            cfg.export.strategy = v;
         }
         if let Some((_, v)) = get("EXPORT_RANK") {
-            cfg.export_rank = parse_int(&primary("EXPORT_RANK"), &v)?;
+            cfg.export.rank = export_rank(&primary("EXPORT_RANK"), &v)?;
         }
         if let Some((_, v)) = get("EXPORT_SAMPLE_RATE") {
             let var = primary("EXPORT_SAMPLE_RATE");
-            cfg.export_sample_rate = check_rate(&var, parse_float(&var, &v)?)?;
+            cfg.export.sample_rate = check_rate(&var, parse_float(&var, &v)?)?;
         }
         if let Some((var, v)) = get("SPAN_GROUPS") {
-            cfg.span_groups = v;
-            cfg.sources.span_groups = Some(var);
+            cfg.sources.span_groups = Some((var, v.clone()));
+            cfg.groups.span_groups = v;
         }
         if let Some((var, v)) = get("TRACE_PER") {
-            cfg.trace_per = v;
-            cfg.sources.trace_per = Some(var);
+            cfg.sources.trace_per = Some((var, v.clone()));
+            cfg.groups.trace_per = v;
         }
         if let Some((var, v)) = get("EXPORTER") {
             match v.parse() {
-                Ok(kind) => cfg.exporter = kind,
+                Ok(kind) => cfg.export.exporter = kind,
                 // Only the exporting rank builds an exporter: the error waits for it.
                 Err(_) => cfg.sources.bad_exporter = Some((var, env::shown(&v))),
             }
         }
         if let Some((_, v)) = get("RUN_ID") {
-            cfg.run_id = v;
+            cfg.identity.run_id = v;
         }
         if let Some((_, v)) = get("USER_ID") {
-            cfg.user = v;
+            cfg.identity.user = v;
         }
         if let Some((_, v)) = get("LOGS_LEVEL") {
             cfg.logs_level = parse_level(&primary("LOGS_LEVEL"), &v)?;
         }
         if let Some((_, v)) = get("CONSOLE_PATH") {
-            cfg.console_path = Some(v);
+            cfg.export.console_path = Some(v);
         }
-        cfg.flight_recorder =
-            crate::config::flight_recorder::RecorderConfig::read(&mut get, primary)?;
+        cfg.flight_recorder = super::flight_recorder::RecorderConfig::read(&mut get, primary)?;
         if let Some(v) = lookup("OTEL_SERVICE_NAME").map(|v| v.trim().to_string())
             && !v.is_empty()
         {
-            cfg.service_name = v;
+            cfg.identity.service_name = v;
         }
         // Bare and not stripped, as in the reference.
-        cfg.wandb_entity = lookup("WANDB_ENTITY").unwrap_or_default();
-        cfg.wandb_project = lookup("WANDB_PROJECT").unwrap_or_default();
+        cfg.identity.wandb_entity = lookup("WANDB_ENTITY").unwrap_or_default();
+        cfg.identity.wandb_project = lookup("WANDB_PROJECT").unwrap_or_default();
         Ok(cfg)
     }
+}
+
+/// `<P>_EXPORT_RANK`: a rank, or any negative number (Python's `-1`) for the last rank.
+fn export_rank(var: &str, value: &str) -> Result<Option<u32>> {
+    let n = parse_int(var, value)?;
+    if n < 0 {
+        return Ok(None);
+    }
+    u32::try_from(n)
+        .map(Some)
+        .map_err(|_| LensError::InvalidValue {
+            var: var.to_string(),
+            value: env::shown(value),
+            expected: format!("a rank up to {}, or -1 for the last rank", u32::MAX),
+        })
 }

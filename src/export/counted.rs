@@ -17,7 +17,7 @@ use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 ///
 /// The SDK's periodic reader logs a failed metric export and moves on. [`CountedMetricExporter`]
 /// wraps any push exporter and adds one to a counter for every export that fails, so the loss
-/// shows up in [`Telemetry::dropped`](crate::Telemetry::dropped) (`metric_exports`), in the
+/// shows up in [`Telemetry::stats`](crate::Telemetry::stats) (`failed_metric_exports`), in the
 /// shutdown report on stderr, and in the `nemo.lens.dropped` metric.
 pub(crate) struct CountedMetricExporter<E> {
     inner: E,

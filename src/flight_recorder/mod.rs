@@ -17,7 +17,7 @@
 //! config.flight_recorder.capacity = 64;
 //! config.flight_recorder.dump_dir = Some(dir.path().to_path_buf());
 //! let telemetry = nemo_lens::Telemetry::builder(config)
-//!     .rank(0).world_size(2) // rank 0 of 2 does not export under `single_rank`...
+//!     .place(nemo_lens::Place::rank(0).of(2)) // rank 0 of 2 does not export under `single_rank`...
 //!     .allow_reinit_for_testing(true)
 //!     .build().unwrap();
 //! assert!(!telemetry.is_exporting());
@@ -354,7 +354,7 @@ impl Plan {
         redact: RedactKeys,
     ) -> Result<FlightRecorder> {
         let rc = &config.flight_recorder;
-        let digest = Md5::digest(config.run_id.as_bytes());
+        let digest = Md5::digest(config.identity.run_id.as_bytes());
         let trace_id = u128::from_be_bytes(digest.into()).max(1);
         let resource_json = crate::pyjson::resource_json(resource);
         let shared = Arc::new(Shared {

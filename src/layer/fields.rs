@@ -11,7 +11,7 @@
 //! |---|---|
 //! | `i64`, `bool`, `f64` | that type |
 //! | `u64`, `i128`, `u128` | `i64` when it fits, else its decimal string |
-//! | `&str`, `?debug`, `%display`, `dyn Error` | string, cut to the length limit (`OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT`); under a [redact key](crate::DEFAULT_REDACT_KEYS) (or a key given to `TelemetryBuilder::redact_keys`), [`REDACTED`](crate::REDACTED) cut to that limit, as Python's SDK does |
+//! | `&str`, `?debug`, `%display`, `dyn Error` | string, cut to the length limit (`OTEL_*ATTRIBUTE_VALUE_LENGTH_LIMIT`); under a [redact key](crate::TelemetryBuilder::DEFAULT_REDACT_KEYS) (or a key given to `TelemetryBuilder::redact_keys`), `[REDACTED]` cut to that limit, as Python's SDK does |
 //!
 //! An `ERROR` event becomes an `exception` span event with the attributes of Python's
 //! `record_exception` first (see [`crate::semconv::EXCEPTION_TYPE`]).

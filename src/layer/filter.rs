@@ -12,7 +12,7 @@ use crate::rank::groups::{GroupGate, declared_group};
 ///
 /// `nemo_lens` itself is one of them: the crate's own diagnostics (such as the warnings of
 /// [`crate::metrics`]) go to your other layers (`fmt`) but never become exported telemetry.
-pub const INTERNAL_TARGETS: [&str; 7] = [
+pub(crate) const INTERNAL_TARGETS: [&str; 7] = [
     "opentelemetry",
     "hyper",
     "tonic",
@@ -63,14 +63,13 @@ pub(crate) fn interest(allowed: bool) -> Interest {
 /// only; `fmt` or any other layer in the same subscriber still sees it.
 ///
 /// ```
-/// use nemo_lens::{LensConfig, LensFilter, Telemetry};
+/// use nemo_lens::{LensConfig, Telemetry};
 /// let telemetry = Telemetry::builder(LensConfig::default()).build().unwrap(); // disabled
 /// let layer = telemetry.layer::<tracing_subscriber::Registry>();
-/// let filter: &LensFilter = layer.filter();
-/// assert!(filter.is_inert()); // records nothing: every callsite is `Interest::never`
+/// assert!(layer.is_inert()); // records nothing: every callsite is `Interest::never`
 /// ```
 #[derive(Clone)]
-pub struct LensFilter {
+pub(crate) struct LensFilter {
     inert: bool,
     groups: Arc<GroupGate>,
 }
@@ -91,12 +90,12 @@ impl LensFilter {
 
     /// `true` when the layer records nothing at all (disabled, non-exporting or unsampled rank,
     /// or traces turned off).
-    pub fn is_inert(&self) -> bool {
+    pub(crate) fn is_inert(&self) -> bool {
         self.inert
     }
 
     /// The decision for one callsite.
-    pub fn allows(&self, meta: &Metadata<'_>) -> bool {
+    pub(crate) fn allows(&self, meta: &Metadata<'_>) -> bool {
         if self.inert {
             return false;
         }

@@ -277,9 +277,9 @@ impl LogRecord for LensLogRecord {
 ///   characters, as Python's `LogLimits` (so with a limit of 8 a redacted value reads
 ///   `[REDACTE`).
 ///
-/// Which events are bridged is decided once per callsite by [`LogFilter`]: events at or above
-/// `logs_level` (`NEMO_LENS_LOGS_LEVEL`, default `info`), never those of the exporters' own stacks
-/// ([`INTERNAL_TARGETS`](crate::INTERNAL_TARGETS), also checked on the original
+/// Which events are bridged is decided once per callsite by the bridge's filter: events at or
+/// above `logs_level` (`NEMO_LENS_LOGS_LEVEL`, default `info`), never those of the exporters' own
+/// stacks (the [internal targets](crate::LensLayer#internal-targets), also checked on the original
 /// target of `log` records), so an exporter logging its own failure cannot feed records back into
 /// the pipeline. Spans are never bridged.
 ///
@@ -290,10 +290,10 @@ impl LogRecord for LensLogRecord {
 /// use nemo_lens::{LensConfig, Telemetry};
 /// use tracing_subscriber::prelude::*;
 ///
-/// let config = LensConfig::default().with_enabled(true).with_logs_enabled(true);
-/// # let config = config.with_exporter(nemo_lens::ExporterKind::Console);
+/// let config = LensConfig::default().with_enabled(true).with(|c| c.logs_enabled = true);
+/// # let config = config.with(|c| c.export.exporter = nemo_lens::ExporterKind::Console);
 /// # let dir = tempfile::tempdir().unwrap();
-/// # let config = config.with_console_path(Some(dir.path().join("r{rank}.jsonl").display().to_string()));
+/// # let config = config.with(|c| c.export.console_path = Some(dir.path().join("r{rank}.jsonl").display().to_string()));
 /// let telemetry = Telemetry::builder(config).allow_reinit_for_testing(true).build().unwrap();
 /// let _guard = tracing_subscriber::registry().with(telemetry.layer()).set_default();
 /// tracing::info_span!("train_step").in_scope(|| {
@@ -305,14 +305,13 @@ impl LogRecord for LensLogRecord {
 /// # On a rank that bridges nothing
 ///
 /// ```
-/// use nemo_lens::{LensConfig, LogFilter, Telemetry};
+/// use nemo_lens::{LensConfig, Telemetry};
 /// let telemetry = Telemetry::builder(LensConfig::default()).build().unwrap(); // disabled
 /// let layer = telemetry.layer::<tracing_subscriber::Registry>();
-/// let bridge: Option<&LogFilter> = layer.log_filter();
-/// assert!(bridge.is_none()); // nothing is bridged on this rank
+/// assert!(!layer.bridges_logs()); // nothing is bridged on this rank
 /// ```
 #[derive(Clone)]
-pub struct LogFilter {
+pub(crate) struct LogFilter {
     /// `false`: nothing is bridged (logs off, or a rank that does not export).
     on: bool,
     level: LevelFilter,
@@ -351,13 +350,8 @@ impl LogFilter {
     }
 
     /// Whether this filter bridges anything at all.
-    pub fn is_on(&self) -> bool {
+    pub(crate) fn is_on(&self) -> bool {
         self.on
-    }
-
-    /// The least severe level bridged.
-    pub fn level(&self) -> LevelFilter {
-        self.level
     }
 
     fn allows(&self, meta: &Metadata<'_>) -> bool {

@@ -26,7 +26,6 @@ use self::filter::LensFilter;
 use self::logs::{LensLoggerProvider, LogFilter, LogLayer};
 use self::pipeline::Pipeline;
 use self::spans::SpanLayer;
-pub use crate::record::attributes::{DEFAULT_REDACT_KEYS, REDACTED};
 
 /// The nemo-lens layer: spans and events of a `tracing` subscriber, exported through
 /// OpenTelemetry, behind its rank / group / sampling per-layer filter.
@@ -63,11 +62,17 @@ pub use crate::record::attributes::{DEFAULT_REDACT_KEYS, REDACTED};
 /// | field named `nemo.group.<g>` | the span's [group](crate::groups); not exported |
 ///
 /// String values of fields named `prompt`, `input_text`, `output_text`, `text`, `password`,
-/// `token`, `secret` or `key` are replaced with `[REDACTED]` ([`DEFAULT_REDACT_KEYS`], or the
+/// `token`, `secret` or `key` are replaced with `[REDACTED]` ([`TelemetryBuilder::DEFAULT_REDACT_KEYS`](crate::TelemetryBuilder::DEFAULT_REDACT_KEYS), or the
 /// keys given to [`TelemetryBuilder::redact_keys`](crate::TelemetryBuilder::redact_keys)), on
 /// spans and events alike. String values longer than `OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT`
 /// (else `OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`) characters are cut to it, on a character boundary,
 /// on spans and events alike; redaction comes first, as in Python (limit 8: `[REDACTE`).
+///
+/// # Internal targets
+///
+/// Callsites whose target starts with one of the exporters' own stacks (`opentelemetry`,
+/// `hyper`, `tonic`, `h2`, `reqwest`, `tower`) or with `nemo_lens` (the crate's own diagnostics)
+/// are never recorded: they reach your other layers (`fmt`) but never become exported telemetry.
 ///
 /// Spans and events raised while OpenTelemetry telemetry is suppressed on the thread (an
 /// exporter at work: nemo-lens exports in a suppressed scope) are not recorded, so an exporter
@@ -75,7 +80,7 @@ pub use crate::record::attributes::{DEFAULT_REDACT_KEYS, REDACTED};
 ///
 /// # Cost
 ///
-/// Which callsites the layer records is decided by [`LensFilter`] once per callsite; on a
+/// Which callsites the layer records is decided by its per-layer filter once per callsite; on a
 /// non-exporting rank or for a disabled group the callsite is `Interest::never` and a span costs
 /// what a disabled callsite costs. Events outside any span are ignored by this layer.
 ///
@@ -122,14 +127,21 @@ where
         }
     }
 
-    /// The filter that decides which callsites this layer records as spans and span events.
-    pub fn filter(&self) -> &LensFilter {
-        &self.filter
+    /// `true` when the layer records no span at all (disabled, non-exporting or unsampled rank,
+    /// or traces turned off): every callsite's interest is `never` for its spans.
+    ///
+    /// ```
+    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
+    /// assert!(t.layer::<tracing_subscriber::Registry>().is_inert());
+    /// ```
+    pub fn is_inert(&self) -> bool {
+        self.filter.is_inert()
     }
 
-    /// The filter of the log bridge, when this rank bridges logs (`logs_enabled`).
-    pub fn log_filter(&self) -> Option<&LogFilter> {
-        Some(&self.logs).filter(|f| f.is_on())
+    /// Whether this layer bridges events into log records (an exporting rank with
+    /// [`LensConfig::logs_enabled`](crate::LensConfig::logs_enabled)).
+    pub fn bridges_logs(&self) -> bool {
+        self.logs.is_on()
     }
 }
 

@@ -150,7 +150,7 @@ impl<S> Filter<S> for MetricFieldFilter {
 /// `Interest::never` and the level hint is `OFF`.
 ///
 /// Like the lens layer, it ignores the exporters' own stacks
-/// ([`INTERNAL_TARGETS`]).
+/// (its [internal targets](crate::LensLayer#internal-targets)).
 ///
 /// # Misuse
 ///

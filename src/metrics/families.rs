@@ -58,7 +58,7 @@ pub(super) struct Inference {
 ///     output_tokens: Some(5),
 ///     ..Default::default()
 /// }
-/// .record(&telemetry);
+/// .record(telemetry.instruments());
 /// assert_eq!(InferenceMetrics::default().provider_name, "nemo");
 /// ```
 #[derive(Clone, Debug, PartialEq)]
@@ -167,7 +167,7 @@ pub(super) struct Rl {
 /// # let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
 /// RlMetrics { reward_mean: Some(0.85), kl_divergence: Some(0.01), rollout_duration_ms: Some(2300.0),
 ///     ..Default::default() }
-///     .record(&telemetry);
+///     .record(telemetry.instruments());
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RlMetrics {
@@ -302,7 +302,7 @@ pub(super) struct Gym {
 /// # let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
 /// GymMetrics { verify_duration_ms: Some(120.0), verify_success_rate: Some(0.87), active_servers: Some(4),
 ///     ..Default::default() }
-///     .record(&telemetry);
+///     .record(telemetry.instruments());
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct GymMetrics {
@@ -417,7 +417,7 @@ pub(crate) const STEP_DURATION_BOUNDS_S: [f64; 16] = [
 ///     tflops: Some(182.5),
 ///     attributes: &phase,
 /// }
-/// .record(&telemetry);
+/// .record(telemetry.instruments());
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct TrainingMetrics<'a> {

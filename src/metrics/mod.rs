@@ -18,10 +18,10 @@
 //!    use nemo_lens::metrics::{InferenceMetrics, TrainingMetrics};
 //!    # let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
 //!    TrainingMetrics { loss: Some(2.31), step_duration_s: Some(0.84), ..Default::default() }
-//!        .record(&telemetry);
+//!        .record(telemetry.instruments());
 //!    InferenceMetrics { request_duration_s: Some(0.5), model: Some("llama"), input_tokens: Some(10),
 //!        ..Default::default() }
-//!        .record(&telemetry);
+//!        .record(telemetry.instruments());
 //!    ```
 //!
 //! 2. **Registered metric groups** ([below](#metric-groups)): a library declares its metrics once
@@ -54,7 +54,7 @@
 //! Recording never panics and never returns an error into the training loop. Misuse found while
 //! recording (an unknown metric group or key, a negative value for a monotonic counter, a `u64` too
 //! large for an up-down counter) is reported **once** per distinct problem and the measurement is
-//! skipped. The report is a `tracing` warning with target `nemo_lens::metrics`; that target is one of the [internal targets](crate::INTERNAL_TARGETS),
+//! skipped. The report is a `tracing` warning with target `nemo_lens::metrics`; that target is one of the [internal targets](crate::LensLayer#internal-targets),
 //! so the warning reaches your `fmt` layer but is never exported as telemetry itself. Where
 //! `tracing` cannot deliver it (no subscriber is installed, or the problem is found inside
 //! [`EventMetricsLayer`], where `tracing` drops re-entrant events) it is one `WARN

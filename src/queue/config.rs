@@ -24,7 +24,7 @@ pub(crate) const MAX_QUEUE_SIZE_LIMIT: usize = 1 << 24;
 /// An empty or blank value means the default; anything else that is not a positive integer (a
 /// non-negative one for the delay) is a [`LensError::InvalidValue`] naming the variable. A full
 /// queue never blocks the thread that ends a span: the item is dropped and counted
-/// ([`Telemetry::dropped`](crate::Telemetry::dropped)).
+/// ([`Telemetry::stats`](crate::Telemetry::stats)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct QueueConfig {
     /// Items that may wait for export; more are dropped (and counted).

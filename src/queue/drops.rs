@@ -1,31 +1,26 @@
-//! What the pipelines dropped: [`DropCounts`] on the handle, and the live counters behind it,
+//! What the pipelines dropped: [`DropCounts`] (in the handle's stats), and the live counters behind it,
 //! published as the `nemo.lens.dropped` metric.
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Telemetry dropped so far by this process's pipelines (see
-/// [`Telemetry::dropped`](crate::Telemetry::dropped)): items a full queue refused, items of failed or timed-out
-/// exports, and items still queued when shutdown's deadline passed.
-///
-/// ```
-/// let counts = nemo_lens::DropCounts::default();
-/// assert_eq!(counts.total(), 0);
-/// ```
+/// Telemetry dropped so far by this process's pipelines (in
+/// [`Telemetry::stats`](crate::Telemetry::stats)): items a full queue refused, items of failed or
+/// timed-out exports, and items still queued when shutdown's deadline passed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DropCounts {
+pub(crate) struct DropCounts {
     /// Spans.
-    pub spans: u64,
+    pub(crate) spans: u64,
     /// Log records.
-    pub logs: u64,
+    pub(crate) logs: u64,
     /// Metric exports that failed.
-    pub metric_exports: u64,
+    pub(crate) metric_exports: u64,
 }
 
 impl DropCounts {
     /// Everything dropped, all signals together.
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.spans + self.logs + self.metric_exports
     }
 }

@@ -13,13 +13,13 @@
 //!   cannot keep up, the collector is down) drops the item and counts it;
 //! * **counted failures**: the items of a batch whose export fails or times out
 //!   ([`QueueConfig::export_timeout`](config::QueueConfig::export_timeout)) count as dropped too, so *dropped = produced − exported*;
-//!   the counts are on the handle ([`Telemetry::dropped`](crate::Telemetry::dropped)) and
+//!   the counts are on the handle ([`Telemetry::stats`](crate::Telemetry::stats)) and
 //!   reported once, on stderr, at shutdown when not zero;
 //! * **bounded shutdown**: [`Batcher::shutdown`] exports what is queued until its deadline, then
 //!   counts the rest as dropped and returns.
 //!
 //! The queue's sizes ([`QueueConfig`](config::QueueConfig)) and its byte budget ([`ByteBudget`]) are read once, at
-//! setup; [`DropCounts`] is what the processors dropped. SDK spans started outside the lens
+//! setup; [`DropCounts`](drops::DropCounts) is what the processors dropped. SDK spans started outside the lens
 //! layer and still open at shutdown are ended by the [`SdkSpanCloser`](sdk_span_closer).
 
 pub(crate) mod batcher;
@@ -30,8 +30,6 @@ pub(crate) mod log_processor;
 pub(crate) mod processors;
 pub(crate) mod sdk_span_closer;
 pub(crate) mod span_processor;
-
-pub use drops::DropCounts;
 
 #[cfg(test)]
 mod tests;

@@ -13,7 +13,7 @@
 //! The built-in groups are the eight above (those of the Python library) and `collective`
 //! (communication between ranks: all-reduce, barriers, …), which is in no preset but `all` and
 //! which the [flight recorder](crate::flight_recorder) records by default. An unknown name in
-//! [`Telemetry::set_span_groups`](crate::Telemetry::set_span_groups) is an error that lists the
+//! [`set_enabled_span_groups`] is an error that lists the
 //! registered groups and presets; in `NEMO_LENS_SPAN_GROUPS` it is reported once and ignored (a
 //! job shares one value across processes that register different groups).
 //!
@@ -305,8 +305,15 @@ fn current_gate() -> &'static RwLock<Option<Arc<GroupGate>>> {
     &CURRENT
 }
 
-pub(crate) fn install_process_gate(gate: Arc<GroupGate>) {
+/// The groups of the NVTX ranges of the telemetry set up last, which follow its span groups.
+fn current_nvtx_gate() -> &'static RwLock<Option<Arc<GroupGate>>> {
+    static CURRENT: RwLock<Option<Arc<GroupGate>>> = RwLock::new(None);
+    &CURRENT
+}
+
+pub(crate) fn install_process_gate(gate: Arc<GroupGate>, nvtx: Option<Arc<GroupGate>>) {
     *current_gate().write() = Some(gate);
+    *current_nvtx_gate().write() = nvtx;
 }
 
 /// Whether `group` is enabled in this process (the telemetry set up last). `false` before setup,
@@ -323,6 +330,27 @@ pub fn is_span_group_enabled(group: &str) -> bool {
         .read()
         .as_ref()
         .is_some_and(|g| g.is_enabled(group))
+}
+
+/// Replaces this process's enabled groups (the telemetry set up last), for export and for its
+/// [NVTX ranges](crate::Telemetry::nvtx_layer), and re-evaluates every callsite. Returns an
+/// error for an unknown name and changes nothing then; on a non-exporting rank nothing is
+/// exported whatever the groups.
+///
+/// ```
+/// // Before any setup there is no telemetry to change: a no-op that still validates.
+/// assert!(nemo_lens::groups::set_enabled_span_groups("per_step").is_ok());
+/// assert!(nemo_lens::groups::set_enabled_span_groups("bogus").is_err());
+/// ```
+pub fn set_enabled_span_groups(spec: &str) -> Result<()> {
+    let set = resolve(spec, "set_enabled_span_groups")?;
+    if let Some(nvtx) = current_nvtx_gate().read().as_ref() {
+        nvtx.set(set.clone());
+    }
+    if let Some(g) = current_gate().read().as_ref() {
+        g.set(set);
+    }
+    Ok(())
 }
 
 /// The group a callsite declares through a `nemo.group.<group>` field, if any.

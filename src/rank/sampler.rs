@@ -18,7 +18,7 @@ use opentelemetry_sdk::trace::{SamplingDecision, SamplingResult, ShouldSample};
 /// # Rules
 ///
 /// With `sampler_enabled`, a rank whose md5 value (see [`strategy`](crate::strategy)) is not
-/// below `export_sample_rate` records nothing. The lens layer applies the decision as a per-layer
+/// below `export.sample_rate` records nothing. The lens layer applies the decision as a per-layer
 /// filter, once, when the telemetry is built: on an unsampled rank every callsite gets
 /// `Interest::never` and a span costs what a disabled callsite costs. For code that creates spans
 /// through the OpenTelemetry API directly, the same decision is offered as an SDK sampler,

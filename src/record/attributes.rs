@@ -1,12 +1,6 @@
 //! The values a span's record holds: its attributes, the reserved settings of its `otel.*`
 //! fields, its events, and the rules its text values follow (redaction, then the value length
 //! limit). `crate::layer::fields` reads `tracing`'s typed values into these.
-//!
-//! ```
-//! use nemo_lens::{DEFAULT_REDACT_KEYS, REDACTED};
-//! assert!(DEFAULT_REDACT_KEYS.contains(&"password"));
-//! assert_eq!(REDACTED, "[REDACTED]");
-//! ```
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -19,7 +13,7 @@ use crate::semconv;
 
 /// Keys whose string values are replaced with `[REDACTED]` (exact, case-sensitive match), as the
 /// Python `DEFAULT_REDACT_KEYS`.
-pub const DEFAULT_REDACT_KEYS: [&str; 8] = [
+pub(crate) const DEFAULT_REDACT_KEYS: [&str; 8] = [
     "prompt",
     "input_text",
     "output_text",
@@ -31,7 +25,7 @@ pub const DEFAULT_REDACT_KEYS: [&str; 8] = [
 ];
 
 /// The replacement for redacted values.
-pub const REDACTED: &str = "[REDACTED]";
+pub(crate) const REDACTED: &str = "[REDACTED]";
 
 /// The keys whose string values are redacted: Python's default set, or the user's own
 /// ([`TelemetryBuilder::redact_keys`](crate::TelemetryBuilder::redact_keys)); exact,

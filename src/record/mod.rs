@@ -29,7 +29,7 @@
 //! `on_start` *and* `on_end` on the batch worker thread (`nemo-lens-spans`), one after the
 //! other, when the worker reaches the span (after it ended, within `OTEL_BSP_SCHEDULE_DELAY`);
 //! its `on_start` sees the finished span's attributes. With synchronous export
-//! ([`synchronous_export`](crate::TelemetryBuilder::synchronous_export)) both run on the
+//! ([`ExportMode::Synchronous`](crate::ExportMode::Synchronous)) both run on the
 //! thread that ends the span, when it ends. Spans made directly with
 //! [`Telemetry::tracer`](crate::Telemetry::tracer) are ordinary SDK spans.
 //!

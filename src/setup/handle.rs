@@ -15,6 +15,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 use super::once::ShutdownOnce;
 use super::pipelines::Built;
+use super::stats::Stats;
 use crate::SCOPE_NAME;
 use crate::bounded::{Unanswered, run_bounded};
 use crate::config::LensConfig;
@@ -26,8 +27,8 @@ use crate::layer::LensLayer;
 use crate::layer::filter::LensFilter;
 use crate::layer::logs::LogFilter;
 use crate::metrics::{EventMetricsLayer, Instruments};
-use crate::queue::drops::{DropCounters, DropCounts};
-use crate::rank::groups::{self, GroupGate};
+use crate::queue::drops::DropCounters;
+use crate::rank::groups::GroupGate;
 
 pub(crate) struct Inner {
     pub(super) config: LensConfig,
@@ -86,7 +87,7 @@ impl fmt::Debug for Telemetry {
             .field("world_size", &self.inner.world_size)
             .field("exporting", &self.inner.exporting)
             .field("recording", &self.inner.built.pipeline.is_some())
-            .field("run_id", &self.inner.config.run_id)
+            .field("run_id", &self.inner.config.identity.run_id)
             .finish()
     }
 }
@@ -140,13 +141,7 @@ impl Telemetry {
     /// let _s = tracing_subscriber::registry().with(t.opentelemetry_layer());
     /// ```
     #[cfg(feature = "tracing-opentelemetry")]
-    pub fn opentelemetry_layer<S>(
-        &self,
-    ) -> tracing_subscriber::filter::Filtered<
-        tracing_opentelemetry::OpenTelemetryLayer<S, BoxedTracer>,
-        LensFilter,
-        S,
-    >
+    pub fn opentelemetry_layer<S>(&self) -> impl tracing_subscriber::Layer<S>
     where
         S: tracing_core::Subscriber + for<'a> LookupSpan<'a>,
     {
@@ -215,7 +210,7 @@ impl Telemetry {
 
     /// The run id (`nemo.run.id`).
     pub fn run_id(&self) -> &str {
-        &self.inner.config.run_id
+        &self.inner.config.identity.run_id
     }
 
     /// The resource spans are exported with (`None` on a non-exporting rank).
@@ -226,12 +221,12 @@ impl Telemetry {
     /// (0.1.0's layers, with the nightly identity). The layers are applied in this order and
     /// **a later layer wins** on a key collision:
     ///
-    /// 1. `service.name` = [`LensConfig::service_name`](crate::LensConfig::service_name),
+    /// 1. `service.name` = [`IdentityConfig::service_name`](crate::IdentityConfig::service_name),
     ///    `service.version` = this crate's version; the rank and world size when known, as
     ///    `nv.dl.rank` / `nv.dl.world_size` and (unless
     ///    [`legacy_rank_attributes(false)`](crate::TelemetryBuilder::legacy_rank_attributes))
     ///    `dl.rank` / `dl.world_size`, integers. The rank is the application's
-    ///    ([`TelemetryBuilder::rank`](crate::TelemetryBuilder::rank)), else the launcher's
+    ///    ([`TelemetryBuilder::place`](crate::TelemetryBuilder::place)), else the launcher's
     ///    `nv.dl.rank` in `OTEL_RESOURCE_ATTRIBUTES`, else 0 (the world size likewise);
     /// 2. if the run id is non-empty: `nemo.run.id` = run id, and when the rank is known and
     ///    neither the application nor `OTEL_RESOURCE_ATTRIBUTES` gives a `service.instance.id`:
@@ -275,7 +270,7 @@ impl Telemetry {
     /// abandoned after 5 seconds, and NVML's answers with GPU detection on.
     ///
     /// ```
-    /// use nemo_lens::{semconv, LensConfig, Telemetry};
+    /// use nemo_lens::{semconv, LensConfig, Place, Telemetry};
     /// use opentelemetry::{Key, Value};
     ///
     /// let env = [
@@ -286,12 +281,13 @@ impl Telemetry {
     /// ];
     /// let config = LensConfig::default()
     ///     .with_enabled(true)
-    ///     .with_export_strategy("all_ranks")
-    ///     .with_traces_enabled(false)
-    ///     .with_metrics_enabled(false);
+    ///     .with(|c| {
+    ///         c.export.strategy = "all_ranks".into();
+    ///         c.traces_enabled = false;
+    ///         c.metrics_enabled = false;
+    ///     });
     /// let telemetry = Telemetry::builder(config)
-    ///     .rank(3)
-    ///     .world_size(8)
+    ///     .place(Place::rank(3).of(8))
     ///     .env_lookup(move |name| env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string()))
     ///     .build()?;
     /// assert_eq!(telemetry.run_id(), "4242");
@@ -329,18 +325,6 @@ impl Telemetry {
         self.inner.built.meter_provider.as_ref()
     }
 
-    /// How often metrics are exported: `OTEL_METRIC_EXPORT_INTERVAL` or 10 s, when this rank
-    /// exports metrics through lens's periodic reader (`None` otherwise, and with an injected
-    /// [`TelemetryBuilder::metric_reader`](crate::TelemetryBuilder::metric_reader)).
-    ///
-    /// ```
-    /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
-    /// assert_eq!(telemetry.metric_export_interval(), None); // disabled: no reader
-    /// ```
-    pub fn metric_export_interval(&self) -> Option<Duration> {
-        self.inner.built.metric_interval
-    }
-
     /// The `nemo.lens` meter, for instruments of your own: the exporting meter provider's, or
     /// a no-op meter on a rank that exports no metrics (disabled, metrics off, non-exporting).
     ///
@@ -355,14 +339,12 @@ impl Telemetry {
 
     /// The cached instruments of [`Telemetry::meter`], used by
     /// [`InferenceMetrics`](crate::metrics::InferenceMetrics) and friends, [`Instruments::record`](crate::metrics::Instruments::record) and
-    /// [`Telemetry::metrics_layer`]. The handle itself is `AsRef<Instruments>`, so those accept
-    /// `&telemetry` directly.
+    /// [`Telemetry::metrics_layer`].
     ///
     /// ```
     /// use nemo_lens::metrics::TrainingMetrics;
     /// let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
     /// TrainingMetrics { loss: Some(0.9), ..Default::default() }.record(telemetry.instruments());
-    /// TrainingMetrics { loss: Some(0.8), ..Default::default() }.record(&telemetry); // same thing
     /// ```
     pub fn instruments(&self) -> &Instruments {
         &self.inner.instruments
@@ -396,58 +378,13 @@ impl Telemetry {
         self.inner.groups.is_enabled(group)
     }
 
-    /// Replaces the enabled span groups of this telemetry (a spec like `NEMO_LENS_SPAN_GROUPS`),
-    /// for export and for [NVTX ranges](Telemetry::nvtx_layer), and re-evaluates every callsite.
-    /// An unknown name is an error and changes nothing; on a non-exporting rank nothing is
-    /// exported whatever the groups.
-    ///
-    /// ```
-    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
-    /// t.set_span_groups("per_step").unwrap();
-    /// assert!(t.set_span_groups("warp").is_err());
-    /// ```
-    pub fn set_span_groups(&self, spec: &str) -> Result<()> {
-        let set = groups::resolve(spec, "set_span_groups")?;
-        if let Some(nvtx) = &self.inner.nvtx {
-            nvtx.set(set.clone());
-        }
-        self.inner.groups.set(set);
-        Ok(())
-    }
-
-    /// Number of spans the lens layer has started and not yet ended (0 in a forked child: the
-    /// parent's spans are not the child's).
-    pub fn open_spans(&self) -> usize {
-        if self.inner.inherited() {
-            return 0;
-        }
-        self.inner
-            .built
-            .pipeline
-            .as_ref()
-            .map_or(0, |p| p.open_spans())
-    }
-
-    /// Whether this handle was set up in a parent process and inherited through `fork` without
-    /// exec. Such a handle is inert: its layer records nothing, and flush and shutdown return
-    /// at once without touching the parent's providers. Set up telemetry anew in the child to
-    /// record there.
-    ///
-    /// ```
-    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
-    /// assert!(!t.is_inherited_from_parent());
-    /// ```
-    pub fn is_inherited_from_parent(&self) -> bool {
-        self.inner.inherited()
-    }
-
     /// Exports everything queued, without closing live spans, waiting at most the export
     /// timeout (the longer of `OTEL_BSP_EXPORT_TIMEOUT` and `OTEL_BLRP_EXPORT_TIMEOUT`, 30 s by
     /// default) plus a moment.
     ///
     /// The flush runs on a helper thread: when a collector hangs, this call returns an error at
     /// that bound and the helper finishes (or gives up) in the background; what the hung
-    /// exports held is counted in [`Telemetry::dropped`] when they time out.
+    /// exports held is counted in [`Telemetry::stats`] when they time out.
     ///
     /// ```
     /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
@@ -500,37 +437,35 @@ impl Telemetry {
         }
     }
 
-    /// Telemetry dropped so far: spans a full queue (or the byte budget,
-    /// `NEMO_LENS_QUEUE_MAX_BYTES`) refused, spans of failed or timed-out exports, spans still
-    /// queued when shutdown's deadline passed, spans that ended during or after shutdown, and
-    /// spans too large for an OTLP request.
-    /// Exported + dropped = produced. Reported once on stderr at shutdown when not zero.
+    /// This telemetry's counters, read now: open spans, what was dropped, SDK spans the closer
+    /// could not track, the flight recorder's drops (see [`Stats`]).
     ///
     /// ```
     /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
-    /// assert_eq!(t.dropped(), nemo_lens::DropCounts::default());
+    /// let stats = t.stats();
+    /// assert_eq!((stats.open_spans, stats.dropped(), stats.untracked_sdk_spans), (0, 0, 0));
+    /// assert!(!stats.inherited_from_parent);
     /// ```
-    pub fn dropped(&self) -> DropCounts {
-        self.inner.dropped.snapshot()
-    }
-
-    /// SDK spans ([`Telemetry::tracer`], [`Telemetry::opentelemetry_layer`]) the closer had no
-    /// room to track (more than 4096 open at once, or 8 MiB of their start data): one of them
-    /// still open at shutdown is not exported as truncated. Reported on stderr at shutdown
-    /// when not zero.
-    ///
-    /// ```
-    /// let t = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
-    /// assert_eq!(t.untracked_sdk_spans(), 0);
-    /// ```
-    pub fn untracked_sdk_spans(&self) -> u64 {
-        self.inner.built.span_processors.untracked()
-    }
-}
-
-impl AsRef<Instruments> for Telemetry {
-    fn as_ref(&self) -> &Instruments {
-        &self.inner.instruments
+    pub fn stats(&self) -> Stats {
+        let inherited = self.inner.inherited();
+        let dropped = self.inner.dropped.snapshot();
+        Stats {
+            open_spans: match &self.inner.built.pipeline {
+                Some(p) if !inherited => p.open_spans(),
+                _ => 0,
+            },
+            dropped_spans: dropped.spans,
+            dropped_logs: dropped.logs,
+            failed_metric_exports: dropped.metric_exports,
+            untracked_sdk_spans: self.inner.built.span_processors.untracked(),
+            recorder_dropped: self
+                .inner
+                .flight_recorder
+                .as_ref()
+                .map_or(0, |r| r.dropped()),
+            inherited_from_parent: inherited,
+            metric_export_interval: self.inner.built.metric_interval,
+        }
     }
 }
 

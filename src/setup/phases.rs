@@ -36,7 +36,7 @@ use crate::queue::drops::DropCounters;
 use crate::queue::processors::{BoxedProcessor, ExportSettings};
 use crate::rank::groups::{self, GroupGate};
 use crate::rank::sampler::RankAwareSampler;
-use crate::rank::strategy::{self, ExportStrategy};
+use crate::rank::strategy;
 use crate::record::attributes::{RedactKeys, TextRules};
 
 /// `1 +` the fork generation in which an enabled setup ran, or 0: a forked child (another
@@ -46,22 +46,13 @@ static INITIALIZED_IN: AtomicU64 = AtomicU64::new(0);
 /// How the builder reads the environment.
 pub(super) type Lookup = dyn Fn(&str) -> Option<String> + Send + Sync;
 
-/// Which parts of its identity a process said it does not know.
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct Unknown {
-    pub(super) rank: bool,
-    pub(super) world_size: bool,
-    pub(super) run_id: bool,
-}
-
 /// What the application told the builder about the process's place in the job.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Place {
-    /// [`TelemetryBuilder::rank`](crate::TelemetryBuilder::rank), if called.
-    pub(super) rank: Option<u32>,
-    /// [`TelemetryBuilder::world_size`](crate::TelemetryBuilder::world_size), if called.
-    pub(super) world_size: Option<u32>,
-    pub(super) unknown: Unknown,
+    /// [`TelemetryBuilder::place`](crate::TelemetryBuilder::place).
+    pub(super) place: super::place::Place,
+    /// [`TelemetryBuilder::random_run_id`](crate::TelemetryBuilder::random_run_id).
+    pub(super) random_run_id: bool,
     /// Also write `dl.rank` / `dl.world_size`.
     pub(super) legacy_rank_keys: bool,
 }
@@ -95,8 +86,8 @@ pub(super) fn resolve_identity(
         config.enabled = false;
     }
     let (rank, world_size) = resource::participant::resolve(
-        (place.rank, place.unknown.rank),
-        (place.world_size, place.unknown.world_size),
+        (place.place.rank, place.place.unknown_rank),
+        (place.place.world_size, place.place.unknown_world_size),
         lookup,
     );
     let rank_number = rank.value.unwrap_or(0);
@@ -121,10 +112,10 @@ pub(super) fn resolve_identity(
     {
         return Err(LensError::AlreadyInitialized);
     }
-    let run_id_configured = !config.run_id.is_empty();
+    let run_id_configured = !config.identity.run_id.is_empty();
     let no_job_id = lookup("SLURM_JOB_ID").is_none_or(|v| v.trim().is_empty());
-    if !(place.unknown.run_id && config.run_id.is_empty() && no_job_id) {
-        config.run_id = resource::resolve_run_id(&config.run_id, lookup);
+    if place.random_run_id || !config.identity.run_id.is_empty() || !no_job_id {
+        config.identity.run_id = resource::resolve_run_id(&config.identity.run_id, lookup);
     }
     Ok(Identity {
         rank: rank_number,
@@ -156,18 +147,15 @@ pub(super) struct ExportDecision {
 pub(super) fn decide_export(
     config: &LensConfig,
     identity: &Identity,
-    export_strategy: Option<ExportStrategy>,
     lookup: &Lookup,
 ) -> Result<ExportDecision> {
-    let strategy = match export_strategy {
-        Some(s) => s,
-        None => strategy::get_export_strategy(&config.export_strategy, &config.strategy_origin())?,
-    };
+    let strategy =
+        strategy::get_export_strategy(&config.export.strategy, &config.strategy_origin())?;
     let chosen = strategy.decide_with(config, identity.rank, identity.world_size, lookup)?;
     // Unknown names are another process's groups: warned about (by the exporting rank,
     // the one they would matter on) and ignored.
     let (groups, unknown_groups) = if config.enabled {
-        groups::resolve_known(&config.span_groups)
+        groups::resolve_known(&config.groups.span_groups)
     } else {
         Default::default()
     };
@@ -294,10 +282,10 @@ pub(super) fn plan_pipelines(
     let sampler = RankAwareSampler::new(
         identity.rank,
         identity.world_size,
-        config.export_sample_rate,
+        config.export.sample_rate,
     );
     let recording =
-        exporting && config.traces_enabled && (!config.sampler_enabled || sampler.is_sampled());
+        exporting && config.traces_enabled && (!config.export.sampler || sampler.is_sampled());
     let gate = Arc::new(GroupGate::new(if exporting {
         decision.groups.clone()
     } else {
@@ -305,8 +293,8 @@ pub(super) fn plan_pipelines(
     }));
     // Groups whose spans start a trace each: unknown names are warned about and ignored,
     // as in the span-group spec (presets name their groups).
-    let trace_per: Vec<String> = if exporting && !config.trace_per.trim().is_empty() {
-        let (set, unknown) = groups::resolve_known(&config.trace_per);
+    let trace_per: Vec<String> = if exporting && !config.groups.trace_per.trim().is_empty() {
+        let (set, unknown) = groups::resolve_known(&config.groups.trace_per);
         if !unknown.is_empty() {
             eprintln!(
                 "{}",
@@ -380,7 +368,7 @@ pub(super) fn build_pipelines(
         });
     }
     // Every OTLP setting is checked before the first pipeline is installed globally.
-    if config.exporter == ExporterKind::Otlp {
+    if config.export.exporter == ExporterKind::Otlp {
         let signals = [
             (
                 config.traces_enabled && given.span_exporter.is_none(),
@@ -421,7 +409,7 @@ pub(super) fn build_pipelines(
     if config.traces_enabled {
         let parts = TraceParts {
             resource: resource.clone(),
-            sampler: config.sampler_enabled.then(|| plan.sampler.clone()),
+            sampler: config.export.sampler.then(|| plan.sampler.clone()),
             processors: std::mem::take(&mut given.span_processors),
             exporter: given.span_exporter.take(),
             settings: ExportSettings {
@@ -486,10 +474,11 @@ pub(super) fn install_process_state(
     config: &LensConfig,
     install_globals: bool,
     gate: &Arc<GroupGate>,
+    nvtx: Option<&Arc<GroupGate>>,
     generation: u64,
 ) {
     if config.enabled && install_globals {
-        groups::install_process_gate(gate.clone());
+        groups::install_process_gate(gate.clone(), nvtx.cloned());
         INITIALIZED_IN.store(generation + 1, Ordering::SeqCst);
     }
 }

@@ -111,7 +111,7 @@ impl Built {
         if let Some(w) = &self.console {
             return Ok(w.clone());
         }
-        let writer = match &config.console_path {
+        let writer = match &config.export.console_path {
             Some(template) => {
                 ConsoleWriter::to_path(template, rank).map_err(|source| LensError::OutputFile {
                     var: "NEMO_LENS_CONSOLE_PATH".into(),
@@ -157,7 +157,7 @@ impl Built {
         let exporter = match parts.exporter {
             Some(make) => Some(make(&parts.settings)?),
             None if own_builder => None,
-            None => Some(match config.exporter {
+            None => Some(match config.export.exporter {
                 ExporterKind::Console => {
                     let writer = self.console_writer(config, rank)?;
                     exporter_processor(ConsoleSpanExporter::new(writer), &parts.settings)?
@@ -190,7 +190,7 @@ impl Built {
                     parts.text,
                     parts.settings.span_queue.get().cloned(),
                     parts.settings.dropped.clone(),
-                    config.sampler_enabled,
+                    config.export.sampler,
                     direct,
                 )
                 .with_trace_per(parts.trace_per)
@@ -222,7 +222,7 @@ impl Built {
                 let interval = interval.unwrap_or(DEFAULT_METRIC_EXPORT_INTERVAL);
                 self.metric_interval = Some(interval);
                 let failed = dropped.metric_exports.clone();
-                match config.exporter {
+                match config.export.exporter {
                     ExporterKind::Console => {
                         let writer = self.console_writer(config, rank)?;
                         let exporter = ConsoleMetricExporter::new(writer);
@@ -259,7 +259,7 @@ impl Built {
     ) -> Result<()> {
         let provider = match exporter {
             Some(make) => make(resource, settings)?,
-            None => match config.exporter {
+            None => match config.export.exporter {
                 ExporterKind::Console => {
                     let writer = self.console_writer(config, rank)?;
                     log_provider(ConsoleLogExporter::new(writer), resource, settings)?

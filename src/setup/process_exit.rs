@@ -39,7 +39,7 @@ pub(crate) trait ExitTarget: Send + Sync {
 }
 
 /// How long the panic hook and the signal handlers wait for the final flush.
-pub const EXIT_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const EXIT_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why spans open at a fatal panic were truncated.
 pub(crate) const REASON_PANIC: &str = "process panicked";

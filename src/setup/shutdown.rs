@@ -18,7 +18,7 @@ use crate::record::open_spans::REASON_SHUTDOWN;
 impl Telemetry {
     /// Opts in to recording panics: a panic adds an `exception` event to the innermost open span
     /// of its thread; a panic that ends the process then ends the telemetry (spans still open
-    /// truncated, everything flushed within [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT)),
+    /// truncated, everything flushed within 5 s),
     /// and a panic the program catches leaves it running. The previous panic hook still runs,
     /// after it. See [`Telemetry::install_signal_handlers`] for the details. Call it once, after
     /// setup.
@@ -35,7 +35,7 @@ impl Telemetry {
     }
 
     /// Installs SIGTERM and SIGINT handlers: on the signal, a dedicated thread ends every open
-    /// span as truncated, flushes within [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT),
+    /// span as truncated, flushes within 5 s,
     /// then lets the signal end the process as it would have (status 128 + signo). The handler
     /// itself only writes to a pipe. See below; without it, open and queued spans are
     /// lost on those signals.
@@ -80,7 +80,7 @@ impl Telemetry {
     /// The hook cannot know whether the panic will be caught (it runs before unwinding), so it
     /// ends nothing. The telemetry ends where the process does, as a panic's (spans still open,
     /// such as those of other threads, truncated with reason `"process panicked"`, everything
-    /// queued flushed within [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT)):
+    /// queued flushed within 5 s):
     ///
     /// * when the `Telemetry` is dropped while `main` unwinds (a handle in `main`'s frame);
     /// * at `exit` after a main-thread panic (an `atexit` handler: a handle in a static, which
@@ -98,7 +98,7 @@ impl Telemetry {
     /// A preempted SLURM job gets SIGTERM (and SIGKILL some seconds later); Ctrl-C is SIGINT. The
     /// handler itself only writes the signal number to a pipe (async-signal-safe); a dedicated thread
     /// (`nemo-lens-signals`) reads it, ends every open span as truncated (reason `"process received
-    /// SIGTERM"` / `"… SIGINT"`), shuts the telemetry down within [`EXIT_FLUSH_TIMEOUT`](crate::EXIT_FLUSH_TIMEOUT), then
+    /// SIGTERM"` / `"… SIGINT"`), shuts the telemetry down within 5 s, then
     /// restores the default disposition and re-raises the signal, so the process dies *by the
     /// signal* as it would have without the handler (a shell reports status 128 + signo). A second
     /// signal while the flush runs kills the process at once. In a process forked after the
@@ -127,7 +127,7 @@ impl Telemetry {
     /// # Accounting
     ///
     /// Spans that end while the shutdown runs (training goes on during a SIGTERM flush) and
-    /// after it are refused by the span processor and counted in [`Telemetry::dropped`]: every
+    /// after it are refused by the span processor and counted in [`Telemetry::stats`]: every
     /// sampled span is exported or counted. The counts are printed once on stderr at the end of
     /// the shutdown when not zero.
     ///
@@ -155,7 +155,7 @@ impl Telemetry {
     /// first, and ignores their real end if it comes later. The copy holds what the span had
     /// when it started (ids, parent, name, kind, start time, attributes and links given at
     /// start), not what was set on it afterwards. At most 4096 spans (8 MiB of copies) are
-    /// tracked at once; see [`Telemetry::untracked_sdk_spans`]. With the application's own
+    /// tracked at once; see [`Stats::untracked_sdk_spans`](crate::Stats::untracked_sdk_spans). With the application's own
     /// provider ([`TelemetryBuilder::tracer_provider`](super::TelemetryBuilder::tracer_provider))
     /// the copies go to lens's processors only (an exporter given to lens), never to the
     /// application's own processors.
@@ -163,7 +163,7 @@ impl Telemetry {
     /// **Fork**: a process forked without exec inherits the table with its parent's open spans
     /// (and possibly a lock another parent thread held). The child never reads, locks or ends them: they
     /// belong to the parent, which ends and exports them; the child forgets them (see
-    /// [`Telemetry::is_inherited_from_parent`]).
+    /// [`Stats::inherited_from_parent`](crate::Stats::inherited_from_parent)).
     pub fn shutdown(&self, timeout: Duration) -> Result<()> {
         self.inner.shutdown(timeout)
     }

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use nemo_lens::{LensConfig, Telemetry};
+use nemo_lens::{LensConfig, Place, Telemetry};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
@@ -166,18 +166,17 @@ impl Built {
 
 /// An enabled config exporting on every rank, with `groups` enabled and no metrics.
 pub fn exporting_config(groups: &str) -> LensConfig {
-    LensConfig::default()
-        .with_enabled(true)
-        .with_export_strategy("all_ranks")
-        .with_span_groups(groups)
-        .with_metrics_enabled(false)
+    LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.groups.span_groups = groups.into();
+        c.metrics_enabled = false;
+    })
 }
 
 /// A lens telemetry with a [`Discard`] exporter behind the default batch processor.
 pub fn lens(config: LensConfig, rank: u32, world_size: u32, exported: Arc<AtomicU64>) -> Telemetry {
     Telemetry::builder(config)
-        .rank(rank)
-        .world_size(world_size)
+        .place(Place::rank(rank).of(world_size))
         .span_exporter(Discard(exported))
         .allow_reinit_for_testing(true)
         .build()
@@ -204,7 +203,7 @@ pub fn build(wiring: Wiring) -> Built {
                     let t = lens(
                         LensConfig::default()
                             .with_enabled(true)
-                            .with_metrics_enabled(false),
+                            .with(|c| c.metrics_enabled = false),
                         0,
                         8,
                         exported,

@@ -353,5 +353,5 @@ pub fn count_with(items: &[Item], key: &str, value: &str) -> usize {
 pub fn otlp_config() -> nemo_lens::LensConfig {
     nemo_lens::LensConfig::default()
         .with_enabled(true)
-        .with_exporter(nemo_lens::ExporterKind::Otlp)
+        .with(|c| c.export.exporter = nemo_lens::ExporterKind::Otlp)
 }

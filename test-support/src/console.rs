@@ -9,23 +9,23 @@ use serde_json::Value;
 /// Every rank exports spans and log records (no metrics) to the console exporter, into
 /// `dir/rank{rank}.jsonl`.
 pub fn config(dir: &Path) -> LensConfig {
-    LensConfig::default()
-        .with_enabled(true)
-        .with_logs_enabled(true)
-        .with_metrics_enabled(false)
-        .with_exporter(ExporterKind::Console)
-        .with_export_strategy("all_ranks")
-        .with_console_path(Some(dir.join("rank{rank}.jsonl").display().to_string()))
+    LensConfig::default().with_enabled(true).with(|c| {
+        c.logs_enabled = true;
+        c.metrics_enabled = false;
+        c.export.exporter = ExporterKind::Console;
+        c.export.strategy = "all_ranks".into();
+        c.export.console_path = Some(dir.join("rank{rank}.jsonl").display().to_string());
+    })
 }
 
 /// Every rank exports spans (no metrics, no logs) to the console exporter, into `path`.
 pub fn config_to(path: &Path) -> LensConfig {
-    LensConfig::default()
-        .with_enabled(true)
-        .with_export_strategy("all_ranks")
-        .with_exporter(ExporterKind::Console)
-        .with_console_path(Some(path.display().to_string()))
-        .with_metrics_enabled(false)
+    LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.export.exporter = ExporterKind::Console;
+        c.export.console_path = Some(path.display().to_string());
+        c.metrics_enabled = false;
+    })
 }
 
 /// The JSON records of rank `rank`'s file in `dir` (as [`config`] names it).

@@ -9,10 +9,10 @@ use tracing_subscriber::prelude::*;
 
 /// Every rank exports traces (no metrics).
 pub fn config() -> LensConfig {
-    LensConfig::default()
-        .with_enabled(true)
-        .with_export_strategy("all_ranks")
-        .with_metrics_enabled(false)
+    LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.metrics_enabled = false;
+    })
 }
 
 /// A builder of an exporting telemetry ([`config`]) that installs nothing process-wide and

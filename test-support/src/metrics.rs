@@ -8,10 +8,10 @@ use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader};
 pub fn exporting() -> (Telemetry, InMemoryMetricExporter) {
     let exporter = InMemoryMetricExporter::default();
     let reader_exporter = exporter.clone();
-    let config = LensConfig::default()
-        .with_enabled(true)
-        .with_export_strategy("all_ranks")
-        .with_traces_enabled(false);
+    let config = LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.traces_enabled = false;
+    });
     let telemetry = Telemetry::builder(config)
         .metric_reader(move || PeriodicReader::builder(reader_exporter).build())
         .allow_reinit_for_testing(true)

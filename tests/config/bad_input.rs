@@ -145,7 +145,7 @@ proptest! {
         };
         // Metric and log pipelines would export over OTLP to nothing; their variables are still
         // read (on the exporting rank; here every rank exports unless the strategy says otherwise).
-        let built = Telemetry::builder(config.with_metrics_enabled(false).with_logs_enabled(false))
+        let built = Telemetry::builder(config.with(|c| { c.metrics_enabled = false; c.logs_enabled = false; }))
             .span_exporter(CollectingExporter::default())
             .env_lookup(lookup)
             .allow_reinit_for_testing(true)
@@ -183,11 +183,11 @@ fn a_failed_setup_leaves_no_global_state_and_a_later_good_one_works() {
     // Traces only: the point is the global tracer provider and span groups (a default metric
     // pipeline would export over OTLP to a collector that is not there).
     let enabled = || {
-        LensConfig::default()
-            .with_enabled(true)
-            .with_export_strategy("all_ranks")
-            .with_span_groups("per_step")
-            .with_metrics_enabled(false)
+        LensConfig::default().with_enabled(true).with(|c| {
+            c.export.strategy = "all_ranks".into();
+            c.groups.span_groups = "per_step".into();
+            c.metrics_enabled = false;
+        })
     };
     let no_env = |_: &str| None::<String>;
     // A path below a regular file can be neither created nor opened.
@@ -199,11 +199,10 @@ fn a_failed_setup_leaves_no_global_state_and_a_later_good_one_works() {
             .env_lookup(|k| (k == "OTEL_BSP_MAX_QUEUE_SIZE").then(|| "many".into()))
             .build()
             .unwrap_err(),
-        Telemetry::builder(
-            enabled()
-                .with_exporter(nemo_lens::ExporterKind::Console)
-                .with_console_path(Some(unopenable)),
-        )
+        Telemetry::builder(enabled().with(|c| {
+            c.export.exporter = nemo_lens::ExporterKind::Console;
+            c.export.console_path = Some(unopenable);
+        }))
         .env_lookup(no_env)
         .build()
         .unwrap_err(),
@@ -211,7 +210,7 @@ fn a_failed_setup_leaves_no_global_state_and_a_later_good_one_works() {
             .env_lookup(|k| (k == "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").then(|| "thrift".into()))
             .build()
             .unwrap_err(),
-        Telemetry::builder(enabled().with_export_strategy("every_other_rank"))
+        Telemetry::builder(enabled().with(|c| c.export.strategy = "every_other_rank".into()))
             .span_exporter(CollectingExporter::default())
             .env_lookup(no_env)
             .build()
@@ -221,7 +220,7 @@ fn a_failed_setup_leaves_no_global_state_and_a_later_good_one_works() {
         "OTEL_BSP_MAX_QUEUE_SIZE",
         "NEMO_LENS_CONSOLE_PATH",
         "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-        "export_strategy",
+        "export.strategy",
     ]) {
         assert!(err.to_string().contains(var), "{err}");
         assert!(

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use nemo_lens::{ExporterKind, LensConfig, LensError, Telemetry};
+use nemo_lens::{ExporterKind, LensConfig, LensError, Place, Telemetry};
 use proptest::prelude::*;
 
 use nemo_lens_test_support::child;
@@ -36,14 +36,25 @@ fn parse_bool(text: &str) -> nemo_lens::Result<bool> {
     read("ENABLED", text, |c| c.enabled)
 }
 
-/// An integer variable (`NEMO_LENS_EXPORT_RANK`).
+/// An integer variable (`NEMO_LENS_EXPORT_RANK`): the rank, or `-1` for the last rank (any
+/// negative number).
 fn parse_int(text: &str) -> nemo_lens::Result<i64> {
-    read("EXPORT_RANK", text, |c| c.export_rank)
+    read("EXPORT_RANK", text, |c| c.export.rank.map_or(-1, i64::from))
+}
+
+/// What `NEMO_LENS_EXPORT_RANK` makes of an integer `n`: `-1` (the last rank) for a negative
+/// one, `n` for a rank, `None` (an error naming the variable) above the largest rank.
+fn as_rank(n: i64) -> Option<i64> {
+    match n {
+        ..0 => Some(-1),
+        n if n <= i64::from(u32::MAX) => Some(n),
+        _ => None,
+    }
 }
 
 /// A float variable (`NEMO_LENS_EXPORT_SAMPLE_RATE`, which must also lie in `[0, 1]`).
 fn parse_float(text: &str) -> nemo_lens::Result<f64> {
-    read("EXPORT_SAMPLE_RATE", text, |c| c.export_sample_rate)
+    read("EXPORT_SAMPLE_RATE", text, |c| c.export.sample_rate)
 }
 
 /// How an error message shows a value: stripped, at most 64 characters, `…` when cut.
@@ -83,7 +94,7 @@ fn load_err(prefix: &str, fallback: Option<&str>, vars: &[(&str, &str)]) -> Lens
 fn bool_field(cfg: &LensConfig, key: &str) -> bool {
     match key {
         "ENABLED" => cfg.enabled,
-        "SAMPLER_ENABLED" => cfg.sampler_enabled,
+        "SAMPLER_ENABLED" => cfg.export.sampler,
         "TRACES_ENABLED" => cfg.traces_enabled,
         "METRICS_ENABLED" => cfg.metrics_enabled,
         "LOGS_ENABLED" => cfg.logs_enabled,
@@ -112,21 +123,21 @@ fn defaults_when_nothing_is_set() {
     let cfg = load_ok("NEMO_LENS", None, &[]);
     assert_eq!(cfg, LensConfig::default());
     assert!(!cfg.enabled);
-    assert_eq!(cfg.service_name, "nemo");
-    assert_eq!(cfg.export_strategy, "single_rank");
-    assert_eq!(cfg.export_rank, -1);
-    assert_eq!(cfg.export_sample_rate, 1.0);
-    assert!(!cfg.sampler_enabled);
+    assert_eq!(cfg.identity.service_name, "nemo");
+    assert_eq!(cfg.export.strategy, "single_rank");
+    assert_eq!(cfg.export.rank, None);
+    assert_eq!(cfg.export.sample_rate, 1.0);
+    assert!(!cfg.export.sampler);
     assert!(cfg.traces_enabled);
     assert!(cfg.metrics_enabled);
     assert!(!cfg.logs_enabled);
-    assert_eq!(cfg.span_groups, "default");
-    assert_eq!(cfg.exporter, ExporterKind::Otlp);
-    assert_eq!(cfg.run_id, "");
-    assert_eq!(cfg.user, "");
-    assert_eq!(cfg.wandb_entity, "");
-    assert_eq!(cfg.wandb_project, "");
-    assert_eq!(cfg.console_path, None);
+    assert_eq!(cfg.groups.span_groups, "default");
+    assert_eq!(cfg.export.exporter, ExporterKind::Otlp);
+    assert_eq!(cfg.identity.run_id, "");
+    assert_eq!(cfg.identity.user, "");
+    assert_eq!(cfg.identity.wandb_entity, "");
+    assert_eq!(cfg.identity.wandb_project, "");
+    assert_eq!(cfg.export.console_path, None);
     // Same with a fallback prefix and nothing set under either.
     assert_eq!(
         load_ok("MEGATRON_OTEL", Some("NEMO_LENS"), &[]),
@@ -159,24 +170,24 @@ fn every_field_from_the_environment() {
             ("WANDB_PROJECT", "llm"),
         ],
     );
-    let expected = LensConfig::default()
-        .with_enabled(true)
-        .with_service_name("trainer")
-        .with_export_strategy("sampled")
-        .with_export_rank(5)
-        .with_export_sample_rate(0.25)
-        .with_sampler_enabled(true)
-        .with_traces_enabled(false)
-        .with_metrics_enabled(false)
-        .with_logs_enabled(true)
-        .with_logs_level(tracing_core::LevelFilter::WARN)
-        .with_span_groups("per_step,Checkpoint")
-        .with_exporter(ExporterKind::Console)
-        .with_run_id("run-42")
-        .with_user("alice")
-        .with_wandb_entity("team")
-        .with_wandb_project("llm")
-        .with_console_path(Some("/tmp/lens-{rank}.jsonl".into()));
+    let expected = LensConfig::default().with_enabled(true).with(|c| {
+        c.identity.service_name = "trainer".into();
+        c.export.strategy = "sampled".into();
+        c.export.rank = Some(5);
+        c.export.sample_rate = 0.25;
+        c.export.sampler = true;
+        c.traces_enabled = false;
+        c.metrics_enabled = false;
+        c.logs_enabled = true;
+        c.logs_level = tracing_core::LevelFilter::WARN;
+        c.groups.span_groups = "per_step,Checkpoint".into();
+        c.export.exporter = ExporterKind::Console;
+        c.identity.run_id = "run-42".into();
+        c.identity.user = "alice".into();
+        c.identity.wandb_entity = "team".into();
+        c.identity.wandb_project = "llm".into();
+        c.export.console_path = Some("/tmp/lens-{rank}.jsonl".into());
+    });
     assert_eq!(cfg, expected);
 }
 
@@ -190,9 +201,9 @@ fn custom_prefix_without_fallback_ignores_other_prefixes() {
     ];
     let cfg = load_ok("MEGATRON_OTEL", None, &vars);
     assert!(!cfg.enabled);
-    assert_eq!(cfg.export_rank, -1);
-    assert_eq!(cfg.span_groups, "default");
-    assert_eq!(cfg.export_strategy, "all_ranks");
+    assert_eq!(cfg.export.rank, None);
+    assert_eq!(cfg.groups.span_groups, "default");
+    assert_eq!(cfg.export.strategy, "all_ranks");
 }
 
 #[test]
@@ -242,10 +253,10 @@ fn fallback_prefix_is_used_only_when_primary_is_empty() {
         ],
     );
     assert!(!cfg.enabled);
-    assert_eq!(cfg.export_strategy, "all_ranks");
-    assert_eq!(cfg.span_groups, "per_step");
-    assert_eq!(cfg.export_rank, 2);
-    assert_eq!(cfg.user, "primary-user");
+    assert_eq!(cfg.export.strategy, "all_ranks");
+    assert_eq!(cfg.groups.span_groups, "per_step");
+    assert_eq!(cfg.export.rank, Some(2));
+    assert_eq!(cfg.identity.user, "primary-user");
 
     // Primary unset, empty or blank: the fallback is read.
     for primary in [None, Some(""), Some("   ")] {
@@ -277,14 +288,14 @@ fn fallback_prefix_is_used_only_when_primary_is_empty() {
         }
         let cfg = load_ok("MEGATRON_OTEL", Some("NEMO_LENS"), &vars);
         assert!(cfg.enabled, "primary {primary:?}");
-        assert_eq!(cfg.export_strategy, "sampled");
-        assert_eq!(cfg.span_groups, "verbose");
-        assert_eq!(cfg.export_rank, 9);
-        assert_eq!(cfg.export_sample_rate, 0.5);
-        assert_eq!(cfg.exporter, ExporterKind::Console);
-        assert_eq!(cfg.run_id, "fb-run");
-        assert_eq!(cfg.user, "fallback-user");
-        assert_eq!(cfg.console_path.as_deref(), Some("/tmp/fb.jsonl"));
+        assert_eq!(cfg.export.strategy, "sampled");
+        assert_eq!(cfg.groups.span_groups, "verbose");
+        assert_eq!(cfg.export.rank, Some(9));
+        assert_eq!(cfg.export.sample_rate, 0.5);
+        assert_eq!(cfg.export.exporter, ExporterKind::Console);
+        assert_eq!(cfg.identity.run_id, "fb-run");
+        assert_eq!(cfg.identity.user, "fallback-user");
+        assert_eq!(cfg.export.console_path.as_deref(), Some("/tmp/fb.jsonl"));
     }
 
     // A blank fallback is unset too.
@@ -415,15 +426,21 @@ fn full_boolean_vocabulary_in_mixed_case() {
 #[test]
 fn service_name_is_bare_stripped_and_empty_means_nemo() {
     assert_eq!(
-        load_ok("NEMO_LENS", None, &[("OTEL_SERVICE_NAME", "  my-svc \n")]).service_name,
+        load_ok("NEMO_LENS", None, &[("OTEL_SERVICE_NAME", "  my-svc \n")])
+            .identity
+            .service_name,
         "my-svc"
     );
     assert_eq!(
-        load_ok("NEMO_LENS", None, &[("OTEL_SERVICE_NAME", "")]).service_name,
+        load_ok("NEMO_LENS", None, &[("OTEL_SERVICE_NAME", "")])
+            .identity
+            .service_name,
         "nemo"
     );
     assert_eq!(
-        load_ok("NEMO_LENS", None, &[("OTEL_SERVICE_NAME", " \t ")]).service_name,
+        load_ok("NEMO_LENS", None, &[("OTEL_SERVICE_NAME", " \t ")])
+            .identity
+            .service_name,
         "nemo"
     );
     // Never read under a prefix.
@@ -436,7 +453,7 @@ fn service_name_is_bare_stripped_and_empty_means_nemo() {
             ("NEMO_LENS_SERVICE_NAME", "c"),
         ],
     );
-    assert_eq!(cfg.service_name, "nemo");
+    assert_eq!(cfg.identity.service_name, "nemo");
 }
 
 #[test]
@@ -449,8 +466,8 @@ fn wandb_values_are_bare_and_not_stripped() {
             ("WANDB_PROJECT", "\tproj\n"),
         ],
     );
-    assert_eq!(cfg.wandb_entity, "  my team ");
-    assert_eq!(cfg.wandb_project, "\tproj\n");
+    assert_eq!(cfg.identity.wandb_entity, "  my team ");
+    assert_eq!(cfg.identity.wandb_project, "\tproj\n");
     // Prefixed spellings are not read.
     let cfg = load_ok(
         "MEGATRON_OTEL",
@@ -460,23 +477,23 @@ fn wandb_values_are_bare_and_not_stripped() {
             ("NEMO_LENS_WANDB_PROJECT", "y"),
         ],
     );
-    assert_eq!(cfg.wandb_entity, "");
-    assert_eq!(cfg.wandb_project, "");
+    assert_eq!(cfg.identity.wandb_entity, "");
+    assert_eq!(cfg.identity.wandb_project, "");
 }
 
 #[test]
 fn user_comes_from_user_id_not_user() {
     let cfg = load_ok("NEMO_LENS", None, &[("NEMO_LENS_USER", "bob")]);
-    assert_eq!(cfg.user, "");
+    assert_eq!(cfg.identity.user, "");
     let cfg = load_ok(
         "NEMO_LENS",
         None,
         &[("NEMO_LENS_USER", "bob"), ("NEMO_LENS_USER_ID", " alice ")],
     );
-    assert_eq!(cfg.user, "alice");
+    assert_eq!(cfg.identity.user, "alice");
     // `USER` from the login environment is not read either.
     let cfg = load_ok("NEMO_LENS", None, &[("USER", "root")]);
-    assert_eq!(cfg.user, "");
+    assert_eq!(cfg.identity.user, "");
 }
 
 #[test]
@@ -492,7 +509,7 @@ fn sample_rate_must_lie_in_unit_interval() {
         (".5", 0.5),
     ] {
         let cfg = load_ok("NEMO_LENS", None, &[(var, text)]);
-        assert_eq!(cfg.export_sample_rate, value, "{text:?}");
+        assert_eq!(cfg.export.sample_rate, value, "{text:?}");
     }
     for (text, value) in [
         ("1.5", 1.5),
@@ -533,20 +550,22 @@ fn unknown_exporter_names_the_variable_and_the_accepted_values() {
         (" console ", ExporterKind::Console),
     ] {
         let cfg = load_ok("NEMO_LENS", None, &[("NEMO_LENS_EXPORTER", text)]);
-        assert_eq!(cfg.exporter, kind, "{text:?}");
+        assert_eq!(cfg.export.exporter, kind, "{text:?}");
     }
     // Only the exporting rank builds an exporter: reading the environment accepts any name
     // (the default stays), and the exporting rank's setup names the variable and the value.
     let build = |cfg: LensConfig, rank: u32| {
-        Telemetry::builder(cfg.with_enabled(true).with_export_strategy("single_rank"))
-            .rank(rank)
-            .world_size(2)
-            .allow_reinit_for_testing(true)
-            .build()
+        Telemetry::builder(
+            cfg.with_enabled(true)
+                .with(|c| c.export.strategy = "single_rank".into()),
+        )
+        .place(Place::rank(rank).of(2))
+        .allow_reinit_for_testing(true)
+        .build()
     };
     for bad in ["zipkin", "jaeger", "otlp-http", "stdout", "con sole"] {
         let cfg = load_ok("NEMO_LENS", None, &[("NEMO_LENS_EXPORTER", bad)]);
-        assert_eq!(cfg.exporter, ExporterKind::Otlp);
+        assert_eq!(cfg.export.exporter, ExporterKind::Otlp);
         let quiet = build(cfg.clone(), 0).expect("a non-exporting rank ignores the exporter");
         assert!(!quiet.is_exporting());
         let err = build(cfg, 1).unwrap_err();
@@ -575,9 +594,10 @@ fn unknown_exporter_names_the_variable_and_the_accepted_values() {
         "{err:?}"
     );
     // Set in code afterwards: the setter wins.
-    let cfg = load_ok("NEMO_LENS", None, &[("NEMO_LENS_EXPORTER", "zipkin")])
-        .with_exporter(ExporterKind::Console)
-        .with_console_path(Some("/dev/null".into()));
+    let cfg = load_ok("NEMO_LENS", None, &[("NEMO_LENS_EXPORTER", "zipkin")]).with(|c| {
+        c.export.exporter = ExporterKind::Console;
+        c.export.console_path = Some("/dev/null".into());
+    });
     assert!(build(cfg, 1).is_ok());
 }
 
@@ -591,9 +611,9 @@ fn setup_errors(vars: &[(&str, &str)]) -> (String, bool) {
             .build()
     };
     let mut good_strategy = cfg.clone();
-    good_strategy.export_strategy = "all_ranks".into();
+    good_strategy.export.strategy = "all_ranks".into();
     let mut good_groups = cfg;
-    good_groups.span_groups = "default".into();
+    good_groups.groups.span_groups = "default".into();
     (
         build(good_groups).unwrap_err().to_string(),
         build(good_strategy).is_ok(),
@@ -626,13 +646,28 @@ fn setup_errors_name_the_variable_strategy_and_span_groups_came_from() {
     let err = Telemetry::builder(
         LensConfig::default()
             .with_enabled(true)
-            .with_export_strategy("no_such_strategy"),
+            .with(|c| c.export.strategy = "no_such_strategy".into()),
     )
     .allow_reinit_for_testing(true)
     .build()
     .unwrap_err()
     .to_string();
-    assert!(err.contains("(from export_strategy)"), "{err}");
+    assert!(err.contains("(from export.strategy)"), "{err}");
+    // Read from a variable, then changed in code: the error names the setting, not the variable.
+    let read = load_ok(
+        "NEMO_LENS",
+        None,
+        &[("NEMO_LENS_EXPORT_STRATEGY", "no_such_strategy")],
+    );
+    let err = Telemetry::builder(
+        read.with_enabled(true)
+            .with(|c| c.export.strategy = "another_unknown_strategy".into()),
+    )
+    .allow_reinit_for_testing(true)
+    .build()
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("(from export.strategy)"), "{err}");
 }
 
 #[test]
@@ -650,7 +685,13 @@ fn parse_int_follows_python_int_for_decimal_text() {
         ("9223372036854775807", i64::MAX),
         ("-9223372036854775808", i64::MIN),
     ] {
-        assert_eq!(parse_int(text).unwrap(), value, "{text:?}");
+        match as_rank(value) {
+            Some(rank) => assert_eq!(parse_int(text).unwrap(), rank, "{text:?}"),
+            None => assert!(
+                matches!(parse_int(text), Err(LensError::InvalidValue { var: v, .. }) if v == var),
+                "{text:?}"
+            ),
+        }
     }
     for text in [
         "1.5",
@@ -704,7 +745,7 @@ fn reads_the_process_environment() {
         LensConfig::from_env_with_fallback("LENSTEST_NONUTF8_OK", Some("LENSTEST_NONUTF8_FBOK"))
             .unwrap();
     assert!(cfg.enabled);
-    assert_eq!(cfg.export_rank, 4);
+    assert_eq!(cfg.export.rank, Some(4));
 
     // A non-UTF-8 value is an error naming the variable.
     let err = LensConfig::from_env_with_fallback("LENSTEST_NONUTF8_A", None).unwrap_err();
@@ -835,9 +876,14 @@ proptest! {
         }
         match parse_int(&s) {
             Ok(i) if blank => prop_assert_eq!(i, -1),
-            Ok(i) => prop_assert_eq!(Some(i), s.trim().replace('_', "").parse::<i64>().ok()),
+            Ok(i) => prop_assert_eq!(Some(i), s.trim().replace('_', "").parse::<i64>().ok().and_then(as_rank)),
             Err(e) => {
-                prop_assert!(matches!(&e, LensError::InvalidInt { value, .. } if *value == shown(&s)), "{:?}", e);
+                let beyond_ranks = s.trim().replace('_', "").parse::<i64>().is_ok_and(|n| as_rank(n).is_none());
+                prop_assert!(
+                    matches!(&e, LensError::InvalidInt { value, .. } if *value == shown(&s))
+                        || matches!(&e, LensError::InvalidValue { value, .. } if *value == shown(&s) && beyond_ranks),
+                    "{:?}", e
+                );
                 assert_typed_error_naming(&e, "NEMO_LENS_EXPORT_RANK");
             }
         }
@@ -903,30 +949,30 @@ proptest! {
                     prop_assert_eq!(bool_field(&cfg, key), expected, "{}", key);
                 }
                 prop_assert_eq!(
-                    cfg.export_rank,
+                    cfg.export.rank.map_or(-1, i64::from),
                     set("EXPORT_RANK").map_or(-1, |v| parse_int(&v).unwrap())
                 );
-                prop_assert!((0.0..=1.0).contains(&cfg.export_sample_rate));
+                prop_assert!((0.0..=1.0).contains(&cfg.export.sample_rate));
                 prop_assert_eq!(
-                    cfg.export_sample_rate,
+                    cfg.export.sample_rate,
                     set("EXPORT_SAMPLE_RATE").map_or(1.0, |v| parse_float(&v).unwrap())
                 );
-                prop_assert_eq!(&cfg.export_strategy, &set("EXPORT_STRATEGY").unwrap_or("single_rank".into()));
-                prop_assert_eq!(&cfg.span_groups, &set("SPAN_GROUPS").unwrap_or("default".into()));
-                prop_assert_eq!(&cfg.run_id, &set("RUN_ID").unwrap_or_default());
-                prop_assert_eq!(&cfg.user, &set("USER_ID").unwrap_or_default());
-                prop_assert_eq!(&cfg.console_path, &set("CONSOLE_PATH"));
+                prop_assert_eq!(&cfg.export.strategy, &set("EXPORT_STRATEGY").unwrap_or("single_rank".into()));
+                prop_assert_eq!(&cfg.groups.span_groups, &set("SPAN_GROUPS").unwrap_or("default".into()));
+                prop_assert_eq!(&cfg.identity.run_id, &set("RUN_ID").unwrap_or_default());
+                prop_assert_eq!(&cfg.identity.user, &set("USER_ID").unwrap_or_default());
+                prop_assert_eq!(&cfg.export.console_path, &set("CONSOLE_PATH"));
                 // An unknown exporter is left to the exporting rank's setup: the default stays.
                 let expected_exporter = set("EXPORTER")
                     .and_then(|v| v.parse::<ExporterKind>().ok())
                     .unwrap_or(ExporterKind::Otlp);
-                prop_assert_eq!(cfg.exporter, expected_exporter);
+                prop_assert_eq!(cfg.export.exporter, expected_exporter);
                 let expected_service = service
                     .as_ref()
                     .map(|s| s.trim().to_string())
                     .filter(|s| !s.is_empty())
                     .unwrap_or("nemo".into());
-                prop_assert_eq!(&cfg.service_name, &expected_service);
+                prop_assert_eq!(&cfg.identity.service_name, &expected_service);
             }
             Err(e) => {
                 // The error is typed and names the variable of a key whose value is invalid.
@@ -972,7 +1018,7 @@ proptest! {
         left in "[ \\t\\n]{0,2}",
         right in "[ \\t\\n]{0,2}",
     ) {
-        let expected = s.parse::<i64>().ok();
+        let expected = s.parse::<i64>().ok().and_then(as_rank);
         prop_assert_eq!(parse_int(&s).ok(), expected);
         prop_assert_eq!(parse_int(&format!("{left}{s}{right}")).ok(), expected);
     }
@@ -987,7 +1033,7 @@ proptest! {
         let underscored = format!("{sign}{}", groups.join("_"));
         prop_assert_eq!(
             parse_int(&underscored).ok(),
-            plain.parse::<i64>().ok()
+            plain.parse::<i64>().ok().and_then(as_rank)
         );
     }
 

@@ -26,11 +26,11 @@ fn sampler_from_the_environment() {
         std::env::set_var("OTEL_TRACES_SAMPLER_ARG", "0.5");
     }
     let exporter = CollectingExporter::default();
-    let config = LensConfig::default()
-        .with_enabled(true)
-        .with_metrics_enabled(false)
-        .with_export_strategy("all_ranks")
-        .with_span_groups("all");
+    let config = LensConfig::default().with_enabled(true).with(|c| {
+        c.metrics_enabled = false;
+        c.export.strategy = "all_ranks".into();
+        c.groups.span_groups = "all".into();
+    });
     let telemetry = Telemetry::builder(config)
         .span_exporter(exporter.clone())
         .build()
@@ -67,7 +67,7 @@ fn sampler_from_the_environment() {
         "exactly the spans flagged sampled are exported"
     );
     assert_eq!(
-        telemetry.dropped().spans,
+        telemetry.stats().dropped_spans,
         0,
         "sampled-out spans are not drops"
     );

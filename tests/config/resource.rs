@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use nemo_lens::semconv;
-use nemo_lens::{LensConfig, Telemetry};
+use nemo_lens::{LensConfig, Place, Telemetry};
 use opentelemetry::{Key, KeyValue, Value};
 use opentelemetry_sdk::Resource;
 
@@ -21,9 +21,10 @@ fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
 }
 
 fn config(run_id: &str) -> LensConfig {
-    LensConfig::default()
-        .with_service_name("trainer")
-        .with_run_id(run_id)
+    LensConfig::default().with(|c| {
+        c.identity.service_name = "trainer".into();
+        c.identity.run_id = run_id.into();
+    })
 }
 
 /// An exporting setup (every pipeline off: nothing is exported, the resource is still built)
@@ -36,16 +37,14 @@ fn telemetry(
     map: &HashMap<String, String>,
 ) -> Telemetry {
     let map = map.clone();
-    let cfg = cfg
-        .clone()
-        .with_enabled(true)
-        .with_export_strategy("all_ranks")
-        .with_traces_enabled(false)
-        .with_metrics_enabled(false)
-        .with_logs_enabled(false);
+    let cfg = cfg.clone().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.traces_enabled = false;
+        c.metrics_enabled = false;
+        c.logs_enabled = false;
+    });
     Telemetry::builder(cfg)
-        .rank(rank)
-        .world_size(world)
+        .place(Place::rank(rank).of(world))
         .resource_attributes(caller.to_vec())
         .env_lookup(move |name| map.get(name).cloned())
         .allow_reinit_for_testing(true)
@@ -309,9 +308,9 @@ fn an_empty_run_id_is_resolved_before_the_resource_is_built() {
 fn user_and_wandb_only_when_non_empty() {
     let map = env(&[]);
     let mut cfg = config("r");
-    cfg.user = "alice".into();
-    cfg.wandb_entity = "team".into();
-    cfg.wandb_project = String::new();
+    cfg.identity.user = "alice".into();
+    cfg.identity.wandb_entity = "team".into();
+    cfg.identity.wandb_project = String::new();
     let res = build(&cfg, 0, 1, &[], &map);
     assert_eq!(get_str(&res, semconv::NEMO_USER_ID), s("alice"));
     assert_eq!(get_str(&res, semconv::WANDB_ENTITY), s("team"));

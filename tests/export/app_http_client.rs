@@ -49,7 +49,7 @@ fn application() {
     // Nothing nemo-lens did installed a process-wide provider either.
     assert!(rustls::crypto::CryptoProvider::get_default().is_none());
     telemetry.shutdown(Duration::from_secs(20)).unwrap();
-    assert_eq!(telemetry.dropped().spans, 0);
+    assert_eq!(telemetry.stats().dropped_spans, 0);
 }
 
 #[test]

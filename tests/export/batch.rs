@@ -42,14 +42,14 @@ impl SpanExporter for SlowExporter {
 }
 
 fn enabled() -> LensConfig {
-    LensConfig::default()
-        .with_enabled(true)
-        .with_export_strategy("all_ranks")
-        .with_metrics_enabled(false)
+    LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.metrics_enabled = false;
+    })
 }
 
 /// The whole stack (tracing spans, the layer, the SDK, the processor) with an exporter too slow
-/// for the burst: `Telemetry::dropped()` equals produced − exported, and the count is reported
+/// for the burst: `Telemetry::stats().dropped_spans` equals produced − exported, and the count is reported
 /// once, on stderr, at shutdown.
 #[test]
 fn drops_are_counted_on_the_handle_and_reported_once_at_shutdown() {
@@ -81,12 +81,12 @@ fn drops_are_counted_on_the_handle_and_reported_once_at_shutdown() {
     telemetry.shutdown(Duration::from_secs(10)).unwrap();
     telemetry.shutdown(Duration::from_secs(10)).unwrap(); // no second report
     let exported = exported.load(Ordering::Relaxed);
-    let dropped = telemetry.dropped();
+    let dropped = telemetry.stats();
     assert!(
-        dropped.spans > 0 && exported > 0,
+        dropped.dropped_spans > 0 && exported > 0,
         "{dropped:?}, exported {exported}"
     );
-    assert_eq!(dropped.spans, SPANS - exported);
+    assert_eq!(dropped.dropped_spans, SPANS - exported);
 }
 
 /// `OTEL_BSP_*`: setup fails with a typed error naming the variable before touching anything

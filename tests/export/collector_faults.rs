@@ -51,9 +51,10 @@ fn faults() {
         std::env::set_var("OTEL_EXPORTER_OTLP_TIMEOUT", "1000");
         std::env::set_var("OTEL_BSP_SCHEDULE_DELAY", "100");
     }
-    let telemetry = Telemetry::builder(collector::otlp_config().with_metrics_enabled(false))
-        .build()
-        .unwrap();
+    let telemetry =
+        Telemetry::builder(collector::otlp_config().with(|c| c.metrics_enabled = false))
+            .build()
+            .unwrap();
     let _guard = tracing_subscriber::registry()
         .with(telemetry.layer())
         .set_default();
@@ -65,7 +66,7 @@ fn faults() {
     produced += 20_000;
     let _ = telemetry.force_flush();
     assert!(
-        telemetry.dropped().spans > 0,
+        telemetry.stats().dropped_spans > 0,
         "nothing counted with no collector"
     );
 
@@ -80,11 +81,11 @@ fn faults() {
 
     // 3. Killed mid-run: the loop still never blocks.
     first.kill();
-    let dropped_before_kill = telemetry.dropped().spans;
+    let dropped_before_kill = telemetry.stats().dropped_spans;
     assert!(emit("killed", 20_000) < NEVER_HANGS);
     produced += 20_000;
     let _ = telemetry.force_flush();
-    assert!(telemetry.dropped().spans > dropped_before_kill);
+    assert!(telemetry.stats().dropped_spans > dropped_before_kill);
 
     // 4. Restarted on the same ports: export resumes again.
     let mut second = Collector::start_on(grpc, http);
@@ -113,9 +114,9 @@ fn faults() {
     let delivered = delivered(&[&first, &second]);
     eprintln!(
         "produced {produced}, delivered {delivered}, dropped {}",
-        telemetry.dropped().spans
+        telemetry.stats().dropped_spans
     );
-    let dropped = telemetry.dropped().spans;
+    let dropped = telemetry.stats().dropped_spans;
     assert!(delivered <= produced);
     assert!(
         delivered + dropped >= produced,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use nemo_lens::{DropCounts, ExporterKind, LensConfig, Telemetry};
+use nemo_lens::{ExporterKind, LensConfig, Telemetry};
 use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
 use opentelemetry_sdk::logs::{LogBatch, LogExporter};
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
@@ -34,7 +34,7 @@ impl LogExporter for Refuse {
 fn enabled() -> LensConfig {
     LensConfig::default()
         .with_enabled(true)
-        .with_logs_enabled(true)
+        .with(|c| c.logs_enabled = true)
 }
 
 /// The `nemo.lens.dropped` value of `signal` in the last export that has it.
@@ -76,13 +76,14 @@ fn refused_spans_and_log_records_are_counted_and_exported_as_a_metric() {
         }
     });
     let _ = t.force_flush();
+    let stats = t.stats();
     assert_eq!(
-        t.dropped(),
-        DropCounts {
-            spans: 25,
-            logs: 25,
-            metric_exports: 0
-        }
+        (
+            stats.dropped_spans,
+            stats.dropped_logs,
+            stats.failed_metric_exports
+        ),
+        (25, 25, 0)
     );
     let _ = t.shutdown(Duration::from_secs(5));
     let exported = metrics.get_finished_metrics().unwrap();
@@ -95,10 +96,11 @@ fn refused_spans_and_log_records_are_counted_and_exported_as_a_metric() {
 #[test]
 fn failed_metric_exports_are_counted() {
     // Every write to /dev/full fails (ENOSPC): the console exporters cannot write anything.
-    let config = enabled()
-        .with_exporter(ExporterKind::Console)
-        .with_console_path(Some("/dev/full".into()))
-        .with_logs_enabled(false);
+    let config = enabled().with(|c| {
+        c.export.exporter = ExporterKind::Console;
+        c.export.console_path = Some("/dev/full".into());
+        c.logs_enabled = false;
+    });
     let t = Telemetry::builder(config)
         .allow_reinit_for_testing(true)
         .build()
@@ -113,9 +115,9 @@ fn failed_metric_exports_are_counted() {
         .add(1, &[]);
     let _ = t.force_flush();
     let _ = t.shutdown(Duration::from_secs(5));
-    let dropped = t.dropped();
-    assert_eq!(dropped.spans, 1, "{dropped}");
-    assert!(dropped.metric_exports >= 1, "{dropped}");
+    let dropped = t.stats();
+    assert_eq!(dropped.dropped_spans, 1, "{dropped:?}");
+    assert!(dropped.failed_metric_exports >= 1, "{dropped:?}");
 }
 
 #[test]
@@ -146,11 +148,10 @@ fn a_full_log_queue_drops_and_counts_instead_of_blocking() {
             Ok(())
         }
     }
-    let t = Telemetry::builder(
-        enabled()
-            .with_traces_enabled(false)
-            .with_metrics_enabled(false),
-    )
+    let t = Telemetry::builder(enabled().with(|c| {
+        c.traces_enabled = false;
+        c.metrics_enabled = false;
+    }))
     .env_lookup(|k| match k {
         "OTEL_BLRP_MAX_QUEUE_SIZE" => Some("16".into()),
         "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE" => Some("16".into()),
@@ -165,7 +166,7 @@ fn a_full_log_queue_drops_and_counts_instead_of_blocking() {
             tracing::warn!(i, "burst");
         }
     });
-    let dropped = t.dropped().logs;
+    let dropped = t.stats().dropped_logs;
     assert!(
         dropped >= 1000 - 3 * 16,
         "at most a few batches fit: dropped {dropped}"

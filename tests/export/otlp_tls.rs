@@ -350,10 +350,10 @@ fn a_bad_certificate_fails_setup() {
                 ),
             ];
             let lookup = move |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
-            let config = LensConfig::default()
-                .with_enabled(true)
-                .with_logs_enabled(true)
-                .with_export_strategy("single_rank");
+            let config = LensConfig::default().with_enabled(true).with(|c| {
+                c.logs_enabled = true;
+                c.export.strategy = "single_rank".into();
+            });
             let err = Telemetry::builder(config.clone())
                 .env_lookup(lookup.clone())
                 .allow_reinit_for_testing(true)
@@ -375,8 +375,7 @@ fn a_bad_certificate_fails_setup() {
             probe.end();
             // Rank 0 of 2 does not export under single_rank: it reads no certificate.
             let quiet = Telemetry::builder(config)
-                .rank(0)
-                .world_size(2)
+                .place(nemo_lens::Place::rank(0).of(2))
                 .env_lookup(lookup)
                 .allow_reinit_for_testing(true)
                 .build()

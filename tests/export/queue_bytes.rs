@@ -32,7 +32,7 @@ fn within_the_byte_budget() {
         std::env::set_var("OTEL_BSP_EXPORT_TIMEOUT", "1000");
         std::env::set_var("NEMO_LENS_QUEUE_MAX_BYTES", "16777216");
     }
-    let telemetry = Telemetry::builder(otlp_config().with_metrics_enabled(false))
+    let telemetry = Telemetry::builder(otlp_config().with(|c| c.metrics_enabled = false))
         .build()
         .unwrap();
     let blob = "x".repeat(1 << 20);
@@ -46,14 +46,14 @@ fn within_the_byte_budget() {
         },
     );
     let grown_mib = rss_kib().saturating_sub(before) / 1024;
-    let dropped = telemetry.dropped().spans;
+    let dropped = telemetry.stats().dropped_spans;
     eprintln!("resident memory grew by {grown_mib} MiB; dropped {dropped} of 300");
     // 300 MiB of attributes; the budget holds 16 MiB of them (waiting and in flight).
     assert!(grown_mib < 100, "resident memory grew by {grown_mib} MiB");
     assert!(dropped >= 300 - 16, "dropped {dropped}");
     let _ = telemetry.shutdown(Duration::from_secs(1));
     assert_eq!(
-        telemetry.dropped().spans,
+        telemetry.stats().dropped_spans,
         300,
         "nothing delivered, all counted"
     );

@@ -79,7 +79,7 @@ fn in_scenario(protocol: &str) {
             writeln!(seen, "{e} {e:?}").unwrap();
         }
     });
-    writeln!(seen, "{:?} {}", telemetry.dropped(), telemetry.dropped()).unwrap();
+    writeln!(seen, "{:?}", telemetry.stats()).unwrap();
 
     // Setup errors: an unknown protocol, a malformed endpoint.
     for extra in [

@@ -260,11 +260,12 @@ fn scenario() {
 
     let config = nemo_lens::LensConfig::default()
         .with_enabled(true)
-        .with_nvtx(true)
-        .with_span_groups("per_step");
+        .with(|c| {
+            c.nvtx = true;
+            c.groups.span_groups = "per_step".into();
+        });
     let telemetry = nemo_lens::Telemetry::builder(config)
-        .rank(0)
-        .world_size(2)
+        .place(nemo_lens::Place::rank(0).of(2))
         .build()
         .unwrap();
     assert!(!telemetry.is_exporting());
@@ -297,7 +298,7 @@ fn scenario() {
     })
     .join()
     .unwrap();
-    telemetry.set_span_groups("default").unwrap();
+    nemo_lens::groups::set_enabled_span_groups("default").unwrap();
     tracing::info_span!("e", nemo.group.step = Empty).in_scope(|| {});
 }
 
@@ -362,12 +363,13 @@ fn interest(
     use tracing_subscriber::prelude::*;
     let config = nemo_lens::LensConfig::default()
         .with_enabled(true)
-        .with_metrics_enabled(false)
-        .with_span_groups("per_step")
-        .with_nvtx(nvtx);
+        .with(|c| {
+            c.metrics_enabled = false;
+            c.groups.span_groups = "per_step".into();
+            c.nvtx = nvtx;
+        });
     let t = nemo_lens::Telemetry::builder(config)
-        .rank(rank)
-        .world_size(2) // `single_rank`: rank 1 exports, rank 0 does not
+        .place(nemo_lens::Place::rank(rank).of(2)) // `single_rank`: rank 1 exports, rank 0 does not
         .install_globals(false)
         .span_exporter(opentelemetry_sdk::trace::InMemorySpanExporter::default())
         .build()

@@ -11,7 +11,7 @@ use nemo_lens_test_support::child;
 fn enabled() -> LensConfig {
     LensConfig::default()
         .with_enabled(true)
-        .with_export_strategy("all_ranks")
+        .with(|c| c.export.strategy = "all_ranks".into())
 }
 
 #[test]

@@ -267,9 +267,10 @@ fn a_panic_on_a_worker_thread_is_recorded_without_ending_the_run() {
 
 fn worker_thread_panic() {
     use nemo_lens::testing::SpanCapture;
-    let capture =
-        SpanCapture::with_config(nemo_lens::LensConfig::default().with_span_groups("default"))
-            .unwrap();
+    let capture = SpanCapture::with_config(
+        nemo_lens::LensConfig::default().with(|c| c.groups.span_groups = "default".into()),
+    )
+    .unwrap();
     capture.telemetry().install_panic_hook();
     let subscriber = capture.subscriber();
     let dispatch = tracing::Dispatch::new(subscriber);
@@ -294,7 +295,7 @@ fn worker_thread_panic() {
     };
     assert!(worker.join().is_err());
     assert_eq!(
-        capture.telemetry().open_spans(),
+        capture.telemetry().stats().open_spans,
         1,
         "the run span is still open"
     );

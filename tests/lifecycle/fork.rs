@@ -72,7 +72,11 @@ fn inherited_telemetry_is_inert_in_the_child(synchronous: bool, dir: &Path) {
     let out = dir.join("parent.jsonl");
     let report = dir.join("child-report.txt");
     let telemetry = Telemetry::builder(console_to(&out))
-        .synchronous_export(synchronous)
+        .export_mode(if synchronous {
+            nemo_lens::ExportMode::Synchronous
+        } else {
+            nemo_lens::ExportMode::Batched
+        })
         .build()
         .unwrap();
     let _sub = tracing_subscriber::registry()
@@ -80,14 +84,14 @@ fn inherited_telemetry_is_inert_in_the_child(synchronous: bool, dir: &Path) {
         .set_default();
     let entered = tracing::info_span!("parent_outer").entered();
     tracing::info_span!("parent_before_fork").in_scope(|| {});
-    assert_eq!(telemetry.open_spans(), 1);
+    assert_eq!(telemetry.stats().open_spans, 1);
 
     let Some(pid) = fork() else {
         finish_child(&report, || {
-            check(telemetry.is_inherited_from_parent(), || {
+            check(telemetry.stats().inherited_from_parent, || {
                 "the child does not see its telemetry as inherited".into()
             })?;
-            check(telemetry.open_spans() == 0, || {
+            check(telemetry.stats().open_spans == 0, || {
                 "the parent's open spans are visible in the child".into()
             })?;
             tracing::info_span!("child_span").in_scope(|| tracing::info!("child event"));
@@ -105,8 +109,12 @@ fn inherited_telemetry_is_inert_in_the_child(synchronous: bool, dir: &Path) {
     };
     wait_child(pid, &report);
 
-    assert!(!telemetry.is_inherited_from_parent());
-    assert_eq!(telemetry.open_spans(), 1, "the parent's span is still open");
+    assert!(!telemetry.stats().inherited_from_parent);
+    assert_eq!(
+        telemetry.stats().open_spans,
+        1,
+        "the parent's span is still open"
+    );
     drop(entered);
     telemetry.shutdown(Duration::from_secs(10)).unwrap();
     let spans = spans_in(&out);
@@ -143,7 +151,7 @@ fn own_telemetry_in_a_forked_child(dir: &Path) {
     let child_out = dir.join("child.jsonl");
     let report = dir.join("child-report.txt");
     let telemetry = Telemetry::builder(console_to(&parent_out))
-        .synchronous_export(true)
+        .export_mode(nemo_lens::ExportMode::Synchronous)
         .build()
         .unwrap();
     let _sub = tracing_subscriber::registry()
@@ -156,7 +164,7 @@ fn own_telemetry_in_a_forked_child(dir: &Path) {
             let own = Telemetry::builder(console_to(&child_out))
                 .build()
                 .map_err(|e| format!("setup in the child: {e}"))?;
-            check(!own.is_inherited_from_parent(), || {
+            check(!own.stats().inherited_from_parent, || {
                 "fresh telemetry seen as inherited".into()
             })?;
             let again = Telemetry::builder(console_to(&child_out)).build();

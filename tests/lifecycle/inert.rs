@@ -4,7 +4,7 @@
 //! Each scenario runs in a fresh child process (`nemo_lens_test_support::child`), so the thread and descriptor
 //! counts see nothing but the scenario.
 
-use nemo_lens::{LensConfig, Telemetry};
+use nemo_lens::{LensConfig, Place, Telemetry};
 use tracing_subscriber::prelude::*;
 
 use nemo_lens_test_support::child;
@@ -28,8 +28,7 @@ fn descriptors() -> usize {
 fn build(config: LensConfig, rank: u32, world_size: u32) -> (Telemetry, isize, isize) {
     let (t0, f0) = (threads(), descriptors());
     let telemetry = Telemetry::builder(config)
-        .rank(rank)
-        .world_size(world_size)
+        .place(Place::rank(rank).of(world_size))
         .build()
         .unwrap();
     // No wait: `std::thread::spawn` returns once the thread exists, so a thread a provider
@@ -46,8 +45,8 @@ fn assert_inert(telemetry: &Telemetry) {
     assert!(telemetry.resource().is_none(), "no resource, no providers");
     assert!(telemetry.meter_provider().is_none());
     let layer = telemetry.layer::<tracing_subscriber::Registry>();
-    assert!(layer.filter().is_inert());
-    assert!(layer.log_filter().is_none(), "no log bridge");
+    assert!(layer.is_inert());
+    assert!(!layer.bridges_logs(), "no log bridge");
     assert!(
         telemetry
             .metrics_layer::<tracing_subscriber::Registry>()
@@ -75,11 +74,11 @@ fn non_exporting_rank_builds_nothing() {
     child::run_alone(|| {
         // single_rank: only rank 7 of 8 exports. OTLP/gRPC would start a runtime if built.
         // Every pipeline switched on (the OTLP exporter by default): still nothing on this rank.
-        let config = LensConfig::default()
-            .with_enabled(true)
-            .with_traces_enabled(true)
-            .with_metrics_enabled(true)
-            .with_logs_enabled(true);
+        let config = LensConfig::default().with_enabled(true).with(|c| {
+            c.traces_enabled = true;
+            c.metrics_enabled = true;
+            c.logs_enabled = true;
+        });
         let (t, threads, fds) = build(config, 0, 8);
         assert!(!t.is_exporting());
         assert_eq!((threads, fds), (0, 0), "new threads, new descriptors");
@@ -93,20 +92,16 @@ fn unsampled_rank_records_nothing() {
     child::run_alone(|| {
         // all_ranks + sampler at 0.1: rank 0 (md5 value 0.785) is not sampled. Metrics are
         // off, so nothing at all is built; traces are built but the layer is inert.
-        let config = LensConfig::default()
-            .with_enabled(true)
-            .with_export_strategy("all_ranks")
-            .with_sampler_enabled(true)
-            .with_export_sample_rate(0.1)
-            .with_metrics_enabled(false)
-            .with_exporter(nemo_lens::ExporterKind::Console);
+        let config = LensConfig::default().with_enabled(true).with(|c| {
+            c.export.strategy = "all_ranks".into();
+            c.export.sampler = true;
+            c.export.sample_rate = 0.1;
+            c.metrics_enabled = false;
+            c.export.exporter = nemo_lens::ExporterKind::Console;
+        });
         let (t, _, _) = build(config, 0, 8);
         assert!(t.is_exporting());
-        assert!(
-            t.layer::<tracing_subscriber::Registry>()
-                .filter()
-                .is_inert()
-        );
+        assert!(t.layer::<tracing_subscriber::Registry>().is_inert());
     });
 }
 
@@ -116,14 +111,10 @@ fn an_exporting_rank_does_start_its_pipeline() {
     child::run_alone(|| {
         let config = LensConfig::default()
             .with_enabled(true)
-            .with_exporter(nemo_lens::ExporterKind::Console);
+            .with(|c| c.export.exporter = nemo_lens::ExporterKind::Console);
         let (t, threads, _) = build(config, 0, 1);
         assert!(t.is_exporting());
         assert!(threads >= 1, "the batch processor thread");
-        assert!(
-            !t.layer::<tracing_subscriber::Registry>()
-                .filter()
-                .is_inert()
-        );
+        assert!(!t.layer::<tracing_subscriber::Registry>().is_inert());
     });
 }

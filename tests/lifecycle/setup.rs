@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use nemo_lens::testing::CollectingExporter;
-use nemo_lens::{LensConfig, LensError, Telemetry};
+use nemo_lens::{LensConfig, LensError, Place, Telemetry};
 use opentelemetry::Context;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanProcessor};
@@ -14,10 +14,10 @@ use tracing_subscriber::prelude::*;
 use nemo_lens_test_support::child;
 
 fn enabled() -> LensConfig {
-    LensConfig::default()
-        .with_enabled(true)
-        .with_export_strategy("all_ranks")
-        .with_span_groups("all")
+    LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.groups.span_groups = "all".into();
+    })
 }
 
 #[test]
@@ -55,9 +55,11 @@ fn unknown_groups_ignored() {
         _ => None,
     })
     .unwrap()
-    .with_export_strategy("all_ranks")
-    .with_metrics_enabled(false)
-    .with_console_path(Some("/dev/null".into()));
+    .with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.metrics_enabled = false;
+        c.export.console_path = Some("/dev/null".into());
+    });
     let telemetry = Telemetry::builder(config)
         .allow_reinit_for_testing(true)
         .build()
@@ -73,15 +75,14 @@ fn unknown_groups_ignored() {
 fn rank_must_be_below_world_size_when_enabled() {
     let enabled = || LensConfig::default().with_enabled(true);
     let err = Telemetry::builder(enabled())
-        .rank(8)
-        .world_size(8)
+        .place(Place::rank(8).of(8))
         .allow_reinit_for_testing(true)
         .build()
         .unwrap_err();
     assert!(err.to_string().contains("rank 8, world_size 8"));
     assert!(
         Telemetry::builder(enabled())
-            .world_size(0)
+            .place(Place::default().of(0))
             .allow_reinit_for_testing(true)
             .build()
             .is_err()
@@ -89,8 +90,7 @@ fn rank_must_be_below_world_size_when_enabled() {
     // Disabled: nothing uses them, any numbers are accepted (as in Python).
     for (rank, world) in [(8, 8), (0, 0), (u32::MAX, 1)] {
         let t = Telemetry::builder(LensConfig::default())
-            .rank(rank)
-            .world_size(world)
+            .place(Place::rank(rank).of(world))
             .build()
             .unwrap();
         assert!(!t.is_exporting());
@@ -99,7 +99,7 @@ fn rank_must_be_below_world_size_when_enabled() {
 
 #[test]
 fn sample_rate_of_a_config_built_in_code_is_checked() {
-    let config = LensConfig::default().with_export_sample_rate(-0.5);
+    let config = LensConfig::default().with(|c| c.export.sample_rate = -0.5);
     assert!(matches!(
         Telemetry::builder(config).build(),
         Err(LensError::SampleRateOutOfRange { .. })
@@ -111,8 +111,7 @@ fn single_rank_exports_from_the_last_rank_by_default() {
     let cfg = LensConfig::default().with_enabled(true);
     for rank in 0..4 {
         let t = Telemetry::builder(cfg.clone())
-            .rank(rank)
-            .world_size(4)
+            .place(Place::rank(rank).of(4))
             .span_exporter(CollectingExporter::default())
             .allow_reinit_for_testing(true)
             .build()
@@ -132,10 +131,9 @@ fn a_registered_strategy_decides_by_name() {
     for rank in 0..4 {
         let config = LensConfig::default()
             .with_enabled(true)
-            .with_export_strategy("lenstest_even_ranks");
+            .with(|c| c.export.strategy = "lenstest_even_ranks".into());
         let t = Telemetry::builder(config)
-            .rank(rank)
-            .world_size(4)
+            .place(Place::rank(rank).of(4))
             .span_exporter(CollectingExporter::default())
             .allow_reinit_for_testing(true)
             .build()
@@ -193,8 +191,7 @@ fn processors_are_not_built_on_a_non_exporting_rank() {
     let built = Arc::new(AtomicUsize::new(0));
     let b = built.clone();
     let t = Telemetry::builder(LensConfig::default().with_enabled(true))
-        .rank(0)
-        .world_size(2)
+        .place(Place::rank(0).of(2))
         .span_processor(move || {
             b.fetch_add(1, Ordering::SeqCst);
             Counting::default()
@@ -209,9 +206,8 @@ fn processors_are_not_built_on_a_non_exporting_rank() {
 
 #[test]
 fn the_resource_carries_rank_and_run_identity() {
-    let t = Telemetry::builder(enabled().with_run_id("demo42"))
-        .rank(3)
-        .world_size(8)
+    let t = Telemetry::builder(enabled().with(|c| c.identity.run_id = "demo42".into()))
+        .place(Place::rank(3).of(8))
         .span_exporter(CollectingExporter::default())
         .allow_reinit_for_testing(true)
         .build()
@@ -250,7 +246,7 @@ fn launcher_traceparent_parents_every_root_span() {
     let exporter = CollectingExporter::default();
     let t = Telemetry::builder(enabled())
         .span_exporter(exporter.clone())
-        .synchronous_export(true)
+        .export_mode(nemo_lens::ExportMode::Synchronous)
         .env_lookup(|k| {
             (k == "TRACEPARENT")
                 .then(|| "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_string())

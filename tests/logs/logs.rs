@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use nemo_lens::{LensConfig, Telemetry};
+use nemo_lens::{LensConfig, Place, Telemetry};
 use serde_json::Value;
 use tracing_subscriber::prelude::*;
 
@@ -11,24 +11,22 @@ use nemo_lens_test_support::console;
 
 /// The console file of `dir`, logs on, exported by the rank the strategy picks (single_rank).
 fn console_config(dir: &tempfile::TempDir) -> LensConfig {
-    console::config(dir.path()).with_export_strategy("single_rank")
+    console::config(dir.path()).with(|c| c.export.strategy = "single_rank".into())
 }
 
 /// Runs `body` under a console-exporting telemetry on rank 2 of 4 (exporting with
 /// `export_rank = 2`) and returns the parsed lines of its file.
 fn run(config: LensConfig, dir: &tempfile::TempDir, body: impl FnOnce()) -> Vec<Value> {
-    let config = config.with_export_rank(2);
+    let config = config.with(|c| c.export.rank = Some(2));
     let telemetry = Telemetry::builder(config)
-        .rank(2)
-        .world_size(4)
+        .place(Place::rank(2).of(4))
         .allow_reinit_for_testing(true)
         .build()
         .unwrap();
     assert!(
         telemetry
             .layer::<tracing_subscriber::Registry>()
-            .log_filter()
-            .is_some()
+            .bridges_logs()
     );
     {
         let _guard = tracing_subscriber::registry()
@@ -120,7 +118,7 @@ fn level_threshold_defaults_to_info_and_is_configurable() {
         (k == "NEMO_LENS_LOGS_LEVEL").then(|| "error".to_string())
     })
     .unwrap();
-    let config = (console_config(&dir)).with_logs_level(config.logs_level);
+    let config = console_config(&dir).with(|c| c.logs_level = config.logs_level);
     let lines = run(config, &dir, || {
         tracing::warn!("warn line");
         tracing::error!("error line");
@@ -167,26 +165,20 @@ fn exporter_stack_targets_are_never_bridged() {
 #[test]
 fn no_log_bridge_without_logs_enabled_or_on_a_non_exporting_rank() {
     let dir = tempfile::tempdir().unwrap();
-    let off = Telemetry::builder((console_config(&dir)).with_logs_enabled(false))
+    let off = Telemetry::builder(console_config(&dir).with(|c| c.logs_enabled = false))
+        .allow_reinit_for_testing(true)
+        .build()
+        .unwrap();
+    assert!(!off.layer::<tracing_subscriber::Registry>().bridges_logs());
+    let other_rank = Telemetry::builder(console_config(&dir).with(|c| c.export.rank = Some(0)))
+        .place(Place::rank(1).of(2))
         .allow_reinit_for_testing(true)
         .build()
         .unwrap();
     assert!(
-        off.layer::<tracing_subscriber::Registry>()
-            .log_filter()
-            .is_none()
-    );
-    let other_rank = Telemetry::builder((console_config(&dir)).with_export_rank(0))
-        .rank(1)
-        .world_size(2)
-        .allow_reinit_for_testing(true)
-        .build()
-        .unwrap();
-    assert!(
-        other_rank
+        !other_rank
             .layer::<tracing_subscriber::Registry>()
-            .log_filter()
-            .is_none()
+            .bridges_logs()
     );
     assert!(!dir.path().join("rank1.jsonl").exists());
 }

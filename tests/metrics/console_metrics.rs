@@ -14,7 +14,7 @@ use std::time::Duration;
 use nemo_lens::export::ConsoleMetricExporter;
 use nemo_lens::export::{ConsoleSpanExporter, ConsoleWriter};
 use nemo_lens::metrics::InferenceMetrics;
-use nemo_lens::{ExporterKind, LensConfig, Telemetry};
+use nemo_lens::{ExporterKind, LensConfig, Place, Telemetry};
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::trace::{Tracer, TracerProvider as _};
@@ -134,16 +134,15 @@ fn same_as_python(ours: &Value, theirs: &Value, path: &str) {
 fn metric_lines_match_the_python_fixture_and_share_the_span_file() {
     let dir = tempfile::tempdir().unwrap();
     let template = dir.path().join("lens-{rank}.jsonl");
-    let config = LensConfig::default()
-        .with_enabled(true)
-        .with_exporter(ExporterKind::Console)
-        .with_export_strategy("all_ranks")
-        .with_span_groups("all")
-        .with_console_path(Some(template.to_str().unwrap().to_owned()));
+    let config = LensConfig::default().with_enabled(true).with(|c| {
+        c.export.exporter = ExporterKind::Console;
+        c.export.strategy = "all_ranks".into();
+        c.groups.span_groups = "all".into();
+        c.export.console_path = Some(template.to_str().unwrap().to_owned());
+    });
     let t = Telemetry::builder(config)
-        .rank(3)
-        .world_size(8)
-        .synchronous_export(true)
+        .place(Place::rank(3).of(8))
+        .export_mode(nemo_lens::ExportMode::Synchronous)
         .allow_reinit_for_testing(true)
         .build()
         .unwrap();
@@ -157,7 +156,7 @@ fn metric_lines_match_the_python_fixture_and_share_the_span_file() {
                 output_tokens: Some(5),
                 ..Default::default()
             }
-            .record(&t);
+            .record(t.instruments());
         });
     });
     t.shutdown(Duration::from_secs(10)).unwrap();

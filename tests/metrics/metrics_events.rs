@@ -140,13 +140,11 @@ fn only_callsites_with_a_metric_field_reach_the_layer() {
 #[test]
 fn the_layer_is_inert_where_no_metrics_are_exported() {
     let disabled = Telemetry::builder(LensConfig::default()).build().unwrap();
-    let metrics_off = Telemetry::builder(
-        LensConfig::default()
-            .with_enabled(true)
-            .with_export_strategy("all_ranks")
-            .with_metrics_enabled(false)
-            .with_traces_enabled(false),
-    )
+    let metrics_off = Telemetry::builder(LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.metrics_enabled = false;
+        c.traces_enabled = false;
+    }))
     .allow_reinit_for_testing(true)
     .build()
     .unwrap();

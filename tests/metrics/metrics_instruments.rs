@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use nemo_lens::metrics::{GymMetrics, InferenceMetrics, RlMetrics, TrainingMetrics};
-use nemo_lens::{LensConfig, SCOPE_NAME, Telemetry, semconv};
+use nemo_lens::{LensConfig, Place, Telemetry, semconv};
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::metrics::InMemoryMetricExporter;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, Metric, MetricData, ResourceMetrics};
@@ -73,11 +73,11 @@ fn inference_metrics_have_the_python_names_units_and_attributes() {
         output_tokens: Some(5),
         ..Default::default()
     }
-    .record(&t);
+    .record(t.instruments());
     let rm = collect(&t, &exporter);
     assert_eq!(
         rm.scope_metrics().next().unwrap().scope().name(),
-        SCOPE_NAME
+        "nemo.lens"
     );
 
     let common = vec![
@@ -130,7 +130,7 @@ fn inference_without_model_omits_the_model_attribute_and_honours_overrides() {
             operation_name: "chat",
             ..Default::default()
         }
-        .record(&t);
+        .record(t.instruments());
     }
     let rm = collect(&t, &exporter);
     assert_eq!(names(&rm), vec!["gen_ai.server.request.duration"]);
@@ -163,7 +163,7 @@ fn rl_metrics_record_every_field_as_its_own_instrument() {
         generation_duration_ms: Some(450.0),
         rollout_duration_ms: Some(2300.0),
     }
-    .record(&t);
+    .record(t.instruments());
     let rm = collect(&t, &exporter);
     let gauges = [
         (semconv::RL_REWARD_MEAN, 0.85, ""),
@@ -200,7 +200,7 @@ fn unset_fields_create_no_instrument_and_gauges_keep_the_last_value() {
         reward_mean: Some(0.1),
         ..Default::default()
     }
-    .record(&t);
+    .record(t.instruments());
     RlMetrics {
         reward_mean: Some(0.9),
         ..Default::default()
@@ -226,7 +226,7 @@ fn gym_metrics_have_ms_histograms_and_gauges() {
         verify_success_rate: Some(0.87),
         active_servers: Some(4),
     }
-    .record(&t);
+    .record(t.instruments());
     let rm = collect(&t, &exporter);
     for (name, value) in [
         (semconv::GYM_SERVER_REQUEST_DURATION_MS, 42.0),
@@ -296,7 +296,7 @@ fn training_metrics_carry_the_callers_attributes_and_step_buckets() {
             tflops: Some(182.5),
             attributes: &phase,
         }
-        .record(&t);
+        .record(t.instruments());
     }
     let rm = collect(&t, &exporter);
     let phase_attr = vec![("phase".to_owned(), s("pretrain"))];
@@ -337,22 +337,21 @@ fn training_metrics_carry_the_callers_attributes_and_step_buckets() {
 fn a_non_exporting_rank_records_into_a_no_op_meter() {
     let config = LensConfig::default()
         .with_enabled(true)
-        .with_export_strategy("single_rank");
+        .with(|c| c.export.strategy = "single_rank".into());
     // Rank 0 of 4: single_rank exports from the last rank only.
     let t = Telemetry::builder(config)
-        .rank(0)
-        .world_size(4)
+        .place(Place::rank(0).of(4))
         .allow_reinit_for_testing(true)
         .build()
         .unwrap();
     assert!(!t.is_exporting());
     assert!(t.meter_provider().is_none());
-    assert_eq!(t.metric_export_interval(), None);
+    assert_eq!(t.stats().metric_export_interval, None);
     // Nothing to observe but the absence of a panic and of a provider.
     InferenceMetrics {
         request_duration_s: Some(0.5),
         ..Default::default()
     }
-    .record(&t);
+    .record(t.instruments());
     t.meter().f64_gauge("x").build().record(1.0, &[]);
 }

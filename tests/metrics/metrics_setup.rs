@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use nemo_lens_test_support::child;
 use nemo_lens_test_support::wait::{wait_for, wait_until};
 
-use nemo_lens::{ExporterKind, LensConfig, LensError, Telemetry};
+use nemo_lens::{ExporterKind, LensConfig, LensError, Place, Telemetry};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -23,12 +23,12 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn console(path: Option<String>) -> LensConfig {
-    LensConfig::default()
-        .with_enabled(true)
-        .with_exporter(ExporterKind::Console)
-        .with_export_strategy("all_ranks")
-        .with_traces_enabled(false)
-        .with_console_path(path)
+    LensConfig::default().with_enabled(true).with(|c| {
+        c.export.exporter = ExporterKind::Console;
+        c.export.strategy = "all_ranks".into();
+        c.traces_enabled = false;
+        c.export.console_path = path;
+    })
 }
 
 fn interval_env(value: &'static str) -> impl Fn(&str) -> Option<String> + Send + Sync + 'static {
@@ -43,7 +43,10 @@ fn the_interval_defaults_to_ten_seconds_and_reads_the_variable() {
         .allow_reinit_for_testing(true)
         .build()
         .unwrap();
-    assert_eq!(t.metric_export_interval(), Some(Duration::from_secs(10)));
+    assert_eq!(
+        t.stats().metric_export_interval,
+        Some(Duration::from_secs(10))
+    );
     t.shutdown(Duration::from_secs(5)).unwrap();
 
     for (raw, want) in [("250", 250), (" 60000 ", 60_000), ("", 10_000)] {
@@ -53,7 +56,7 @@ fn the_interval_defaults_to_ten_seconds_and_reads_the_variable() {
             .build()
             .unwrap();
         assert_eq!(
-            t.metric_export_interval(),
+            t.stats().metric_export_interval,
             Some(Duration::from_millis(want)),
             "{raw:?}"
         );
@@ -66,19 +69,18 @@ fn a_malformed_interval_is_a_typed_error_on_the_exporting_rank() {
     for raw in ["10s", "-5", "0", "1.5", "ten"] {
         // single_rank: rank 0 of 4 does not export and never reads the interval (a job-wide
         // value meant for Python ranks does not stop it).
-        let quiet = Telemetry::builder(console(None).with_export_strategy("single_rank"))
-            .rank(0)
-            .world_size(4)
-            .env_lookup(interval_env(raw))
-            .allow_reinit_for_testing(true)
-            .build()
-            .unwrap();
+        let quiet =
+            Telemetry::builder(console(None).with(|c| c.export.strategy = "single_rank".into()))
+                .place(Place::rank(0).of(4))
+                .env_lookup(interval_env(raw))
+                .allow_reinit_for_testing(true)
+                .build()
+                .unwrap();
         assert!(!quiet.is_exporting());
         for (rank, world_size) in [(0, 1), (3, 4)] {
-            let config = console(None).with_export_strategy("single_rank");
+            let config = console(None).with(|c| c.export.strategy = "single_rank".into());
             let err = Telemetry::builder(config)
-                .rank(rank)
-                .world_size(world_size)
+                .place(Place::rank(rank).of(world_size))
                 .env_lookup(interval_env(raw))
                 .allow_reinit_for_testing(true)
                 .build()
@@ -104,7 +106,7 @@ fn a_malformed_interval_is_a_typed_error_on_the_exporting_rank() {
         .env_lookup(interval_env("ten"))
         .build()
         .unwrap();
-    let metrics_off = console(None).with_metrics_enabled(false);
+    let metrics_off = console(None).with(|c| c.metrics_enabled = false);
     Telemetry::builder(metrics_off)
         .env_lookup(interval_env("ten"))
         .allow_reinit_for_testing(true)
@@ -117,7 +119,7 @@ fn a_malformed_interval_is_a_typed_error_on_the_exporting_rank() {
         .allow_reinit_for_testing(true)
         .build()
         .unwrap();
-    assert_eq!(t.metric_export_interval(), None);
+    assert_eq!(t.stats().metric_export_interval, None);
     t.shutdown(Duration::from_secs(5)).unwrap();
 }
 
@@ -160,7 +162,7 @@ fn the_meter_provider_is_global() {
 fn otlp_metrics_need_no_application_runtime_and_shutdown_is_bounded() {
     let _s = serial();
     for protocol in ["grpc", "http/protobuf", "http/json"] {
-        let config = console(None).with_exporter(ExporterKind::Otlp);
+        let config = console(None).with(|c| c.export.exporter = ExporterKind::Otlp);
         let t = Telemetry::builder(config)
             .env_lookup(move |k| {
                 (k == "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL").then(|| protocol.into())
@@ -182,7 +184,7 @@ fn otlp_metrics_need_no_application_runtime_and_shutdown_is_bounded() {
 
 #[test]
 fn a_bad_metrics_protocol_names_the_variable() {
-    let config = console(None).with_exporter(ExporterKind::Otlp);
+    let config = console(None).with(|c| c.export.exporter = ExporterKind::Otlp);
     let err = Telemetry::builder(config)
         .env_lookup(|k| (k == "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL").then(|| "udp".into()))
         .allow_reinit_for_testing(true)
@@ -224,8 +226,8 @@ fn no_provider_and_no_thread() {
         "the reader threads of shut-down providers to exit",
         || spawned_threads() == 0,
     );
-    let non_exporting = console(None).with_export_strategy("single_rank");
-    let metrics_off = console(None).with_metrics_enabled(false);
+    let non_exporting = console(None).with(|c| c.export.strategy = "single_rank".into());
+    let metrics_off = console(None).with(|c| c.metrics_enabled = false);
     let cases = [
         (LensConfig::default(), 0, 1),
         (non_exporting, 0, 4),
@@ -233,8 +235,7 @@ fn no_provider_and_no_thread() {
     ];
     for (config, rank, world_size) in cases {
         let t = Telemetry::builder(config)
-            .rank(rank)
-            .world_size(world_size)
+            .place(Place::rank(rank).of(world_size))
             .allow_reinit_for_testing(true)
             .build()
             .unwrap();

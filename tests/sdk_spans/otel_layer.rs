@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use nemo_lens::{LensConfig, Telemetry};
+use nemo_lens::{LensConfig, Place, Telemetry};
 use opentelemetry::Context;
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{SpanId, TraceContextExt, TraceId};
@@ -98,16 +98,17 @@ fn a_disabled_group_is_not_recorded() {
 
 #[test]
 fn a_non_exporting_rank_is_inert() {
-    let telemetry =
-        Telemetry::builder(LensConfig::default().with_enabled(true).with_export_rank(0))
-            .rank(1)
-            .world_size(2)
-            .install_globals(false)
-            .build()
-            .unwrap();
+    let telemetry = Telemetry::builder(
+        LensConfig::default()
+            .with_enabled(true)
+            .with(|c| c.export.rank = Some(0)),
+    )
+    .place(Place::rank(1).of(2))
+    .install_globals(false)
+    .build()
+    .unwrap();
     assert!(!telemetry.is_exporting());
     let layer = telemetry.opentelemetry_layer::<tracing_subscriber::Registry>();
-    assert!(layer.filter().is_inert());
     tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
         let request = tracing::info_span!("handle_request");
         assert!(request.is_disabled());

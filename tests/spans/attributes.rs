@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use nemo_lens::REDACTED;
 use nemo_lens::testing::CollectingExporter;
 use nemo_lens::{LensConfig, Telemetry};
 use opentelemetry::{KeyValue, Value};
@@ -14,15 +13,13 @@ use tracing_subscriber::prelude::*;
 /// Runs `f` under a lens layer whose environment is `env`; returns the exported spans.
 fn spans_with_env(env: &'static [(&'static str, &'static str)], f: impl FnOnce()) -> Vec<SpanData> {
     let exporter = CollectingExporter::default();
-    let telemetry = Telemetry::builder(
-        LensConfig::default()
-            .with_enabled(true)
-            .with_export_strategy("all_ranks")
-            .with_span_groups("all")
-            .with_metrics_enabled(false),
-    )
+    let telemetry = Telemetry::builder(LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.groups.span_groups = "all".into();
+        c.metrics_enabled = false;
+    }))
     .span_exporter(exporter.clone())
-    .synchronous_export(true)
+    .export_mode(nemo_lens::ExportMode::Synchronous)
     .allow_reinit_for_testing(true)
     .env_lookup(|k| {
         env.iter()
@@ -157,7 +154,7 @@ fn a_bad_limit_is_an_error_naming_the_variable() {
         let err = Telemetry::builder(
             LensConfig::default()
                 .with_enabled(true)
-                .with_export_strategy("all_ranks"),
+                .with(|c| c.export.strategy = "all_ranks".into()),
         )
         .span_exporter(CollectingExporter::default())
         .allow_reinit_for_testing(true)
@@ -195,17 +192,21 @@ fn redaction_applies_to_spans_and_events_alike() {
     });
     let span = &spans[0];
     for key in ["prompt", "token", "password"] {
-        assert_eq!(text(&span.attributes, key), REDACTED, "span field {key}");
+        assert_eq!(
+            text(&span.attributes, key),
+            "[REDACTED]",
+            "span field {key}"
+        );
     }
     assert_eq!(text(&span.attributes, "model"), "llama");
     let generated = &span.events.events[0].attributes;
     for key in ["text", "secret", "key", "input_text", "output_text"] {
-        assert_eq!(text(generated, key), REDACTED, "event field {key}");
+        assert_eq!(text(generated, key), "[REDACTED]", "event field {key}");
     }
     assert_eq!(get(generated, "tokens"), Some(&Value::I64(12)));
     assert_eq!(
         text(&span.events.events[1].attributes, "password"),
-        REDACTED
+        "[REDACTED]"
     );
     let all = format!("{spans:?}");
     for secret in [

@@ -5,21 +5,19 @@
 //! `Dispatch::register_callsite` returns the interest the registry merged from its per-layer
 //! filters for that callsite: the value `tracing` caches.
 
-use nemo_lens::{LensConfig, Telemetry};
+use nemo_lens::{LensConfig, Place, Telemetry};
 use tracing::Dispatch;
 use tracing::field::Empty;
 use tracing_core::Metadata;
 use tracing_subscriber::prelude::*;
 
 fn telemetry(span_groups: &str, logs_enabled: bool) -> Telemetry {
-    Telemetry::builder(
-        LensConfig::default()
-            .with_enabled(true)
-            .with_export_strategy("all_ranks")
-            .with_span_groups(span_groups)
-            .with_metrics_enabled(false)
-            .with_logs_enabled(logs_enabled),
-    )
+    Telemetry::builder(LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.groups.span_groups = span_groups.into();
+        c.metrics_enabled = false;
+        c.logs_enabled = logs_enabled;
+    }))
     .span_exporter(opentelemetry_sdk::trace::InMemorySpanExporter::default())
     .log_exporter(opentelemetry_sdk::logs::InMemoryLogExporter::default())
     .allow_reinit_for_testing(true)
@@ -57,11 +55,7 @@ fn recorded_spans_are_always_with_the_log_bridge_off() {
 #[test]
 fn recorded_spans_are_always_with_the_log_bridge_on() {
     let t = telemetry("all", true);
-    assert!(
-        t.layer::<tracing_subscriber::Registry>()
-            .log_filter()
-            .is_some()
-    );
+    assert!(t.layer::<tracing_subscriber::Registry>().bridges_logs());
     assert!(interest(&t, metadata_of(step_span)).is_always());
     assert!(interest(&t, metadata_of(plain_span)).is_always());
 }
@@ -78,10 +72,9 @@ fn a_non_exporting_rank_is_never() {
     let t = Telemetry::builder(
         LensConfig::default()
             .with_enabled(true)
-            .with_metrics_enabled(false),
+            .with(|c| c.metrics_enabled = false),
     )
-    .rank(0)
-    .world_size(8)
+    .place(Place::rank(0).of(8))
     .allow_reinit_for_testing(true)
     .build()
     .unwrap();

@@ -18,7 +18,7 @@ fn open_spans_are_ended_innermost_first_with_their_data() {
     let step = tracing::info_span!("step", step = 3_i64).entered();
     tracing::info!(path = "/x", "checkpoint.saved");
     tracing::info_span!("done").in_scope(|| {});
-    assert_eq!(capture.telemetry().open_spans(), 2);
+    assert_eq!(capture.telemetry().stats().open_spans, 2);
 
     let spans = capture.finish();
     let names: Vec<_> = spans.iter().map(|s| s.name.to_string()).collect();
@@ -61,7 +61,7 @@ fn open_spans_are_ended_innermost_first_with_their_data() {
         Some(Value::from("gpt"))
     );
     assert!(SpanCapture::attribute(&spans[0], "nemo.span.truncated").is_none());
-    assert_eq!(capture.telemetry().open_spans(), 0);
+    assert_eq!(capture.telemetry().stats().open_spans, 0);
 
     // Closing the guards afterwards neither panics nor exports the spans twice.
     drop(step);
@@ -76,7 +76,7 @@ fn force_flush_never_closes_live_spans() {
     let live = tracing::info_span!("live").entered();
     capture.telemetry().force_flush().unwrap();
     assert!(capture.span("live").is_none());
-    assert_eq!(capture.telemetry().open_spans(), 1);
+    assert_eq!(capture.telemetry().stats().open_spans, 1);
     drop(live);
     let span = capture.span("live").expect("exported when it closed");
     assert!(SpanCapture::attribute(&span, "nemo.span.truncated").is_none());
@@ -114,7 +114,7 @@ fn shutdown_returns_within_its_timeout_when_the_exporter_hangs() {
     let telemetry = Telemetry::builder(
         LensConfig::default()
             .with_enabled(true)
-            .with_export_strategy("all_ranks"),
+            .with(|c| c.export.strategy = "all_ranks".into()),
     )
     .span_exporter(Stuck)
     .allow_reinit_for_testing(true)
@@ -149,15 +149,15 @@ fn a_span_truncated_at_shutdown_and_closed_later_leaves_newer_spans_open() {
     capture.finish();
     // The table was emptied at shutdown: a new span may take the old one's slot.
     let new = tracing::info_span!("new").entered();
-    assert_eq!(capture.telemetry().open_spans(), 1);
+    assert_eq!(capture.telemetry().stats().open_spans, 1);
     drop(old);
     assert_eq!(
-        capture.telemetry().open_spans(),
+        capture.telemetry().stats().open_spans,
         1,
         "closing the truncated span must not remove the new one's entry"
     );
     drop(new);
-    assert_eq!(capture.telemetry().open_spans(), 0);
+    assert_eq!(capture.telemetry().stats().open_spans, 0);
 }
 
 /// A subscriber dropped while one of its spans is open ends that span as truncated, saying
@@ -175,11 +175,11 @@ fn a_span_left_open_when_its_subscriber_is_dropped_is_ended_as_truncated() {
         let parent = tracing::info_span!("parent", nemo.group.job = tracing::field::Empty);
         tracing::info_span!(parent: &parent, "child", nemo.group.job = tracing::field::Empty)
     });
-    assert_eq!(telemetry.open_spans(), 2);
+    assert_eq!(telemetry.stats().open_spans, 2);
     // Closed on a thread with no default subscriber: its parent is never released.
     std::thread::spawn(move || drop(child)).join().unwrap();
     assert_eq!(
-        telemetry.open_spans(),
+        telemetry.stats().open_spans,
         0,
         "the subscriber is gone, and its open span ended"
     );

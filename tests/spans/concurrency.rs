@@ -22,11 +22,11 @@ const THREADS: usize = 8;
 const STEPS: usize = 200;
 
 fn enabled() -> LensConfig {
-    LensConfig::default()
-        .with_enabled(true)
-        .with_export_strategy("all_ranks")
-        .with_span_groups("all")
-        .with_metrics_enabled(false)
+    LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.groups.span_groups = "all".into();
+        c.metrics_enabled = false;
+    })
 }
 
 fn int(span: &SpanData, key: &str) -> i64 {
@@ -73,7 +73,7 @@ fn spans_from_many_threads_are_exported_once_with_their_parents() {
     });
     drop(run);
     telemetry.shutdown(Duration::from_secs(30)).unwrap();
-    assert_eq!(telemetry.dropped().spans, 0);
+    assert_eq!(telemetry.stats().dropped_spans, 0);
 
     let spans = exporter.spans();
     assert_eq!(spans.len(), 1 + 2 * THREADS * STEPS);
@@ -167,7 +167,7 @@ fn a_span_closed_on_another_thread_is_exported_once_with_its_children() {
         let c = spans.iter().find(|s| s.name == child).unwrap();
         assert_eq!(c.parent_span_id, handed.span_context.span_id(), "{child}");
     }
-    assert_eq!(telemetry.open_spans(), 0);
+    assert_eq!(telemetry.stats().open_spans, 0);
 }
 
 /// An exporter that logs through `tracing` (an event and a span of its own) on every export,
@@ -209,7 +209,11 @@ fn an_exporter_that_logs_through_tracing_neither_deadlocks_nor_feeds_back() {
     let exporter = ChattyExporter::default();
     let telemetry = Telemetry::builder(enabled())
         .span_exporter(exporter.clone())
-        .synchronous_export(mode == "synchronous")
+        .export_mode(if mode == "synchronous" {
+            nemo_lens::ExportMode::Synchronous
+        } else {
+            nemo_lens::ExportMode::Batched
+        })
         .env_lookup(|k| (k == "OTEL_BSP_SCHEDULE_DELAY").then(|| "1".into()))
         .build()
         .unwrap();

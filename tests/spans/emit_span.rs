@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
 use nemo_lens::testing::{CollectingExporter, SpanCapture};
-use nemo_lens::{EmitSpan, EpochSeconds, emit_span};
+use nemo_lens::{EmitSpan, EpochSeconds};
 use nemo_lens::{LensConfig, LensError, semconv};
 use opentelemetry::trace::{TraceContextExt, Tracer, TracerProvider as _};
 use opentelemetry::{Context, KeyValue, Value};
@@ -39,12 +39,17 @@ fn group_gate_decides_before_any_work_in_a_fresh_process() {
     let (_p, tracer, exporter) = pipeline();
     // No telemetry set up yet: every group is disabled, and a disabled group returns before
     // the (non-finite) times are even looked at.
-    let out = emit_span(&tracer, "x", f64::NAN, 1.0, None, [], Some("step"));
+    let out = EmitSpan::new("x", f64::NAN, 1.0)
+        .group("step")
+        .emit(&tracer);
     assert!(matches!(out, Ok(None)), "{out:?}");
     assert!(exporter.spans().is_empty());
 
     // With the real telemetry and `step` enabled, the same call emits through its tracer.
-    let capture = SpanCapture::with_config(LensConfig::default().with_span_groups("step")).unwrap();
+    let capture = SpanCapture::with_config(
+        LensConfig::default().with(|c| c.groups.span_groups = "step".into()),
+    )
+    .unwrap();
     let tracer = capture.telemetry().tracer();
     let cx = EmitSpan::new("prefetch", 100.0, 101.5)
         .group("step")

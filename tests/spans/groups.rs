@@ -4,7 +4,8 @@ use nemo_lens::testing::SpanCapture;
 use nemo_lens::{LensConfig, groups};
 
 fn capture(spec: &str) -> SpanCapture {
-    SpanCapture::with_config(LensConfig::default().with_span_groups(spec)).unwrap()
+    SpanCapture::with_config(LensConfig::default().with(|c| c.groups.span_groups = spec.into()))
+        .unwrap()
 }
 
 #[tracing::instrument(fields(nemo.group.step))]
@@ -100,18 +101,23 @@ fn is_span_group_enabled_reflects_the_last_setup() {
 
 #[test]
 fn changing_the_groups_at_run_time_re_evaluates_callsites() {
-    let c = capture("job");
-    let emit = || {
-        tracing::info_span!("late_step", nemo.group.step = tracing::field::Empty).in_scope(|| {})
-    };
-    c.in_scope(emit);
-    assert!(c.span("late_step").is_none());
-    c.telemetry().set_span_groups("job,step").unwrap();
-    c.in_scope(emit);
-    assert!(c.span("late_step").is_some());
-    assert!(c.telemetry().set_span_groups("bogus").is_err());
-    assert!(
-        c.telemetry().is_span_group_enabled("step"),
-        "a bad spec changes nothing"
-    );
+    // The groups are the process's (the telemetry set up last): alone in a process, no other
+    // test's telemetry can take their place.
+    nemo_lens_test_support::child::run_alone(|| {
+        let c = capture("job");
+        let emit = || {
+            tracing::info_span!("late_step", nemo.group.step = tracing::field::Empty)
+                .in_scope(|| {})
+        };
+        c.in_scope(emit);
+        assert!(c.span("late_step").is_none());
+        groups::set_enabled_span_groups("job,step").unwrap();
+        c.in_scope(emit);
+        assert!(c.span("late_step").is_some());
+        assert!(groups::set_enabled_span_groups("bogus").is_err());
+        assert!(
+            c.telemetry().is_span_group_enabled("step"),
+            "a bad spec changes nothing"
+        );
+    });
 }

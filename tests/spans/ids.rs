@@ -11,6 +11,7 @@ use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
 
 use nemo_lens::ChaChaIdGenerator;
+use nemo_lens::Place;
 use opentelemetry::trace::{SpanId, TraceId};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 
@@ -342,13 +343,14 @@ fn identically_seeded_ranks_export_disjoint_ids() {
         let rank: u32 = std::env::var(RANK_VAR).unwrap().parse().unwrap();
         let config = nemo_lens::LensConfig::default()
             .with_enabled(true)
-            .with_export_strategy("all_ranks")
-            .with_exporter(nemo_lens::ExporterKind::Console)
-            .with_console_path(Some(std::env::var(OUT_VAR).unwrap()))
-            .with_metrics_enabled(false);
+            .with(|c| {
+                c.export.strategy = "all_ranks".into();
+                c.export.exporter = nemo_lens::ExporterKind::Console;
+                c.export.console_path = Some(std::env::var(OUT_VAR).unwrap());
+                c.metrics_enabled = false;
+            });
         let telemetry = nemo_lens::Telemetry::builder(config)
-            .rank(rank)
-            .world_size(RANKS)
+            .place(Place::rank(rank).of(RANKS))
             .build()
             .unwrap();
         let _guard = tracing_subscriber::registry()

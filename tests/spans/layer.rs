@@ -260,9 +260,10 @@ impl std::io::Write for Buffer {
 #[test]
 fn composes_with_fmt_and_leaves_its_callsites_alone() {
     // A disabled group is `never` for the lens layer only: fmt still sees the span's events.
-    let capture =
-        SpanCapture::with_config(nemo_lens::LensConfig::default().with_span_groups("default"))
-            .unwrap();
+    let capture = SpanCapture::with_config(
+        nemo_lens::LensConfig::default().with(|c| c.groups.span_groups = "default".into()),
+    )
+    .unwrap();
     let out = Buffer::default();
     let writer = out.clone();
     let subscriber = tracing_subscriber::registry()

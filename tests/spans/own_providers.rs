@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use nemo_lens::{LensConfig, Telemetry};
+use nemo_lens::{LensConfig, Place, Telemetry};
 use opentelemetry::trace::Tracer as _;
 use opentelemetry::{Key, KeyValue};
 use opentelemetry_sdk::Resource;
@@ -14,10 +14,10 @@ use tracing_subscriber::prelude::*;
 use nemo_lens_test_support::child;
 
 fn exporting() -> LensConfig {
-    LensConfig::default()
-        .with_enabled(true)
-        .with_export_strategy("all_ranks")
-        .with_metrics_enabled(false)
+    LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.metrics_enabled = false;
+    })
 }
 
 fn names(spans: &[SpanData]) -> Vec<String> {
@@ -51,7 +51,7 @@ fn two_telemetries_side_by_side() {
         InMemorySpanExporter::default(),
         InMemorySpanExporter::default(),
     );
-    let first = Telemetry::builder(exporting().with_span_groups("per_step"))
+    let first = Telemetry::builder(exporting().with(|c| c.groups.span_groups = "per_step".into()))
         .install_globals(false)
         .span_exporter(a.clone())
         .build()
@@ -104,7 +104,7 @@ fn a_telemetry_over_the_applications_own_provider_builder() {
     // exporter and resource are used, with no exporter of lens's own.
     assert_eq!(names(&spans), ["api", "job"]);
     for span in &spans {
-        assert_eq!(span.instrumentation_scope.name(), nemo_lens::SCOPE_NAME);
+        assert_eq!(span.instrumentation_scope.name(), "nemo.lens");
     }
     let job = spans.iter().find(|s| s.name == "job").unwrap();
     assert!(job.span_context.is_valid());
@@ -124,10 +124,9 @@ fn a_non_exporting_rank_never_builds_the_applications_provider() {
     let telemetry = Telemetry::builder(
         LensConfig::default()
             .with_enabled(true)
-            .with_metrics_enabled(false),
+            .with(|c| c.metrics_enabled = false),
     )
-    .rank(0)
-    .world_size(4) // single_rank: rank 3 exports
+    .place(Place::rank(0).of(4)) // single_rank: rank 3 exports
     .install_globals(false)
     .tracer_provider(builder)
     .build()
@@ -147,7 +146,7 @@ fn two_telemetries_in_one_subscriber_both_export() {
         InMemorySpanExporter::default(),
         InMemorySpanExporter::default(),
     );
-    let first = Telemetry::builder(exporting().with_span_groups("per_step"))
+    let first = Telemetry::builder(exporting().with(|c| c.groups.span_groups = "per_step".into()))
         .install_globals(false)
         .span_exporter(a.clone())
         .build()

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use nemo_lens::{LensConfig, LensError, Telemetry};
+use nemo_lens::{LensConfig, LensError, Place, Telemetry};
 use serde_json::Value;
 use tracing::Dispatch;
 use tracing::field::Empty;
@@ -33,7 +33,7 @@ const CONSOLE_KEYS: [&str; 11] = [
 fn config(capacity: usize, dir: &Path) -> LensConfig {
     let mut c = LensConfig::default()
         .with_enabled(true)
-        .with_metrics_enabled(false);
+        .with(|c| c.metrics_enabled = false);
     c.flight_recorder.capacity = capacity;
     c.flight_recorder.dump_dir = Some(dir.to_path_buf());
     c.flight_recorder.hang_timeout = None;
@@ -43,8 +43,7 @@ fn config(capacity: usize, dir: &Path) -> LensConfig {
 /// Rank 0 of 4: not the exporting rank under `single_rank`.
 fn non_exporting(capacity: usize, dir: &Path) -> Telemetry {
     Telemetry::builder(config(capacity, dir))
-        .rank(0)
-        .world_size(4)
+        .place(Place::rank(0).of(4))
         .allow_reinit_for_testing(true)
         .build()
         .unwrap()
@@ -208,13 +207,11 @@ fn threads_record_concurrently_and_every_dumped_line_is_whole() {
 /// The static metadata of the span `make` creates (taken under a subscriber that records it).
 fn metadata_of(make: fn() -> tracing::Span) -> &'static Metadata<'static> {
     let dir = tempfile::tempdir().unwrap();
-    let t = Telemetry::builder(
-        LensConfig::default()
-            .with_enabled(true)
-            .with_export_strategy("all_ranks")
-            .with_span_groups("all")
-            .with_metrics_enabled(false),
-    )
+    let t = Telemetry::builder(LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.groups.span_groups = "all".into();
+        c.metrics_enabled = false;
+    }))
     .span_exporter(opentelemetry_sdk::trace::InMemorySpanExporter::default())
     .allow_reinit_for_testing(true)
     .build()
@@ -250,8 +247,8 @@ fn only_the_recorders_callsites_pay_on_a_non_exporting_rank() {
 fn an_exported_callsite_stays_always_with_the_recorder_on() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = config(16, dir.path());
-    c.export_strategy = "all_ranks".into();
-    c.span_groups = "default".into();
+    c.export.strategy = "all_ranks".into();
+    c.groups.span_groups = "default".into();
     let t = Telemetry::builder(c)
         .span_exporter(opentelemetry_sdk::trace::InMemorySpanExporter::default())
         .allow_reinit_for_testing(true)
@@ -269,12 +266,10 @@ fn an_exported_callsite_stays_always_with_the_recorder_on() {
 
 #[test]
 fn off_by_default_the_recorder_layer_is_inert() {
-    let t = Telemetry::builder(
-        LensConfig::default()
-            .with_enabled(true)
-            .with_export_strategy("all_ranks")
-            .with_metrics_enabled(false),
-    )
+    let t = Telemetry::builder(LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.metrics_enabled = false;
+    }))
     .span_exporter(opentelemetry_sdk::trace::InMemorySpanExporter::default())
     .allow_reinit_for_testing(true)
     .build()
@@ -370,8 +365,7 @@ fn variables_are_read_and_bad_values_are_typed_errors_naming_them() {
     .unwrap();
     c.metrics_enabled = false;
     let err = Telemetry::builder(c)
-        .rank(0)
-        .world_size(4)
+        .place(Place::rank(0).of(4))
         .allow_reinit_for_testing(true)
         .build()
         .unwrap_err();

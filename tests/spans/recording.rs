@@ -53,11 +53,11 @@ impl SpanProcessor for Watcher {
 fn user_span_processors_run_on_the_worker_with_the_ids_the_training_thread_saw() {
     let exporter = CollectingExporter::default();
     let watcher = Watcher::default();
-    let config = LensConfig::default()
-        .with_enabled(true)
-        .with_metrics_enabled(false)
-        .with_export_strategy("all_ranks")
-        .with_span_groups("all");
+    let config = LensConfig::default().with_enabled(true).with(|c| {
+        c.metrics_enabled = false;
+        c.export.strategy = "all_ranks".into();
+        c.groups.span_groups = "all".into();
+    });
     let telemetry = Telemetry::builder(config)
         .span_exporter(exporter.clone())
         .span_processor({

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use nemo_lens_test_support as common;
 
-use nemo_lens::{DEFAULT_REDACT_KEYS, LensConfig, TelemetryBuilder};
+use nemo_lens::{LensConfig, Place, TelemetryBuilder};
 use serde_json::Value;
 use tracing_subscriber::prelude::*;
 
@@ -98,7 +98,14 @@ fn the_default_set_applies_without_user_keys_and_can_be_extended() {
     assert_eq!(written.all("api_key"), ["sk-live-123"; 3]);
 
     let written = scenario(
-        |b| b.redact_keys(DEFAULT_REDACT_KEYS.iter().copied().chain(["api_key"])),
+        |b| {
+            b.redact_keys(
+                TelemetryBuilder::DEFAULT_REDACT_KEYS
+                    .iter()
+                    .copied()
+                    .chain(["api_key"]),
+            )
+        },
         &[],
     );
     assert_eq!(written.all("token"), ["[REDACTED]"; 3]);
@@ -159,13 +166,12 @@ fn the_flight_recorder_redacts_the_user_keys_too() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = LensConfig::default()
         .with_enabled(true)
-        .with_metrics_enabled(false);
+        .with(|c| c.metrics_enabled = false);
     config.flight_recorder.capacity = 8;
     config.flight_recorder.dump_dir = Some(dir.path().to_path_buf());
     config.flight_recorder.hang_timeout = None;
     let telemetry = nemo_lens::Telemetry::builder(config)
-        .rank(0)
-        .world_size(4)
+        .place(Place::rank(0).of(4))
         .allow_reinit_for_testing(true)
         .redact_keys(["api_key"])
         .build()

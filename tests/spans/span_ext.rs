@@ -149,7 +149,7 @@ fn a_reparented_span_keeps_its_fields_and_is_truncated_at_shutdown() {
     request.set_parent(extracted()).unwrap();
     let _entered = request.enter();
     // The re-parented span is still the one open at shutdown.
-    assert_eq!(capture.telemetry().open_spans(), 1);
+    assert_eq!(capture.telemetry().stats().open_spans, 1);
     let spans = capture.finish();
     let exported = named(&spans, "handle_request");
     assert_eq!(

@@ -397,7 +397,7 @@ mod tests {
                 "invalid span graph: parent cycle prevents emitting 'c'",
             ]
         );
-        // An end before its start is accepted (emit_span clamps it).
+        // An end before its start is accepted (`EmitSpan` clamps it).
         assert_eq!(names(&["backwards,2,1"]).unwrap(), ["backwards"]);
     }
 

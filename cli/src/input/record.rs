@@ -90,7 +90,7 @@ impl ResourceAttributes {
 }
 
 /// An integer attribute: a number or a numeric string.
-fn as_int(v: &Value) -> Option<i64> {
+pub(super) fn as_int(v: &Value) -> Option<i64> {
     match v {
         Value::Number(n) => n.as_i64(),
         Value::String(s) => s.trim().parse().ok(),

@@ -70,7 +70,7 @@ pub(crate) fn resolve_run_id(run_id: &str, lookup: &dyn Fn(&str) -> Option<Strin
 /// Builds the [`Resource`] of one rank (the layers and their precedence are documented on
 /// `Telemetry::resource`).
 ///
-/// * `config.run_id` must already be resolved (see [`resolve_run_id`]); when it is empty,
+/// * `config.identity.run_id` must already be resolved (see [`resolve_run_id`]); when it is empty,
 ///   `nemo.run.id` and `service.instance.id` are omitted.
 /// * `who`: the rank and world size setup resolved (an unknown one gets no rank attribute and
 ///   no rank-derived `service.instance.id`).
@@ -113,7 +113,7 @@ fn compose(
     let mut attrs = lens_attributes(config, who, lookup);
     attrs.extend(participant::instance_id(
         who,
-        &config.run_id,
+        &config.identity.run_id,
         &carried,
         in_caller(semconv::SERVICE_INSTANCE_ID),
     ));
@@ -153,17 +153,20 @@ fn lens_attributes(
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Vec<KeyValue> {
     let mut attrs = vec![
-        KeyValue::new(semconv::SERVICE_NAME, config.service_name.clone()),
+        KeyValue::new(semconv::SERVICE_NAME, config.identity.service_name.clone()),
         KeyValue::new(semconv::SERVICE_VERSION, env!("CARGO_PKG_VERSION")),
     ];
     attrs.extend(participant::rank_attributes(who));
-    if !config.run_id.is_empty() {
-        attrs.push(KeyValue::new(semconv::NEMO_RUN_ID, config.run_id.clone()));
+    if !config.identity.run_id.is_empty() {
+        attrs.push(KeyValue::new(
+            semconv::NEMO_RUN_ID,
+            config.identity.run_id.clone(),
+        ));
     }
     for (key, value) in [
-        (semconv::NEMO_USER_ID, &config.user),
-        (semconv::WANDB_ENTITY, &config.wandb_entity),
-        (semconv::WANDB_PROJECT, &config.wandb_project),
+        (semconv::NEMO_USER_ID, &config.identity.user),
+        (semconv::WANDB_ENTITY, &config.identity.wandb_entity),
+        (semconv::WANDB_PROJECT, &config.identity.wandb_project),
     ] {
         if !value.is_empty() {
             attrs.push(KeyValue::new(key, value.clone()));
@@ -193,9 +196,11 @@ fn job_identity(
         .iter()
         .any(|kv| kv.key.as_str() == semconv::NV_DL_RUN_UUID);
     if !inherited && !run_uuid_in_caller {
-        let configured = who.run_id_configured.then_some(config.run_id.as_str());
+        let configured = who
+            .run_id_configured
+            .then_some(config.identity.run_id.as_str());
         let run_uuid = uuids::run_uuid(lookup, configured)
-            .or_else(|| uuids::run_uuid(lookup, Some(&config.run_id)));
+            .or_else(|| uuids::run_uuid(lookup, Some(&config.identity.run_id)));
         if let Some(uuid) = run_uuid {
             attrs.push(KeyValue::new(semconv::NV_DL_RUN_UUID, uuid));
         }
@@ -445,9 +450,10 @@ mod tests {
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| v.to_string())
         };
-        let config = LensConfig::default()
-            .with_service_name("pretrain")
-            .with_run_id("exp-7");
+        let config = LensConfig::default().with(|c| {
+            c.identity.service_name = "pretrain".into();
+            c.identity.run_id = "exp-7".into();
+        });
         let caller = [
             KeyValue::new(semconv::DL_TENSOR_PARALLEL_SIZE, 4_i64),
             KeyValue::new(semconv::HOST_GPU_COUNT, 8_i64), // loses: detected values win
@@ -512,7 +518,7 @@ mod tests {
 
     #[test]
     fn empty_service_name_becomes_unknown_service() {
-        let config = LensConfig::default().with_service_name(String::new());
+        let config = LensConfig::default().with(|c| c.identity.service_name = String::new());
         let res = compose(&config, &rank(0, 1), &[], &no_env, false);
         assert_eq!(
             get_str(&res, semconv::SERVICE_NAME).as_deref(),

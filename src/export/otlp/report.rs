@@ -5,7 +5,7 @@
 //! A failing collector fails every batch; the line is written once per *failure streak* (the
 //! first failure after setup or after a successful export), so a dead collector costs one line,
 //! not one per batch. What the failed exports carried is counted by the batch processors and
-//! the metric reader ([`Telemetry::dropped`](crate::Telemetry::dropped)) and reported at
+//! the metric reader ([`Telemetry::stats`](crate::Telemetry::stats)) and reported at
 //! shutdown.
 //!
 //! ```text

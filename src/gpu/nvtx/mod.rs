@@ -78,7 +78,7 @@ pub(crate) fn start(
 ///   name), cut to 1 KiB, with the category and colour of the span.
 ///
 /// The span groups decide (`NEMO_LENS_SPAN_GROUPS`,
-/// [`Telemetry::set_span_groups`](crate::Telemetry::set_span_groups)), the export decision does
+/// [`groups::set_enabled_span_groups`](crate::groups::set_enabled_span_groups)), the export decision does
 /// not: a profiler records one process, and the rank under `nsys` is usually not the exporting
 /// one, so every enabled rank with `NEMO_LENS_NVTX` set pushes ranges. There, the spans of
 /// enabled groups become callsites a layer records (otherwise they would cost a disabled

@@ -7,9 +7,9 @@
 //!
 //! | name | exports when |
 //! |---|---|
-//! | `single_rank` (default) | `rank == export_rank`, where `-1` means the last rank |
+//! | `single_rank` (default) | `rank == export.rank`, where `None` (`-1` in the variable) means the last rank |
 //! | `all_ranks` | always |
-//! | `sampled` | `md5(str(rank)) % 10000 / 10000 < export_sample_rate` |
+//! | `sampled` | `md5(str(rank)) % 10000 / 10000 < export.sample_rate` |
 //! | `first_rank_per_node` | `LOCAL_RANK` is `0` (or unset) |
 //!
 //! `sampled` uses exactly the rule of the Python library (`int(md5(str(rank)).hexdigest(), 16)
@@ -17,7 +17,7 @@
 //! A built-in name is replaced only with [`Overwrite::Yes`].
 //!
 //! Custom strategies are registered by name and selected with `NEMO_LENS_EXPORT_STRATEGY` (or
-//! [`LensConfig::with_export_strategy`]), as in the Python library:
+//! `export.strategy` of a [`LensConfig`] built in code), as in the Python library:
 //!
 //! ```
 //! use nemo_lens::{LensConfig, Overwrite, Telemetry, strategy};
@@ -109,15 +109,11 @@ impl ExportStrategy {
     ) -> Result<bool> {
         Ok(match self {
             ExportStrategy::AllRanks => true,
-            ExportStrategy::SingleRank => {
-                let target = if config.export_rank >= 0 {
-                    config.export_rank
-                } else {
-                    i64::from(world_size) - 1
-                };
-                i64::from(rank) == target
-            }
-            ExportStrategy::Sampled => rank_is_sampled(rank, config.export_sample_rate),
+            ExportStrategy::SingleRank => match config.export.rank {
+                Some(target) => rank == target,
+                None => world_size.checked_sub(1) == Some(rank),
+            },
+            ExportStrategy::Sampled => rank_is_sampled(rank, config.export.sample_rate),
             ExportStrategy::FirstRankPerNode => {
                 // Read as it is: an empty value fails `int()` in Python too.
                 local_rank_is_zero(lookup("LOCAL_RANK"))?

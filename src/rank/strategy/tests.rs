@@ -113,10 +113,15 @@ fn rank_sample_value_lies_in_unit_interval_on_four_decimals() {
     }
 }
 
+/// A config whose export rank is `export_rank` as `NEMO_LENS_EXPORT_RANK` says it (a negative
+/// number: the last rank).
 fn cfg(export_rank: i64, rate: f64) -> LensConfig {
-    LensConfig::default()
-        .with_export_rank(export_rank)
-        .with_export_sample_rate(rate)
+    let value = export_rank.to_string();
+    LensConfig::from_lookup("NEMO_LENS", None, |k| {
+        (k == "NEMO_LENS_EXPORT_RANK").then(|| value.clone())
+    })
+    .unwrap()
+    .with(|c| c.export.sample_rate = rate)
 }
 
 fn exporting_ranks(strategy: &ExportStrategy, config: &LensConfig, world: u32) -> Vec<u32> {
@@ -133,12 +138,14 @@ fn single_rank_exports_the_configured_or_last_rank() {
     assert_eq!(exporting_ranks(&s, &cfg(0, 1.0), 8), vec![0]);
     assert_eq!(exporting_ranks(&s, &cfg(3, 1.0), 8), vec![3]);
     // Any negative rank means "last", as `export_rank >= 0` decides in Python.
+    assert_eq!(cfg(-5, 1.0).export.rank, None);
     assert_eq!(exporting_ranks(&s, &cfg(-5, 1.0), 8), vec![7]);
     // A rank outside the world: nobody exports.
     assert_eq!(exporting_ranks(&s, &cfg(8, 1.0), 8), Vec::<u32>::new());
-    // The default config selects `single_rank` with export_rank -1.
+    // The default config selects `single_rank` with the last rank.
     let default = LensConfig::default();
-    let by_name = get_export_strategy(&default.export_strategy, "export_strategy").unwrap();
+    assert_eq!(default.export.rank, None);
+    let by_name = get_export_strategy(&default.export.strategy, "export.strategy").unwrap();
     assert!(matches!(by_name, ExportStrategy::SingleRank));
     assert_eq!(exporting_ranks(&by_name, &default, 1024), vec![1023]);
 }
@@ -198,7 +205,7 @@ fn custom_strategies_register_override_and_unregister() {
     // With override the new function replaces it; it sees the config and the world size.
     register_export_strategy(
         name,
-        |cfg, rank, world| i64::from(rank) == cfg.export_rank || rank + 1 == world,
+        |cfg, rank, world| cfg.export.rank == Some(rank) || rank + 1 == world,
         Overwrite::Yes,
     )
     .unwrap();

@@ -6,6 +6,17 @@ use super::TelemetryBuilder;
 use crate::record::attributes::RedactKeys;
 
 impl TelemetryBuilder {
+    /// The keys whose string values are redacted unless
+    /// [`redact_keys`](TelemetryBuilder::redact_keys) replaces them (exact, case-sensitive
+    /// match), as the Python `DEFAULT_REDACT_KEYS`.
+    ///
+    /// ```
+    /// use nemo_lens::TelemetryBuilder;
+    /// assert!(TelemetryBuilder::DEFAULT_REDACT_KEYS.contains(&"password"));
+    /// ```
+    pub const DEFAULT_REDACT_KEYS: [&'static str; 8] =
+        crate::record::attributes::DEFAULT_REDACT_KEYS;
+
     /// Whether setup installs anything process-wide (default `true`): the global tracer and
     /// meter providers, the global W3C propagator, the process-wide span-group state read by
     /// [`crate::groups::is_span_group_enabled`], and the one-enabled-setup-per-process guard.
@@ -23,7 +34,7 @@ impl TelemetryBuilder {
     /// use nemo_lens::{LensConfig, Telemetry};
     /// use opentelemetry_sdk::trace::InMemorySpanExporter;
     ///
-    /// let config = LensConfig::default().with_enabled(true).with_export_strategy("all_ranks");
+    /// let config = LensConfig::default().with_enabled(true).with(|c| c.export.strategy = "all_ranks".into());
     /// let (a, b) = (InMemorySpanExporter::default(), InMemorySpanExporter::default());
     /// // Two telemetries in one process: no double-init error, no global touched.
     /// let first = Telemetry::builder(config.clone()).install_globals(false).span_exporter(a).build()?;
@@ -51,8 +62,10 @@ impl TelemetryBuilder {
     ///
     /// let config = LensConfig::default()
     ///     .with_enabled(true)
-    ///     .with_export_strategy("all_ranks")
-    ///     .with_metrics_enabled(false);
+    ///     .with(|c| {
+    ///         c.export.strategy = "all_ranks".into();
+    ///         c.metrics_enabled = false;
+    ///     });
     /// let telemetry = Telemetry::builder(config)
     ///     .install_globals(false)
     ///     .span_exporter(opentelemetry_sdk::trace::InMemorySpanExporter::default())
@@ -72,21 +85,21 @@ impl TelemetryBuilder {
     }
 
     /// The keys whose string values are written as `[REDACTED]`, replacing the default set
-    /// ([`DEFAULT_REDACT_KEYS`](crate::DEFAULT_REDACT_KEYS), as Python's `redact_keys=` argument replaces it): span
+    /// ([`TelemetryBuilder::DEFAULT_REDACT_KEYS`], as Python's `redact_keys=` argument replaces it): span
     /// attributes, span events and bridged log records alike (exact, case-sensitive match).
     /// Pass an empty list to redact nothing. To extend the default set instead, chain it:
     ///
     /// ```
-    /// use nemo_lens::{DEFAULT_REDACT_KEYS, LensConfig, Telemetry};
+    /// use nemo_lens::{LensConfig, Telemetry, TelemetryBuilder};
     /// use opentelemetry_sdk::trace::InMemorySpanExporter;
     /// use tracing_subscriber::prelude::*;
     ///
     /// let spans = InMemorySpanExporter::default();
-    /// let config = LensConfig::default().with_enabled(true).with_export_strategy("all_ranks");
+    /// let config = LensConfig::default().with_enabled(true).with(|c| c.export.strategy = "all_ranks".into());
     /// let telemetry = Telemetry::builder(config)
     ///     .install_globals(false)
     ///     .span_exporter(spans.clone())
-    ///     .redact_keys(DEFAULT_REDACT_KEYS.iter().copied().chain(["api_key"]))
+    ///     .redact_keys(TelemetryBuilder::DEFAULT_REDACT_KEYS.iter().copied().chain(["api_key"]))
     ///     .build()?;
     /// tracing::subscriber::with_default(tracing_subscriber::registry().with(telemetry.layer()), || {
     ///     tracing::info_span!("call", api_key = "sk-123", token = "t", model = "m").in_scope(|| {});
@@ -123,7 +136,7 @@ impl TelemetryBuilder {
     /// process's resident memory once (tens of megabytes for a binary with line tables). The
     /// text starts at the event's own frame (a panic's: the panicking frame) and is cut to the
     /// attribute value length limit. With
-    /// [`synchronous_export`](TelemetryBuilder::synchronous_export) the thread that ends the span
+    /// [`ExportMode::Synchronous`](crate::ExportMode::Synchronous) the thread that ends the span
     /// resolves it.
     ///
     /// ```
@@ -132,7 +145,7 @@ impl TelemetryBuilder {
     /// use tracing_subscriber::prelude::*;
     ///
     /// let spans = InMemorySpanExporter::default();
-    /// let config = LensConfig::default().with_enabled(true).with_export_strategy("all_ranks");
+    /// let config = LensConfig::default().with_enabled(true).with(|c| c.export.strategy = "all_ranks".into());
     /// let telemetry = Telemetry::builder(config)
     ///     .install_globals(false)
     ///     .span_exporter(spans.clone())

@@ -1,6 +1,6 @@
 //! The parts of the pipelines an application brings itself: its span exporter and processors,
-//! metric reader, log exporter, tracer provider builder and export strategy, and synchronous
-//! export. Each is built only on an exporting rank.
+//! metric reader, log exporter, tracer provider builder and export strategy, and the export
+//! mode ([`ExportMode`]). Each is built only on an exporting rank.
 
 use opentelemetry_sdk::logs::LogExporter;
 use opentelemetry_sdk::trace::{SpanExporter, SpanProcessor, TracerProviderBuilder};
@@ -11,7 +11,7 @@ use crate::queue::processors::{BoxedProcessor, exporter_processor, log_provider}
 impl TelemetryBuilder {
     /// Sends spans to `exporter` instead of the configured console/OTLP exporter (traces only;
     /// metrics keep theirs). It is put behind nemo-lens's bounded batch queue (`OTEL_BSP_*`,
-    /// drops counted in [`Telemetry::dropped`](crate::Telemetry::dropped)), built only on an
+    /// drops counted in [`Telemetry::stats`](crate::Telemetry::stats)), built only on an
     /// exporting rank.
     ///
     /// ```
@@ -83,7 +83,7 @@ impl TelemetryBuilder {
     ///
     /// let mine = InMemorySpanExporter::default();
     /// let builder = SdkTracerProvider::builder().with_simple_exporter(mine.clone());
-    /// let config = LensConfig::default().with_enabled(true).with_export_strategy("all_ranks");
+    /// let config = LensConfig::default().with_enabled(true).with(|c| c.export.strategy = "all_ranks".into());
     /// let telemetry = Telemetry::builder(config)
     ///     .install_globals(false)
     ///     .tracer_provider(builder)
@@ -102,9 +102,27 @@ impl TelemetryBuilder {
         self
     }
 
-    /// Exports every span on the thread that ends it instead of batching (tests, debugging).
-    pub fn synchronous_export(mut self, synchronous: bool) -> Self {
-        self.synchronous = synchronous;
+    /// How spans are exported (default [`ExportMode::Batched`]).
+    ///
+    /// ```
+    /// use nemo_lens::{ExportMode, LensConfig, Telemetry};
+    /// let builder = Telemetry::builder(LensConfig::default()).export_mode(ExportMode::Synchronous);
+    /// # let _ = builder;
+    /// ```
+    pub fn export_mode(mut self, mode: ExportMode) -> Self {
+        self.mode = mode;
         self
     }
+}
+
+/// How spans reach the exporter ([`TelemetryBuilder::export_mode`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ExportMode {
+    /// Spans are queued and exported in batches by a worker thread (the default): the thread
+    /// that ends a span never waits for the exporter.
+    #[default]
+    Batched,
+    /// Every span is exported on the thread that ends it (tests, debugging).
+    Synchronous,
 }

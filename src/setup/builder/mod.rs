@@ -1,10 +1,12 @@
 //! [`TelemetryBuilder`]: what a process asks for, checked and built once. This file holds the
-//! process's place in the job (rank, world size, run id, resource attributes) and the build;
+//! process's place in the job ([`Place`]), its run id and resource attributes, and the build;
 //! [`components`] the pipeline parts an application brings, [`behaviour`] how the telemetry
 //! behaves in its process.
 
 mod behaviour;
 mod components;
+
+pub use components::ExportMode;
 
 use std::fmt;
 
@@ -14,16 +16,18 @@ use opentelemetry_sdk::trace::TracerProviderBuilder;
 use super::handle::Telemetry;
 use super::phases;
 use super::pipelines::{LogExporterFactory, ProcessorFactory, ReaderFactory};
+use super::place::Place;
+
 use crate::config::LensConfig;
 use crate::error::Result;
 use crate::queue::processors::BoxedProcessor;
-use crate::rank::strategy::ExportStrategy;
 use crate::record::attributes::RedactKeys;
 
 type Lookup = Box<phases::Lookup>;
 
 /// Builds a [`Telemetry`]: the counterpart of the Python `setup_telemetry(config, rank,
-/// world_size, resource_attributes, span_exporter, metric_reader, export_strategy)`.
+/// world_size, resource_attributes, span_exporter, metric_reader, export_strategy)` (a custom
+/// strategy is registered by name: [`strategy::register_export_strategy`](crate::strategy::register_export_strategy)).
 ///
 /// 1. a second *enabled* setup in one process is an error
 ///    ([`LensError::AlreadyInitialized`](crate::LensError::AlreadyInitialized));
@@ -37,56 +41,50 @@ type Lookup = Box<phases::Lookup>;
 ///    processors, then the exporter's batch processor), meter provider (the injected reader,
 ///    or a periodic reader every `OTEL_METRIC_EXPORT_INTERVAL` ms, default 10 000, on the
 ///    configured exporter; console output shares the span exporter's stream), logger provider
-///    (with `logs_enabled`), the W3C TraceContext + Baggage propagator and the global tracer
+///    (with [`LensConfig::logs_enabled`]), the W3C TraceContext + Baggage propagator and the global tracer
 ///    and meter providers.
 ///
 /// ```
-/// use nemo_lens::{ExporterKind, LensConfig, Telemetry};
+/// use nemo_lens::{LensConfig, Place, Telemetry};
 /// let telemetry = Telemetry::builder(LensConfig::default().with_enabled(true))
-///     .rank(3)
-///     .world_size(8) // single_rank: rank 7 exports, rank 3 builds nothing
+///     .place(Place::rank(3).of(8)) // single_rank: rank 7 exports, rank 3 builds nothing
 ///     .build()?;
 /// assert!(!telemetry.is_exporting());
 /// # Ok::<(), nemo_lens::LensError>(())
 /// ```
 pub struct TelemetryBuilder {
     config: LensConfig,
-    rank: Option<u32>,
-    world_size: Option<u32>,
+    place: Place,
     resource_attributes: Vec<KeyValue>,
     span_exporter: Option<ProcessorFactory>,
     span_processors: Vec<Box<dyn FnOnce() -> BoxedProcessor + Send>>,
     metric_reader: Option<ReaderFactory>,
     log_exporter: Option<LogExporterFactory>,
-    export_strategy: Option<ExportStrategy>,
-    synchronous: bool,
+    mode: ExportMode,
     allow_reinit: bool,
     install_globals: bool,
     context_activation: bool,
     provider_builder: Option<TracerProviderBuilder>,
     lookup: Lookup,
-    /// `unknown_rank`, `unknown_world_size`, `no_random_run_id`.
-    unknown: phases::Unknown,
+    /// [`TelemetryBuilder::random_run_id`] (default on).
+    random_run_id: bool,
     /// [`TelemetryBuilder::legacy_rank_attributes`] (default on).
     legacy_rank_keys: bool,
-    /// [`TelemetryBuilder::redact_keys`] (default: [`crate::DEFAULT_REDACT_KEYS`]).
+    /// [`TelemetryBuilder::redact_keys`] (default: the keys it lists).
     redact: RedactKeys,
     /// [`TelemetryBuilder::error_backtraces`].
     error_backtraces: bool,
-    /// [`TelemetryBuilder::local_rank`].
-    local_rank: Option<u32>,
 }
 
 impl fmt::Debug for TelemetryBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TelemetryBuilder")
             .field("config", &self.config)
-            .field("rank", &self.rank)
-            .field("world_size", &self.world_size)
+            .field("place", &self.place)
             .field("custom_span_exporter", &self.span_exporter.is_some())
             .field("extra_span_processors", &self.span_processors.len())
             .field("custom_metric_reader", &self.metric_reader.is_some())
-            .field("synchronous", &self.synchronous)
+            .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
 }
@@ -107,34 +105,38 @@ impl TelemetryBuilder {
     fn new(config: LensConfig) -> Self {
         TelemetryBuilder {
             config,
-            rank: None,
-            world_size: None,
+            place: Place::default(),
             resource_attributes: Vec::new(),
             span_exporter: None,
             span_processors: Vec::new(),
             metric_reader: None,
             log_exporter: None,
-            export_strategy: None,
-            synchronous: false,
+            mode: ExportMode::Batched,
             allow_reinit: false,
             install_globals: true,
             context_activation: true,
             provider_builder: None,
             lookup: Box::new(crate::config::env::process_var),
-            unknown: phases::Unknown::default(),
+            random_run_id: true,
             legacy_rank_keys: true,
             redact: RedactKeys::default(),
             error_backtraces: false,
-            local_rank: None,
         }
     }
 
-    /// This process's rank. Without it, the rank is the launcher's `nv.dl.rank` in
-    /// `OTEL_RESOURCE_ATTRIBUTES`, else 0.
+    /// This process's place in the job: its rank, the world size and its rank on its node
+    /// (default: what the launcher says, see [`Place`]).
     ///
-    /// The resource carries it as `nv.dl.rank` (and `dl.rank`, see
-    /// [`TelemetryBuilder::legacy_rank_attributes`]); export strategies, the rank sampler and
-    /// `{rank}` in `NEMO_LENS_CONSOLE_PATH` use it.
+    /// ```
+    /// use nemo_lens::{LensConfig, Place, Telemetry};
+    /// let telemetry = Telemetry::builder(LensConfig::default().with_enabled(true))
+    ///     .place(Place::rank(3).of(8)) // single_rank: rank 7 exports, rank 3 builds nothing
+    ///     .build()?;
+    /// assert!(!telemetry.is_exporting());
+    /// # Ok::<(), nemo_lens::LensError>(())
+    /// ```
+    ///
+    /// Without it, a launcher's values are read from `OTEL_RESOURCE_ATTRIBUTES`:
     ///
     /// ```
     /// use nemo_lens::{LensConfig, Telemetry};
@@ -143,8 +145,11 @@ impl TelemetryBuilder {
     ///
     /// // A launcher handed this process its rank and world size.
     /// let env = [("OTEL_RESOURCE_ATTRIBUTES", "nv.dl.rank=3,nv.dl.world_size=8")];
-    /// let config = LensConfig::default().with_enabled(true).with_export_strategy("all_ranks")
-    ///     .with_run_id("exp-1").with_metrics_enabled(false);
+    /// let config = LensConfig::default().with_enabled(true).with(|c| {
+    ///     c.export.strategy = "all_ranks".into();
+    ///     c.identity.run_id = "exp-1".into();
+    ///     c.metrics_enabled = false;
+    /// });
     /// let telemetry = Telemetry::builder(config)
     ///     .span_exporter(InMemorySpanExporter::default())
     ///     .env_lookup(move |k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
@@ -160,15 +165,8 @@ impl TelemetryBuilder {
     /// # telemetry.shutdown(std::time::Duration::from_secs(5))?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn rank(mut self, rank: u32) -> Self {
-        self.rank = Some(rank);
-        self
-    }
-
-    /// The number of ranks. Without it, the launcher's `nv.dl.world_size` in
-    /// `OTEL_RESOURCE_ATTRIBUTES`; else unknown when the rank came from the launcher, else 1.
-    pub fn world_size(mut self, world_size: u32) -> Self {
-        self.world_size = Some(world_size);
+    pub fn place(mut self, place: Place) -> Self {
+        self.place = place;
         self
     }
 
@@ -182,7 +180,7 @@ impl TelemetryBuilder {
     /// use opentelemetry::Key;
     /// use opentelemetry_sdk::trace::InMemorySpanExporter;
     ///
-    /// let config = LensConfig::default().with_enabled(true).with_metrics_enabled(false);
+    /// let config = LensConfig::default().with_enabled(true).with(|c| c.metrics_enabled = false);
     /// let telemetry = Telemetry::builder(config)
     ///     .span_exporter(InMemorySpanExporter::default())
     ///     .env_lookup(|_| None)
@@ -200,69 +198,13 @@ impl TelemetryBuilder {
         self
     }
 
-    /// This process's rank among the ranks of its node, which picks its GPU for the `nv.gpu.*`
-    /// resource attributes ([`LensConfig::detect_gpu`]). Default: `LOCAL_RANK`, else
-    /// `SLURM_LOCALID`, else 0.
-    ///
-    /// ```
-    /// // A launcher that names the local rank in a variable of its own (Open MPI):
-    /// let local_rank = std::env::var("OMPI_COMM_WORLD_LOCAL_RANK").ok().and_then(|v| v.parse().ok());
-    /// let mut builder = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default());
-    /// if let Some(local_rank) = local_rank {
-    ///     builder = builder.local_rank(local_rank);
-    /// }
-    /// # let _ = builder;
-    /// ```
-    pub fn local_rank(mut self, local_rank: u32) -> Self {
-        self.local_rank = Some(local_rank);
-        self
-    }
-
-    /// This process does not know its rank (a launcher, a job-level tool such as `nemo-lens
-    /// emit-spans`): unless the launcher gave one (`nv.dl.rank` in `OTEL_RESOURCE_ATTRIBUTES`),
-    /// the resource gets no rank attribute and no rank-derived `service.instance.id`. Export
-    /// strategies and `{rank}` in `NEMO_LENS_CONSOLE_PATH` then see rank 0.
-    ///
-    /// ```
-    /// use nemo_lens::{LensConfig, Telemetry};
-    /// use opentelemetry::Key;
-    /// use opentelemetry_sdk::trace::InMemorySpanExporter;
-    ///
-    /// let config = LensConfig::default().with_enabled(true).with_metrics_enabled(false);
-    /// let telemetry = Telemetry::builder(config)
-    ///     .span_exporter(InMemorySpanExporter::default())
-    ///     .env_lookup(|_| None) // no SLURM_JOB_ID, no OTEL_RESOURCE_ATTRIBUTES
-    ///     .unknown_rank()
-    ///     .unknown_world_size()
-    ///     .no_random_run_id()
-    ///     # .allow_reinit_for_testing(true)
-    ///     .build()?;
-    /// let resource = telemetry.resource().unwrap();
-    /// for key in ["dl.rank", "nv.dl.rank", "dl.world_size", "service.instance.id", "nemo.run.id"] {
-    ///     assert_eq!(resource.get(&Key::from_static_str(key)), None, "{key}");
-    /// }
-    /// assert_eq!(telemetry.run_id(), "");
-    /// # telemetry.shutdown(std::time::Duration::from_secs(5))?;
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn unknown_rank(mut self) -> Self {
-        self.unknown.rank = true;
-        self
-    }
-
-    /// This process does not know the world size: unless the launcher gave one
-    /// (`nv.dl.world_size` in `OTEL_RESOURCE_ATTRIBUTES`), the resource gets no world size
-    /// attribute.
-    pub fn unknown_world_size(mut self) -> Self {
-        self.unknown.world_size = true;
-        self
-    }
-
-    /// Without a configured `run_id` and without `SLURM_JOB_ID`, leave the run id empty instead
-    /// of drawing a random one: the resource then has no `nemo.run.id` and no
+    /// Whether an unset run id is drawn at random (default `true`): without a configured
+    /// [`identity.run_id`](crate::IdentityConfig::run_id) and without `SLURM_JOB_ID`, `false`
+    /// leaves the run id empty, so the resource has no `nemo.run.id` and no
     /// `service.instance.id` (a one-off process would otherwise stamp a run id no rank shares).
-    pub fn no_random_run_id(mut self) -> Self {
-        self.unknown.run_id = true;
+    /// See [`Place::unknown`] for an example.
+    pub fn random_run_id(mut self, random: bool) -> Self {
+        self.random_run_id = random;
         self
     }
 
@@ -319,25 +261,22 @@ impl TelemetryBuilder {
     pub fn build(self) -> Result<Telemetry> {
         let TelemetryBuilder {
             mut config,
-            rank,
-            world_size,
+            place,
             resource_attributes,
             span_exporter,
             span_processors,
             metric_reader,
             log_exporter,
-            export_strategy,
-            synchronous,
+            mode,
             allow_reinit,
             install_globals,
             context_activation,
             provider_builder,
             lookup,
-            unknown,
+            random_run_id,
             legacy_rank_keys,
             redact,
             error_backtraces,
-            local_rank,
         } = self;
         let mut given = phases::Given {
             resource_attributes,
@@ -350,29 +289,40 @@ impl TelemetryBuilder {
             redact,
             error_backtraces,
             lookup,
-            local_rank,
+            local_rank: place.local_rank,
         };
         // Only a setup that installs globals counts as the process's one enabled setup.
         let reinit_allowed = allow_reinit || !install_globals;
         let place = phases::Place {
-            rank,
-            world_size,
-            unknown,
+            place,
+            random_run_id,
             legacy_rank_keys,
         };
         let identity =
             phases::resolve_identity(&mut config, place, reinit_allowed, &*given.lookup)?;
-        let decision = phases::decide_export(&config, &identity, export_strategy, &*given.lookup)?;
+        let decision = phases::decide_export(&config, &identity, &*given.lookup)?;
         let variables = phases::read_export_variables(
             &config,
             decision.chosen,
             given.metric_reader.is_some(),
             &*given.lookup,
         )?;
-        let plan = phases::plan_pipelines(&config, &identity, &decision, variables, synchronous);
+        let plan = phases::plan_pipelines(
+            &config,
+            &identity,
+            &decision,
+            variables,
+            mode == ExportMode::Synchronous,
+        );
         let nvtx = crate::gpu::nvtx::start(&config, decision.groups.iter().cloned());
         let built = phases::build_pipelines(&config, &identity, &plan, &mut given)?;
-        phases::install_process_state(&config, install_globals, &plan.gate, identity.generation);
+        phases::install_process_state(
+            &config,
+            install_globals,
+            &plan.gate,
+            nvtx.as_ref(),
+            identity.generation,
+        );
         let (instruments, filter) = phases::instruments_and_filter(&built, &plan.gate);
         let flight_recorder = phases::start_flight_recorder(
             &config,

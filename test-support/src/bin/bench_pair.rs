@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
-use nemo_lens::{LensConfig, Telemetry};
+use nemo_lens::{LensConfig, Place, Telemetry};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use tracing::field::Empty;
@@ -70,22 +70,21 @@ fn work(i: u64) {
 fn main() -> Result<(), nemo_lens::LensError> {
     let args = Args::parse();
     let exported = Counting::default();
-    let mut config = LensConfig::default()
-        .with_enabled(true)
-        .with_export_strategy("all_ranks")
-        .with_span_groups("all")
-        .with_metrics_enabled(false);
+    let mut config = LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.groups.span_groups = "all".into();
+        c.metrics_enabled = false;
+    });
     let (rank, world_size) = match args.mode {
         Mode::Export => (0, 1),
         Mode::Noexport => {
-            config.export_strategy = "single_rank".into();
-            config.export_rank = 0;
+            config.export.strategy = "single_rank".into();
+            config.export.rank = Some(0);
             (1, 2)
         }
     };
     let telemetry = Telemetry::builder(config)
-        .rank(rank)
-        .world_size(world_size)
+        .place(Place::rank(rank).of(world_size))
         .span_exporter(exported.clone())
         .build()?;
     tracing_subscriber::registry()

@@ -38,8 +38,7 @@ fn main() {
         .unwrap_or((0, 1));
     let config = nemo_lens::LensConfig::from_env().unwrap();
     let telemetry = nemo_lens::Telemetry::builder(config)
-        .rank(rank)
-        .world_size(world_size)
+        .place(nemo_lens::Place::rank(rank).of(world_size))
         .build()
         .unwrap();
     if when == "after" {
@@ -54,8 +53,12 @@ fn main() {
         tracing::info_span!("train_step", dl.step = step).in_scope(|| {});
     }
     telemetry.shutdown(Duration::from_secs(20)).unwrap();
-    let d = telemetry.dropped();
-    println!("EXPORTING {} DROPPED {}", telemetry.is_exporting(), d.spans);
+    let d = telemetry.stats();
+    println!(
+        "EXPORTING {} DROPPED {}",
+        telemetry.is_exporting(),
+        d.dropped_spans
+    );
     // The application's default is still there.
     assert!(CryptoProvider::get_default().is_some());
 }

@@ -29,7 +29,7 @@ fn main() {
         attributes: &[opentelemetry::KeyValue::new("phase", "train")],
         ..Default::default()
     }
-    .record(&telemetry);
+    .record(telemetry.instruments());
     // Still open at shutdown: exported as truncated.
     let prefetch = tracing::info_span!("prefetch", batch = 8_i64);
     let _prefetch = prefetch.enter();

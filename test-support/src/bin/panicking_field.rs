@@ -50,12 +50,12 @@ fn main() {
         std::process::exit(2);
     };
     let record = place == "record";
-    let config = LensConfig::default()
-        .with_enabled(true)
-        .with_exporter(ExporterKind::Console)
-        .with_console_path(Some(path.clone()))
-        .with_metrics_enabled(false)
-        .with_span_groups("all");
+    let config = LensConfig::default().with_enabled(true).with(|c| {
+        c.export.exporter = ExporterKind::Console;
+        c.export.console_path = Some(path.clone());
+        c.metrics_enabled = false;
+        c.groups.span_groups = "all".into();
+    });
     let telemetry = Telemetry::builder(config).build().expect("telemetry");
     let fmt_layer = (layers == "fmt").then(|| {
         tracing_subscriber::fmt::layer()

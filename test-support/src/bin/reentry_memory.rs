@@ -50,13 +50,11 @@ fn main() {
         panic!("usage: reentry_memory <warm-up passes> <counted passes>");
     };
     let exported = Counting::default();
-    let telemetry = Telemetry::builder(
-        LensConfig::default()
-            .with_enabled(true)
-            .with_export_strategy("all_ranks")
-            .with_span_groups("all")
-            .with_metrics_enabled(false),
-    )
+    let telemetry = Telemetry::builder(LensConfig::default().with_enabled(true).with(|c| {
+        c.export.strategy = "all_ranks".into();
+        c.groups.span_groups = "all".into();
+        c.metrics_enabled = false;
+    }))
     .span_exporter(exported.clone())
     .build()
     .expect("telemetry");

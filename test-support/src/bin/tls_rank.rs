@@ -26,11 +26,11 @@ fn main() {
         loss: Some(0.5),
         ..Default::default()
     }
-    .record(&telemetry);
+    .record(telemetry.instruments());
     let _ = telemetry.shutdown(Duration::from_secs(20));
-    let d = telemetry.dropped();
+    let d = telemetry.stats();
     println!(
         "DROPPED spans={} logs={} metric_exports={}",
-        d.spans, d.logs, d.metric_exports
+        d.dropped_spans, d.dropped_logs, d.failed_metric_exports
     );
 }

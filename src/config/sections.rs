@@ -1,0 +1,119 @@
+//! The sections of a [`LensConfig`](super::LensConfig): which ranks export and where to
+//! ([`ExportConfig`]), which spans record ([`GroupsConfig`]) and who the telemetry says produced
+//! it ([`IdentityConfig`]).
+
+use super::ExporterKind;
+
+/// Which ranks export, and where to (`<P>_EXPORT_*`, `<P>_SAMPLER_ENABLED`, `<P>_EXPORTER`,
+/// `<P>_CONSOLE_PATH`): [`LensConfig::export`](super::LensConfig::export).
+///
+/// ```
+/// use nemo_lens::{ExporterKind, LensConfig};
+/// let cfg = LensConfig::default().with(|c| {
+///     c.export.strategy = "single_rank".into();
+///     c.export.rank = Some(0); // rank 0 exports instead of the last rank
+///     c.export.exporter = ExporterKind::Console;
+/// });
+/// assert_eq!(cfg.export.rank, Some(0));
+/// assert_eq!(cfg.export.sample_rate, 1.0);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ExportConfig {
+    /// Name of the export strategy (`<P>_EXPORT_STRATEGY`, default `single_rank`); looked up in
+    /// the [strategy registry](crate::strategy) at setup.
+    pub strategy: String,
+    /// Rank that exports under `single_rank` (`<P>_EXPORT_RANK`); `None` (the default, and any
+    /// negative value of the variable, as Python's `-1`) means the last rank.
+    pub rank: Option<u32>,
+    /// Fraction of ranks that export under `sampled` and under the rank sampler
+    /// (`<P>_EXPORT_SAMPLE_RATE`, default `1.0`, must lie in `[0, 1]`).
+    pub sample_rate: f64,
+    /// Apply rank-aware sampling (`<P>_SAMPLER_ENABLED`, default `false`).
+    pub sampler: bool,
+    /// Exporter (`<P>_EXPORTER`, default `otlp`).
+    pub exporter: ExporterKind,
+    /// Rust only: with `exporter = console`, write JSONL to this file instead of stdout
+    /// (`<P>_CONSOLE_PATH`); `{rank}` is replaced by the rank, so ranks never interleave.
+    pub console_path: Option<String>,
+}
+
+impl Default for ExportConfig {
+    fn default() -> Self {
+        ExportConfig {
+            strategy: "single_rank".into(),
+            rank: None,
+            sample_rate: 1.0,
+            sampler: false,
+            exporter: ExporterKind::Otlp,
+            console_path: None,
+        }
+    }
+}
+
+/// Which spans record, and which start traces of their own (`<P>_SPAN_GROUPS`,
+/// `<P>_TRACE_PER`): [`LensConfig::groups`](super::LensConfig::groups).
+///
+/// ```
+/// let cfg = nemo_lens::LensConfig::default().with(|c| c.groups.trace_per = "step".into());
+/// assert_eq!(cfg.groups.span_groups, "default");
+/// assert_eq!(cfg.groups.trace_per, "step");
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct GroupsConfig {
+    /// Comma-separated, case-insensitive span groups and presets (`<P>_SPAN_GROUPS`, default
+    /// `default`); resolved at setup.
+    pub span_groups: String,
+    /// Rust only: span groups whose spans each start a trace of their own, linked to the span
+    /// that would have been their parent (`<P>_TRACE_PER`, comma-separated, case-insensitive;
+    /// default empty: off, as in Python). `step` gives one small trace per step per rank
+    /// instead of one job-long trace that trace stores refuse past their size limits (see
+    /// `docs/at-scale.md`).
+    pub trace_per: String,
+}
+
+impl Default for GroupsConfig {
+    fn default() -> Self {
+        GroupsConfig {
+            span_groups: "default".into(),
+            trace_per: String::new(),
+        }
+    }
+}
+
+/// Who the telemetry says produced it: the service, run, user and W&B project of the resource
+/// ([`LensConfig::identity`](super::LensConfig::identity)).
+///
+/// ```
+/// let cfg = nemo_lens::LensConfig::default().with(|c| c.identity.run_id = "exp-1".into());
+/// assert_eq!(cfg.identity.service_name, "nemo");
+/// assert_eq!(cfg.identity.run_id, "exp-1");
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct IdentityConfig {
+    /// `service.name` (bare `OTEL_SERVICE_NAME`, default `nemo`).
+    pub service_name: String,
+    /// Run id (`<P>_RUN_ID`); empty means `SLURM_JOB_ID`, else 12 random hex characters, chosen
+    /// at setup (see [`TelemetryBuilder::random_run_id`](crate::TelemetryBuilder::random_run_id)).
+    pub run_id: String,
+    /// `nemo.user.id` (`<P>_USER_ID`).
+    pub user: String,
+    /// `wandb.entity` (bare `WANDB_ENTITY`).
+    pub wandb_entity: String,
+    /// `wandb.project` (bare `WANDB_PROJECT`).
+    pub wandb_project: String,
+}
+
+impl Default for IdentityConfig {
+    fn default() -> Self {
+        IdentityConfig {
+            service_name: "nemo".into(),
+            run_id: String::new(),
+            user: String::new(),
+            wandb_entity: String::new(),
+            wandb_project: String::new(),
+        }
+    }
+}
