@@ -24,4 +24,5 @@ mod span_ext;
 mod span_rules;
 mod trace_flags;
 mod trace_per;
+mod unwinding;
 mod w3c_trace_context;
