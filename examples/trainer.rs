@@ -124,11 +124,6 @@ fn parse_slow_factor(s: &str) -> Result<f64, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    // The process's default rustls crypto provider is the program's to choose (nemo-lens's own
-    // TLS clients bring theirs). This program's reqwest client (`--reward-url`) has no TLS
-    // backend feature of its own, so Cargo gives it the rustls that nemo-lens's `otlp-http`
-    // enables, which needs one.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let config = match LensConfig::from_env() {
         Ok(c) => c,
         Err(e) => {

@@ -141,7 +141,7 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `otlp-grpc` | yes | OTLP over gRPC (tonic, and a private one-thread Tokio runtime) |
-//! | `otlp-http` | yes | OTLP over HTTP/protobuf and HTTP/JSON (reqwest's blocking client) |
+//! | `otlp-http` | yes | OTLP over HTTP/protobuf and HTTP/JSON (a hyper client of nemo-lens's own, on the same runtime) |
 //! | `tracing-opentelemetry` | no | [`Telemetry::opentelemetry_layer`]: tracing-opentelemetry's layer on the lens tracer |
 //! | `testing` | no | [`testing`]: capture finished spans in your tests |
 //! | `nvml` | no | `nv.gpu.*` resource attributes from NVML (`libnvidia-ml.so.1`, loaded at run time) |
@@ -252,6 +252,9 @@ mod exporting_md {}
 #[cfg(doctest)]
 #[doc = include_str!("../docs/features.md")]
 mod features_md {}
+#[cfg(doctest)]
+#[doc = include_str!("../docs/frameworks.md")]
+mod frameworks_md {}
 #[cfg(doctest)]
 #[doc = include_str!("../docs/gpu.md")]
 mod gpu_md {}

@@ -9,7 +9,9 @@
 //! # The report
 //!
 //! * **Where each rank is**: the innermost open span of the rank (the open span no other open
-//!   span descends from; the latest started if several threads have one), with its step (the
+//!   span descends from; if several threads have one, the latest started of those under a
+//!   step, else the latest started: a framework's runtime threads have parentless spans of
+//!   their own), with its step (the
 //!   `dl.step` or `step` attribute of that span or of its nearest open ancestor) and how long it
 //!   had been open. Ranks at the same span and step are grouped, largest group first:
 //!   `7 ranks in `all_reduce` at step 3, open 2.1 s (ranks 0-4,6-7)`.
@@ -277,13 +279,8 @@ fn state_of(rank: i64, dump: &Dump) -> RankState {
         .iter()
         .filter_map(|s| s.parent.as_deref())
         .collect();
-    let innermost = dump
-        .open
-        .iter()
-        .filter(|s| !parents.contains(s.id.as_str()))
-        .max_by_key(|s| s.start_us);
     let by_id: HashMap<&str, &OpenSpan> = dump.open.iter().map(|s| (s.id.as_str(), s)).collect();
-    let step = innermost.and_then(|s| {
+    let step_of = |s: &OpenSpan| {
         let mut at = Some(s);
         let mut hops = 0;
         while let Some(span) = at {
@@ -294,7 +291,16 @@ fn state_of(rank: i64, dump: &Dump) -> RankState {
             hops += 1;
         }
         None
-    });
+    };
+    // A framework's runtime threads run spans of their own with no parent on the training
+    // thread (burn-collective's all-reduce on its tokio workers): the leaf under a step is
+    // where the training thread waits, whichever started last.
+    let innermost = dump
+        .open
+        .iter()
+        .filter(|s| !parents.contains(s.id.as_str()))
+        .max_by_key(|s| (step_of(s).is_some(), s.start_us));
+    let step = innermost.and_then(step_of);
     RankState {
         rank,
         span: innermost.map(|s| s.name.clone()),

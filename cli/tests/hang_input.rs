@@ -161,3 +161,33 @@ fn a_huge_world_size_is_reported_in_ranges() {
     );
     assert!(text.len() < 4096, "{} bytes of report", text.len());
 }
+
+/// A framework's runtime threads hold open spans of their own, parentless (burn-collective runs
+/// its all-reduce on tokio workers): the rank is placed where its training thread waits, under
+/// the step, even though a worker's span started later.
+#[test]
+fn a_runtime_threads_parentless_spans_do_not_hide_where_the_training_thread_waits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp
+        .path()
+        .join("nemo-lens-dump-rank0-pid1-1-watchdog.jsonl");
+    let span = |name: &str, id: u64, parent: Option<u64>, step: bool| {
+        let mut line: Value =
+            serde_json::from_str(&dump_line(0, 1, name, id, parent, true)).unwrap();
+        if !step {
+            line["attributes"].as_object_mut().unwrap().remove("step");
+        }
+        line.to_string()
+    };
+    let lines = [
+        span("train", 2, None, false),
+        span("train_step", 3, Some(2), true),
+        span("all_reduce", 4, Some(3), false),
+        span("execute", 5, None, false),
+        span("global_all_reduce", 6, Some(5), false),
+    ];
+    fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let report = json_report(&hang(&["--json"], &[path]));
+    assert_eq!(report["groups"][0]["span"], "all_reduce", "{report}");
+    assert_eq!(report["groups"][0]["step"], 7, "{report}");
+}

@@ -148,7 +148,7 @@ pub struct LensConfig {
     /// Rust only: the flight recorder, watchdog and control file (`<P>_FLIGHT_RECORDER`,
     /// `<P>_FLIGHT_RECORDER_GROUPS`, `<P>_DUMP_DIR`, `<P>_HANG_TIMEOUT`, `<P>_CONTROL_FILE`); see
     /// [`crate::flight_recorder`].
-    pub flight_recorder: crate::flight_recorder::RecorderConfig,
+    pub flight_recorder: flight_recorder::RecorderConfig,
     /// Rust only: the exporting rank's resource names its GPU, read through NVML (`nv.gpu.*`;
     /// `<P>_DETECT_GPU`, default `false`; feature `nvml`).
     pub detect_gpu: bool,
@@ -171,6 +171,8 @@ pub(crate) struct ConfigSources {
     pub(crate) span_groups: Option<(String, String)>,
     /// The variable `groups.trace_per` came from, and its value.
     pub(crate) trace_per: Option<(String, String)>,
+    /// The variable `groups.rules` came from, and its value.
+    pub(crate) span_group_rules: Option<(String, String)>,
     /// An exporter name that is not one (variable, value): an error on the exporting rank only,
     /// the one rank that builds an exporter, unless code set `export.exporter` since.
     pub(crate) bad_exporter: Option<(String, String)>,
@@ -300,6 +302,15 @@ impl LensConfig {
             &self.sources.trace_per,
             &self.groups.trace_per,
             "groups.trace_per",
+        )
+    }
+
+    /// The variable (or setting) the span-group rules came from, for error messages.
+    pub(crate) fn span_group_rules_origin(&self) -> String {
+        origin(
+            &self.sources.span_group_rules,
+            &self.groups.rules,
+            "groups.rules",
         )
     }
 

@@ -101,6 +101,13 @@ impl LensConfig {
             cfg.sources.span_groups = Some((var, v.clone()));
             cfg.groups.span_groups = v;
         }
+        if let Some((var, v)) = get("SPAN_GROUP_RULES") {
+            cfg.sources.span_group_rules = Some((var, v.clone()));
+            cfg.groups.rules = v;
+        }
+        if let Some((_, v)) = get("SPAN_LEVEL") {
+            cfg.groups.span_level = parse_level(&primary("SPAN_LEVEL"), &v)?;
+        }
         if let Some((var, v)) = get("TRACE_PER") {
             cfg.sources.trace_per = Some((var, v.clone()));
             cfg.groups.trace_per = v;
@@ -124,7 +131,7 @@ impl LensConfig {
         if let Some((_, v)) = get("CONSOLE_PATH") {
             cfg.export.console_path = Some(v);
         }
-        cfg.flight_recorder = crate::flight_recorder::RecorderConfig::read(&mut get, primary)?;
+        cfg.flight_recorder = super::flight_recorder::RecorderConfig::read(&mut get, primary)?;
         if let Some(v) = lookup("OTEL_SERVICE_NAME").map(|v| v.trim().to_string())
             && !v.is_empty()
         {

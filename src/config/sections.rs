@@ -52,12 +52,38 @@ impl Default for ExportConfig {
 }
 
 /// Which spans record, and which start traces of their own (`<P>_SPAN_GROUPS`,
-/// `<P>_TRACE_PER`): [`LensConfig::groups`](super::LensConfig::groups).
+/// `<P>_SPAN_GROUP_RULES`, `<P>_SPAN_LEVEL`, `<P>_TRACE_PER`):
+/// [`LensConfig::groups`](super::LensConfig::groups).
+///
+/// Span-group rules put the spans of other crates, which declare no `nemo.group.*` field, in a
+/// group by their *target* (module path), so the group switches them on or off like the spans
+/// that declare it. [`rules`](GroupsConfig::rules) is a comma-separated list of entries:
+///
+/// | entry | matches |
+/// |---|---|
+/// | `prefix=group` | callsites whose target is `prefix` or starts with `prefix::` |
+/// | `prefix:name=group` | the same, and only spans and events named `name` |
+/// | `default` | the default rules: `burn_collective=collective` |
+/// | `none` | nothing (a spec of only `none` turns the default rules off) |
+///
+/// Prefixes match whole path segments (`burn_collective` matches
+/// `burn_collective::local::client`, not `burn_collectives`); when several rules match, the
+/// longest prefix wins, then a rule with a name. Groups are case-insensitive and must be
+/// registered: setup fails with [`LensError::UnknownSpanGroup`](crate::LensError::UnknownSpanGroup)
+/// naming the variable otherwise. Besides the Python library's groups, `collective` (communication
+/// between ranks) and `ops` (a framework's tensor operations) are registered; both are in no
+/// preset but `all`.
 ///
 /// ```
-/// let cfg = nemo_lens::LensConfig::default().with(|c| c.groups.trace_per = "step".into());
+/// use tracing_core::LevelFilter;
+/// let cfg = nemo_lens::LensConfig::default().with(|c| {
+///     c.groups.trace_per = "step".into();
+///     c.groups.rules = "default, candle_transformers=ops".into();
+///     c.groups.span_level = LevelFilter::DEBUG;
+/// });
 /// assert_eq!(cfg.groups.span_groups, "default");
 /// assert_eq!(cfg.groups.trace_per, "step");
+/// assert_eq!(cfg.groups.rules, "default, candle_transformers=ops");
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -65,6 +91,15 @@ pub struct GroupsConfig {
     /// Comma-separated, case-insensitive span groups and presets (`<P>_SPAN_GROUPS`, default
     /// `default`); resolved at setup.
     pub span_groups: String,
+    /// Rust only: rules that put spans of other crates in span groups by target
+    /// (`<P>_SPAN_GROUP_RULES`, default `default`: `burn_collective=collective`; the entries are
+    /// described [above](GroupsConfig)); checked at setup.
+    pub rules: String,
+    /// Rust only: the least severe level of the recorded spans that are in no span group
+    /// (`<P>_SPAN_LEVEL`, default `info`; the values of
+    /// [`logs_level`](super::LensConfig::logs_level)). Spans of a group are decided by their
+    /// group, whatever their level.
+    pub span_level: tracing_core::LevelFilter,
     /// Rust only: span groups whose spans each start a trace of their own, linked to the span
     /// that would have been their parent (`<P>_TRACE_PER`, comma-separated, case-insensitive;
     /// default empty: off, as in Python). `step` gives one small trace per step per rank
@@ -77,6 +112,8 @@ impl Default for GroupsConfig {
     fn default() -> Self {
         GroupsConfig {
             span_groups: "default".into(),
+            rules: "default".into(),
+            span_level: tracing_core::LevelFilter::INFO,
             trace_per: String::new(),
         }
     }

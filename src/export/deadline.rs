@@ -195,9 +195,10 @@ fn block_on<F: Future>(future: F) -> F::Output {
 ///
 /// The batch worker gives every export `OTEL_BSP_EXPORT_TIMEOUT` (`OTEL_BLRP_EXPORT_TIMEOUT`
 /// for logs) and abandons it then, counting its batch as dropped. It can only abandon an export
-/// whose future *yields*: the gRPC exporter does, but the HTTP exporter runs reqwest's blocking
-/// client inside `poll`, which holds the worker for the client's own timeout (10 s by default)
-/// whatever the export timeout says, and a shutdown that waits for it cannot count what it held.
+/// whose future *yields*: the OTLP exporters do, but an exporter of the application's may block
+/// inside `poll` (a blocking HTTP client, a file write), which holds the worker for as long as
+/// it blocks whatever the export timeout says, and a shutdown that waits for it cannot count
+/// what it held.
 ///
 /// [`DeadlineExporter`] wraps any span or log exporter and runs each export on a helper thread;
 /// the future the worker polls only waits for the helper's answer, so it yields and the worker's

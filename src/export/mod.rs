@@ -10,7 +10,7 @@
 //! [`log_exporter`](crate::TelemetryBuilder::log_exporter)) behind a bounded queue and worker
 //! thread, sized by `OTEL_BSP_*` / `OTEL_BLRP_*` and `NEMO_LENS_QUEUE_MAX_BYTES`, that never
 //! blocks the thread ending a span and counts what it drops
-//! ([`Telemetry::dropped`](crate::Telemetry::dropped)). OTLP goes over gRPC (feature
+//! ([`Telemetry::stats`](crate::Telemetry::stats)). OTLP goes over gRPC (feature
 //! `otlp-grpc`), HTTP/protobuf or HTTP/JSON (feature `otlp-http`), chosen per signal from
 //! `OTEL_EXPORTER_OTLP_*`.
 //!

@@ -20,7 +20,6 @@ use super::ring::OPEN_SLOTS;
 use super::ring::{Kind, Record};
 use super::{Shared, meta_of, unix_ns};
 use crate::pyjson::{write_attributes, write_json_str, write_time};
-use crate::rank::groups::declared_group;
 use crate::semconv::{NEMO_GROUP, NEMO_SPAN_OPEN, NEMO_SPAN_OPEN_AGE_S};
 
 /// The file buffer of a dump.
@@ -108,8 +107,8 @@ fn line(shared: &Shared, r: &Record, open_at: Option<u64>, out: &mut Vec<u8>) {
         };
         attrs.push(kv);
     }
-    if let Some(group) = declared_group(meta) {
-        attrs.push(KeyValue::new(NEMO_GROUP, group));
+    if let Some(group) = shared.lens.group_of(meta) {
+        attrs.push(KeyValue::new(NEMO_GROUP, group.to_string()));
     }
     let end_ns = match open_at {
         Some(now) => {

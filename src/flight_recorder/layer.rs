@@ -17,7 +17,7 @@ use super::Shared;
 use super::ring::{ATTRS, Attr, END_WORD, INLINE, Kind, Record, WORDS};
 use crate::ids;
 use crate::layer::filter::interest;
-use crate::rank::groups::{GROUP_FIELD_PREFIX, declared_group};
+use crate::rank::groups::GROUP_FIELD_PREFIX;
 use crate::record::attributes::{REDACTED, RedactKeys};
 
 /// The per-layer filter of [`RecorderLayer`] (its docs say which callsites pay).
@@ -43,7 +43,7 @@ impl RecorderFilter {
     /// Whether the recorder records spans of this callsite.
     pub(super) fn records(&self, meta: &Metadata<'_>) -> bool {
         match &self.shared {
-            Some(s) => meta.is_span() && declared_group(meta).is_some_and(|g| s.wants(g)),
+            Some(s) => meta.is_span() && s.lens.group_of(meta).is_some_and(|g| s.wants(g)),
             None => false,
         }
     }
@@ -207,7 +207,7 @@ where
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
         let Some(shared) = &self.shared else { return };
         let meta = attrs.metadata();
-        if !declared_group(meta).is_some_and(|g| shared.wants(g))
+        if !shared.lens.group_of(meta).is_some_and(|g| shared.wants(g))
             || shared.generation != ids::fork_generation()
         {
             return;

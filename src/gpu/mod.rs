@@ -7,13 +7,15 @@ mod index;
 #[cfg(feature = "nvml")]
 mod nvml;
 pub(crate) mod nvtx;
+#[cfg(feature = "nvml")]
+mod probe;
 
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::Resource;
 
 /// How long NVML may take to answer (its initialisation attaches every GPU of the node, which
 /// takes seconds without persistence mode; a driver stuck in the kernel never answers): then
-/// setup goes on without `nv.gpu.*`, and the detection thread is left behind.
+/// setup goes on without `nv.gpu.*`, and the probe process is killed.
 #[cfg(feature = "nvml")]
 const NVML_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -52,35 +54,18 @@ pub(crate) fn with_gpu_identity(
 }
 
 /// The `nv.gpu.*` attributes of this rank's GPU, or none (with one line on stderr saying why).
+/// NVML is read by a probe process (`probe.rs`): this process loads nothing, so a library that
+/// never loads or a driver that never answers holds setup for [`NVML_TIMEOUT`] and nothing
+/// else.
 #[cfg(feature = "nvml")]
 fn identity(local_rank: Option<u32>, lookup: &dyn Fn(&str) -> Option<String>) -> Vec<KeyValue> {
-    use std::sync::mpsc;
-
     let index = match index::physical_gpu_index(local_rank, lookup) {
         Ok(index) => index,
         Err(why) => return no_identity(&why.to_string()),
     };
-    // On a thread of its own, so a hung driver cannot hold setup; and no panic of the NVML
-    // binding reaches setup (the one known is avoided in `nvml::read`).
-    let (tx, rx) = mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .name("nemo-lens-nvml".into())
-        .spawn(move || {
-            let _ = tx.send(std::panic::catch_unwind(|| nvml::read(index)));
-        });
-    if let Err(e) = spawned {
-        return no_identity(&format!("cannot start the NVML thread: {e}"));
-    }
-    match rx.recv_timeout(NVML_TIMEOUT) {
-        Ok(Ok(Ok(attributes))) => attributes,
-        Ok(Ok(Err(e))) => no_identity(&format!("NVML: {e}")),
-        Ok(Err(_)) | Err(mpsc::RecvTimeoutError::Disconnected) => {
-            no_identity("the NVML binding panicked")
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => no_identity(&format!(
-            "NVML did not answer within {} s",
-            NVML_TIMEOUT.as_secs()
-        )),
+    match probe::read(index, NVML_TIMEOUT) {
+        Ok(attributes) => attributes,
+        Err(why) => no_identity(&why),
     }
 }
 

@@ -63,6 +63,20 @@ struct Entered {
     /// The span was already on the stack when entered again (the registry's rule: the
     /// current span is the innermost entry that is not a re-entry).
     again: bool,
+    /// Entered while this thread was not panicking: an exit while it panics is the panic
+    /// unwinding through the span (an entry made while panicking is a destructor's own span).
+    calm: bool,
+}
+
+/// How an exit went on this thread.
+pub(crate) enum Exit {
+    /// This thread held no entry of the span (it was entered on another thread).
+    Elsewhere,
+    /// The innermost entry of the span was popped.
+    Here,
+    /// Popped by a panic unwinding through it: entered before the panic, exited while the
+    /// thread panics.
+    Unwound(Arc<SpanState>),
 }
 
 /// This thread's entered lens spans, innermost last, and the span it exited last (entered
@@ -163,35 +177,42 @@ fn push(stack: &mut Stack, table: usize, id: u64, span: Activation) {
         span,
         guard,
         again,
+        calm: !std::thread::panicking(),
     });
 }
 
 /// Pops the innermost entry of span `id` of `table` from this thread's stack, detaching its
-/// context; `false` when this thread has none (the span was entered on another thread).
+/// context.
 #[inline]
-pub(crate) fn exit(table: usize, id: u64) -> bool {
+pub(crate) fn exit(table: usize, id: u64) -> Exit {
     let popped = STACK
         .try_with(|stack| {
             let mut stack = stack.borrow_mut();
             let this = |e: &Entered| e.table == table && e.id == id;
-            let Entered { span, guard, .. } = if stack.entered.last().is_some_and(this) {
+            let Entered {
+                span, guard, calm, ..
+            } = if stack.entered.last().is_some_and(this) {
                 stack.entered.pop()?
             } else {
                 let pos = stack.entered.iter().rposition(this)?;
                 stack.entered.remove(pos)
             };
+            let unwound = (calm && std::thread::panicking()).then(|| span.state.clone());
             let last = stack.last.replace((table, id, span));
-            Some((guard, last))
+            Some((guard, last, unwound))
         })
         .ok()
         .flatten();
-    let Some((guard, last)) = popped else {
-        return false;
+    let Some((guard, last, unwound)) = popped else {
+        return Exit::Elsewhere;
     };
     // After the borrow ends, the context first: dropping a context may run user destructors.
     drop(guard);
     drop(last);
-    true
+    match unwound {
+        Some(state) => Exit::Unwound(state),
+        None => Exit::Here,
+    }
 }
 
 /// The innermost span of `table` entered on this thread (the contextual parent of a new span).

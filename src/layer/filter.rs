@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tracing_core::{Interest, LevelFilter, Metadata};
 use tracing_subscriber::layer::{Context, Filter};
 
-use crate::rank::groups::{GroupGate, declared_group};
+use crate::rank::groups::GroupGate;
 
 /// Target prefixes whose callsites the lens layer never records (feedback-loop guard).
 ///
@@ -52,12 +52,16 @@ pub(crate) fn interest(allowed: bool) -> Interest {
 ///
 /// * telemetry disabled, a non-exporting rank, or a rank the rank sampler drops: every callsite
 ///   is `Interest::never` and the filter's level hint is `OFF`;
-/// * a span or event whose callsite declares a disabled [group](crate::groups)
-///   (`nemo.group.<g>` field): `Interest::never`;
+/// * a span or event whose callsite is in a disabled [group](crate::groups) (it declares a
+///   `nemo.group.<g>` field, or a span-group rule on its target puts it there):
+///   `Interest::never`;
+/// * a span in no group below the span level (`NEMO_LENS_SPAN_LEVEL`, default `info`):
+///   `Interest::never`;
 /// * callsites of the exporters' own stacks (`opentelemetry*`, `hyper`, `tonic`, `h2`,
 ///   `reqwest`, `tower`) and of nemo-lens's own diagnostics (`nemo_lens`): `Interest::never`, so export errors logged through `tracing` never feed
 ///   back into the pipeline;
-/// * everything else: `Interest::always`.
+/// * everything else (spans of an enabled group at any level, ungrouped spans from the span
+///   level on, events): `Interest::always`.
 ///
 /// Because it is a *per-layer* filter, a `never` here disables the callsite for the lens layer
 /// only; `fmt` or any other layer in the same subscriber still sees it.
@@ -79,6 +83,7 @@ impl fmt::Debug for LensFilter {
         f.debug_struct("LensFilter")
             .field("inert", &self.inert)
             .field("groups", &self.groups.snapshot())
+            .field("rules", &self.groups.rules())
             .finish()
     }
 }
@@ -102,10 +107,13 @@ impl LensFilter {
         if is_internal_target(meta.target()) {
             return false;
         }
-        match declared_group(meta) {
-            Some(group) => self.groups.is_enabled(group),
-            None => true,
-        }
+        self.groups.allows(meta)
+    }
+
+    /// The group of a callsite: declared (`nemo.group.<g>`) or given by a
+    /// span-group rule ([`GroupsConfig::rules`](crate::GroupsConfig::rules)).
+    pub(crate) fn group_of(&self, meta: &Metadata<'_>) -> Option<&str> {
+        self.groups.group_of(meta)
     }
 }
 

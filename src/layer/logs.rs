@@ -22,7 +22,7 @@ use tracing_subscriber::layer::{Context as LayerContext, Filter};
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::layer::filter::is_internal_target;
-use crate::rank::groups::{GroupGate, declared_group};
+use crate::rank::groups::GroupGate;
 use crate::record::attributes::{TextRules, truncate_chars};
 use crate::record::open_spans::OpenSpans;
 use crate::semconv;
@@ -366,7 +366,10 @@ impl LogFilter {
         self.on
             && level_ok
             && !is_internal_target(meta.target())
-            && declared_group(meta).is_none_or(|g| self.groups.is_enabled(g))
+            && self
+                .groups
+                .group_of(meta)
+                .is_none_or(|g| self.groups.is_enabled(g))
     }
 }
 

@@ -10,6 +10,7 @@ pub(crate) mod logs;
 pub(crate) mod pipeline;
 pub(crate) mod span_ext;
 mod spans;
+pub(crate) mod unwind;
 
 use std::any::TypeId;
 use std::fmt;

@@ -22,6 +22,7 @@ use crate::layer::activation;
 use crate::layer::fields::SpanFields;
 use crate::layer::hooks::{WithLens, scope_ids};
 use crate::layer::pipeline::{Pipeline, decide};
+use crate::layer::unwind;
 use crate::record::attributes::{EventValues, SpanAttributes};
 use crate::record::open_spans::{Entry, OpenSpans, REASON_DROPPED};
 use crate::record::{Parent, SpanState};
@@ -280,15 +281,19 @@ where
     }
 
     fn on_exit(&self, id: &Id, _ctx: LayerContext<'_, S>) {
-        if self.live().is_none() {
+        let Some(pipeline) = self.live() else {
             return;
-        }
+        };
         let id = id.into_u64();
-        if !activation::exit(self.key(), id) {
-            // Entered on another thread (a guard held across an `.await`): that thread's
-            // entry (and the context it attached) is stale from now on.
-            if let Some(span_id) = self.table.with(id, |e| e.state.span_context().span_id()) {
-                activation::exited_elsewhere(span_id);
+        match activation::exit(self.key(), id) {
+            activation::Exit::Here => {}
+            activation::Exit::Unwound(state) => unwind::unwound(&state, pipeline.text.limit),
+            activation::Exit::Elsewhere => {
+                // Entered on another thread (a guard held across an `.await`): that thread's
+                // entry (and the context it attached) is stale from now on.
+                if let Some(span_id) = self.table.with(id, |e| e.state.span_context().span_id()) {
+                    activation::exited_elsewhere(span_id);
+                }
             }
         }
     }

@@ -10,10 +10,11 @@
 //! | `per_step` | the above plus `model_init`, `load_checkpoint`, `step`, `forward_backward`, `optimizer` |
 //! | `all` | every registered group |
 //!
-//! The built-in groups are the eight above (those of the Python library) and `collective`
-//! (communication between ranks: all-reduce, barriers, …), which is in no preset but `all` and
-//! which the [flight recorder](crate::flight_recorder) records by default. An unknown name in
-//! [`Telemetry::set_span_groups`](crate::Telemetry::set_span_groups) is an error that lists the
+//! The built-in groups are the eight above (those of the Python library), `collective`
+//! (communication between ranks: all-reduce, barriers, …), which the
+//! [flight recorder](crate::flight_recorder) records by default, and `ops` (a framework's tensor
+//! operations); those two are in no preset but `all`. An unknown name in
+//! [`set_enabled_span_groups`] is an error that lists the
 //! registered groups and presets; in `NEMO_LENS_SPAN_GROUPS` it is reported once and ignored (a
 //! job shares one value across processes that register different groups).
 //!
@@ -33,7 +34,10 @@
 //! # train_step(1);
 //! ```
 //!
-//! Spans that declare no group are never gated.
+//! Spans of other crates (a framework's) join a group through span-group rules on their target
+//! (`NEMO_LENS_SPAN_GROUP_RULES`, [`GroupsConfig::rules`](crate::GroupsConfig::rules)). Spans in no group are recorded from the span level
+//! `NEMO_LENS_SPAN_LEVEL` on (default `info`), so a dependency's `TRACE` and `DEBUG` spans stay
+//! out unless asked for.
 //!
 //! # Groups of other libraries
 //!
@@ -44,15 +48,17 @@
 //! use nemo_lens::groups;
 //! groups::register_span_groups(&["microbatch", "communication"], &[("per_step", &["microbatch"])]).unwrap();
 //! let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
-//! telemetry.set_span_groups("per_step").unwrap(); // now holds "microbatch" too
+//! groups::set_enabled_span_groups("per_step").unwrap(); // now holds "microbatch" too
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::RwLock;
+use tracing_core::Metadata;
 
 use crate::error::{LensError, Result};
+use crate::rank::rules::CallsiteRules;
 
 /// Field-name prefix that declares a span's group: `nemo.group.step`.
 pub(crate) const GROUP_FIELD_PREFIX: &str = "nemo.group.";
@@ -79,7 +85,12 @@ pub(crate) const OPTIMIZER: &str = "optimizer";
 /// [flight recorder](crate::flight_recorder) by default.
 pub(crate) const COLLECTIVE: &str = "collective";
 
-/// The eight built-in groups of the Python library (the registry also holds `COLLECTIVE`).
+/// `ops`: a framework's tensor operations (matmul, kernels, ...), which a span-group rule puts
+/// in a group by target; in no preset but `all`: there are many per step.
+pub(crate) const OPS: &str = "ops";
+
+/// The eight built-in groups of the Python library (the registry also holds `COLLECTIVE` and
+/// `OPS`).
 pub(crate) const BUILTIN_GROUPS: [&str; 8] = [
     JOB,
     CHECKPOINT,
@@ -107,7 +118,7 @@ fn registry() -> &'static RwLock<Registry> {
         RwLock::new(Registry {
             groups: BUILTIN_GROUPS
                 .iter()
-                .chain(&[COLLECTIVE])
+                .chain(&[COLLECTIVE, OPS])
                 .map(|s| s.to_string())
                 .collect(),
             presets: BTreeMap::from([
@@ -272,17 +283,44 @@ pub(crate) fn unknown_warning(var: &str, unknown: &[String]) -> String {
     )
 }
 
-/// The enabled groups of one telemetry instance; the lens filter consults it once per callsite.
+/// The enabled groups of one telemetry instance, with its span-group rules and span level; the
+/// lens filter consults it once per callsite.
 #[derive(Debug, Default)]
 pub(crate) struct GroupGate {
     enabled: RwLock<Arc<HashSet<String>>>,
+    rules: CallsiteRules,
 }
 
 impl GroupGate {
     pub(crate) fn new(groups: impl IntoIterator<Item = String>) -> Self {
         GroupGate {
             enabled: RwLock::new(Arc::new(groups.into_iter().collect())),
+            rules: CallsiteRules::default(),
         }
+    }
+
+    /// The gate with these rules and span level (by default: no rules, every ungrouped span).
+    pub(crate) fn with_rules(mut self, rules: CallsiteRules) -> Self {
+        self.rules = rules;
+        self
+    }
+
+    /// The group of a callsite: the one it declares, else the one a rule gives it.
+    #[inline]
+    pub(crate) fn group_of<'a>(&'a self, meta: &Metadata<'_>) -> Option<&'a str> {
+        declared_group(meta).or_else(|| self.rules.group_of(meta))
+    }
+
+    /// Whether a callsite is recorded: by its group when it has one, else by the span level.
+    pub(crate) fn allows(&self, meta: &Metadata<'_>) -> bool {
+        match self.group_of(meta) {
+            Some(group) => self.is_enabled(group),
+            None => self.rules.ungrouped_allowed(meta),
+        }
+    }
+
+    pub(crate) fn rules(&self) -> &CallsiteRules {
+        &self.rules
     }
 
     pub(crate) fn is_enabled(&self, group: &str) -> bool {
@@ -354,7 +392,7 @@ pub fn set_enabled_span_groups(spec: &str) -> Result<()> {
 }
 
 /// The group a callsite declares through a `nemo.group.<group>` field, if any.
-pub(crate) fn declared_group(meta: &tracing_core::Metadata<'_>) -> Option<&'static str> {
+pub(crate) fn declared_group(meta: &Metadata<'_>) -> Option<&'static str> {
     meta.fields()
         .iter()
         .find_map(|f| f.name().strip_prefix(GROUP_FIELD_PREFIX))

@@ -259,6 +259,12 @@ impl SpanRecord {
         std::mem::replace(&mut self.parent, parent)
     }
 
+    fn set_error_if_unset(&mut self, description: String) {
+        if self.status == Status::Unset {
+            self.status = Status::error(description);
+        }
+    }
+
     fn set_status(&mut self, status: Status) {
         // As the SDK: the statuses are ordered `Ok` > `Error` > `Unset`.
         if status > self.status {
@@ -357,6 +363,16 @@ impl SpanState {
         };
         record.set_status(status);
         true
+    }
+
+    /// Sets the status `ERROR` with `description` unless a status is set (a panic unwinds
+    /// through the span: never waits more than [`LOCK_PATIENCE`] for the record).
+    pub(crate) fn set_error_if_unset(&self, description: String) {
+        if let Some(mut guard) = self.record.try_lock_for(LOCK_PATIENCE)
+            && let Some(record) = guard.as_mut().filter(|r| r.is_open())
+        {
+            record.set_error_if_unset(description);
+        }
     }
 
     /// Adds an event (read beforehand, outside the lock).

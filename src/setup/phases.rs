@@ -35,6 +35,7 @@ use crate::queue::config::QueueConfig;
 use crate::queue::drops::DropCounters;
 use crate::queue::processors::{BoxedProcessor, ExportSettings};
 use crate::rank::groups::{self, GroupGate};
+use crate::rank::rules::{self, CallsiteRules};
 use crate::rank::sampler::RankAwareSampler;
 use crate::rank::strategy;
 use crate::record::attributes::{RedactKeys, TextRules};
@@ -138,6 +139,8 @@ pub(super) struct ExportDecision {
     pub(super) groups: BTreeSet<String>,
     /// Names of `NEMO_LENS_SPAN_GROUPS` no registered group has.
     pub(super) unknown_groups: Vec<String>,
+    /// The span-group rules and span level (checked on every rank, enabled or not).
+    pub(super) rules: CallsiteRules,
     /// The flight recorder to start, if `NEMO_LENS_FLIGHT_RECORDER` asks for one.
     pub(super) recorder: Option<flight_recorder::Plan>,
 }
@@ -159,11 +162,20 @@ pub(super) fn decide_export(
     } else {
         Default::default()
     };
+    let rules = CallsiteRules::new(
+        rules::parse_span_group_rules(
+            &config.groups.rules,
+            &config.span_group_rules_origin(),
+            &groups::registered_groups(),
+        )?,
+        config.groups.span_level,
+    );
     let recorder = flight_recorder::Plan::new(config)?;
     Ok(ExportDecision {
         chosen,
         groups,
         unknown_groups,
+        rules,
         recorder,
     })
 }
@@ -286,11 +298,14 @@ pub(super) fn plan_pipelines(
     );
     let recording =
         exporting && config.traces_enabled && (!config.export.sampler || sampler.is_sampled());
-    let gate = Arc::new(GroupGate::new(if exporting {
-        decision.groups.clone()
-    } else {
-        Default::default()
-    }));
+    let gate = Arc::new(
+        GroupGate::new(if exporting {
+            decision.groups.clone()
+        } else {
+            Default::default()
+        })
+        .with_rules(decision.rules.clone()),
+    );
     // Groups whose spans start a trace each: unknown names are warned about and ignored,
     // as in the span-group spec (presets name their groups).
     let trace_per: Vec<String> = if exporting && !config.groups.trace_per.trim().is_empty() {

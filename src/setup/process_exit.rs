@@ -63,8 +63,10 @@ pub(crate) fn install_panic_hook(inner: Weak<dyn ExitTarget>) {
     });
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
+        let message = panic_message(info);
+        crate::layer::unwind::note_panic(&message);
         if let Some(inner) = inner.upgrade() {
-            on_panic(&*inner, info);
+            on_panic(&*inner, &message);
         }
         previous(info);
     }));
@@ -75,18 +77,22 @@ pub(crate) fn on_main_thread() -> bool {
     std::thread::current().name() == Some("main")
 }
 
-fn on_panic(inner: &dyn ExitTarget, info: &PanicHookInfo<'_>) {
+/// The panic's message and location, as spans record it.
+fn panic_message(info: &PanicHookInfo<'_>) -> String {
     let payload = info.payload();
     let text = payload
         .downcast_ref::<&str>()
         .copied()
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("Box<dyn Any>");
-    let message = match info.location() {
+    match info.location() {
         Some(at) => format!("{text} (at {}:{}:{})", at.file(), at.line(), at.column()),
         None => text.to_string(),
-    };
-    inner.record_panic(&message);
+    }
+}
+
+fn on_panic(inner: &dyn ExitTarget, message: &str) {
+    inner.record_panic(message);
     if cfg!(panic = "abort") {
         // The process aborts when the hooks return: nothing else will end the telemetry.
         let _ = inner.shutdown_because(EXIT_FLUSH_TIMEOUT, REASON_PANIC);

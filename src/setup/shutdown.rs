@@ -67,8 +67,12 @@ impl Telemetry {
     ///   `exception.stacktrace` from the panicking frame down when a backtrace is captured
     ///   (`RUST_BACKTRACE`, or [`error_backtraces`](crate::TelemetryBuilder::error_backtraces);
     ///   resolved on the export worker), `exception.escaped = "True"`) and the status `ERROR`;
-    /// * the spans the panic unwinds through end as it leaves them (as Python's context managers
-    ///   end theirs while an exception propagates);
+    /// * the spans the panic unwinds through end as it leaves them, with the status `ERROR` and
+    ///   the panic's message as its description unless their status was set (as Python's
+    ///   `start_as_current_span` marks every span an exception propagates through), whether
+    ///   the panic is caught further up or ends the process; a span a destructor runs during
+    ///   the unwinding, and a span above the `catch_unwind` that stops it, end as they would
+    ///   otherwise (without the hook, the spans unwound through end `ERROR` described `panic`);
     /// * a panic on the thread named `main` may end the process, so the [flight
     ///   recorder](crate::flight_recorder) dumps the spans open at that moment (the first such
     ///   panic only).

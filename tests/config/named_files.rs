@@ -192,6 +192,34 @@ fn a_2_gib_sparse_certificate_fails_setup_without_reading_it() {
     every_certificate_variable_refuses("2GiB");
 }
 
+/// rustls-native-certs reads every regular file of the `SSL_CERT_DIR` directories whole: a
+/// directory holding a 2 GiB sparse file fails setup naming the variable, without reading it.
+#[test]
+fn a_2_gib_file_in_ssl_cert_dir_fails_setup_without_reading_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let huge = hostile("2GiB", tmp.path());
+    let certs = tmp.path().join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    std::fs::rename(&huge, certs.join("huge.pem")).unwrap();
+    let out = Child::example("trainer")
+        .envs([
+            ("NEMO_LENS_ENABLED", "1"),
+            ("NEMO_LENS_EXPORTER", "otlp"),
+            ("NEMO_LENS_METRICS_ENABLED", "0"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://127.0.0.1:4317"),
+        ])
+        .env("SSL_CERT_DIR", format!("/nonexistent:{}", certs.display()))
+        .env_remove("SSL_CERT_FILE")
+        .args(["--steps", "1", "--step-ms", "1"])
+        .timeout(Duration::from_secs(60))
+        .run();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let named = lines_naming(&stderr, "SSL_CERT_DIR");
+    assert_eq!(named.len(), 1, "{stderr}");
+    assert!(named[0].contains("more than 16 MiB"), "{}", named[0]);
+}
+
 /// A client key the variable names is refused too, after a good certificate.
 #[test]
 fn a_fifo_as_client_key_fails_setup_naming_it() {

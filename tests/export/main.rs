@@ -8,6 +8,7 @@
 //! environment, measures resident memory or reads the global providers runs its body in a child
 //! (`nemo_lens_test_support::child`).
 
+mod app_http_client;
 mod batch;
 mod collector_faults;
 mod console_jsonl;

@@ -112,10 +112,6 @@ fn in_scenario(protocol: &str) {
     // that printed the exporter would leak it and fail this test.
     if protocol != "grpc" {
         use opentelemetry_otlp::WithExportConfig as _;
-        // The exporter's default HTTP client is a reqwest without a TLS backend of its own,
-        // which nemo-lens's `otlp-http` makes rustls: the process's provider is this
-        // program's to install (docs/exporting.md).
-        let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_endpoint("http://127.0.0.1:9/v1/traces")

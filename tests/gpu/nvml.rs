@@ -446,3 +446,59 @@ fn a_bad_value_is_an_error_naming_the_variable() {
         "{stderr}"
     );
 }
+
+/// A `libnvidia-ml.so.1` whose loading never returns (its constructor blocks, as a library on
+/// a hung NFS mount does) holds nothing of the process: the trainer trains and exports its
+/// spans, says once that NVML did not answer, and SIGTERM ends it with its open spans flushed.
+#[test]
+fn an_nvml_library_that_never_loads_holds_nothing() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::time::Duration;
+
+    let lib = standin("HANG_IN_CONSTRUCTOR");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("rank0.jsonl");
+    let trainer = crate::trainer(dir.path())
+        .env("LD_LIBRARY_PATH", &lib)
+        .env("NEMO_LENS_DETECT_GPU", "1")
+        .env("NEMO_LENS_SPAN_GROUPS", "per_step")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "50")
+        .env("RUST_LOG", "trainer=debug")
+        .args(["--steps", "0", "--checkpoint-every", "0"])
+        .timeout(Duration::from_secs(120))
+        .spawn();
+    let exported = nemo_lens_test_support::wait::try_wait_for(Duration::from_secs(60), || {
+        // The lines written so far (the last may be half written).
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+        let spans = console::spans(console::parse(complete));
+        (console::all_named(&spans, "train_step").len() >= 3).then_some(())
+    });
+    assert!(
+        exported.is_some(),
+        "no 3 train_step spans exported within 60 s; stderr:\n{}",
+        trainer.stderr()
+    );
+    trainer.signal(libc::SIGTERM);
+    let output = trainer.wait();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.signal(), Some(libc::SIGTERM), "{stderr}");
+    let spans = console::spans(console::read(&out));
+    // The run span, open at the signal, is flushed truncated (its reason event may be past
+    // the event limit: one event per step).
+    let train = console::named(&spans, "train");
+    assert!(console::truncated(train), "{train}");
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("nemo-lens: warning: no nv.gpu.* attributes"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    if cfg!(feature = "nvml") {
+        assert!(warnings[0].contains("did not answer"), "{stderr}");
+    }
+    assert!(
+        spans
+            .iter()
+            .all(|s| s["resource"]["attributes"]["nv.gpu.uuid"].is_null())
+    );
+}

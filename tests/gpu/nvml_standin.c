@@ -19,6 +19,8 @@
  * Build-time switches that leave one symbol out, for a library that lacks it:
  * -DSTANDIN_NO_MEMORY_V2 (drivers before R510), -DSTANDIN_NO_INIT_WITH_FLAGS,
  * -DSTANDIN_NO_SHUTDOWN (no real driver lacks it; a hostile library).
+ * -DSTANDIN_HANG_IN_CONSTRUCTOR: loading the library never returns (its constructor blocks, as
+ * a library on a hung NFS mount or a driver stuck in the kernel does).
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -85,6 +87,14 @@ static const char DRIVER_VERSION[] = "550.54.15";
 static const char BAD_UTF8[] = "\xff\xfe bad \xc3";
 
 static int init_count; /* NVML reference-counts init/shutdown */
+
+#ifdef STANDIN_HANG_IN_CONSTRUCTOR
+__attribute__((constructor)) static void never_returns(void)
+{
+    for (;;)
+        sleep(1000);
+}
+#endif
 
 static void log_call(const char *name, int index)
 {

@@ -28,8 +28,9 @@ fn finished_steps(stderr: &str) -> usize {
 }
 
 /// An uncaught panic on the main thread ends the process (status 101) and the telemetry with
-/// it: the spans the panic unwinds through end there, the innermost with the panic, and the
-/// handle, dropped while `main` unwinds, flushes everything.
+/// it: the spans the panic unwinds through end there, the innermost with the panic, the outer
+/// one (`train`) `ERROR` with the panic's message, and the handle, dropped while `main`
+/// unwinds, flushes everything.
 #[test]
 fn an_uncaught_panic_records_the_panic_and_flushes() {
     let dir = tempfile::tempdir().unwrap();
@@ -75,6 +76,21 @@ fn an_uncaught_panic_records_the_panic_and_flushes() {
             .all(|e| e["name"] != "exception"),
         "the exception is on the innermost span only"
     );
+    // The panic unwound through the run span too: ERROR, described by the panic.
+    assert_eq!(train[0]["status"]["status_code"], "ERROR", "{}", train[0]);
+    let description = train[0]["status"]["description"].as_str().unwrap();
+    assert!(
+        description.contains("simulated failure in step 3") && description.contains("trainer.rs"),
+        "{description}"
+    );
+    assert_eq!(
+        crashed["status"]["description"],
+        train[0]["status"]["description"]
+    );
+    // Spans that had ended before the panic are not touched.
+    for s in by_name(&spans, "forward_backward") {
+        assert_eq!(s["status"]["status_code"], "UNSET", "{s}");
+    }
 }
 
 /// The fixture program `panic_exit` (telemetry in a static, a worker thread with an open span) with
@@ -170,7 +186,10 @@ fn a_caught_main_thread_panic_leaves_telemetry_running() {
     for s in steps.iter().filter(|s| s["attributes"]["step"] != 3) {
         assert_ne!(s["status"]["status_code"], "ERROR", "{s}");
     }
-    assert_eq!(by_name(&spans, "train").len(), 1);
+    // The panic was caught inside the run span: it never unwound through it.
+    let train = by_name(&spans, "train");
+    assert_eq!(train.len(), 1);
+    assert_eq!(train[0]["status"]["status_code"], "UNSET", "{}", train[0]);
 }
 
 /// Starts a trainer that runs until killed, waits until it has finished `steps` steps (it logs

@@ -21,6 +21,8 @@ mod recorder;
 mod recording;
 mod redaction;
 mod span_ext;
+mod span_rules;
 mod trace_flags;
 mod trace_per;
+mod unwinding;
 mod w3c_trace_context;

@@ -183,7 +183,7 @@ pub(crate) fn redact_url(url: &str) -> String {
 }
 
 /// `text` with the userinfo of every URL in it (`scheme://user:secret@host`) replaced by
-/// `[REDACTED]@`: for error text that quotes URLs (the exporters', reqwest's).
+/// `[REDACTED]@`: for error text that quotes URLs (the exporters', the HTTP client's).
 pub(crate) fn redact_urls_in(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;

@@ -8,20 +8,22 @@
 //! exporter is wrapped so that a failure streak writes one stderr line naming the endpoint and
 //! the cause (`report.rs`).
 //!
-//! gRPC (tonic) needs a Tokio runtime while the exporter is built and for as long as it exports.
-//! nemo-lens owns a private one-worker runtime for that ([`Transport`](transport::Transport),
-//! built on first use by the first gRPC signal and shared by the others), whether or not the
-//! application runs Tokio, and shuts it down (in the background, never blocking a runtime
-//! thread) after the providers.
+//! gRPC (tonic) needs a Tokio runtime while the exporter is built and for as long as it exports,
+//! and the HTTP client's requests run on one. nemo-lens owns a private one-worker runtime for
+//! that ([`Transport`](transport::Transport), built on first use by the first OTLP signal and
+//! shared by the others), whether or not the application runs Tokio, and shuts it down (in the
+//! background, never blocking a runtime thread) after the providers.
 //!
-//! Each transport is a cargo feature: `otlp-grpc` (tonic and Tokio) and `otlp-http` (reqwest's
-//! blocking client), both on by default. A protocol whose feature is off is a setup error on
+//! Each transport is a cargo feature: `otlp-grpc` (tonic) and `otlp-http` (a hyper client of
+//! nemo-lens's own, `http_client.rs`), both on by default. A protocol whose feature is off is a setup error on
 //! the exporting rank that names the variable and the feature.
 
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 pub(crate) mod endpoint;
 #[cfg(feature = "otlp-grpc")]
 mod grpc_tls;
+#[cfg(feature = "otlp-http")]
+mod http_client;
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 mod report;
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]

@@ -198,46 +198,6 @@ pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
-/// The HTTP transport's client: reqwest's blocking client (rustls), which tells the
-/// [`FailureReport`] the real cause of a failed request (the exporter itself only says
-/// "network error").
-#[cfg(feature = "otlp-http")]
-#[derive(Debug)]
-pub(crate) struct ReportingClient {
-    pub(crate) inner: reqwest::blocking::Client,
-    pub(crate) report: Arc<FailureReport>,
-}
-
-#[cfg(feature = "otlp-http")]
-impl opentelemetry_http::HttpClient for ReportingClient {
-    fn send_bytes<'life0, 'async_trait>(
-        &'life0 self,
-        request: opentelemetry_http::Request<opentelemetry_http::Bytes>,
-    ) -> std::pin::Pin<
-        Box<
-            dyn std::future::Future<
-                    Output = Result<
-                        opentelemetry_http::Response<opentelemetry_http::Bytes>,
-                        opentelemetry_http::HttpError,
-                    >,
-                > + Send
-                + 'async_trait,
-        >,
-    >
-    where
-        'life0: 'async_trait,
-        Self: 'async_trait,
-    {
-        Box::pin(async move {
-            let result = opentelemetry_http::HttpClient::send_bytes(&self.inner, request).await;
-            if let Err(e) = &result {
-                self.report.note_cause(chain(e.as_ref()));
-            }
-            result
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,8 @@
 //! `SSL_CERT_DIR`, else the platform's store, read by `rustls-native-certs`). Both transports use
 //! rustls with a client configuration built here with the *ring* provider, given explicitly (the
 //! process's default provider is the application's, and is neither read nor installed): gRPC
-//! through a channel of nemo-lens's own ([`grpc_tls`](super::grpc_tls)), HTTP through reqwest.
+//! through a channel of nemo-lens's own ([`grpc_tls`](super::grpc_tls)), HTTP through a hyper
+//! client of nemo-lens's own ([`http_client`](super::http_client)).
 //!
 //! The files are read and parsed at setup, on the exporting rank only, and only for an
 //! `https://` endpoint: a file that cannot be read (or is not a regular file of at most 1 MiB:
@@ -207,41 +208,74 @@ impl TlsFiles {
             }
         }
     }
-
-    /// A rustls client configuration for plain `http://` endpoints: no roots are needed (no
-    /// handshake happens), but reqwest is built with rustls and wants one.
-    #[cfg(feature = "otlp-http")]
-    pub(crate) fn plain_rustls_config() -> rustls::ClientConfig {
-        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default protocol versions")
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth()
-    }
 }
 
 /// The most of `SSL_CERT_FILE` let through: a system bundle is well under it.
 const MAX_BUNDLE_BYTES: u64 = 16 << 20;
 
-/// rustls-native-certs reads `SSL_CERT_FILE` (the system roots' bundle, when set) whole and
-/// without a bound, and opening a FIFO blocks: unless it is a regular file of at most
-/// [`MAX_BUNDLE_BYTES`] (checked without opening it), setup fails naming the variable. A file
-/// that does not exist is left to rustls-native-certs (it reads nothing).
+/// The most entries of the `SSL_CERT_DIR` directories looked at (a system's has hundreds).
+const MAX_CERT_DIR_ENTRIES: usize = 65_536;
+
+/// rustls-native-certs reads `SSL_CERT_FILE` (the system roots' bundle, when set) and every
+/// regular file of the `SSL_CERT_DIR` directories whole and without a bound, and opening a FIFO
+/// blocks: unless the bundle is a regular file of at most [`MAX_BUNDLE_BYTES`], and the
+/// directories' regular files (symbolic links followed) hold at most that many bytes together
+/// in at most [`MAX_CERT_DIR_ENTRIES`] entries (all checked without opening a file), setup
+/// fails naming the variable. A path that does not exist is left to rustls-native-certs (it
+/// reads nothing there); so are the directories' other entries (it skips them).
 fn check_system_bundle() -> Result<()> {
     const VAR: &str = "SSL_CERT_FILE";
-    let Some(path) = std::env::var_os(VAR).filter(|p| !p.is_empty()) else {
+    if let Some(path) = std::env::var_os(VAR).filter(|p| !p.is_empty()) {
+        match crate::config::named_file::check(std::path::Path::new(&path), MAX_BUNDLE_BYTES) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(cert_error(
+                    VAR,
+                    &path.to_string_lossy(),
+                    format!("cannot read it: {e}"),
+                ));
+            }
+            _ => {}
+        }
+    }
+    check_cert_dirs()
+}
+
+/// The `SSL_CERT_DIR` half of [`check_system_bundle`].
+fn check_cert_dirs() -> Result<()> {
+    const VAR: &str = "SSL_CERT_DIR";
+    let Some(dirs) = std::env::var_os(VAR).filter(|p| !p.is_empty()) else {
         return Ok(());
     };
-    match crate::config::named_file::check(std::path::Path::new(&path), MAX_BUNDLE_BYTES) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(cert_error(
-            VAR,
-            &path.to_string_lossy(),
-            format!("cannot read it: {e}"),
-        )),
-        _ => Ok(()),
+    let shown_dirs = dirs.to_string_lossy().into_owned();
+    let refuse = |reason: String| Err(cert_error(VAR, &shown_dirs, reason));
+    let (mut entries, mut bytes) = (0usize, 0u64);
+    for dir in std::env::split_paths(&dirs).filter(|d| !d.as_os_str().is_empty()) {
+        let Ok(listing) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in listing.flatten() {
+            entries += 1;
+            if entries > MAX_CERT_DIR_ENTRIES {
+                return refuse(format!(
+                    "its directories hold more than {MAX_CERT_DIR_ENTRIES} entries"
+                ));
+            }
+            let Ok(metadata) = std::fs::metadata(entry.path()) else {
+                continue;
+            };
+            if metadata.is_file() {
+                bytes = bytes.saturating_add(metadata.len());
+                if bytes > MAX_BUNDLE_BYTES {
+                    return refuse(format!(
+                        "its directories' files hold more than {} MiB (at '{}')",
+                        MAX_BUNDLE_BYTES >> 20,
+                        shown(&entry.path().to_string_lossy())
+                    ));
+                }
+            }
+        }
     }
+    Ok(())
 }
 
 /// `TRACES_` when `var` is the per-signal variable of `signal`, else nothing: the partner

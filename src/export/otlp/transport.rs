@@ -1,5 +1,5 @@
 //! The transports of the OTLP exporters: the private gRPC runtime and the builders of each
-//! signal's exporter (gRPC through tonic, HTTP through reqwest's blocking client), each
+//! signal's exporter (gRPC through tonic, HTTP through nemo-lens's own hyper client), each
 //! wrapped so that its failures are reported.
 
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
@@ -11,17 +11,18 @@ use crate::error::LensError;
 use crate::error::Result;
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 use crate::export::otlp::endpoint::{Destination, redact_urls_in};
+#[cfg(feature = "otlp-http")]
+use crate::export::otlp::http_client::LensHttpClient;
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 use crate::export::otlp::report::{FailureReport, Reported};
-#[cfg(feature = "otlp-http")]
-use crate::export::otlp::report::{ReportingClient, chain};
 use crate::export::otlp::{OtlpProtocol, Signal, check_compiled};
 
-/// The exporters' transports: the one private gRPC runtime of this process's exporters (built
-/// by the first signal that uses gRPC), and the builders of each signal's OTLP exporter.
+/// The exporters' transports: the one private runtime of this process's exporters (built by
+/// the first signal that exports over OTLP: tonic's channels and the HTTP client's requests run
+/// there), and the builders of each signal's OTLP exporter.
 #[derive(Default)]
 pub(crate) struct Transport {
-    #[cfg(feature = "otlp-grpc")]
+    #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
     runtime: Option<tokio::runtime::Runtime>,
 }
 
@@ -43,17 +44,17 @@ pub(crate) type OtlpLogExporter = unavailable::Unavailable;
 
 impl Transport {
     /// The private runtime, built on first use: one worker thread, I/O and timers enabled.
-    #[cfg(feature = "otlp-grpc")]
+    #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
     fn runtime(&mut self, signal: Signal) -> Result<&tokio::runtime::Runtime> {
         if self.runtime.is_none() {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
-                .thread_name("nemo-lens-grpc")
+                .thread_name("nemo-lens-otlp")
                 .enable_all()
                 .build()
                 .map_err(|e| LensError::Exporter {
                     signal: signal.as_str(),
-                    message: format!("cannot start the gRPC runtime: {e}"),
+                    message: format!("cannot start the exporters' runtime: {e}"),
                 })?;
             self.runtime = Some(runtime);
         }
@@ -62,7 +63,7 @@ impl Transport {
 
     /// Stops the runtime without waiting for its worker (never blocks a runtime thread).
     pub(crate) fn shutdown_background(&mut self) {
-        #[cfg(feature = "otlp-grpc")]
+        #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_background();
         }
@@ -71,14 +72,14 @@ impl Transport {
     /// Leaks the runtime: in a forked child its worker thread does not exist, and stopping it
     /// would wait for it.
     pub(crate) fn forget(&mut self) {
-        #[cfg(feature = "otlp-grpc")]
+        #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
         std::mem::forget(self.runtime.take());
     }
 }
 
 /// Builds one signal's OTLP exporter, wrapped so its failures are reported
 /// ([`Reported`]): gRPC inside the private runtime (tonic spawns its channel worker there),
-/// HTTP with reqwest's blocking client (no runtime needed). Endpoint, timeout, headers and TLS
+/// HTTP with nemo-lens's own client, whose requests run on the same runtime. Endpoint, timeout, headers and TLS
 /// come from [`Destination`]; compression and temporality from the exporters' own variables.
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 macro_rules! build_exporter {
@@ -127,7 +128,7 @@ macro_rules! build_exporter {
             #[cfg(feature = "otlp-http")]
             OtlpProtocol::HttpProtobuf | OtlpProtocol::HttpJson => {
                 use opentelemetry_otlp::WithHttpConfig;
-                let client = http_client(signal, &destination, report.clone())?;
+                let client = $self.http_client(signal, &destination, report.clone())?;
                 <$builder>::builder()
                     .with_http()
                     .with_protocol(protocol.sdk())
@@ -173,40 +174,30 @@ fn metadata(
     Ok(opentelemetry_otlp::tonic_types::metadata::MetadataMap::from_headers(headers))
 }
 
-/// The HTTP transport's client: reqwest's blocking client with nemo-lens's rustls configuration
-/// (the certificates of `destination`, or the system roots; the *ring* provider, given
-/// explicitly: reqwest never looks for the process's default) and the exporter's timeout,
-/// reporting the cause of each failed request. Built on a thread of its own: reqwest's blocking
-/// client cannot be built inside a Tokio runtime, and setup may run in one.
 #[cfg(feature = "otlp-http")]
-fn http_client(
-    signal: Signal,
-    destination: &Destination,
-    report: std::sync::Arc<FailureReport>,
-) -> Result<ReportingClient> {
-    let tls = match &destination.tls {
-        Some(files) => files.rustls_config()?,
-        None => crate::export::otlp::tls::TlsFiles::plain_rustls_config(),
-    };
-    let timeout = destination.timeout;
-    let build = move || {
-        reqwest::blocking::Client::builder()
-            .timeout(timeout)
-            .tls_backend_preconfigured(tls)
-            .build()
-    };
-    let fail = |message: String| LensError::Exporter {
-        signal: signal.as_str(),
-        message,
-    };
-    let inner = std::thread::Builder::new()
-        .name("nemo-lens-http-setup".into())
-        .spawn(build)
-        .map_err(|e| fail(format!("cannot start the HTTP client: {e}")))?
-        .join()
-        .map_err(|_| fail("building the HTTP client panicked".into()))?
-        .map_err(|e| fail(format!("cannot build the HTTP client: {}", chain(&e))))?;
-    Ok(ReportingClient { inner, report })
+impl Transport {
+    /// The HTTP transport's client ([`LensHttpClient`]): nemo-lens's rustls configuration (the
+    /// certificates of `destination`, or the system roots; the *ring* provider, given
+    /// explicitly) for an `https://` endpoint, the exporter's timeout, requests on the private
+    /// runtime, the cause of each failed request reported.
+    fn http_client(
+        &mut self,
+        signal: Signal,
+        destination: &Destination,
+        report: std::sync::Arc<FailureReport>,
+    ) -> Result<LensHttpClient> {
+        let tls = match &destination.tls {
+            Some(files) => Some(files.rustls_config()?),
+            None => None,
+        };
+        let runtime = self.runtime(signal)?.handle().clone();
+        Ok(LensHttpClient::new(
+            runtime,
+            destination.timeout,
+            tls,
+            report,
+        ))
+    }
 }
 
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]

@@ -82,8 +82,7 @@ impl NvtxFilter {
         let Some(groups) = &self.groups else {
             return false;
         };
-        !is_internal_target(meta.target())
-            && declared_group(meta).is_none_or(|group| groups.is_enabled(group))
+        !is_internal_target(meta.target()) && groups.allows(meta)
     }
 
     /// The range attributes of an enabled callsite, passed to `f` (the table is read-locked

@@ -28,6 +28,7 @@ use crate::config::LensConfig;
 #[cfg(not(feature = "nvtx"))]
 use crate::layer::filter::LensFilter;
 use crate::rank::groups::GroupGate;
+use crate::rank::rules::CallsiteRules;
 
 /// The groups of NVTX ranges on this rank: the enabled span groups when telemetry is enabled
 /// and `nvtx` asks for ranges (then the NVTX domain is created here, at setup), `None`
@@ -35,6 +36,7 @@ use crate::rank::groups::GroupGate;
 pub(crate) fn start(
     config: &LensConfig,
     groups: impl IntoIterator<Item = String>,
+    rules: CallsiteRules,
 ) -> Option<Arc<GroupGate>> {
     if !(config.enabled && config.nvtx) {
         return None;
@@ -42,11 +44,11 @@ pub(crate) fn start(
     #[cfg(feature = "nvtx")]
     {
         domain::domain();
-        Some(Arc::new(GroupGate::new(groups)))
+        Some(Arc::new(GroupGate::new(groups).with_rules(rules)))
     }
     #[cfg(not(feature = "nvtx"))]
     {
-        drop(groups);
+        drop((groups, rules));
         eprintln!(
             "nemo-lens: warning: NVTX ranges are asked for (NEMO_LENS_NVTX) but nemo-lens was \
              built without its `nvtx` feature: no ranges"

@@ -20,12 +20,14 @@
 //! `export.strategy` of a [`LensConfig`] built in code), as in the Python library:
 //!
 //! ```
-//! use nemo_lens::{LensConfig, Overwrite, Telemetry, strategy};
+//! use nemo_lens::{LensConfig, Overwrite, Place, Telemetry, strategy};
 //!
 //! strategy::register_export_strategy("every_64th", |_cfg, rank, _ws| rank % 64 == 0, Overwrite::No)
 //!     .unwrap();
-//! let config = LensConfig::default().with_enabled(true).with_export_strategy("every_64th");
-//! let telemetry = Telemetry::builder(config).rank(128).world_size(256).build().unwrap();
+//! let config = LensConfig::default()
+//!     .with_enabled(true)
+//!     .with(|c| c.export.strategy = "every_64th".into());
+//! let telemetry = Telemetry::builder(config).place(Place::rank(128).of(256)).build().unwrap();
 //! assert!(telemetry.is_exporting());
 //! # telemetry.shutdown(std::time::Duration::from_secs(5)).unwrap();
 //! ```

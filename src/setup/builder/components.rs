@@ -11,7 +11,7 @@ use crate::queue::processors::{BoxedProcessor, exporter_processor, log_provider}
 impl TelemetryBuilder {
     /// Sends spans to `exporter` instead of the configured console/OTLP exporter (traces only;
     /// metrics keep theirs). It is put behind nemo-lens's bounded batch queue (`OTEL_BSP_*`,
-    /// drops counted in [`Telemetry::dropped`](crate::Telemetry::dropped)), built only on an
+    /// drops counted in [`Telemetry::stats`](crate::Telemetry::stats)), built only on an
     /// exporting rank.
     ///
     /// ```

@@ -314,7 +314,11 @@ impl TelemetryBuilder {
             variables,
             mode == ExportMode::Synchronous,
         );
-        let nvtx = crate::gpu::nvtx::start(&config, decision.groups.iter().cloned());
+        let nvtx = crate::gpu::nvtx::start(
+            &config,
+            decision.groups.iter().cloned(),
+            decision.rules.clone(),
+        );
         let built = phases::build_pipelines(&config, &identity, &plan, &mut given)?;
         phases::install_process_state(
             &config,

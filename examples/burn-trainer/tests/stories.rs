@@ -1,0 +1,283 @@
+//! The real job: `burn-trainer` ranks as separate processes, all-reducing through
+//! burn-collective on loopback, traced by nemo-lens; the `nemo-lens` tool over what they write.
+//!
+//! The tool's binary is found next to this test's (`target/<profile>/nemo-lens`): `cargo test
+//! --workspace` builds it; alone, run `cargo build -p nemo-lens-cli` first. Every wait polls
+//! with a bounded deadline; every rank is killed on the way out, even when an assertion fails.
+
+use std::fs;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Generous: debug-build ranks share two cores with other builds and tests.
+const DEADLINE: Duration = Duration::from_secs(240);
+
+/// A running rank, killed when dropped.
+struct Rank {
+    child: Child,
+    out: PathBuf,
+}
+
+impl Drop for Rank {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Rank {
+    /// Waits for the rank to exit; panics after the deadline.
+    fn wait(mut self) -> std::process::ExitStatus {
+        poll("the rank to exit", || self.child.try_wait().unwrap())
+    }
+}
+
+fn poll<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let until = Instant::now() + DEADLINE;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A master port whose `world_size + 1` successors are free too (rank ports and rank 0's done
+/// port).
+fn free_ports(world_size: u16) -> u16 {
+    loop {
+        let base = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if base > u16::MAX - world_size - 2 {
+            continue;
+        }
+        if (1..=world_size + 1).all(|i| TcpListener::bind(("0.0.0.0", base + i)).is_ok()) {
+            return base;
+        }
+    }
+}
+
+struct Job {
+    dir: tempfile::TempDir,
+    port: u16,
+    world_size: u16,
+    env: Vec<(String, String)>,
+}
+
+impl Job {
+    fn new(world_size: u16, env: &[(&str, &str)]) -> Job {
+        let dir = tempfile::tempdir().unwrap();
+        let spans = dir.path().join("spans-{rank}.jsonl");
+        let mut all = vec![
+            ("NEMO_LENS_ENABLED".to_string(), "1".to_string()),
+            ("NEMO_LENS_EXPORTER".into(), "console".into()),
+            ("NEMO_LENS_CONSOLE_PATH".into(), spans.display().to_string()),
+            ("NEMO_LENS_METRICS_ENABLED".into(), "0".into()),
+            (
+                "NEMO_LENS_DUMP_DIR".into(),
+                dir.path().join("dumps").display().to_string(),
+            ),
+            ("OTEL_BSP_SCHEDULE_DELAY".into(), "20".into()),
+        ];
+        all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        Job {
+            dir,
+            port: free_ports(world_size),
+            world_size,
+            env: all,
+        }
+    }
+
+    fn rank(&self, rank: u16, args: &[&str]) -> Rank {
+        let out = self.dir.path().join(format!("rank{rank}.out"));
+        let err = self.dir.path().join(format!("rank{rank}.err"));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_burn-trainer"));
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy().into_owned();
+            if k.starts_with("NEMO_LENS_") || k.starts_with("OTEL_") || k == "TRACEPARENT" {
+                cmd.env_remove(k);
+            }
+        }
+        let child = cmd
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .args(["--rank", &rank.to_string()])
+            .args(["--world-size", &self.world_size.to_string()])
+            .args(["--master-port", &self.port.to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(&out).unwrap())
+            .stderr(fs::File::create(err).unwrap())
+            .spawn()
+            .unwrap();
+        Rank { child, out }
+    }
+
+    fn ranks(&self, args: impl Fn(u16) -> Vec<String>) -> Vec<Rank> {
+        (0..self.world_size)
+            .map(|r| {
+                let a = args(r);
+                self.rank(r, &a.iter().map(String::as_str).collect::<Vec<_>>())
+            })
+            .collect()
+    }
+
+    fn spans(&self, rank: u16) -> Vec<Value> {
+        let path = self.dir.path().join(format!("spans-{rank}.jsonl"));
+        fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    fn dumps(&self, ending: &str) -> Vec<PathBuf> {
+        let mut found: Vec<PathBuf> = fs::read_dir(self.dir.path().join("dumps"))
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        found.retain(|p| p.to_string_lossy().ends_with(ending));
+        found.sort();
+        found
+    }
+}
+
+/// The `nemo-lens` tool of this workspace.
+fn nemo_lens(args: &[&str], files: &[PathBuf]) -> Output {
+    let exe = std::env::current_exe().unwrap(); // target/<profile>/deps/<test>-…
+    let bin = exe.parent().unwrap().parent().unwrap().join("nemo-lens");
+    assert!(
+        bin.exists(),
+        "nemo-lens missing at {}: run `cargo build -p nemo-lens-cli`",
+        bin.display()
+    );
+    Command::new(bin).args(args).args(files).output().unwrap()
+}
+
+fn losses(out: &str) -> Vec<f64> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("step "))
+        .filter_map(|l| l.split(" loss ").nth(1)?.trim().parse().ok())
+        .collect()
+}
+
+fn names(spans: &[Value]) -> Vec<&str> {
+    spans.iter().filter_map(|s| s["name"].as_str()).collect()
+}
+
+#[test]
+fn two_ranks_train_the_loss_falls_and_burns_all_reduce_is_in_group_collective() {
+    let job = Job::new(
+        2,
+        &[
+            ("NEMO_LENS_EXPORT_STRATEGY", "all_ranks"),
+            ("NEMO_LENS_SPAN_GROUPS", "per_step,collective"),
+        ],
+    );
+    let ranks = job.ranks(|_| vec!["--steps".into(), "20".into()]);
+    let outs: Vec<String> = ranks
+        .into_iter()
+        .map(|r| {
+            let out = r.out.clone();
+            assert!(r.wait().success());
+            fs::read_to_string(out).unwrap()
+        })
+        .collect();
+    for out in &outs {
+        let loss = losses(out);
+        assert_eq!(loss.len(), 20, "{out}");
+        assert!(loss[19] < loss[0] * 0.6, "the loss falls: {loss:?}");
+    }
+    // Data-parallel: the ranks hold the same model, so their losses move together.
+    for rank in 0..2 {
+        let spans = job.spans(rank);
+        let names = names(&spans);
+        let steps: Vec<&Value> = spans.iter().filter(|s| s["name"] == "train_step").collect();
+        assert_eq!(steps.len(), 20);
+        assert_eq!(steps[0]["attributes"]["step"], 1);
+        assert!(steps[0]["attributes"]["loss"].as_f64().unwrap() > 0.0);
+        for name in ["forward_backward", "optimizer_step", "register_step"] {
+            assert_eq!(names.iter().filter(|n| **n == name).count(), 20, "{name}");
+        }
+        // burn-collective's spans (TRACE and INFO), in `collective` by the default rule: the
+        // client's and the operation's `all_reduce`, and the runtime's own.
+        assert_eq!(names.iter().filter(|n| **n == "all_reduce").count(), 40);
+        assert_eq!(
+            names.iter().filter(|n| **n == "global_all_reduce").count(),
+            20
+        );
+        // cubecl's TRACE `block_on`, in no group, is below the span level.
+        assert!(!names.contains(&"block_on"), "{names:?}");
+    }
+}
+
+#[test]
+fn the_collective_group_off_keeps_burns_spans_out() {
+    let job = Job::new(
+        2,
+        &[
+            ("NEMO_LENS_EXPORT_STRATEGY", "all_ranks"),
+            ("NEMO_LENS_SPAN_GROUPS", "per_step"),
+        ],
+    );
+    for rank in job.ranks(|_| vec!["--steps".into(), "3".into()]) {
+        assert!(rank.wait().success());
+    }
+    for rank in 0..2 {
+        let spans = job.spans(rank);
+        let names = names(&spans);
+        assert_eq!(names.iter().filter(|n| **n == "train_step").count(), 3);
+        for burn in [
+            "all_reduce",
+            "global_all_reduce",
+            "execute",
+            "register_step",
+        ] {
+            assert!(!names.contains(&burn), "{burn} in {names:?}");
+        }
+    }
+}
+
+#[test]
+fn a_hung_rank_is_named_and_the_others_wait_in_burns_all_reduce() {
+    let job = Job::new(
+        3,
+        &[
+            ("NEMO_LENS_FLIGHT_RECORDER", "256"),
+            (
+                "NEMO_LENS_FLIGHT_RECORDER_GROUPS",
+                "job,step,forward_backward,collective",
+            ),
+            ("NEMO_LENS_HANG_TIMEOUT", "5"),
+        ],
+    );
+    let ranks = job.ranks(|r| {
+        let mut args = vec!["--steps".to_string(), "0".to_string()];
+        if r == 2 {
+            args.extend(["--hang-rank", "2", "--hang-at", "4"].map(String::from));
+        }
+        args
+    });
+    let dumps = poll("a watchdog dump from each rank", || {
+        let found = job.dumps("-watchdog.jsonl");
+        (found.len() == 3).then_some(found)
+    });
+    drop(ranks);
+    let out = nemo_lens(&["hang", "--json"], &dumps);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}", String::from_utf8_lossy(&out.stderr));
+    });
+    assert_eq!(out.status.code(), Some(3), "{report:#}");
+    assert_eq!(report["suspects"], serde_json::json!([2]), "{report:#}");
+    assert_eq!(report["outliers"][0]["state"]["span"], "forward_backward");
+    let waiting = &report["groups"][0];
+    assert_eq!(waiting["ranks"], serde_json::json!([0, 1]), "{report:#}");
+    assert_eq!(waiting["span"], "all_reduce", "{report:#}");
+    assert_eq!(waiting["step"], 4, "{report:#}");
+}
