@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use opentelemetry::KeyValue;
 use opentelemetry::global::BoxedTracer;
 use opentelemetry::metrics::Meter;
 use opentelemetry::trace::TracerProvider as _;
@@ -307,6 +308,39 @@ impl Telemetry {
     /// ```
     pub fn resource(&self) -> Option<&Resource> {
         self.inner.built.resource.as_ref()
+    }
+
+    /// The part of [`Telemetry::resource`] a child process inherits (Python's
+    /// `handle.resource_attributes`): what
+    /// [`TelemetryBuilder::publish_resource_attributes`](crate::TelemetryBuilder::publish_resource_attributes)
+    /// puts in `OTEL_RESOURCE_ATTRIBUTES`, with the resource's typed values. Empty on a
+    /// disabled process, and on a rank that does not export unless it publishes.
+    ///
+    /// ```
+    /// use nemo_lens::{LensConfig, Place, Telemetry};
+    /// use opentelemetry_sdk::trace::InMemorySpanExporter;
+    ///
+    /// let env = [("OTEL_RESOURCE_ATTRIBUTES", "team=infra,host.name=launcher")];
+    /// let config = LensConfig::default().with_enabled(true).with(|c| {
+    ///     c.export.strategy = "all_ranks".into();
+    ///     c.metrics_enabled = false;
+    /// });
+    /// let telemetry = Telemetry::builder(config)
+    ///     .span_exporter(InMemorySpanExporter::default())
+    ///     .env_lookup(move |k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
+    ///     .place(Place::rank(3).of(8))
+    ///     # .allow_reinit_for_testing(true)
+    ///     .build()?;
+    /// let keys: Vec<&str> = telemetry.resource_attributes().iter().map(|kv| kv.key.as_str()).collect();
+    /// assert_eq!(keys[0], "team"); // the launcher's keys first
+    /// assert!(keys.contains(&"nv.dl.rank") && keys.contains(&"nv.dl.world_size"));
+    /// // This process's own keys, and those a child derives itself, are not inherited.
+    /// assert!(!keys.contains(&"host.name") && !keys.contains(&"service.instance.id"));
+    /// # telemetry.shutdown(std::time::Duration::from_secs(5))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn resource_attributes(&self) -> &[KeyValue] {
+        &self.inner.built.inheritable
     }
 
     /// An OpenTelemetry tracer for code that uses the OpenTelemetry API directly (a no-op
