@@ -380,7 +380,8 @@ pub(super) fn build_pipelines(
     let mut built = Built::default();
     if !plan.exporting {
         let who = &identity.participant;
-        super::resource::publish_unexported(&mut built, config, who, &given.resource, lookup);
+        built.handed_down =
+            super::resource::publish_unexported(config, who, &given.resource, lookup);
         return Ok(built);
     }
     if let Some((var, value)) = &config.sources.bad_exporter {
@@ -422,7 +423,7 @@ pub(super) fn build_pipelines(
         lookup,
     );
     // Before the exporters start their threads.
-    super::resource::hand_down(&mut built, &resource, &given.resource, lookup);
+    built.handed_down = super::resource::hand_down(&resource, &given.resource, lookup);
     if config.traces_enabled {
         let parts = TraceParts {
             resource: resource.clone(),

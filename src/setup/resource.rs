@@ -11,7 +11,6 @@ use std::sync::Mutex;
 use opentelemetry::{Key, KeyValue, Value};
 use opentelemetry_sdk::Resource;
 
-use super::pipelines::Built;
 use crate::carrier::{self, OTEL_RESOURCE_ATTRIBUTES, Published};
 use crate::config::LensConfig;
 use crate::config::resource::{self, Participant};
@@ -153,30 +152,44 @@ fn finish(resource: Resource, request: &ResourceRequest) -> Resource {
 /// An enabled rank that does not export still publishes when asked (as every enabled Python
 /// process does): its resource is composed for that alone.
 pub(super) fn publish_unexported(
-    built: &mut Built,
     config: &LensConfig,
     who: &Participant,
     request: &ResourceRequest,
     lookup: &dyn Fn(&str) -> Option<String>,
-) {
-    if config.enabled && request.publish {
-        let resource = recorder_resource(config, who, request, lookup);
-        hand_down(built, &resource, request, lookup);
+) -> HandedDown {
+    if !(config.enabled && request.publish) {
+        return HandedDown::default();
     }
+    let resource = recorder_resource(config, who, request, lookup);
+    hand_down(&resource, request, lookup)
+}
+
+/// What of the resource child processes inherit, and its publication.
+#[derive(Debug, Default)]
+pub(crate) struct HandedDown {
+    /// [`Telemetry::resource_attributes`](crate::Telemetry::resource_attributes).
+    pub(crate) inheritable: Vec<KeyValue>,
+    /// Set while the inheritable map is published.
+    pub(crate) publication: Publication,
 }
 
 /// Keeps what of `resource` child processes inherit, and publishes it when asked.
 pub(super) fn hand_down(
-    built: &mut Built,
     resource: &Resource,
     request: &ResourceRequest,
     lookup: &dyn Fn(&str) -> Option<String>,
-) {
-    built.inheritable = inheritable(resource, request, lookup);
-    if request.publish {
+) -> HandedDown {
+    let inheritable = inheritable(resource, request, lookup);
+    let publication = if request.publish {
         // SAFETY: the promise of `TelemetryBuilder::publish_resource_attributes`'s caller;
         // setup hands down before it starts a thread of its own.
-        built.publication = unsafe { Publication::publish(&built.inheritable) };
+        unsafe { Publication::publish(&inheritable) }
+    } else {
+        Publication::default()
+    };
+    HandedDown {
+        inheritable,
+        publication,
     }
 }
 

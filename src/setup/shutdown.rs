@@ -223,7 +223,7 @@ impl ExitTarget for Inner {
         let _finish = FinishOnDrop(&self.shutdown);
         // Declared after `_finish`, so dropped before it: a waiting shutdown returns to the
         // environment as it was before setup, on every path out of here.
-        let _restore = RestoreOnDrop(&self.built.publication);
+        let _restore = RestoreOnDrop(&self.built.handed_down.publication);
         if let Some(r) = &self.flight_recorder {
             r.on_truncation(reason);
         }

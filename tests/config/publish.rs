@@ -472,6 +472,31 @@ fn defaults_lose_to_the_launcher_and_to_explicit_attributes() {
     for raw in ["3.5", "true", "1e3", "1_000", "--1", "seven"] {
         assert_eq!(build(raw, None), Some(raw.into()), "{raw:?}");
     }
+
+    // The application's job identity wins over the launcher's, which wins over a default.
+    let env = [
+        (VAR, "nv.dl.run.uuid=launcher-attempt,slurm.job.id=9"),
+        ("CUDA_VISIBLE_DEVICES", ""),
+    ];
+    let telemetry = Telemetry::builder(config())
+        .span_exporter(InMemorySpanExporter::default())
+        .allow_reinit_for_testing(true)
+        .install_globals(false)
+        .env_lookup(move |k| {
+            env.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+        .resource_attributes([KeyValue::new("nv.dl.run.uuid", "explicit-attempt")])
+        .resource_attribute_defaults([KeyValue::new("slurm.job.id", "default-job")])
+        .build()
+        .unwrap();
+    assert_eq!(
+        get(&telemetry, "nv.dl.run.uuid"),
+        Some("explicit-attempt".into())
+    );
+    assert_eq!(get(&telemetry, "slurm.job.id"), Some("9".into()));
+    telemetry.shutdown(TIMEOUT).unwrap();
 }
 
 /// A default rank and world size stand in for the launcher's: they name the instance and fill
