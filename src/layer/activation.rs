@@ -19,6 +19,11 @@
 //! span), and attached by clone at every enter (no allocation); exits may come out of order,
 //! as OpenTelemetry's context stack allows.
 //!
+//! A span's state counts the entries of it on every thread's stack: while it is 0, entering
+//! the span needs no look for an earlier entry (a re-entry) and closing it no sweep for entries
+//! left behind, so a span costs the same under 30,000 entered ancestors as under none. An exit
+//! in order pops the top; one out of order looks down the stack as far as the span's entry.
+//!
 //! # A span exited on another thread
 //!
 //! The `tracing` guard of an entered span can be held across an `.await` (`let _g =
