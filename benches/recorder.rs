@@ -10,6 +10,10 @@
 //! check runs instead of the level check). On an exporting rank a span exported anyway pays the
 //! recorder's field-name scan and one open-table probe.
 //!
+//! The `…/at_depth_N` cases time one recorded span under N − 1 entered recorded ancestors
+//! (N = 1,000 and 30,000, past the recorder's 1,024 open slots): a span deep in a nesting costs
+//! what it costs near the root.
+//!
 //! Run: `cargo bench --bench recorder`, then `python3 benches/report.py` for the table.
 //! `benches/run_all.sh` runs it with the other benches and writes the figures to
 //! `docs/performance.md`. Instructions per span, which do not depend on machine load:
@@ -83,7 +87,21 @@ fn plain_span(step: i64) {
     let _e = s.enter();
 }
 
-fn case(c: &mut Criterion, name: &str, recorder: usize, exporting: bool, span: fn(i64)) {
+/// `depth - 1` entered spans of the recorded group, outermost first.
+fn ancestors(depth: usize) -> Vec<tracing::span::EnteredSpan> {
+    (1..depth)
+        .map(|d| tracing::info_span!("outer", nemo.group.step = Empty, d).entered())
+        .collect()
+}
+
+/// Drops entered spans innermost first, as they were entered.
+fn leave(spans: Vec<tracing::span::EnteredSpan>) {
+    for span in spans.into_iter().rev() {
+        drop(span);
+    }
+}
+
+fn case(c: &mut Criterion, (name, recorder, exporting, span, depth): Case) {
     let t = telemetry(recorder, exporting);
     let dispatch = Dispatch::new(
         tracing_subscriber::registry()
@@ -91,6 +109,7 @@ fn case(c: &mut Criterion, name: &str, recorder: usize, exporting: bool, span: f
             .with(t.recorder_layer()),
     );
     tracing::dispatcher::with_default(&dispatch, || {
+        let outer = ancestors(depth);
         let mut i = 0_i64;
         c.bench_function(name, |b| {
             b.iter(|| {
@@ -98,46 +117,71 @@ fn case(c: &mut Criterion, name: &str, recorder: usize, exporting: bool, span: f
                 span(black_box(i))
             })
         });
+        leave(outer);
     });
     drop(dispatch);
     let _ = t.shutdown(std::time::Duration::from_secs(5));
 }
 
-/// `(name, recorder slots, exporting rank, span)`.
-type Case = (&'static str, usize, bool, fn(i64));
+/// `(name, recorder slots, exporting rank, span, depth the span is created at)`.
+type Case = (&'static str, usize, bool, fn(i64), usize);
 
-const CASES: [Case; 8] = [
+const CASES: [Case; 10] = [
     // Non-exporting rank: only the recorder's callsites pay.
-    ("non_exporting/recorder_off/step", 0, false, step_span),
+    ("non_exporting/recorder_off/step", 0, false, step_span, 1),
     (
         "non_exporting/recorder_on/step_recorded",
         4096,
         false,
         step_span,
+        1,
     ),
     (
         "non_exporting/recorder_on/other_group",
         4096,
         false,
         unrecorded_group_span,
+        1,
     ),
     (
         "non_exporting/recorder_on/no_group",
         4096,
         false,
         plain_span,
+        1,
+    ),
+    // Deep in a nesting, past the open slots.
+    (
+        "non_exporting/recorder_on/step_recorded/at_depth_1000",
+        4096,
+        false,
+        step_span,
+        1_000,
+    ),
+    (
+        "non_exporting/recorder_on/step_recorded/at_depth_30000",
+        4096,
+        false,
+        step_span,
+        30_000,
     ),
     // Exporting rank: the recorder's overhead on spans exported anyway.
-    ("exporting/recorder_off/no_group", 0, true, plain_span),
-    ("exporting/recorder_on/no_group", 4096, true, plain_span),
-    ("exporting/recorder_off/step", 0, true, step_span),
-    ("exporting/recorder_on/step_recorded", 4096, true, step_span),
+    ("exporting/recorder_off/no_group", 0, true, plain_span, 1),
+    ("exporting/recorder_on/no_group", 4096, true, plain_span, 1),
+    ("exporting/recorder_off/step", 0, true, step_span, 1),
+    (
+        "exporting/recorder_on/step_recorded",
+        4096,
+        true,
+        step_span,
+        1,
+    ),
 ];
 
 /// Runs one case `n` times with no timing, for `valgrind --tool=callgrind` (instruction counts
 /// do not depend on machine load): `RECORDER_BENCH_CASE=<name> RECORDER_BENCH_N=<n>`.
 fn instructions(name: &str, n: i64) {
-    let (_, slots, exporting, span) = CASES
+    let (_, slots, exporting, span, depth) = CASES
         .iter()
         .find(|c| c.0 == name)
         .unwrap_or_else(|| panic!("no case {name}"));
@@ -148,9 +192,11 @@ fn instructions(name: &str, n: i64) {
             .with(t.recorder_layer()),
     );
     tracing::dispatcher::with_default(&dispatch, || {
+        let outer = ancestors(*depth);
         for i in 0..n {
             span(black_box(i));
         }
+        leave(outer);
     });
 }
 
@@ -163,8 +209,8 @@ fn main() {
         .warm_up_time(std::time::Duration::from_secs(1))
         .measurement_time(std::time::Duration::from_secs(3))
         .configure_from_args();
-    for (name, slots, exporting, span) in CASES {
-        case(&mut c, name, slots, exporting, span);
+    for case_ in CASES {
+        case(&mut c, case_);
     }
     c.final_summary();
 }

@@ -86,7 +86,7 @@ def main():
     if not results:
         sys.exit(f"no criterion results under {root}; run cargo bench first")
     order = ["span", "span_2threads", "span_reentered", "event_in_span",
-             "nested_1", "nested_10", "nested_100"]
+             "nested_1", "nested_10", "nested_100", "at_depth_1000", "at_depth_30000"]
     for group in order:
         if group in results:
             wiring_table(group, results[group])

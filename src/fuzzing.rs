@@ -28,9 +28,10 @@ pub fn environment(data: &[u8]) -> HashMap<String, String> {
 
 /// Every variable reader of setup on `vars`: the `NEMO_LENS_*` configuration (also as
 /// `MEGATRON_OTEL_*` over `NEMO_LENS_*`), its checks, the span groups, export strategy and
-/// flight recorder it names, the queues, limits, OTLP destinations, the resource (with
-/// `OTEL_RESOURCE_ATTRIBUTES` and the launcher's variables) and the launcher's `TRACEPARENT`.
-/// Errors are expected; a panic is the finding.
+/// flight recorder it names, the queues, limits, OTLP destinations, the resource's variables
+/// (with `OTEL_RESOURCE_ATTRIBUTES` and the launcher's; nothing detected on the host, so an
+/// input costs its parsing only) and the launcher's `TRACEPARENT`. Errors are expected; a
+/// panic is the finding.
 pub fn configuration(vars: &HashMap<String, String>) {
     let lookup = |k: &str| vars.get(k).cloned();
     let _ = LensConfig::from_lookup("MEGATRON_OTEL", Some("NEMO_LENS"), lookup);
@@ -49,7 +50,7 @@ pub fn configuration(vars: &HashMap<String, String>) {
             run_id_configured: !config.identity.run_id.is_empty(),
         };
         let _ = resource::resolve_run_id(&config.identity.run_id, &lookup);
-        let _ = resource::build_resource(&config, &who, &[], &lookup);
+        let _ = resource::read_variables(&config, &who, &lookup);
     }
     let _ = QueueConfig::from_env("OTEL_BSP", &lookup);
     let _ = QueueConfig::from_env_over("OTEL_BLRP", QueueConfig::logs_default(), &lookup);

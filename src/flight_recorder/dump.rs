@@ -4,14 +4,17 @@
 //! buffer to the file, so a dump holds the open spans (at most [`OPEN_SLOTS`] records) and
 //! [`BUFFER_BYTES`] whatever the ring's size. It is written under a temporary name (created
 //! new, never following a link) and renamed when complete; a dump that fails (a full disk)
-//! removes its temporary file.
+//! removes its temporary file. A process killed mid-dump leaves its temporary file: the next
+//! dump into the directory removes such files once untouched for [`STALE_TMP`] (a dump in
+//! progress writes its file continuously), and replaces one under its own name (a process of
+//! an earlier run with the same pid, as in a restarted container).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write as _};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opentelemetry::KeyValue;
 
@@ -25,6 +28,13 @@ use crate::semconv::{NEMO_GROUP, NEMO_SPAN_OPEN, NEMO_SPAN_OPEN_AGE_S};
 /// The file buffer of a dump.
 pub(crate) const BUFFER_BYTES: usize = 64 * 1024;
 
+/// A dump's temporary file untouched this long belongs to a process that died mid-dump.
+pub(crate) const STALE_TMP: Duration = Duration::from_secs(60);
+
+/// Directory entries looked at for stale temporary files per dump (a directory of many files
+/// costs a dump this much at most).
+const STALE_SCAN: usize = 10_000;
+
 /// Writes the dump (closed spans oldest first, then the open ones ended now) and returns its
 /// path. Called off the training thread (the recorder's thread) except at truncation, at a
 /// main-thread panic and by [`FlightRecorder::dump`](super::FlightRecorder::dump).
@@ -37,15 +47,48 @@ pub(crate) fn write(shared: &Shared, reason: &str) -> io::Result<PathBuf> {
         std::process::id()
     );
     std::fs::create_dir_all(&shared.dump_dir)?;
+    remove_stale_tmp(&shared.dump_dir);
     let path = shared.dump_dir.join(&name);
     let tmp = shared.dump_dir.join(format!(".{name}.tmp"));
-    let file = create_new(&tmp)?;
+    // Dump names are unique within a process: a file under this one was left by an earlier
+    // process with the same pid, killed mid-dump.
+    let file = match create_new(&tmp) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(&tmp)?;
+            create_new(&tmp)?
+        }
+        other => other?,
+    };
     let written = write_lines(shared, file).and_then(|()| std::fs::rename(&tmp, &path));
     match written {
         Ok(()) => Ok(path),
         Err(e) => {
             let _ = std::fs::remove_file(&tmp);
             Err(e)
+        }
+    }
+}
+
+/// Removes the dumps' temporary files in `dir` untouched for [`STALE_TMP`] (never following a
+/// link: a link is removed, not its target).
+fn remove_stale_tmp(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = format!(".{}", super::DUMP_PREFIX);
+    let now = SystemTime::now();
+    for entry in entries.take(STALE_SCAN).flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !name.starts_with(&prefix) || !name.ends_with(".tmp") {
+            continue;
+        }
+        let stale = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age >= STALE_TMP));
+        if stale {
+            let _ = std::fs::remove_file(entry.path());
         }
     }
 }

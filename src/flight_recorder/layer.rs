@@ -11,7 +11,7 @@ use tracing_core::span::{Attributes, Id, Record as Values};
 use tracing_core::{Dispatch, Interest, LevelFilter, Metadata, Subscriber};
 use tracing_subscriber::filter::Filtered;
 use tracing_subscriber::layer::{Context, Filter, Layer};
-use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::registry::{LookupSpan, SpanRef};
 
 use super::Shared;
 use super::ring::{ATTRS, Attr, END_WORD, INLINE, Kind, Record, WORDS};
@@ -212,7 +212,6 @@ where
         {
             return;
         }
-        // The nearest ancestor the recorder has open.
         let parent_span = if let Some(p) = attrs.parent() {
             ctx.span(p)
         } else if attrs.is_contextual() {
@@ -220,11 +219,7 @@ where
         } else {
             None
         };
-        let parent = parent_span
-            .into_iter()
-            .flat_map(|s| s.scope())
-            .find_map(|s| shared.open.find(s.id().into_u64()))
-            .map_or(0, |slot| shared.open.id_at(slot));
+        let parent = parent_span.map_or(0, |p| nearest_recorded(shared, p));
         let mut record = Record {
             meta: meta as *const Metadata<'static> as usize,
             id: shared.next_id(),
@@ -235,6 +230,11 @@ where
         attrs.record(&mut AttrVisitor(&mut record, &shared.redact));
         if shared.open.insert(id.into_u64(), &record).is_none() {
             shared.dropped.fetch_add(1, Ordering::Relaxed);
+            // Past the open slots (a deep nesting): its children find their recorded
+            // ancestor here, without walking the spans dropped above them.
+            if let Some(span) = ctx.span(id) {
+                span.extensions_mut().replace(Nearest(parent));
+            }
         }
     }
 
@@ -265,6 +265,46 @@ where
         words[END_WORD] = super::unix_ns();
         shared.closed(&words[..used]);
     }
+}
+
+/// The recorder id of the nearest recorded ancestor of a span that is not in the open table
+/// (0: none), kept in the span's extensions once looked up.
+struct Nearest(u64);
+
+/// The recorder id of `span` if the recorder has it open, else of its nearest ancestor it has
+/// open (0: none).
+///
+/// A span the recorder did not keep (another group's, or one past the open slots) remembers
+/// the answer in its extensions ([`Nearest`]), so each such span is walked through once: at
+/// any depth, a new span costs a constant amount of work, amortized.
+fn nearest_recorded<S>(shared: &Shared, span: SpanRef<'_, S>) -> u64
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let known = |s: &SpanRef<'_, S>| {
+        if let Some(slot) = shared.open.find(s.id().into_u64()) {
+            return Some(shared.open.id_at(slot));
+        }
+        s.extensions().get::<Nearest>().map(|n| n.0)
+    };
+    if let Some(id) = known(&span) {
+        return id;
+    }
+    // Walk up to the first span with an answer, then write it on the spans without one.
+    let mut unknown = 1_usize;
+    let mut found = 0;
+    for s in span.scope().skip(1) {
+        if let Some(id) = known(&s) {
+            found = id;
+            break;
+        }
+        unknown += 1;
+    }
+    for s in span.scope().take(unknown) {
+        // `replace`: another thread may have written the same answer meanwhile.
+        s.extensions_mut().replace(Nearest(found));
+    }
+    found
 }
 
 /// Writes field values into a record's fixed attribute slots (a later value of a field replaces

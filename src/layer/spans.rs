@@ -310,7 +310,7 @@ where
             state, activation, ..
         } = entry;
         state.mark_closed();
-        activation::closed(self.key(), id, state.span_context().span_id());
+        activation::closed(self.key(), id, &state);
         // Dropped here, with no lock held: a context may hold user values.
         drop(activation);
         if let Some(size) = state.end() {

@@ -4,6 +4,11 @@
 //! A `traceparent` that does not follow them is ignored, so the trace restarts, and the
 //! `tracestate` beside it is not read. A `tracestate` list that does not follow them is dropped
 //! whole (as the W3C test suite and the Python SDK do); a valid one is kept, in order.
+//!
+//! OpenTelemetry's `TraceState` refuses some keys the specification allows (more than one `@`,
+//! more than 13 characters after it). A list holding such a key travels whole in the extracted
+//! context beside the span context ([`CarriedTraceState`]), and is what is sent on for that
+//! trace while the span context's `TraceState` is the part of it OpenTelemetry holds.
 
 use std::sync::LazyLock;
 
@@ -53,8 +58,10 @@ const MAX_MEMBERS: usize = 32;
 ///   but `,` and `=`, not ending in a space (leading spaces are kept). A list with an invalid
 ///   member or more than 32 members is dropped whole; of duplicate keys the first is kept.
 ///   OpenTelemetry's `TraceState` cannot hold every key the specification allows (it takes one
-///   `@` followed by at most 13 characters, the first a letter or digit): a member with another
-///   such key is left out, the rest kept.
+///   `@` followed by at most 13 characters, the first a letter or digit): the span context
+///   holds the members it can, and the whole list goes in the extracted context beside it
+///   ([`CarriedTraceState`]); injecting a context of the same trace whose `TraceState` is
+///   still that part sends the whole list on.
 ///
 /// Setup installs it globally (`install_global_propagator`); [`extract_context`](super::extract_context)
 /// and the launcher's `TRACEPARENT` use it too.
@@ -90,7 +97,10 @@ impl TextMapPropagator for W3cTraceContextPropagator {
                 sc.trace_flags().to_u8() & KEPT_FLAGS
             ),
         );
-        let state = sc.trace_state().header();
+        let state = match cx.get::<CarriedTraceState>() {
+            Some(carried) if carried.is_of(sc) => carried.header.clone(),
+            _ => sc.trace_state().header(),
+        };
         if !state.is_empty() {
             injector.set(TRACESTATE, state);
         }
@@ -98,7 +108,8 @@ impl TextMapPropagator for W3cTraceContextPropagator {
 
     fn extract_with_context(&self, cx: &Context, extractor: &dyn Extractor) -> Context {
         match extract_span_context(extractor) {
-            Some(sc) => cx.with_remote_span_context(sc),
+            Some((sc, None)) => cx.with_remote_span_context(sc),
+            Some((sc, Some(carried))) => cx.with_remote_span_context(sc).with_value(carried),
             None => cx.clone(),
         }
     }
@@ -108,19 +119,54 @@ impl TextMapPropagator for W3cTraceContextPropagator {
     }
 }
 
-/// The remote span context in `extractor`'s headers, when its one `traceparent` is valid.
-fn extract_span_context(extractor: &dyn Extractor) -> Option<SpanContext> {
+/// A valid `tracestate` list OpenTelemetry's `TraceState` cannot hold whole, carried in the
+/// extracted context beside the span context that holds the rest of it.
+#[derive(Clone, Debug)]
+struct CarriedTraceState {
+    trace_id: TraceId,
+    /// The members the span context's `TraceState` holds.
+    held: TraceState,
+    /// The whole list, as sent on.
+    header: String,
+}
+
+impl CarriedTraceState {
+    /// Whether this list is the trace state of `sc`: the same trace, and a `TraceState` still
+    /// the part of the list it held (a span that changed its `TraceState` sends that instead).
+    fn is_of(&self, sc: &SpanContext) -> bool {
+        self.trace_id == sc.trace_id() && self.held == *sc.trace_state()
+    }
+}
+
+/// The remote span context in `extractor`'s headers, when its one `traceparent` is valid, and
+/// the whole `tracestate` list when its `TraceState` cannot hold it.
+fn extract_span_context(
+    extractor: &dyn Extractor,
+) -> Option<(SpanContext, Option<CarriedTraceState>)> {
     let parents = extractor.get_all(TRACEPARENT)?;
     let [parent] = parents.as_slice() else {
         return None;
     };
     let (trace_id, span_id, flags) = parse_traceparent(parent)?;
     // Read only once the `traceparent` is known to be valid, as the specification asks.
-    let state = extractor
+    let members = extractor
         .get_all(TRACESTATE)
         .map(|headers| parse_tracestate(&headers))
         .unwrap_or_default();
-    Some(SpanContext::new(trace_id, span_id, flags, true, state))
+    let (held, whole) = holdable(&members);
+    let carried = (!whole).then(|| CarriedTraceState {
+        trace_id,
+        held: held.clone(),
+        header: members
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(","),
+    });
+    Some((
+        SpanContext::new(trace_id, span_id, flags, true, held),
+        carried,
+    ))
 }
 
 /// The ids and kept flags of a `traceparent` value; `None` when it breaks a rule (see
@@ -165,9 +211,9 @@ fn lower_hex(digits: &[u8]) -> Option<u128> {
     })
 }
 
-/// The trace state of the `tracestate` header values `headers` (one list, in order); empty when
-/// the list breaks a rule (see [`W3cTraceContextPropagator`]).
-fn parse_tracestate(headers: &[&str]) -> TraceState {
+/// The members of the `tracestate` header values `headers` (one list, in order); none when the
+/// list breaks a rule (see [`W3cTraceContextPropagator`]).
+fn parse_tracestate<'a>(headers: &[&'a str]) -> Vec<(&'a str, &'a str)> {
     let mut members: Vec<(&str, &str)> = Vec::new();
     let mut count = 0;
     for member in headers.iter().flat_map(|h| h.split(',')) {
@@ -177,20 +223,20 @@ fn parse_tracestate(headers: &[&str]) -> TraceState {
         }
         count += 1;
         if count > MAX_MEMBERS {
-            return TraceState::default();
+            return Vec::new();
         }
         let Some((key, value)) = member.split_once('=') else {
-            return TraceState::default();
+            return Vec::new();
         };
         if !valid_key(key) || !valid_value(value) {
-            return TraceState::default();
+            return Vec::new();
         }
         // The specification lets a vendor drop duplicate keys: the first is kept.
         if !members.iter().any(|&(k, _)| k == key) {
             members.push((key, value));
         }
     }
-    holdable(members)
+    members
 }
 
 /// `key = ( lcalpha / DIGIT ) 0*255 ( lcalpha / DIGIT / "_" / "-" / "*" / "/" / "@" )`.
@@ -213,15 +259,19 @@ fn valid_value(value: &str) -> bool {
 }
 
 /// The `TraceState` of valid `members`, without those whose keys OpenTelemetry's `TraceState`
-/// refuses (see [`W3cTraceContextPropagator`]).
-fn holdable(members: Vec<(&str, &str)>) -> TraceState {
+/// refuses (see [`W3cTraceContextPropagator`]), and whether it holds them all.
+fn holdable(members: &[(&str, &str)]) -> (TraceState, bool) {
     if members.is_empty() {
-        return TraceState::default();
+        return (TraceState::default(), true);
     }
-    TraceState::from_key_value(members.iter().copied()).unwrap_or_else(|_| {
-        let held = members
-            .into_iter()
-            .filter(|&member| TraceState::from_key_value([member]).is_ok());
-        TraceState::from_key_value(held).unwrap_or_default()
-    })
+    match TraceState::from_key_value(members.iter().copied()) {
+        Ok(state) => (state, true),
+        Err(_) => {
+            let held = members
+                .iter()
+                .copied()
+                .filter(|&member| TraceState::from_key_value([member]).is_ok());
+            (TraceState::from_key_value(held).unwrap_or_default(), false)
+        }
+    }
 }

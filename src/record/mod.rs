@@ -55,7 +55,7 @@ pub(crate) mod to_span_data;
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
 use opentelemetry::trace::{Event, Link, SpanContext, SpanKind, Status, TraceContextExt};
@@ -283,6 +283,9 @@ pub(crate) struct SpanState {
     /// The `tracing` span closed (or its state was replaced): a thread that kept this state to
     /// enter the span again without a table lookup must look again (its id may be reused).
     closed: AtomicBool,
+    /// Entries of the span on threads' stacks of entered spans (`layer/activation.rs`): while
+    /// it is 0, entering needs no look for an earlier entry and closing no sweep of the stack.
+    entries: AtomicU32,
 }
 
 impl SpanState {
@@ -292,6 +295,7 @@ impl SpanState {
             cx,
             record: Mutex::new(record),
             closed: AtomicBool::new(false),
+            entries: AtomicU32::new(0),
         }
     }
 
@@ -305,6 +309,25 @@ impl SpanState {
     #[inline]
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// Counts an entry of the span pushed on a thread's stack; returns how many there were
+    /// before.
+    #[inline]
+    pub(crate) fn entry_pushed(&self) -> u32 {
+        self.entries.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Counts an entry of the span gone from a thread's stack.
+    #[inline]
+    pub(crate) fn entry_gone(&self) {
+        self.entries.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Whether some thread's stack holds an entry of the span.
+    #[inline]
+    pub(crate) fn has_entries(&self) -> bool {
+        self.entries.load(Ordering::Relaxed) != 0
     }
 
     /// The state of a new span with record `name`/`parent`: `spare` (an emptied state, see

@@ -502,3 +502,36 @@ fn an_nvml_library_that_never_loads_holds_nothing() {
             .all(|s| s["resource"]["attributes"]["nv.gpu.uuid"].is_null())
     );
 }
+
+/// A library that fills the whole buffer of every string it returns and writes no terminating
+/// NUL: each string is read within its buffer (as Python's ctypes buffers are), never past it.
+#[test]
+fn strings_without_a_terminating_nul_are_read_within_their_buffers() {
+    let lib = standin("");
+    let all = [
+        "nvmlDeviceGetName",
+        "nvmlDeviceGetUUID",
+        "nvmlDeviceGetSerial",
+        "nvmlDeviceGetPciInfo_v3",
+        "nvmlSystemGetDriverVersion",
+    ]
+    .map(|f| format!("{f}=unterminated"))
+    .join(",");
+    let run = run(&lib, &[("NVML_STANDIN_FAIL", &all)], &[]);
+    if !cfg!(feature = "nvml") {
+        return assert_feature_off(&run);
+    }
+    // The buffer sizes of nvml.h (and of Python's pynvml).
+    let mut want = device(0);
+    for (key, len) in [
+        ("nv.gpu.model", 96),
+        ("nv.gpu.uuid", 96),
+        ("nv.gpu.serial", 30),
+        ("nv.gpu.pci_bus_id", 32),
+        ("nv.gpu.driver_version", 80),
+    ] {
+        want.insert(key.into(), json!("X".repeat(len)));
+    }
+    assert_eq!(run.gpu, want, "stderr: {}", run.stderr);
+    assert_eq!(run.stderr, "");
+}

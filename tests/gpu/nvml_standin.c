@@ -10,7 +10,9 @@
  * Environment read by the stand-in at every call:
  *   NVML_STANDIN_FAIL  comma list of NVML function names that fail, each optionally "=CODE"
  *                      (an nvmlReturn_t number, default 999 NVML_ERROR_UNKNOWN) or "=badutf8"
- *                      (string getters succeed with bytes that are not UTF-8), optionally "@N"
+ *                      (string getters succeed with bytes that are not UTF-8) or
+ *                      "=unterminated" (string getters fill the caller's whole buffer with 'X'
+ *                      and write no terminating NUL, as a hostile library may), optionally "@N"
  *                      to fail only for device N; e.g. "nvmlDeviceGetSerial=3,nvmlShutdown"
  *   NVML_STANDIN_LOG   file that gets one line per call, "name[ index]" (appended with
  *                      O_APPEND, so several processes may share it)
@@ -112,7 +114,7 @@ static void log_call(const char *name, int index)
     close(fd);
 }
 
-enum { NO_FAULT = -1, FAULT_BAD_UTF8 = -2 };
+enum { NO_FAULT = -1, FAULT_BAD_UTF8 = -2, FAULT_UNTERMINATED = -3 };
 
 /* The fault configured for `name` on device `index` (-1: no device). */
 static int fault_for(const char *name, int index)
@@ -133,6 +135,8 @@ static int fault_for(const char *name, int index)
                 if (*p == '=') {
                     if (strncmp(p + 1, "badutf8", 7) == 0)
                         code = FAULT_BAD_UTF8;
+                    else if (strncmp(p + 1, "unterminated", 12) == 0)
+                        code = FAULT_UNTERMINATED;
                     else
                         code = atoi(p + 1);
                 } else if (*p == '@') {
@@ -183,6 +187,10 @@ static nvmlReturn_t copy_string(const char *name, int index, const char *value,
 {
     if (!buf)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (fault_for(name, index) == FAULT_UNTERMINATED) {
+        memset(buf, 'X', length);
+        return NVML_SUCCESS;
+    }
     if (fault_for(name, index) == FAULT_BAD_UTF8)
         value = BAD_UTF8;
     if (strlen(value) + 1 > length)
@@ -293,6 +301,8 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
     snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04x:%02x:%02x.0",
              d_->domain, d_->bus, d_->dev);
     strncpy(pci->busId, bus_id, sizeof pci->busId - 1);
+    if (fault_for("nvmlDeviceGetPciInfo_v3", i_) == FAULT_UNTERMINATED)
+        memset(pci->busId, 'X', sizeof pci->busId);
     pci->domain = d_->domain;
     pci->bus = d_->bus;
     pci->device = d_->dev;

@@ -207,3 +207,79 @@ fn a_failed_dump_removes_its_temporary_file() {
         &stderr[..stderr.len().min(3000)]
     );
 }
+
+/// A trainer killed (`SIGKILL`) in the middle of a dump leaves its temporary file; the next
+/// trainer's dump into the same directory removes it once it is stale (untouched for a minute:
+/// its modification time is set back here rather than waited for), keeps a temporary file
+/// still being written, and dumps.
+#[test]
+fn a_temporary_file_left_by_a_process_killed_mid_dump_is_removed_by_the_next_dump() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dumps = tmp.path().join("dumps");
+    let mut left = Vec::new();
+    for _attempt in 0..5 {
+        let mut trainer = trainer(tmp.path(), 100_000).spawn();
+        // A full ring: a dump of 100,000 lines takes a while to write.
+        wait_for_steps(&mut trainer, 35_000);
+        trainer.signal(libc::SIGUSR1);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (done, partial) = dump_files(&dumps);
+            if !partial.is_empty() {
+                trainer.signal(libc::SIGKILL);
+                break;
+            }
+            if !done.is_empty() || Instant::now() > deadline {
+                // The dump was done before it was seen: again, with a new trainer.
+                trainer.signal(libc::SIGKILL);
+                for f in done {
+                    std::fs::remove_file(f).unwrap();
+                }
+                break;
+            }
+            std::thread::yield_now();
+        }
+        let _ = trainer.wait();
+        let (done, partial) = dump_files(&dumps);
+        for f in done {
+            std::fs::remove_file(f).unwrap();
+        }
+        if !partial.is_empty() {
+            left = partial;
+            break;
+        }
+    }
+    assert_eq!(
+        left.len(),
+        1,
+        "no trainer was killed mid-dump in 5 attempts"
+    );
+    let stale = &left[0];
+    assert!(std::fs::metadata(stale).unwrap().len() > 0);
+    let a_minute_ago = std::time::SystemTime::now() - Duration::from_secs(120);
+    std::fs::File::options()
+        .write(true)
+        .open(stale)
+        .unwrap()
+        .set_modified(a_minute_ago)
+        .unwrap();
+    // Another process's dump in progress (just written to): kept.
+    let fresh = dumps.join(".nemo-lens-dump-rank0-pid1-1-sigusr1.jsonl.tmp");
+    std::fs::write(&fresh, "{}\n").unwrap();
+
+    let mut next = trainer(tmp.path(), 4_096).spawn();
+    wait_for_steps(&mut next, 100);
+    next.signal(libc::SIGUSR1);
+    next.wait_for_output("the dump", |_, e| {
+        e.contains("SIGUSR1: flight recorder dump")
+    });
+    next.signal(libc::SIGKILL);
+    let _ = next.wait();
+    let (done, partial) = dump_files(&dumps);
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!(
+        partial,
+        [fresh],
+        "the stale temporary file is gone, the fresh one kept"
+    );
+}

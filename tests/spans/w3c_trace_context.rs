@@ -263,16 +263,29 @@ fn tracestate_cases() -> Vec<Case> {
     ]
 }
 
-/// Keys the specification allows and OpenTelemetry's `TraceState` cannot hold: that member is
-/// left out, the others kept.
+/// Keys the specification allows and OpenTelemetry's `TraceState` cannot hold (the cases of
+/// `test_tracestate_key_illegal_vendor_format` and `test_tracestate_key_length_limit` in the
+/// W3C suite): the whole list is sent on, in order.
 #[rustfmt::skip]
 fn unholdable_cases() -> Vec<Case> {
     let valid = tp("01");
     let kept = |name, states: &[&str], out: &str| case(name, &[&valid], states, continued("01", Some(out)));
+    let dropped = |name, states: &[&str]| case(name, &[&valid], states, continued("01", None));
+    let tenant241 = format!("{}@{}", "t".repeat(241), "v".repeat(14));
+    let tenant242 = format!("{}@v", "t".repeat(242));
+    let vendor15 = format!("t@{}", "v".repeat(15));
     vec![
-        kept("two @", &["foo@@bar=1,bar=2"], "bar=2"),
-        kept("three parts", &["foo@bar@baz=1,bar=2"], "bar=2"),
-        kept("14 characters after @", &["foo=1", &format!("t@{}=1", "v".repeat(14))], "foo=1"),
+        kept("two @", &["foo@@bar=1,bar=2"], "foo@@bar=1,bar=2"),
+        kept("three parts", &["foo@bar@baz=1,bar=2"], "foo@bar@baz=1,bar=2"),
+        kept("an @ at the end beside two @", &["foo@=1,a@b@=2"], "foo@=1,a@b@=2"),
+        kept("14 characters after @", &["foo=1", &format!("t@{}=1", "v".repeat(14))], &format!("foo=1,t@{}=1", "v".repeat(14))),
+        kept("15 characters after @", &["foo=1", &format!("{vendor15}=1")], &format!("foo=1,{vendor15}=1")),
+        kept("241 before @ and 14 after", &["foo=1", &format!("{tenant241}=1")], &format!("foo=1,{tenant241}=1")),
+        kept("242 before @ and 1 after", &["foo=1", &format!("{tenant242}=1")], &format!("foo=1,{tenant242}=1")),
+        kept("a later member OpenTelemetry cannot hold", &["a=1,b=2", "c@d@e=3"], "a=1,b=2,c@d@e=3"),
+        kept("a duplicate of such a key: the first", &["x@y@z=1,bar=2,x@y@z=3"], "x@y@z=1,bar=2"),
+        dropped("such a key beside an invalid member", &["foo@@bar=1,BAR=2"]),
+        dropped("such a key of 257 characters", &["foo=1", &format!("{}@@v=1", "t".repeat(254))]),
     ]
 }
 
@@ -336,6 +349,41 @@ fn tracestate_lists_follow_the_grammar_and_the_member_limit() {
 }
 
 #[test]
-fn tracestate_members_opentelemetry_cannot_hold_are_left_out() {
+fn tracestate_lists_opentelemetry_cannot_hold_are_sent_on_whole() {
     run(unholdable_cases());
+}
+
+#[test]
+fn a_carried_tracestate_goes_with_its_trace_only() {
+    let capture = SpanCapture::new();
+    let map = HashMap::from([
+        ("traceparent".to_string(), tp("01")),
+        ("tracestate".to_string(), "foo@@bar=1,bar=2".to_string()),
+    ]);
+    let cx = extract_context(&map);
+    // OpenTelemetry's `TraceState` holds the part it can.
+    assert_eq!(cx.span().span_context().trace_state().header(), "bar=2");
+    let (in_trace, new_trace) = capture.in_scope(|| {
+        let _remote = cx.attach();
+        let server = tracing::info_span!("server");
+        let in_trace = server.in_scope(|| {
+            let mut out = HashMap::new();
+            inject_context(&mut out);
+            out
+        });
+        // A root span started while the remote context is attached: another trace.
+        let root = tracing::info_span!(parent: None, "root");
+        let new_trace = root.in_scope(|| {
+            let mut out = HashMap::new();
+            inject_context(&mut out);
+            out
+        });
+        (in_trace, new_trace)
+    });
+    assert_eq!(
+        in_trace.get("tracestate").map(String::as_str),
+        Some("foo@@bar=1,bar=2")
+    );
+    assert!(new_trace["traceparent"].contains("-03"), "{new_trace:?}");
+    assert_eq!(new_trace.get("tracestate"), None, "{new_trace:?}");
 }

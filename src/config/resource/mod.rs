@@ -104,6 +104,48 @@ fn compose(
     lookup: &dyn Fn(&str) -> Option<String>,
     k8s_secrets: bool,
 ) -> Resource {
+    let (carried, attrs) = layers(
+        config,
+        who,
+        caller,
+        lookup,
+        k8s_secrets,
+        detect_local(lookup),
+    );
+    Resource::builder_empty()
+        .with_detector(Box::new(TelemetryResourceDetector))
+        .with_attributes(carried)
+        .with_attributes(attrs)
+        .build()
+}
+
+/// Every variable of the resource read through its parser, with nothing detected on the host
+/// (no host name, no `nvidia-smi`): the fuzz target's view of [`build_resource`].
+#[cfg(fuzzing)]
+pub(crate) fn read_variables(
+    config: &LensConfig,
+    who: &Participant,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> (Vec<KeyValue>, Vec<KeyValue>) {
+    // `gpu_count` runs `nvidia-smi` only when `CUDA_VISIBLE_DEVICES` is unset.
+    let local = lookup("CUDA_VISIBLE_DEVICES")
+        .and_then(|_| gpu_count(lookup))
+        .map(|count| KeyValue::new(semconv::HOST_GPU_COUNT, count))
+        .into_iter()
+        .collect();
+    layers(config, who, &[], lookup, true, local)
+}
+
+/// The attributes the launcher carried (`OTEL_RESOURCE_ATTRIBUTES`), and the others in their
+/// layers, with `local` (what was detected on this host) in its place.
+fn layers(
+    config: &LensConfig,
+    who: &Participant,
+    caller: &[KeyValue],
+    lookup: &dyn Fn(&str) -> Option<String>,
+    k8s_secrets: bool,
+    local: Vec<KeyValue>,
+) -> (Vec<KeyValue>, Vec<KeyValue>) {
     let mut carried = lookup(OTEL_RESOURCE_ATTRIBUTES)
         .map(|raw| carrier::parse(&raw))
         .unwrap_or_default();
@@ -118,7 +160,7 @@ fn compose(
         in_caller(semconv::SERVICE_INSTANCE_ID),
     ));
     attrs.extend_from_slice(caller);
-    attrs.extend(detect_local(lookup));
+    attrs.extend(local);
     // The launcher's job identity wins over the derived one, the application's over both.
     let from_launcher = |key: &str| carried.iter().any(|kv| kv.key.as_str() == key);
     attrs.extend(
@@ -144,12 +186,7 @@ fn compose(
     if service_name_empty {
         attrs.push(KeyValue::new(semconv::SERVICE_NAME, UNKNOWN_SERVICE));
     }
-
-    Resource::builder_empty()
-        .with_detector(Box::new(TelemetryResourceDetector))
-        .with_attributes(carried)
-        .with_attributes(attrs)
-        .build()
+    (carried, attrs)
 }
 
 /// Layers 1–4: the attributes Lens derives from its configuration and the process's rank.
