@@ -22,8 +22,8 @@
 //! hook, signal handlers); `--wiring none` runs without a subscriber and `--wiring otel-lean`
 //! (feature `otel`) with tracing-opentelemetry, for benches/burn_step.sh. The job's spans:
 //! `train_step` (group `step`, attributes `step` and `loss`), `forward_backward` (group
-//! `forward_backward`), `optimizer_step` (group `optimizer`), `register_step` and
-//! `step_barrier` (group `collective`); burn's own collective spans (`burn_collective::*`, the
+//! `forward_backward`), `optimizer_step` (group `optimizer`), `register_step`, `finish_step`
+//! and `step_barrier` (group `collective`); burn's own collective spans (`burn_collective::*`, the
 //! client's `all_reduce` the training thread waits in) join group `collective` through
 //! nemo-lens's default span-group rules.
 //!
@@ -344,8 +344,15 @@ fn all_reduce_mean(args: &Args, grads: Tensor<Inner, 1>) -> Result<Tensor<Inner,
     let peer = PEER;
     let reduced = all_reduce::<Inner>(peer, grads.into_primitive().tensor(), ReduceOperation::Mean)
         .map_err(|e| format!("all_reduce: {e:?}"))?;
-    finish_collective::<Inner>(peer).map_err(|e| format!("finish_collective: {e:?}"))?;
+    finish_step()?;
     Ok(Tensor::from_primitive(TensorPrimitive::Float(reduced)))
+}
+
+/// Ends this step's registration: a round trip to the orchestrator, which burn does not trace
+/// (its time would otherwise count as compute).
+#[instrument(skip_all, fields(nemo.group.collective))]
+fn finish_step() -> Result<(), String> {
+    finish_collective::<Inner>(PEER).map_err(|e| format!("finish_collective: {e:?}"))
 }
 
 /// Waits until every rank has finished this step's registration (see [`StepBarrier`]).

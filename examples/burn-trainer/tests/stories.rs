@@ -232,6 +232,7 @@ fn two_ranks_train_the_loss_falls_and_burns_all_reduce_is_in_group_collective() 
             "forward_backward",
             "optimizer_step",
             "register_step",
+            "finish_step",
             "step_barrier",
         ] {
             assert_eq!(names.iter().filter(|n| **n == name).count(), 20, "{name}");
@@ -270,6 +271,7 @@ fn the_collective_group_off_keeps_burns_spans_out() {
             "global_all_reduce",
             "execute",
             "register_step",
+            "finish_step",
             "step_barrier",
         ] {
             assert!(!names.contains(&burn), "{burn} in {names:?}");
@@ -413,6 +415,7 @@ fn perfetto_merges_every_ranks_spans_burns_included_into_one_timeline() {
         let count = |name: &str| names.iter().filter(|n| **n == name).count();
         assert_eq!(count("train_step"), 5, "rank {rank}: {names:?}");
         assert_eq!(count("forward_backward"), 5, "rank {rank}: {names:?}");
+        assert_eq!(count("finish_step"), 5, "rank {rank}: {names:?}");
         assert_eq!(count("step_barrier"), 5, "rank {rank}: {names:?}");
         // burn's own: the client's and the operation's all_reduce, and the runtime's span.
         assert_eq!(count("all_reduce"), 10, "rank {rank}: {names:?}");
