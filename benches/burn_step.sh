@@ -5,8 +5,8 @@
 #   - no subscriber (`--wiring none`);
 #   - lens on ranks that do not export (`NEMO_LENS_EXPORT_STRATEGY=sampled`, rate 0);
 #   - lens exporting the default groups on every rank;
-#   - lens exporting the default groups plus `collective` (burn-collective's spans, by the
-#     default rule) and `ops` (burn-autodiff's op spans, by the rule `burn_autodiff=ops`);
+#   - lens exporting every group (`all`): the job's, `collective` (burn-collective's spans, by
+#     the default rule) and `ops` (burn-autodiff's op spans, by the rule `burn_autodiff=ops`);
 #   - tracing-opentelemetry without its optional bookkeeping (`--wiring otel-lean`), exporting
 #     the same spans as the row above.
 # Every exporting wiring hands its spans to an exporter that counts and discards them (feature
@@ -73,7 +73,7 @@ run() {
 }
 
 LENS=(NEMO_LENS_ENABLED=1 NEMO_LENS_EXPORT_STRATEGY=all_ranks)
-OPS=(NEMO_LENS_SPAN_GROUPS=default,collective,ops NEMO_LENS_SPAN_GROUP_RULES=default,burn_autodiff=ops)
+OPS=(NEMO_LENS_SPAN_GROUPS=all NEMO_LENS_SPAN_GROUP_RULES=default,burn_autodiff=ops)
 run none -- --wiring none
 run lens_non_exporting NEMO_LENS_ENABLED=1 NEMO_LENS_EXPORT_STRATEGY=sampled NEMO_LENS_EXPORT_SAMPLE_RATE=0 --
 run lens_default "${LENS[@]}" NEMO_LENS_SPAN_GROUPS=default -- --discard-spans
@@ -87,7 +87,7 @@ rows = [
     ("none", "no subscriber"),
     ("lens_non_exporting", "lens, non-exporting ranks"),
     ("lens_default", "lens, exporting the default groups"),
-    ("lens_collective_ops", "lens, exporting default + `collective` + `ops`"),
+    ("lens_collective_ops", "lens, exporting every group (`collective`, `ops` included)"),
     ("otel_lean", "tracing-opentelemetry lean, the same spans"),
 ]
 def rank0(name):

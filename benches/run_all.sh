@@ -314,9 +314,9 @@ cat <<'EOF'
 job, two ranks as two processes on this machine, each step a forward and backward pass of a
 small MLP on the CPU and one all-reduce of the flattened gradients through burn-collective,
 300 steps. Rank 0's median and mean step after the first three, under: no subscriber; lens on
-ranks that do not export; lens exporting the default groups; lens exporting the default groups
-plus `collective` (burn-collective's own spans, through the default span-group rule) and `ops`
-(burn-autodiff's op spans, rule `burn_autodiff=ops`); and tracing-opentelemetry's layer without
+ranks that do not export; lens exporting the default groups; lens exporting every group (`all`:
+the job's, `collective` with burn-collective's own spans through the default span-group rule,
+and `ops` with burn-autodiff's op spans, rule `burn_autodiff=ops`); and tracing-opentelemetry's layer without
 inactivity tracking, threads, location or target, exporting the same spans. Every exporting
 wiring hands its spans to an exporter that counts and discards them; spans per step are rank
 0's exported spans over its steps; the slowdown is the median step's against no subscriber.

@@ -236,7 +236,12 @@ const WARM_UP: usize = 3;
 fn collective_config(args: &Args, step: u64) -> Result<CollectiveConfig, String> {
     let data_port = port(
         args,
-        1 + args.rank + if step % 2 == 0 { args.world_size } else { 0 },
+        1 + args.rank
+            + if step.is_multiple_of(2) {
+                args.world_size
+            } else {
+                0
+            },
     )?;
     Ok(CollectiveConfig::default()
         .with_num_devices(1)

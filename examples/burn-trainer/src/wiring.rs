@@ -1,6 +1,7 @@
 //! How the job is traced: nemo-lens as its README recommends, no subscriber at all, or (feature
 //! `otel`, for `benches/burn_step.sh`) tracing-opentelemetry's layer without its optional
-//! bookkeeping, exporting the spans lens exports with groups `per_step,collective,ops`.
+//! bookkeeping, exporting the spans lens exports with groups `all` and the rules
+//! `default,burn_autodiff=ops`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -112,12 +113,13 @@ fn otel_lean() -> Result<Traced, String> {
         .with_threads(false)
         .with_location(false)
         .with_target(false);
-    // The spans lens exports with `per_step,collective,ops` and the default rules: the job's
-    // own, burn-collective's at every level, anything else from INFO.
+    // The spans lens exports with groups `all` and rules `default,burn_autodiff=ops`: the
+    // job's own, burn-collective's and burn-autodiff's at every level, anything else from INFO.
     let filter = Targets::new()
         .with_default(LevelFilter::INFO)
         .with_target("burn_trainer", LevelFilter::TRACE)
-        .with_target("burn_collective", LevelFilter::TRACE);
+        .with_target("burn_collective", LevelFilter::TRACE)
+        .with_target("burn_autodiff", LevelFilter::TRACE);
     tracing_subscriber::registry()
         .with(layer.with_filter(filter))
         .init();
