@@ -14,7 +14,8 @@
 #   7. NVTX ranges with no tool attached (benches/nvtx.rs, feature `nvtx`), timed and under
 #      callgrind;
 #   8. the command-line tool: its throughput (cli/benches/throughput.rs), 4,096 rank dumps
-#      (cli/benches/ranks.rs) and where its instructions go (cli/benches/profile.sh).
+#      (cli/benches/ranks.rs) and where its instructions go (cli/benches/profile.sh);
+#   9. the step time of a real burn training job under each wiring (benches/burn_step.sh).
 # The page is replaced only when every step succeeded, then README's cost table is copied from
 # it (benches/readme_cost.py). The explanations on the page are the text of this script (edit
 # them here, not in the page).
@@ -23,7 +24,7 @@
 # Needs valgrind, python3 with venv/pip (rotel and the Python library are installed under the
 # target directory on first use) and network access for that first install, and libclang for
 # the `nvtx` feature (.ci/test-deps, run first, installs it or says what to install). Takes about 20
-# minutes. Run it on a quiet machine (check `uptime`): wall-clock figures move with the load;
+# minutes (plus the first release build of burn, about 5). Run it on a quiet machine (check `uptime`): wall-clock figures move with the load;
 # `peers` also prints the training thread's CPU time, and instructions.sh counts instructions,
 # which do not.
 set -euo pipefail
@@ -94,6 +95,8 @@ cli/benches/profile.sh >"$OUT/cli_profile.txt"
   # Criterion prints the name, then `time: [low median high]` and `thrpt: [...]` lines.
   awk '/^cli/ { name = $1 } /time:/ { t = $(NF-3) " " $(NF-2) } /thrpt:/ { print "| `" name "` | " t " | " $(NF-3) " " $(NF-2) " |" }' "$OUT/cli.txt"
 } >"$OUT/cli_table.txt"
+echo "run_all: burn_step.sh" >&2
+benches/burn_step.sh >"$OUT/burn_step.txt"
 
 # The goals against this run's figures (fails when a figure is missing).
 python3 benches/goals.py "$OUT/peers.txt" "$OUT/instructions.txt" "$OUT/criterion.txt" \
@@ -317,6 +320,23 @@ peak resident memory (from `wait4`).
 
 EOF
 lines "$OUT/ranks.txt" '(4096|straggler|summary) '
+cat <<'EOF'
+
+## A real training step
+
+`bash benches/burn_step.sh` (`examples/burn-trainer`, feature `otel`): a data-parallel burn 0.21
+job, two ranks as two processes on this machine, each step a forward and backward pass of a
+small MLP on the CPU and one all-reduce of the flattened gradients through burn-collective,
+300 steps. Rank 0's median and mean step after the first three, under: no subscriber; lens on
+ranks that do not export; lens exporting the default groups; lens exporting every group (`all`:
+the job's, `collective` with burn-collective's own spans through the default span-group rule,
+and `ops` with burn-autodiff's op spans, rule `burn_autodiff=ops`); and tracing-opentelemetry's layer without
+inactivity tracking, threads, location or target, exporting the same spans. Every exporting
+wiring hands its spans to an exporter that counts and discards them; spans per step are rank
+0's exported spans over its steps; the slowdown is the median step's against no subscriber.
+
+EOF
+tables "$OUT/burn_step.txt"
 } >"$OUT/page.md"
 
 mv "$OUT/page.md" "$PAGE"

@@ -7,16 +7,25 @@
 //! ```
 //!
 //! Without the flags, torchrun's `RANK`, `WORLD_SIZE`, `MASTER_ADDR` and `MASTER_PORT` are read.
-//! Rank 0 hosts burn's global orchestrator on the master port; rank `r` serves its tensors on
-//! port `P + 1 + r`, and rank 0 waits on port `P + 1 + N` for the others to finish before it
-//! exits (its orchestrator serves their last step). `--steps 0` trains until SIGTERM or SIGINT.
+//! Rank 0 hosts burn's global orchestrator on the master port and the job's step barrier on
+//! port `P + 1 + 2N`; rank `r` serves its tensors on port `P + 1 + r` in odd steps and
+//! `P + 1 + N + r` in even ones (a fresh port per registration: burn binds it again on every
+//! registration, and the previous server may still hold it). `--steps 0` trains until SIGTERM
+//! or SIGINT.
+//!
+//! Each step registers with burn-collective, computes, all-reduces the flattened gradients
+//! once, finishes the registration and waits at the job's own step barrier (see
+//! `step_barrier.rs`: burn's orchestrator needs every rank finished before any registers
+//! again).
 //!
 //! nemo-lens is set up as its README recommends (layer, metrics layer, flight recorder, panic
-//! hook, signal handlers). The job's spans: `train_step` (group `step`, attributes `step` and
-//! `loss`), `forward_backward` (group `forward_backward`), `optimizer_step` (group
-//! `optimizer`); burn's own collective spans (`burn_collective::*`, the client's `all_reduce`
-//! the training thread waits in) join group `collective` through nemo-lens's default span-group
-//! rules.
+//! hook, signal handlers); `--wiring none` runs without a subscriber and `--wiring otel-lean`
+//! (feature `otel`) with tracing-opentelemetry, for benches/burn_step.sh. The job's spans:
+//! `train_step` (group `step`, attributes `step` and `loss`), `forward_backward` (group
+//! `forward_backward`), `optimizer_step` (group `optimizer`), `register_step`, `finish_step`
+//! and `step_barrier` (group `collective`); burn's own collective spans (`burn_collective::*`, the
+//! client's `all_reduce` the training thread waits in) join group `collective` through
+//! nemo-lens's default span-group rules.
 //!
 //! Faults for the stories: `--slow-rank R --slow-factor F` makes rank R compute its forward and
 //! backward passes F times per step (real work); `--hang-rank R --hang-at K` stops rank R inside
@@ -35,9 +44,12 @@ use burn_collective::{
 };
 use burn_communication::Address;
 use clap::Parser;
-use nemo_lens::{LensConfig, Place, Telemetry};
+use step_barrier::StepBarrier;
 use tracing::instrument;
-use tracing_subscriber::prelude::*;
+use wiring::Wiring;
+
+mod step_barrier;
+mod wiring;
 
 /// The inner backend: what burn-collective reduces.
 type Inner = Flex;
@@ -61,7 +73,8 @@ struct Args {
     /// Host of rank 0's orchestrator.
     #[arg(long, env = "MASTER_ADDR", default_value = "127.0.0.1")]
     master_addr: String,
-    /// Port of rank 0's orchestrator; rank r serves tensors on port + 1 + r.
+    /// Port of rank 0's orchestrator; the next 2 × world size + 1 ports are the ranks' tensor
+    /// ports and rank 0's step barrier.
     #[arg(long, env = "MASTER_PORT")]
     master_port: u16,
     /// Steps to train; 0 trains until SIGTERM or SIGINT.
@@ -82,20 +95,17 @@ struct Args {
     /// The step the hung rank stops in.
     #[arg(long)]
     hang_at: Option<u64>,
+    /// How the job is traced.
+    #[arg(long, value_enum, default_value_t = Wiring::Lens)]
+    wiring: Wiring,
+    /// lens's spans go to an exporter that counts and discards them (feature `otel`).
+    #[arg(long)]
+    discard_spans: bool,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let config = match LensConfig::from_env() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("burn-trainer: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let telemetry = match Telemetry::builder(config)
-        .place(Place::rank(args.rank).of(args.world_size))
-        .build()
+    let traced = match wiring::install(args.wiring, args.rank, args.world_size, args.discard_spans)
     {
         Ok(t) => t,
         Err(e) => {
@@ -103,20 +113,6 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tracing_subscriber::registry()
-        .with(telemetry.layer())
-        .with(telemetry.metrics_layer())
-        .with(telemetry.recorder_layer())
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_filter(tracing_subscriber::filter::LevelFilter::WARN),
-        )
-        .init();
-    telemetry.install_panic_hook();
-    if let Err(e) = telemetry.install_signal_handlers() {
-        eprintln!("burn-trainer: {e}");
-    }
 
     if args.rank == 0 {
         let port = args.master_port;
@@ -129,10 +125,8 @@ fn main() -> ExitCode {
             .expect("the orchestrator thread");
     }
 
-    let result = train(&args).and_then(|()| leave_together(&args));
-    if let Err(e) = telemetry.shutdown(Duration::from_secs(10)) {
-        eprintln!("burn-trainer: {e}");
-    }
+    let result = train(&args);
+    traced.finish(Duration::from_secs(10));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -200,66 +194,75 @@ fn shard(rank: u32) -> (Tensor<B, 2>, Tensor<B, 2>) {
 fn train(args: &Args) -> Result<(), String> {
     let mut model = Mlp::new(&mut Lcg(42));
     let (x, y) = shard(args.rank);
-    let config = CollectiveConfig::default()
-        .with_num_devices(1)
-        .with_num_nodes(args.world_size)
-        .with_global_address(address(&args.master_addr, args.master_port)?)
-        .with_node_address(address("127.0.0.1", data_port(args, args.rank)?)?)
-        .with_data_service_port(data_port(args, args.rank)?)
-        .with_global_all_reduce_strategy(AllReduceStrategy::Centralized)
-        .with_local_all_reduce_strategy(AllReduceStrategy::Centralized);
+    let barrier_port = port(args, 1 + 2 * args.world_size)?;
+    let mut barrier =
+        StepBarrier::join(args.rank, args.world_size, &args.master_addr, barrier_port)?;
     let mut step = 1;
+    let mut times = Vec::new();
     while args.steps == 0 || step <= args.steps {
-        let loss = train_step(args, step, &mut model, &x, &y, &config)?;
+        let config = collective_config(args, step)?;
+        let start = Instant::now();
+        let loss = train_step(args, step, &mut model, &x, &y, &config, &mut barrier)?;
+        times.push(start.elapsed());
         println!("step {step} loss {loss:.6}");
         step += 1;
     }
+    print_timing(&mut times);
     Ok(())
 }
 
-/// Rank 0 hosts the orchestrator the others still need to finish their last step: it waits
-/// (up to a minute) for each of them to report done on port `P + 1 + N` before it exits.
-fn leave_together(args: &Args) -> Result<(), String> {
-    if args.world_size == 1 {
-        return Ok(());
+/// `timing steps N median_ms M mean_ms A` over the steps after the first [`WARM_UP`] (connections
+/// and allocations), for benches/burn_step.sh.
+fn print_timing(times: &mut Vec<Duration>) {
+    if times.len() <= WARM_UP {
+        return;
     }
-    let port = data_port(args, args.world_size)?;
-    if args.rank == 0 {
-        let listener = std::net::TcpListener::bind(("0.0.0.0", port))
-            .map_err(|e| format!("cannot listen on port {port}: {e}"))?;
-        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut done = 1;
-        while done < args.world_size && Instant::now() < deadline {
-            match listener.accept() {
-                Ok(_) => done += 1,
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
-        Ok(())
-    } else {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            match std::net::TcpStream::connect((args.master_addr.as_str(), port)) {
-                Ok(_) => return Ok(()),
-                Err(e) if Instant::now() > deadline => {
-                    return Err(format!("rank 0 never listened on port {port}: {e}"));
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        }
-    }
+    let mut times = times.split_off(WARM_UP);
+    times.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mean = times.iter().map(|d| ms(*d)).sum::<f64>() / times.len() as f64;
+    println!(
+        "timing steps {} median_ms {:.3} mean_ms {mean:.3}",
+        times.len(),
+        ms(times[times.len() / 2])
+    );
+}
+
+/// Steps left out of the timing.
+const WARM_UP: usize = 3;
+
+/// The collective's configuration for `step`: this rank's tensor port alternates between two
+/// ports, so a registration never binds the port the previous one's server may still hold.
+fn collective_config(args: &Args, step: u64) -> Result<CollectiveConfig, String> {
+    let data_port = port(
+        args,
+        1 + args.rank
+            + if step.is_multiple_of(2) {
+                args.world_size
+            } else {
+                0
+            },
+    )?;
+    Ok(CollectiveConfig::default()
+        .with_num_devices(1)
+        .with_num_nodes(args.world_size)
+        .with_global_address(address(&args.master_addr, args.master_port)?)
+        .with_node_address(address("127.0.0.1", data_port)?)
+        .with_data_service_port(data_port)
+        .with_global_all_reduce_strategy(AllReduceStrategy::Centralized)
+        .with_local_all_reduce_strategy(AllReduceStrategy::Centralized))
 }
 
 fn address(host: &str, port: u16) -> Result<Address, String> {
     Address::from_str(&format!("ws://{host}:{port}")).map_err(|e| format!("{e:?}"))
 }
 
-fn data_port(args: &Args, rank: u32) -> Result<u16, String> {
-    u16::try_from(args.master_port as u32 + 1 + rank).map_err(|_| {
+/// The master port plus `offset`.
+fn port(args: &Args, offset: u32) -> Result<u16, String> {
+    u16::try_from(args.master_port as u32 + offset).map_err(|_| {
         format!(
-            "--master-port {} leaves no port for rank {rank}",
-            args.master_port
+            "--master-port {} leaves no room for {} ranks' ports",
+            args.master_port, args.world_size
         )
     })
 }
@@ -272,12 +275,14 @@ fn train_step(
     x: &Tensor<B, 2>,
     y: &Tensor<B, 2>,
     config: &CollectiveConfig,
+    barrier: &mut StepBarrier,
 ) -> Result<f32, String> {
     // Registered before the compute: a rank slow or stuck in its compute then leaves the others
     // waiting inside burn's all-reduce (burn's global registration waits for every rank).
     register_step(args, config)?;
     let (loss, grads) = forward_backward(args, step, model, x, y);
     let grads = all_reduce_mean(args, grads)?;
+    step_barrier(barrier, step)?;
     optimizer_step(model, grads, args.lr);
     tracing::Span::current().record("loss", loss);
     Ok(loss)
@@ -324,8 +329,8 @@ fn forward_backward(
 const PEER: PeerId = PeerId(0);
 
 /// Registers this step's collective: burn-collective 0.21 does one operation per registration
-/// (a second all-reduce within one registration does not return), so every step registers,
-/// reduces once and finishes.
+/// (its global sync never clears the peers that synced, so a second all-reduce within one
+/// registration waits forever), so every step registers, reduces once and finishes.
 #[instrument(skip_all, fields(nemo.group.collective))]
 fn register_step(args: &Args, config: &CollectiveConfig) -> Result<(), String> {
     if args.world_size == 1 {
@@ -344,8 +349,21 @@ fn all_reduce_mean(args: &Args, grads: Tensor<Inner, 1>) -> Result<Tensor<Inner,
     let peer = PEER;
     let reduced = all_reduce::<Inner>(peer, grads.into_primitive().tensor(), ReduceOperation::Mean)
         .map_err(|e| format!("all_reduce: {e:?}"))?;
-    finish_collective::<Inner>(peer).map_err(|e| format!("finish_collective: {e:?}"))?;
+    finish_step()?;
     Ok(Tensor::from_primitive(TensorPrimitive::Float(reduced)))
+}
+
+/// Ends this step's registration: a round trip to the orchestrator, which burn does not trace
+/// (its time would otherwise count as compute).
+#[instrument(skip_all, fields(nemo.group.collective))]
+fn finish_step() -> Result<(), String> {
+    finish_collective::<Inner>(PEER).map_err(|e| format!("finish_collective: {e:?}"))
+}
+
+/// Waits until every rank has finished this step's registration (see [`StepBarrier`]).
+#[instrument(skip_all, fields(nemo.group.collective))]
+fn step_barrier(barrier: &mut StepBarrier, step: u64) -> Result<(), String> {
+    barrier.wait(step)
 }
 
 #[instrument(skip_all, fields(nemo.group.optimizer))]
