@@ -121,3 +121,70 @@ fn changing_the_groups_at_run_time_re_evaluates_callsites() {
         );
     });
 }
+
+/// A span of a group carries `lens.group`, and with a category `lens.span_category` and the
+/// `purpose` list Lens's collector configurations route on; Megatron's and NVRx's vocabularies
+/// register as Python registers them.
+#[test]
+fn spans_carry_their_group_category_and_purpose() {
+    use nemo_lens::GroupsConfig;
+    use opentelemetry::{Array, Value};
+    groups::register_span_groups(
+        &GroupsConfig::MEGATRON_SPAN_GROUPS,
+        &GroupsConfig::MEGATRON_SPAN_PRESETS,
+    )
+    .unwrap();
+    groups::register_span_groups(
+        &GroupsConfig::NVRX_SPAN_GROUPS,
+        &GroupsConfig::NVRX_SPAN_PRESETS,
+    )
+    .unwrap();
+    let c = capture("goodput,microbatch,nvrx.ft,collective");
+    c.in_scope(|| {
+        step();
+        tracing::info_span!(
+            "megatron.train.first_iteration",
+            nemo.group.first_iteration = tracing::field::Empty
+        )
+        .in_scope(|| {});
+        tracing::info_span!("mb", nemo.group.microbatch = tracing::field::Empty).in_scope(|| {});
+        tracing::info_span!("rdzv", nemo.group.nvrx.ft = tracing::field::Empty).in_scope(|| {});
+        // Its own purpose wins.
+        tracing::info_span!(
+            "mine",
+            nemo.group.step = tracing::field::Empty,
+            purpose = "archive"
+        )
+        .in_scope(|| {});
+        // In `collective` by the default span-group rule on its target.
+        tracing::info_span!(target: "burn_collective::local", "all_reduce").in_scope(|| {});
+        ungrouped();
+    });
+    let attr = |span: &str, key: &str| SpanCapture::attribute(&c.span(span).unwrap(), key);
+    let list = |s: &'static str| Some(Value::Array(Array::String(vec![s.into()])));
+    let text = |s: &'static str| Some(Value::from(s));
+    // `goodput` (Lens's GOODPUT_GROUPS) holds step, not forward_backward or optimizer.
+    assert_eq!(names(&c).len(), 7, "{:?}", names(&c));
+    assert_eq!(attr("step", "lens.group"), text("step"));
+    assert_eq!(attr("step", "lens.span_category"), text("goodput"));
+    assert_eq!(attr("step", "purpose"), list("goodput"));
+    let first = "megatron.train.first_iteration";
+    assert_eq!(attr(first, "lens.group"), text("first_iteration"));
+    assert_eq!(attr(first, "purpose"), list("goodput"));
+    assert_eq!(attr("mb", "lens.span_category"), text("profiling"));
+    assert_eq!(attr("mb", "purpose"), list("profiling"));
+    assert_eq!(attr("rdzv", "lens.group"), text("nvrx.ft"));
+    assert_eq!(attr("rdzv", "lens.span_category"), None);
+    assert_eq!(attr("rdzv", "purpose"), None);
+    assert_eq!(attr("mine", "purpose"), text("archive"));
+    assert_eq!(attr("mine", "lens.span_category"), text("goodput"));
+    assert_eq!(attr("all_reduce", "lens.group"), text("collective"));
+    assert_eq!(attr("all_reduce", "purpose"), list("profiling"));
+    let plain = c.span("ungrouped").unwrap();
+    assert!(
+        plain
+            .attributes
+            .iter()
+            .all(|kv| !kv.key.as_str().starts_with("lens.") && kv.key.as_str() != "purpose")
+    );
+}
