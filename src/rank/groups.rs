@@ -530,58 +530,6 @@ mod tests {
     }
 
     #[test]
-    fn megatron_and_nvrx_vocabularies_register_as_in_python() {
-        use crate::GroupsConfig;
-        register_span_groups(
-            &GroupsConfig::MEGATRON_SPAN_GROUPS,
-            &GroupsConfig::MEGATRON_SPAN_PRESETS,
-        )
-        .unwrap();
-        register_span_groups(
-            &GroupsConfig::NVRX_SPAN_GROUPS,
-            &GroupsConfig::NVRX_SPAN_PRESETS,
-        )
-        .unwrap();
-        // Twice is harmless (a library imported again).
-        register_span_groups(
-            &GroupsConfig::NVRX_SPAN_GROUPS,
-            &GroupsConfig::NVRX_SPAN_PRESETS,
-        )
-        .unwrap();
-        let default = resolve("default", "X").unwrap();
-        for g in [
-            "job",
-            "checkpoint",
-            "evaluate",
-            "first_iteration",
-            "inference",
-        ] {
-            assert!(default.contains(g), "{g}");
-        }
-        for g in ["nvrx.job", "nvrx.ft", "nvrx.ckpt"] {
-            assert!(default.contains(g), "{g}");
-        }
-        assert!(!default.contains("nvrx.ckpt.phases") && !default.contains("microbatch"));
-        let per_step = resolve("per_step", "X").unwrap();
-        for g in [
-            "communication",
-            "data_loading",
-            "first_iteration",
-            "nvrx.ckpt.phases",
-        ] {
-            assert!(per_step.contains(g), "{g}");
-        }
-        assert!(!per_step.contains("trace_region") && !per_step.contains("layer"));
-        assert!(resolve("profiling", "X").unwrap().contains("trace_region"));
-        let goodput = resolve("goodput", "X").unwrap();
-        assert!(goodput.contains("data_loading") && goodput.contains("first_iteration"));
-        let category = |g: &str| categories().into_iter().find(|(n, _)| n == g).unwrap().1;
-        assert_eq!(category("first_iteration"), Some("goodput"));
-        assert_eq!(category("microbatch"), Some("profiling"));
-        assert_eq!(category("nvrx.ft"), None);
-    }
-
-    #[test]
     fn registered_presets_include_all() {
         let presets = registered_presets();
         assert!(presets.contains(&"per_step".to_string()));

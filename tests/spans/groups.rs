@@ -127,8 +127,12 @@ fn changing_the_groups_at_run_time_re_evaluates_callsites() {
 /// register as Python registers them.
 #[test]
 fn spans_carry_their_group_category_and_purpose() {
+    // Registration is process-wide: alone in a process, it changes no other test's presets.
+    nemo_lens_test_support::child::run_alone(spans_carry_their_group_category_and_purpose_alone);
+}
+
+fn register_megatron_and_nvrx() {
     use nemo_lens::GroupsConfig;
-    use opentelemetry::{Array, Value};
     groups::register_span_groups(
         &GroupsConfig::MEGATRON_SPAN_GROUPS,
         &GroupsConfig::MEGATRON_SPAN_PRESETS,
@@ -139,6 +143,62 @@ fn spans_carry_their_group_category_and_purpose() {
         &GroupsConfig::NVRX_SPAN_PRESETS,
     )
     .unwrap();
+}
+
+/// Megatron's and NVRx's presets after registration, as `MegatronSpanGroup` and NVRx's shim
+/// define them (unioned with the built-in presets of the same names).
+#[test]
+fn megatron_and_nvrx_presets_resolve_as_in_python() {
+    nemo_lens_test_support::child::run_alone(|| {
+        register_megatron_and_nvrx();
+        // Twice is harmless (a library imported again).
+        register_megatron_and_nvrx();
+        let enabled =
+            |spec: &str, group: &str| capture(spec).telemetry().is_span_group_enabled(group);
+        for g in [
+            "job",
+            "checkpoint",
+            "evaluate",
+            "first_iteration",
+            "inference",
+            "nvrx.job",
+            "nvrx.ft",
+            "nvrx.ckpt",
+        ] {
+            assert!(enabled("default", g), "default: {g}");
+        }
+        for g in ["nvrx.ckpt.phases", "microbatch", "step"] {
+            assert!(!enabled("default", g), "default: {g}");
+        }
+        for g in [
+            "communication",
+            "data_loading",
+            "first_iteration",
+            "inference",
+            "optimizer",
+            "nvrx.ckpt.phases",
+        ] {
+            assert!(enabled("per_step", g), "per_step: {g}");
+        }
+        for g in ["trace_region", "layer", "microbatch", "activation_offload"] {
+            assert!(!enabled("per_step", g), "per_step: {g}");
+            assert!(
+                enabled("profiling", g) && enabled("all", g),
+                "profiling: {g}"
+            );
+        }
+        for g in ["data_loading", "first_iteration", "step", "load_checkpoint"] {
+            assert!(enabled("goodput", g), "goodput: {g}");
+        }
+        assert!(!enabled("goodput", "communication") && !enabled("goodput", "nvrx.ft"));
+        // `profiling` and `all` are reserved.
+        assert!(groups::register_span_groups(&["profiling"], &[]).is_err());
+    });
+}
+
+fn spans_carry_their_group_category_and_purpose_alone() {
+    use opentelemetry::{Array, Value};
+    register_megatron_and_nvrx();
     let c = capture("goodput,microbatch,nvrx.ft,collective");
     c.in_scope(|| {
         step();
