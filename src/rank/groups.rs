@@ -103,12 +103,12 @@ pub(crate) const FORWARD_BACKWARD: &str = "forward_backward";
 pub(crate) const OPTIMIZER: &str = "optimizer";
 
 /// `collective`: communication between ranks (all-reduce, barriers, ...), put around it by
-/// libraries; not in any preset but `all` (the Python presets are unchanged), recorded by the
-/// [flight recorder](crate::flight_recorder) by default.
+/// libraries; not in any preset but `profiling` and `all` (the Python presets are unchanged),
+/// recorded by the [flight recorder](crate::flight_recorder) by default.
 pub(crate) const COLLECTIVE: &str = "collective";
 
 /// `ops`: a framework's tensor operations (matmul, kernels, ...), which a span-group rule puts
-/// in a group by target; in no preset but `all`: there are many per step.
+/// in a group by target; in no preset but `profiling` and `all`: there are many per step.
 pub(crate) const OPS: &str = "ops";
 
 /// The eight built-in groups of the Python library (the registry also holds `COLLECTIVE` and
@@ -185,7 +185,7 @@ fn normalize(name: &str) -> Result<String> {
 /// already exists gains the new members (presets union across libraries); preset members must be
 /// registered groups; `all` is reserved, and `profiling` is every group whatever its members
 /// (as every library defines it). A call with a `goodput` preset gives its groups a category
-/// (see [Categories](self#categories-lensgroup-lensspan_category-purpose)).
+/// (see the [module documentation](self)).
 ///
 /// ```
 /// use nemo_lens::groups::register_span_groups;
