@@ -242,7 +242,7 @@ fn train(args: &Args, telemetry: &Telemetry) {
         }
         .record(telemetry.instruments());
         tracing::debug!(loss, step, "step finished");
-        if args.checkpoint_every > 0 && step % args.checkpoint_every == 0 {
+        if args.checkpoint_every > 0 && step.is_multiple_of(args.checkpoint_every) {
             if args.megatron {
                 megatron_checkpoint_save(step);
             } else {
