@@ -49,6 +49,22 @@
 //! The same with `--slow-rank 2` for every rank instead of `--hang-at 3`, then
 //! `pkill -USR1 -f examples/trainer` (every rank dumps and trains on) and
 //! `nemo-lens straggler dumps/*-signal.jsonl` names rank 2 and what it costs the job per step.
+//!
+//! With `--megatron` the trainer registers Megatron-LM's span groups and presets
+//! ([`nemo_lens::GroupsConfig::MEGATRON_SPAN_GROUPS`]) and names its spans as Megatron does, so
+//! `nemo-lens goodput` reports on it: `megatron.startup.model_init`, `megatron.startup.dataloader`,
+//! one `megatron.train.iteration` per step and a `megatron.checkpoint.save` per checkpoint (both
+//! with `megatron.iteration`), and with `--resume-from N` (a requeued job that reloads
+//! checkpoint N) a `megatron.checkpoint.load` and iterations from N + 1 on. A second run that
+//! resumes from an earlier checkpoint than the first run reached makes the first run's later
+//! iterations redone:
+//!
+//! ```sh
+//! export NEMO_LENS_ENABLED=1 NEMO_LENS_EXPORTER=console NEMO_LENS_CONSOLE_PATH='job/lens_rank{rank}.jsonl'
+//! cargo run --example trainer -- --megatron --steps 7 --checkpoint-every 4            # stops at 7
+//! cargo run --example trainer -- --megatron --steps 10 --checkpoint-every 4 --resume-from 4
+//! nemo-lens goodput job     # 5, 6, 7 redone; 9, 10 uncommitted; 8 committed
+//! ```
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -57,7 +73,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use nemo_lens::metrics::TrainingMetrics;
-use nemo_lens::{LensConfig, Place, Telemetry};
+use nemo_lens::{GroupsConfig, LensConfig, Place, Telemetry};
 use opentelemetry::KeyValue;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
@@ -131,6 +147,14 @@ struct Args {
     /// the step's trace context in the request headers.
     #[arg(long)]
     reward_url: Option<String>,
+    /// Name the spans as Megatron-LM does (`megatron.train.iteration`, ...), with its span
+    /// groups registered, so that `nemo-lens goodput` reports on the job.
+    #[arg(long)]
+    megatron: bool,
+    /// Resume from the checkpoint of this step (a requeued job): load it, then run the steps
+    /// after it up to `--steps`.
+    #[arg(long, value_name = "STEP")]
+    resume_from: Option<u64>,
 }
 
 fn parse_attribute(s: &str) -> Result<(String, String), String> {
@@ -149,6 +173,15 @@ fn parse_slow_factor(s: &str) -> Result<f64, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.megatron
+        && let Err(e) = nemo_lens::groups::register_span_groups(
+            &GroupsConfig::MEGATRON_SPAN_GROUPS,
+            &GroupsConfig::MEGATRON_SPAN_PRESETS,
+        )
+    {
+        eprintln!("trainer: {e}");
+        return ExitCode::from(2);
+    }
     let config = match LensConfig::from_env() {
         Ok(c) => c,
         Err(e) => {
@@ -232,12 +265,17 @@ fn main() -> ExitCode {
 #[instrument(skip_all, fields(nemo.group.job, dl.rank = args.rank, dl.world_size = args.world_size))]
 fn train(args: &Args, telemetry: &Telemetry) {
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
-    let mut step = 1;
+    if args.megatron {
+        megatron_startup(args.resume_from);
+    } else if let Some(step) = args.resume_from {
+        load_checkpoint(step);
+    }
+    let mut step = args.resume_from.unwrap_or(0) + 1;
     while args.steps == 0 || step <= args.steps {
         let started = Instant::now();
         let loss = if args.catch_panics {
             let step_result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                train_step(step, args, &mut rng)
+                iteration(step, args, &mut rng)
             }));
             match step_result {
                 Ok(loss) => loss,
@@ -248,7 +286,7 @@ fn train(args: &Args, telemetry: &Telemetry) {
                 }
             }
         } else {
-            train_step(step, args, &mut rng)
+            iteration(step, args, &mut rng)
         };
         // Metrics: a no-op on ranks that export nothing.
         TrainingMetrics {
@@ -258,15 +296,39 @@ fn train(args: &Args, telemetry: &Telemetry) {
         }
         .record(telemetry.instruments());
         tracing::debug!(loss, step, "step finished");
-        if args.checkpoint_every > 0 && step % args.checkpoint_every == 0 {
-            save_checkpoint(step);
+        if args.checkpoint_every > 0 && step.is_multiple_of(args.checkpoint_every) {
+            if args.megatron {
+                megatron_checkpoint_save(step);
+            } else {
+                save_checkpoint(step);
+            }
         }
         step += 1;
     }
 }
 
+/// One training step, in the span of the trainer's vocabulary.
+fn iteration(step: u64, args: &Args, rng: &mut ChaCha8Rng) -> f64 {
+    if args.megatron {
+        tracing::info_span!(
+            "megatron.train.iteration",
+            nemo.group.step = tracing::field::Empty,
+            megatron.iteration = step,
+            dl.loss = tracing::field::Empty,
+        )
+        .in_scope(|| step_body(step, args, rng))
+    } else {
+        train_step(step, args, rng)
+    }
+}
+
 #[instrument(skip(args, rng), fields(nemo.group.step, dl.loss = tracing::field::Empty))]
 fn train_step(step: u64, args: &Args, rng: &mut ChaCha8Rng) -> f64 {
+    step_body(step, args, rng)
+}
+
+/// What a step does, in the span of its caller (which records `dl.loss`).
+fn step_body(step: u64, args: &Args, rng: &mut ChaCha8Rng) -> f64 {
     let mut compute_ms = args.step_ms * 2 / 3;
     if args.slow_rank == Some(args.rank.unwrap_or(0)) {
         compute_ms = (compute_ms as f64 * args.slow_factor).round() as u64;
@@ -330,6 +392,48 @@ fn optimizer_step(ms: u64) {
 
 #[instrument(fields(nemo.group.checkpoint))]
 fn save_checkpoint(step: u64) {
+    checkpoint_body(step);
+}
+
+#[instrument(fields(nemo.group.load_checkpoint))]
+fn load_checkpoint(step: u64) {
+    sleep(Duration::from_millis(2));
+}
+
+/// Megatron's start-up: the model, the checkpoint a requeued job resumes from, the data
+/// loaders.
+fn megatron_startup(resume_from: Option<u64>) {
+    tracing::info_span!(
+        "megatron.startup.model_init",
+        nemo.group.model_init = tracing::field::Empty
+    )
+    .in_scope(|| sleep(Duration::from_millis(5)));
+    if let Some(step) = resume_from {
+        tracing::info_span!(
+            "megatron.checkpoint.load",
+            nemo.group.load_checkpoint = tracing::field::Empty,
+            megatron.iteration = step,
+        )
+        .in_scope(|| sleep(Duration::from_millis(3)));
+    }
+    tracing::info_span!(
+        "megatron.startup.dataloader",
+        nemo.group.data_loading = tracing::field::Empty
+    )
+    .in_scope(|| sleep(Duration::from_millis(2)));
+}
+
+/// A checkpoint save as Megatron names it: its iteration commits the steps up to it.
+fn megatron_checkpoint_save(step: u64) {
+    tracing::info_span!(
+        "megatron.checkpoint.save",
+        nemo.group.checkpoint = tracing::field::Empty,
+        megatron.iteration = step,
+    )
+    .in_scope(|| checkpoint_body(step));
+}
+
+fn checkpoint_body(step: u64) {
     let started = Instant::now();
     sleep(Duration::from_millis(1));
     // A log record (with NEMO_LENS_LOGS_ENABLED=1) and a histogram point, from one event.

@@ -24,7 +24,10 @@
 //!   OpenTelemetry resource names, used as literals by the Python package;
 //! * `dl.*`, `nv.dl.*`, `nv.gpu.*`, `rl.*`, `gym.*`, `slurm.*`, `nemo.*`, `wandb.*`,
 //!   `inverted.*` — NeMo custom, stable within the NeMo ecosystem: they change only in a major
-//!   release.
+//!   release;
+//! * `lens.*`, `purpose`, `megatron.*`, `nv.nvrx.*` — the names NeMo Lens, Megatron-LM and NVRx
+//!   use today (span groups, collector routing, the span names `nemo-lens goodput` reads),
+//!   nightly: they follow those projects.
 //!
 //! # Releases
 //!
@@ -463,6 +466,69 @@ pub const INVERTED_END_EPOCH_SECONDS: &str = "inverted.end_epoch_seconds";
 /// `inverted.delta_seconds` (string): start minus end in seconds, a positive decimal (`"0.004"`,
 /// `"1E-9"`).
 pub const INVERTED_DELTA_SECONDS: &str = "inverted.delta_seconds";
+
+// ------------------------------------------------------------------------------------------
+// Span groups and collector routing (lens.*, purpose) — NeMo custom, nightly
+// ------------------------------------------------------------------------------------------
+
+/// `lens.group` (string): the span group of a span (see [`crate::groups`]), on every exported
+/// span of a group, as NeMo Lens's `managed_span` sets it.
+pub const LENS_GROUP: &str = "lens.group";
+/// `lens.span_category` (string): `goodput` or `profiling`, the category of the span's group,
+/// when its group has one (see [`crate::groups`]).
+pub const LENS_SPAN_CATEGORY: &str = "lens.span_category";
+/// `purpose` (string list): what a span is kept for (`["goodput"]`, `["profiling"]`); NeMo
+/// Lens's collector configurations route on it (`ContainsValue(attributes["purpose"],
+/// "goodput")`). Written from the span's category unless the span sets it itself.
+pub const PURPOSE: &str = "purpose";
+
+// ------------------------------------------------------------------------------------------
+// Megatron-LM (megatron.*) — Megatron's instrumentation, read by `nemo-lens goodput`
+// ------------------------------------------------------------------------------------------
+
+/// `megatron.iteration` (integer): the training iteration of a `megatron.train.iteration` span
+/// and of checkpoint spans (the iteration a save commits, a load resumes from).
+pub const MEGATRON_ITERATION: &str = "megatron.iteration";
+/// `megatron.layer_number` (integer): the transformer layer of a `megatron.layer.*` span.
+pub const MEGATRON_LAYER_NUMBER: &str = "megatron.layer_number";
+/// `megatron.train.iteration`: span name of one training iteration (group `step`), with
+/// [`MEGATRON_ITERATION`]; `nemo-lens goodput` counts these.
+pub const MEGATRON_TRAIN_ITERATION: &str = "megatron.train.iteration";
+/// `megatron.checkpoint.save`: span name of a checkpoint save (group `checkpoint`), with
+/// [`MEGATRON_ITERATION`]: it commits the iterations up to it.
+pub const MEGATRON_CHECKPOINT_SAVE: &str = "megatron.checkpoint.save";
+/// `megatron.checkpoint.exposed_save`: span name of the part of a save training waits for.
+pub const MEGATRON_CHECKPOINT_EXPOSED_SAVE: &str = "megatron.checkpoint.exposed_save";
+/// `megatron.checkpoint.load`: span name of a checkpoint load at start-up (group
+/// `load_checkpoint`).
+pub const MEGATRON_CHECKPOINT_LOAD: &str = "megatron.checkpoint.load";
+/// `megatron.startup.model_init`: span name of building the model (group `model_init`).
+pub const MEGATRON_STARTUP_MODEL_INIT: &str = "megatron.startup.model_init";
+/// `megatron.startup.dataloader`: span name of building the data loaders (group
+/// `data_loading`).
+pub const MEGATRON_STARTUP_DATALOADER: &str = "megatron.startup.dataloader";
+/// `megatron.evaluate`: span name of an evaluation pass (group `evaluate`).
+pub const MEGATRON_EVALUATE: &str = "megatron.evaluate";
+/// `megatron.pretrain`: span name of Megatron's whole `pretrain` call; `nemo-lens goodput`
+/// takes it as the rank's window when there is no `slurm.job` or `workload` span.
+pub const MEGATRON_PRETRAIN: &str = "megatron.pretrain";
+
+// ------------------------------------------------------------------------------------------
+// NVRx (nv.nvrx.*) — nvidia-resiliency-ext's instrumentation
+// ------------------------------------------------------------------------------------------
+
+/// `nv.nvrx.cycle.index` (integer): the restart cycle of an ft_launcher span.
+pub const NV_NVRX_CYCLE_INDEX: &str = "nv.nvrx.cycle.index";
+/// `nv.nvrx.cycle.outcome` (string): how a cycle ended (`completed`, `failed`, `peer_restart`,
+/// `excluded`, `standby`, `terminated`).
+pub const NV_NVRX_CYCLE_OUTCOME: &str = "nv.nvrx.cycle.outcome";
+/// `nv.nvrx.ftl.node` (string): the node of an ft_launcher agent.
+pub const NV_NVRX_FTL_NODE: &str = "nv.nvrx.ftl.node";
+/// `nv.nvrx.ftl.rdzv.round` (integer): the rendezvous round of an ft_launcher span.
+pub const NV_NVRX_FTL_RDZV_ROUND: &str = "nv.nvrx.ftl.rdzv.round";
+/// `nv.nvrx.ckpt.call_idx` (integer): the checkpoint call a `nv.nvrx.ckpt.save.*` span belongs
+/// to.
+pub const NV_NVRX_CKPT_CALL_IDX: &str = "nv.nvrx.ckpt.call_idx";
 
 // ------------------------------------------------------------------------------------------
 // Metric (instrument) names — see `crate::metrics::families`

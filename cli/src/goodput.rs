@@ -10,6 +10,7 @@
 
 mod classify;
 mod files;
+mod html;
 pub mod lost;
 mod rank;
 mod report;
@@ -34,6 +35,8 @@ pub struct Options {
     pub json: bool,
     /// Also write folded stacks here.
     pub fold: Option<PathBuf>,
+    /// Also write the flame as a self-contained HTML page here.
+    pub html: Option<PathBuf>,
     /// Child order of the flame.
     pub sort: Sort,
     /// How files are read.
@@ -204,6 +207,18 @@ pub fn run(opts: &Options) -> Result<()> {
         if !opts.json {
             writeln!(stdout, "  folded stacks -> {}", fold.display())
                 .context("cannot write stdout")?;
+        }
+    }
+    if let Some(html) = &opts.html {
+        std::fs::write(html, html::page(&job_report, opts.sort))
+            .with_context(|| format!("cannot write {}", html.display()))?;
+        if !opts.json {
+            writeln!(
+                stdout,
+                "  interactive flame -> {}  (open in a browser; click to zoom)",
+                html.display()
+            )
+            .context("cannot write stdout")?;
         }
     }
     if !opts.json {

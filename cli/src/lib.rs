@@ -161,6 +161,9 @@ enum Command {
         /// Also write folded stacks (`path milliseconds` per line) to this file.
         #[arg(long, value_name = "FILE")]
         fold: Option<PathBuf>,
+        /// Also write the flame as a self-contained HTML page (click to zoom) to this file.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
         /// Order of a node's children in the flame.
         #[arg(long, value_enum, default_value_t = goodput::Sort::Fixed)]
         sort: goodput::Sort,
@@ -319,6 +322,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             inputs,
             json,
             fold,
+            html,
             sort,
             read,
             jobs,
@@ -326,6 +330,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             inputs,
             json,
             fold,
+            html,
             sort,
             read,
             jobs,

@@ -262,3 +262,85 @@ fn sort_orders_are_lenss() {
         assert_eq!(mask(&stdout), mask(&want), "--sort {sort}");
     }
 }
+
+/// `--html`: one self-contained page whose summary line, flame tree and report are those of the
+/// job's figures (the tree's leaves are the `--json` paths, to the millisecond, as Lens's page
+/// rounds them).
+#[test]
+fn html_page_holds_the_jobs_flame_and_summary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let page_path = tmp.path().join("flame.html");
+    let dir = job("requeue");
+    let (stdout, _) = goodput(&[dir.to_str().unwrap(), "--html", page_path.to_str().unwrap()]);
+    assert!(
+        stdout.contains(&format!("interactive flame -> {}", page_path.display())),
+        "{stdout}"
+    );
+    let page = std::fs::read_to_string(&page_path).unwrap();
+    let j = json_of("requeue");
+
+    // Self-contained: nothing fetched.
+    for fetch in ["src=", "href=", "http:", "https:", "@import", "url("] {
+        assert!(!page.contains(fetch), "the page fetches something: {fetch}");
+    }
+    let summary = page
+        .split("<p id=\"summary\">")
+        .nth(1)
+        .and_then(|s| s.split("</p>").next())
+        .unwrap()
+        .replace("&gt;", ">");
+    let pct = |k: &str| format!("{:.1}%", 100.0 * j[k].as_f64().unwrap());
+    let want = format!(
+        "OVERALL goodput {}  =  sched {} x runtime {} x app {}   |   {:.2} gpu-h over {} GPUs   |   {}",
+        pct("overall_goodput"),
+        pct("sched_goodput"),
+        pct("runtime_goodput"),
+        pct("app_goodput"),
+        j["total_s"].as_f64().unwrap() / 3600.0,
+        j["gpus"],
+        j["denominator"].as_str().unwrap(),
+    );
+    assert_eq!(summary, want);
+    // The text report, for a browser without scripts.
+    assert!(page.contains(&format!("=== GOODPUT FLAME === {} GPUs", j["gpus"])));
+
+    let data = page
+        .split("<script type=\"application/json\" id=\"data\">")
+        .nth(1)
+        .and_then(|s| s.split("</script>").next())
+        .unwrap();
+    let data: Value = serde_json::from_str(data).unwrap();
+    assert_eq!(data["sort"], "fixed");
+    let tree = &data["tree"];
+    assert_eq!(tree["name"], "TOTAL");
+    let total = j["total_s"].as_f64().unwrap();
+    assert!((tree["value"].as_f64().unwrap() - total).abs() <= 5e-4);
+    // Fixed order: GOOD before BAD.
+    let top: Vec<&str> = tree["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(top, ["GOOD", "BAD"]);
+    fn leaves(node: &Value, out: &mut Vec<(String, f64)>) {
+        let kids = node["children"].as_array().unwrap();
+        if kids.is_empty() {
+            out.push((
+                node["path"].as_str().unwrap().to_owned(),
+                node["value"].as_f64().unwrap(),
+            ));
+        }
+        for k in kids {
+            leaves(k, out);
+        }
+    }
+    let mut got = Vec::new();
+    leaves(tree, &mut got);
+    let paths = j["paths_s"].as_object().unwrap();
+    assert_eq!(got.len(), paths.len());
+    for (path, value) in got {
+        let want = paths[&path].as_f64().unwrap();
+        assert!((value - want).abs() <= 5e-4, "{path}: {value} != {want}");
+    }
+}

@@ -108,6 +108,71 @@ pub struct GroupsConfig {
     pub trace_per: String,
 }
 
+impl GroupsConfig {
+    /// Megatron-LM's span groups beyond the built-in ones (its `MegatronSpanGroup`), for
+    /// [`register_span_groups`](crate::groups::register_span_groups) with
+    /// [`MEGATRON_SPAN_PRESETS`](Self::MEGATRON_SPAN_PRESETS), so that a Rust rank takes the same
+    /// `NEMO_LENS_SPAN_GROUPS` as the Python ranks of a Megatron job.
+    ///
+    /// ```
+    /// use nemo_lens::{groups, GroupsConfig};
+    /// groups::register_span_groups(&GroupsConfig::MEGATRON_SPAN_GROUPS, &GroupsConfig::MEGATRON_SPAN_PRESETS).unwrap();
+    /// ```
+    pub const MEGATRON_SPAN_GROUPS: [&'static str; 8] = [
+        "microbatch",
+        "layer",
+        "communication",
+        "activation_offload",
+        "data_loading",
+        "first_iteration",
+        "trace_region",
+        "inference",
+    ];
+
+    /// Megatron-LM's presets over its groups (they union with the built-in presets of the same
+    /// names): `default` adds `first_iteration` and `inference`; `goodput` (the groups of
+    /// category `goodput`) adds `data_loading` and `first_iteration`; `per_step` adds
+    /// `communication`, `data_loading`, `first_iteration` and `inference`; `profiling` is every
+    /// group. Megatron's own `goodput` leaves out `evaluate`, which the built-in one holds:
+    /// registered presets only add.
+    pub const MEGATRON_SPAN_PRESETS: [(&'static str, &'static [&'static str]); 4] = [
+        ("default", &["first_iteration", "inference"]),
+        ("goodput", &["data_loading", "first_iteration"]),
+        (
+            "per_step",
+            &[
+                "communication",
+                "data_loading",
+                "first_iteration",
+                "inference",
+            ],
+        ),
+        ("profiling", &Self::MEGATRON_SPAN_GROUPS),
+    ];
+
+    /// NVRx's span groups (nvidia-resiliency-ext registers them when its telemetry shim is
+    /// imported), for [`register_span_groups`](crate::groups::register_span_groups) with
+    /// [`NVRX_SPAN_PRESETS`](Self::NVRX_SPAN_PRESETS). A span declares one with a field such as
+    /// `nemo.group.nvrx.ft`.
+    ///
+    /// ```
+    /// use nemo_lens::{groups, GroupsConfig};
+    /// groups::register_span_groups(&GroupsConfig::NVRX_SPAN_GROUPS, &GroupsConfig::NVRX_SPAN_PRESETS).unwrap();
+    /// let _span = tracing::info_span!("nv.nvrx.ftl.rendezvous", nemo.group.nvrx.ft = tracing::field::Empty);
+    /// ```
+    pub const NVRX_SPAN_GROUPS: [&'static str; 4] =
+        ["nvrx.job", "nvrx.ft", "nvrx.ckpt", "nvrx.ckpt.phases"];
+
+    /// NVRx's presets: `default` is `nvrx.job`, `nvrx.ft`, `nvrx.ckpt`; `per_step` adds
+    /// `nvrx.ckpt.phases`; `profiling` is every group. NVRx names no `goodput` preset, so its
+    /// spans carry `lens.group` but no category.
+    pub const NVRX_SPAN_PRESETS: [(&'static str, &'static [&'static str]); 3] = [
+        ("default", &["nvrx.job", "nvrx.ft", "nvrx.ckpt"]),
+        ("per_step", &Self::NVRX_SPAN_GROUPS),
+        ("profiling", &Self::NVRX_SPAN_GROUPS),
+    ];
+}
+
 impl Default for GroupsConfig {
     fn default() -> Self {
         GroupsConfig {

@@ -15,6 +15,7 @@ use tracing_core::span::Id;
 use crate::ids;
 use crate::queue::span_processor::{RecordBuilder, SpanQueue};
 use crate::rank::groups::declared_group;
+use crate::rank::tags::GroupTags;
 use crate::record::attributes::TextRules;
 use crate::record::open_spans::OpenSpans;
 use crate::record::stacktrace::{Stacktrace, UserFrames};
@@ -64,6 +65,8 @@ pub(crate) struct Pipeline {
     /// `ERROR` events (and every panic) carry a backtrace
     /// ([`TelemetryBuilder::error_backtraces`](crate::TelemetryBuilder::error_backtraces)).
     pub(crate) error_backtraces: bool,
+    /// The attributes each span group gives its spans.
+    pub(crate) group_tags: GroupTags,
 }
 
 impl Pipeline {
@@ -105,7 +108,14 @@ impl Pipeline {
             env_sampler: if rank_sampler { None } else { env_sampler() },
             trace_per: Box::default(),
             error_backtraces: false,
+            group_tags: GroupTags::default(),
         }
+    }
+
+    /// The spans of a group carry these attributes of their group.
+    pub(crate) fn with_group_tags(mut self, tags: GroupTags) -> Self {
+        self.group_tags = tags;
+        self
     }
 
     /// Spans of `groups` (lower-case names) start a trace each, linked to the span that would

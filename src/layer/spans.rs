@@ -197,6 +197,7 @@ where
                 if let Some(link) = link {
                     record.push_link(link, Vec::new(), pipeline.limits);
                 }
+                record.set_group_tags(pipeline.group_tags.of(attrs.metadata()));
             }
             state
         } else {

@@ -7,13 +7,14 @@
 //! | preset | groups |
 //! |---|---|
 //! | `default` | `job`, `checkpoint`, `evaluate` |
-//! | `per_step` | the above plus `model_init`, `load_checkpoint`, `step`, `forward_backward`, `optimizer` |
-//! | `all` | every registered group |
+//! | `goodput` | `job`, `checkpoint`, `evaluate`, `model_init`, `load_checkpoint`, `step` |
+//! | `per_step` | `goodput`'s plus `forward_backward`, `optimizer` |
+//! | `profiling`, `all` | every registered group |
 //!
 //! The built-in groups are the eight above (those of the Python library), `collective`
 //! (communication between ranks: all-reduce, barriers, …), which the
 //! [flight recorder](crate::flight_recorder) records by default, and `ops` (a framework's tensor
-//! operations); those two are in no preset but `all`. An unknown name in
+//! operations); those two are in no preset but `profiling` and `all`. An unknown name in
 //! [`set_enabled_span_groups`] is an error that lists the
 //! registered groups and presets; in `NEMO_LENS_SPAN_GROUPS` it is reported once and ignored (a
 //! job shares one value across processes that register different groups).
@@ -50,6 +51,27 @@
 //! let telemetry = nemo_lens::Telemetry::builder(nemo_lens::LensConfig::default()).build().unwrap();
 //! groups::set_enabled_span_groups("per_step").unwrap(); // now holds "microbatch" too
 //! ```
+//!
+//! Megatron-LM's and NVRx's vocabularies are constants of [`GroupsConfig`](crate::GroupsConfig),
+//! so a Rust rank in a Megatron job takes the same `NEMO_LENS_SPAN_GROUPS` as its Python
+//! ranks (register before setup):
+//!
+//! ```
+//! use nemo_lens::{groups, GroupsConfig};
+//! groups::register_span_groups(&GroupsConfig::MEGATRON_SPAN_GROUPS, &GroupsConfig::MEGATRON_SPAN_PRESETS).unwrap();
+//! groups::register_span_groups(&GroupsConfig::NVRX_SPAN_GROUPS, &GroupsConfig::NVRX_SPAN_PRESETS).unwrap();
+//! ```
+//!
+//! # Categories: `lens.group`, `lens.span_category`, `purpose`
+//!
+//! Every exported span of a group carries `lens.group` (its group), as NeMo Lens tags the spans
+//! of its `managed_span`. A group has a *category* when it is built in or its library registered
+//! a `goodput` preset in the same call (Python's span-group class of the job, whose
+//! `categories()` setup registers): `goodput` for the groups of the `goodput` preset, else
+//! `profiling`. A span of a group with a category also carries `lens.span_category` (that
+//! category) and `purpose`, the list attribute the collector configurations of NeMo Lens route
+//! on (`["goodput"]`, `["profiling"]`), unless the span sets `purpose` itself. The attributes are
+//! added by the export worker, off the training thread.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, OnceLock};
@@ -81,12 +103,12 @@ pub(crate) const FORWARD_BACKWARD: &str = "forward_backward";
 pub(crate) const OPTIMIZER: &str = "optimizer";
 
 /// `collective`: communication between ranks (all-reduce, barriers, ...), put around it by
-/// libraries; not in any preset but `all` (the Python presets are unchanged), recorded by the
-/// [flight recorder](crate::flight_recorder) by default.
+/// libraries; not in any preset but `profiling` and `all` (the Python presets are unchanged),
+/// recorded by the [flight recorder](crate::flight_recorder) by default.
 pub(crate) const COLLECTIVE: &str = "collective";
 
 /// `ops`: a framework's tensor operations (matmul, kernels, ...), which a span-group rule puts
-/// in a group by target; in no preset but `all`: there are many per step.
+/// in a group by target; in no preset but `profiling` and `all`: there are many per step.
 pub(crate) const OPS: &str = "ops";
 
 /// The eight built-in groups of the Python library (the registry also holds `COLLECTIVE` and
@@ -105,24 +127,44 @@ pub(crate) const BUILTIN_GROUPS: [&str; 8] = [
 /// The preset that expands to every registered group.
 pub(crate) const ALL_PRESET: &str = "all";
 
+/// Another name of [`ALL_PRESET`]: every library's `profiling` preset is all its groups.
+pub(crate) const PROFILING_PRESET: &str = "profiling";
+
+/// The preset whose groups are of category `goodput` (the others of their library are
+/// `profiling`).
+pub(crate) const GOODPUT_PRESET: &str = "goodput";
+
+/// The presets that expand to every registered group.
+fn is_all(preset: &str) -> bool {
+    preset == ALL_PRESET || preset == PROFILING_PRESET
+}
+
 #[derive(Debug)]
 struct Registry {
     groups: BTreeSet<String>,
     presets: BTreeMap<String, BTreeSet<String>>,
+    /// The groups that have a category (see the module's documentation).
+    categorized: BTreeSet<String>,
 }
 
 fn registry() -> &'static RwLock<Registry> {
     static REGISTRY: OnceLock<RwLock<Registry>> = OnceLock::new();
     REGISTRY.get_or_init(|| {
         let set = |names: &[&str]| names.iter().map(|s| s.to_string()).collect();
+        let groups: BTreeSet<String> = BUILTIN_GROUPS
+            .iter()
+            .chain(&[COLLECTIVE, OPS])
+            .map(|s| s.to_string())
+            .collect();
         RwLock::new(Registry {
-            groups: BUILTIN_GROUPS
-                .iter()
-                .chain(&[COLLECTIVE, OPS])
-                .map(|s| s.to_string())
-                .collect(),
+            categorized: groups.clone(),
+            groups,
             presets: BTreeMap::from([
                 ("default".to_string(), set(&[JOB, CHECKPOINT, EVALUATE])),
+                (
+                    GOODPUT_PRESET.to_string(),
+                    set(&[JOB, CHECKPOINT, EVALUATE, MODEL_INIT, LOAD_CHECKPOINT, STEP]),
+                ),
                 ("per_step".to_string(), set(&BUILTIN_GROUPS)),
             ]),
         })
@@ -141,7 +183,9 @@ fn normalize(name: &str) -> Result<String> {
 
 /// Registers groups and presets of a library. Names are trimmed and lower-cased; a preset that
 /// already exists gains the new members (presets union across libraries); preset members must be
-/// registered groups; `all` is reserved.
+/// registered groups; `all` is reserved, and `profiling` is every group whatever its members
+/// (as every library defines it). A call with a `goodput` preset gives its groups a category
+/// (see the [module documentation](self)).
 ///
 /// ```
 /// use nemo_lens::groups::register_span_groups;
@@ -152,12 +196,13 @@ fn normalize(name: &str) -> Result<String> {
 pub fn register_span_groups(groups: &[&str], presets: &[(&str, &[&str])]) -> Result<()> {
     let groups: Vec<String> = groups.iter().map(|g| normalize(g)).collect::<Result<_>>()?;
     let mut reg = registry().write();
-    if groups.iter().any(|g| g == ALL_PRESET) {
+    if groups.iter().any(|g| is_all(g)) {
         return Err(LensError::Registry(
-            "'all' is a reserved preset name and cannot be a group".into(),
+            "'all' and 'profiling' are reserved preset names and cannot be groups".into(),
         ));
     }
     let mut new_presets = Vec::new();
+    let mut categorized = false;
     for (preset, members) in presets {
         let preset = normalize(preset)?;
         if preset == ALL_PRESET {
@@ -165,6 +210,7 @@ pub fn register_span_groups(groups: &[&str], presets: &[(&str, &[&str])]) -> Res
                 "'all' is a built-in preset and cannot be redefined".into(),
             ));
         }
+        categorized |= preset == GOODPUT_PRESET;
         let mut set = BTreeSet::new();
         for m in *members {
             let m = normalize(m)?;
@@ -175,13 +221,37 @@ pub fn register_span_groups(groups: &[&str], presets: &[(&str, &[&str])]) -> Res
             }
             set.insert(m);
         }
-        new_presets.push((preset, set));
+        if preset != PROFILING_PRESET {
+            new_presets.push((preset, set));
+        }
+    }
+    if categorized {
+        reg.categorized.extend(groups.iter().cloned());
     }
     reg.groups.extend(groups);
     for (preset, set) in new_presets {
         reg.presets.entry(preset).or_default().extend(set);
     }
     Ok(())
+}
+
+/// Every registered group with its category, if it has one: `goodput` or `profiling`.
+pub(crate) fn categories() -> Vec<(String, Option<&'static str>)> {
+    let reg = registry().read();
+    let goodput = reg.presets.get(GOODPUT_PRESET);
+    reg.groups
+        .iter()
+        .map(|g| {
+            let category = reg.categorized.contains(g).then(|| {
+                if goodput.is_some_and(|p| p.contains(g)) {
+                    GOODPUT_PRESET
+                } else {
+                    PROFILING_PRESET
+                }
+            });
+            (g.clone(), category)
+        })
+        .collect()
 }
 
 /// Every registered group, sorted.
@@ -194,6 +264,7 @@ pub(crate) fn registered_presets() -> Vec<String> {
     let reg = registry().read();
     let mut names: Vec<String> = reg.presets.keys().cloned().collect();
     names.push(ALL_PRESET.to_string());
+    names.push(PROFILING_PRESET.to_string());
     names.sort();
     names
 }
@@ -208,7 +279,7 @@ pub(crate) fn resolve(spec: &str, var: &str) -> Result<BTreeSet<String>> {
         if part.is_empty() {
             continue;
         }
-        if part == ALL_PRESET {
+        if is_all(&part) {
             out.extend(reg.groups.iter().cloned());
         } else if let Some(members) = reg.presets.get(&part) {
             out.extend(members.iter().cloned());
@@ -218,6 +289,7 @@ pub(crate) fn resolve(spec: &str, var: &str) -> Result<BTreeSet<String>> {
             let mut valid: Vec<String> = reg.groups.iter().cloned().collect();
             valid.extend(reg.presets.keys().cloned());
             valid.push(ALL_PRESET.to_string());
+            valid.push(PROFILING_PRESET.to_string());
             valid.sort();
             valid.dedup();
             return Err(LensError::UnknownSpanGroup {
@@ -430,6 +502,31 @@ mod tests {
         let (set, unknown) = resolve_known("default, Megatron_PP ,step,megatron_pp");
         assert!(set.contains("job") && set.contains("step"));
         assert_eq!(unknown, vec!["megatron_pp".to_string()]);
+    }
+
+    #[test]
+    fn goodput_and_profiling_presets_as_in_lens() {
+        let goodput = resolve("goodput", "X").unwrap();
+        assert_eq!(
+            goodput.iter().map(String::as_str).collect::<Vec<_>>(),
+            [
+                "checkpoint",
+                "evaluate",
+                "job",
+                "load_checkpoint",
+                "model_init",
+                "step"
+            ]
+        );
+        assert_eq!(
+            resolve("Profiling", "X").unwrap(),
+            resolve("all", "X").unwrap()
+        );
+        assert!(register_span_groups(&["profiling"], &[]).is_err());
+        let category = |g: &str| categories().into_iter().find(|(n, _)| n == g).unwrap().1;
+        assert_eq!(category("step"), Some("goodput"));
+        assert_eq!(category("optimizer"), Some("profiling"));
+        assert_eq!(category("collective"), Some("profiling"));
     }
 
     #[test]

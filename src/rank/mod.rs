@@ -6,5 +6,6 @@ pub mod groups;
 pub(crate) mod rules;
 pub(crate) mod sampler;
 pub mod strategy;
+pub(crate) mod tags;
 
 pub use sampler::RankAwareSampler;

@@ -62,6 +62,7 @@ use opentelemetry::trace::{Event, Link, SpanContext, SpanKind, Status, TraceCont
 use opentelemetry::{Context, KeyValue};
 use parking_lot::Mutex;
 
+use crate::rank::tags::Tags;
 use crate::record::attributes::{EventValues, Reserved, SpanAttributes, exception_attributes};
 use crate::record::stacktrace::{PendingStacktraces, Stacktrace};
 use crate::semconv;
@@ -145,6 +146,8 @@ pub(crate) struct SpanRecord {
     stacktraces: PendingStacktraces,
     /// The worker has built its SDK span.
     built: bool,
+    /// The attributes of its span group (`lens.group`, ...), appended by the worker.
+    group_tags: Option<Tags>,
 }
 
 impl SpanRecord {
@@ -165,7 +168,14 @@ impl SpanRecord {
             dropped_links: 0,
             stacktraces: PendingStacktraces::default(),
             built: false,
+            group_tags: None,
         }
+    }
+
+    /// Gives the span the attributes of its group, which the worker appends.
+    #[inline]
+    pub(crate) fn set_group_tags(&mut self, tags: Option<Tags>) {
+        self.group_tags = tags;
     }
 
     /// Adds a link, or counts it past the limit.
@@ -193,6 +203,7 @@ impl SpanRecord {
         self.dropped_links = 0;
         self.stacktraces.clear();
         self.built = false;
+        self.group_tags = None;
     }
 
     /// Reads the new span's fields straight into the record: `read` (the layer's field reader)
@@ -512,7 +523,7 @@ impl SpanState {
     /// Backtraces captured for its events are resolved here, outside the lock: resolving
     /// symbols is the slow part of a backtrace, and this runs on the export worker.
     pub(crate) fn take_ended(&self) -> Option<Ended> {
-        let (mut ended, stacktraces) = {
+        let (mut ended, stacktraces, tags) = {
             let mut guard = self.record.lock();
             let r = guard.as_mut().filter(|r| !r.built && !r.is_open())?;
             r.built = true;
@@ -529,10 +540,26 @@ impl SpanState {
                 links: std::mem::take(&mut r.links),
                 dropped_links: r.dropped_links,
             };
-            (ended, std::mem::take(&mut r.stacktraces))
+            (
+                ended,
+                std::mem::take(&mut r.stacktraces),
+                r.group_tags.take(),
+            )
         };
         stacktraces.resolve_into(&mut ended.events, attributes::truncate_chars);
+        if let Some(tags) = tags {
+            append_tags(&mut ended.attributes, &tags);
+        }
         Some(ended)
+    }
+}
+
+/// Appends a group's `tags` to a span's `attributes`, but not a key the span set itself.
+fn append_tags(attributes: &mut SpanAttributes, tags: &[KeyValue]) {
+    for tag in tags {
+        if !attributes.iter().any(|kv| kv.key == tag.key) {
+            attributes.push(tag.clone());
+        }
     }
 }
 

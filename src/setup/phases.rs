@@ -37,6 +37,7 @@ use crate::rank::groups::{self, GroupGate};
 use crate::rank::rules::{self, CallsiteRules};
 use crate::rank::sampler::RankAwareSampler;
 use crate::rank::strategy;
+use crate::rank::tags::GroupTags;
 use crate::record::attributes::{RedactKeys, TextRules};
 
 /// `1 +` the fork generation in which an enabled setup ran, or 0: a forked child (another
@@ -443,6 +444,7 @@ pub(super) fn build_pipelines(
             },
             trace_per: plan.trace_per.clone(),
             error_backtraces: given.error_backtraces,
+            group_tags: GroupTags::new(plan.gate.rules().clone()),
             provider_builder: given.provider_builder.take(),
             install_global: given.install_globals,
         };

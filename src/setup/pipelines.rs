@@ -36,6 +36,7 @@ use crate::queue::processors::{
     yielding_exporter_processor,
 };
 use crate::rank::sampler::RankAwareSampler;
+use crate::rank::tags::GroupTags;
 use crate::record::attributes::TextRules;
 use crate::record::to_span_data::DirectBuild;
 
@@ -98,6 +99,8 @@ pub(super) struct TraceParts {
     pub(super) trace_per: Vec<String>,
     /// `ERROR` events and panics carry a backtrace.
     pub(super) error_backtraces: bool,
+    /// The attributes each span group gives its spans.
+    pub(super) group_tags: GroupTags,
     /// The application's own provider builder ([`TelemetryBuilder::tracer_provider`]).
     ///
     /// [`TelemetryBuilder::tracer_provider`]: super::TelemetryBuilder::tracer_provider
@@ -197,7 +200,8 @@ impl Built {
                     direct,
                 )
                 .with_trace_per(parts.trace_per)
-                .with_error_backtraces(parts.error_backtraces),
+                .with_error_backtraces(parts.error_backtraces)
+                .with_group_tags(parts.group_tags),
             ));
         }
         self.tracer_provider = Some(provider);

@@ -121,3 +121,130 @@ fn changing_the_groups_at_run_time_re_evaluates_callsites() {
         );
     });
 }
+
+/// A span of a group carries `lens.group`, and with a category `lens.span_category` and the
+/// `purpose` list Lens's collector configurations route on; Megatron's and NVRx's vocabularies
+/// register as Python registers them.
+#[test]
+fn spans_carry_their_group_category_and_purpose() {
+    // Registration is process-wide: alone in a process, it changes no other test's presets.
+    nemo_lens_test_support::child::run_alone(spans_carry_their_group_category_and_purpose_alone);
+}
+
+fn register_megatron_and_nvrx() {
+    use nemo_lens::GroupsConfig;
+    groups::register_span_groups(
+        &GroupsConfig::MEGATRON_SPAN_GROUPS,
+        &GroupsConfig::MEGATRON_SPAN_PRESETS,
+    )
+    .unwrap();
+    groups::register_span_groups(
+        &GroupsConfig::NVRX_SPAN_GROUPS,
+        &GroupsConfig::NVRX_SPAN_PRESETS,
+    )
+    .unwrap();
+}
+
+/// Megatron's and NVRx's presets after registration, as `MegatronSpanGroup` and NVRx's shim
+/// define them (unioned with the built-in presets of the same names).
+#[test]
+fn megatron_and_nvrx_presets_resolve_as_in_python() {
+    nemo_lens_test_support::child::run_alone(|| {
+        register_megatron_and_nvrx();
+        // Twice is harmless (a library imported again).
+        register_megatron_and_nvrx();
+        let enabled =
+            |spec: &str, group: &str| capture(spec).telemetry().is_span_group_enabled(group);
+        for g in [
+            "job",
+            "checkpoint",
+            "evaluate",
+            "first_iteration",
+            "inference",
+            "nvrx.job",
+            "nvrx.ft",
+            "nvrx.ckpt",
+        ] {
+            assert!(enabled("default", g), "default: {g}");
+        }
+        for g in ["nvrx.ckpt.phases", "microbatch", "step"] {
+            assert!(!enabled("default", g), "default: {g}");
+        }
+        for g in [
+            "communication",
+            "data_loading",
+            "first_iteration",
+            "inference",
+            "optimizer",
+            "nvrx.ckpt.phases",
+        ] {
+            assert!(enabled("per_step", g), "per_step: {g}");
+        }
+        for g in ["trace_region", "layer", "microbatch", "activation_offload"] {
+            assert!(!enabled("per_step", g), "per_step: {g}");
+            assert!(
+                enabled("profiling", g) && enabled("all", g),
+                "profiling: {g}"
+            );
+        }
+        for g in ["data_loading", "first_iteration", "step", "load_checkpoint"] {
+            assert!(enabled("goodput", g), "goodput: {g}");
+        }
+        assert!(!enabled("goodput", "communication") && !enabled("goodput", "nvrx.ft"));
+        // `profiling` and `all` are reserved.
+        assert!(groups::register_span_groups(&["profiling"], &[]).is_err());
+    });
+}
+
+fn spans_carry_their_group_category_and_purpose_alone() {
+    use opentelemetry::{Array, Value};
+    register_megatron_and_nvrx();
+    let c = capture("goodput,microbatch,nvrx.ft,collective");
+    c.in_scope(|| {
+        step();
+        tracing::info_span!(
+            "megatron.train.first_iteration",
+            nemo.group.first_iteration = tracing::field::Empty
+        )
+        .in_scope(|| {});
+        tracing::info_span!("mb", nemo.group.microbatch = tracing::field::Empty).in_scope(|| {});
+        tracing::info_span!("rdzv", nemo.group.nvrx.ft = tracing::field::Empty).in_scope(|| {});
+        // Its own purpose wins.
+        tracing::info_span!(
+            "mine",
+            nemo.group.step = tracing::field::Empty,
+            purpose = "archive"
+        )
+        .in_scope(|| {});
+        // In `collective` by the default span-group rule on its target.
+        tracing::info_span!(target: "burn_collective::local", "all_reduce").in_scope(|| {});
+        ungrouped();
+    });
+    let attr = |span: &str, key: &str| SpanCapture::attribute(&c.span(span).unwrap(), key);
+    let list = |s: &'static str| Some(Value::Array(Array::String(vec![s.into()])));
+    let text = |s: &'static str| Some(Value::from(s));
+    // `goodput` (Lens's GOODPUT_GROUPS) holds step, not forward_backward or optimizer.
+    assert_eq!(names(&c).len(), 7, "{:?}", names(&c));
+    assert_eq!(attr("step", "lens.group"), text("step"));
+    assert_eq!(attr("step", "lens.span_category"), text("goodput"));
+    assert_eq!(attr("step", "purpose"), list("goodput"));
+    let first = "megatron.train.first_iteration";
+    assert_eq!(attr(first, "lens.group"), text("first_iteration"));
+    assert_eq!(attr(first, "purpose"), list("goodput"));
+    assert_eq!(attr("mb", "lens.span_category"), text("profiling"));
+    assert_eq!(attr("mb", "purpose"), list("profiling"));
+    assert_eq!(attr("rdzv", "lens.group"), text("nvrx.ft"));
+    assert_eq!(attr("rdzv", "lens.span_category"), None);
+    assert_eq!(attr("rdzv", "purpose"), None);
+    assert_eq!(attr("mine", "purpose"), text("archive"));
+    assert_eq!(attr("mine", "lens.span_category"), text("goodput"));
+    assert_eq!(attr("all_reduce", "lens.group"), text("collective"));
+    assert_eq!(attr("all_reduce", "purpose"), list("profiling"));
+    let plain = c.span("ungrouped").unwrap();
+    assert!(
+        plain
+            .attributes
+            .iter()
+            .all(|kv| !kv.key.as_str().starts_with("lens.") && kv.key.as_str() != "purpose")
+    );
+}

@@ -92,12 +92,12 @@ impl Factors {
 
 /// A flame node: its seconds and children by name.
 #[derive(Debug, Default)]
-struct Node {
-    s: f64,
+pub(super) struct Node {
+    pub(super) s: f64,
     children: BTreeMap<String, Node>,
 }
 
-fn tree(paths: &Paths) -> Node {
+pub(super) fn tree(paths: &Paths) -> Node {
     let mut root = Node::default();
     for (path, &s) in paths {
         root.s += s;
@@ -110,7 +110,7 @@ fn tree(paths: &Paths) -> Node {
     root
 }
 
-fn sorted(node: &Node, sort: Sort) -> Vec<(&String, &Node)> {
+pub(super) fn sorted(node: &Node, sort: Sort) -> Vec<(&String, &Node)> {
     let mut kids: Vec<_> = node.children.iter().collect();
     kids.sort_by(|(a, x), (b, y)| {
         let rank = |n: &str| match sort {
