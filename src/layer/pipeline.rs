@@ -13,6 +13,7 @@ use tracing_core::Metadata;
 use tracing_core::span::Id;
 
 use crate::ids;
+use crate::layer::detail::DetailCapture;
 use crate::queue::span_processor::{RecordBuilder, SpanQueue};
 use crate::rank::groups::declared_group;
 use crate::record::attributes::TextRules;
@@ -64,6 +65,9 @@ pub(crate) struct Pipeline {
     /// `ERROR` events (and every panic) carry a backtrace
     /// ([`TelemetryBuilder::error_backtraces`](crate::TelemetryBuilder::error_backtraces)).
     pub(crate) error_backtraces: bool,
+    /// Per-step detail capture (`NEMO_LENS_DETAIL_GROUPS`); `None` (the default) costs one
+    /// branch per span.
+    pub(crate) detail: Option<Arc<DetailCapture>>,
 }
 
 impl Pipeline {
@@ -105,6 +109,7 @@ impl Pipeline {
             env_sampler: if rank_sampler { None } else { env_sampler() },
             trace_per: Box::default(),
             error_backtraces: false,
+            detail: None,
         }
     }
 
@@ -118,6 +123,12 @@ impl Pipeline {
     /// `ERROR` events (and every panic) carry a backtrace.
     pub(crate) fn with_error_backtraces(mut self, on: bool) -> Self {
         self.error_backtraces = on;
+        self
+    }
+
+    /// Holds the detail of steps (see [`crate::layer::detail`]).
+    pub(crate) fn with_detail(mut self, detail: Option<Arc<DetailCapture>>) -> Self {
+        self.detail = detail;
         self
     }
 
@@ -184,6 +195,10 @@ impl Pipeline {
     /// Ends every open span as truncated with `reason`, innermost first, and hands them over
     /// for export; returns how many.
     pub(crate) fn close_all(&self, reason: &'static str) -> usize {
+        // The held detail of the open steps is kept: the steps never got to decide.
+        if let Some(detail) = &self.detail {
+            detail.release_open(|state, size| self.finish(state, size));
+        }
         let mut open: Vec<_> = self.tables().iter().flat_map(|s| s.drain()).collect();
         // Each table's spans are innermost first; across layers, by start time.
         open.sort_by_key(|s| std::cmp::Reverse(s.start_time()));

@@ -27,6 +27,7 @@ use crate::export::{
     CountedMetricExporter, MessageLimit, resolve_path,
 };
 use crate::ids::ChaChaIdGenerator;
+use crate::layer::detail::{DetailCapture, DetailSettings};
 use crate::layer::logs::LensLoggerProvider;
 use crate::layer::pipeline::Pipeline;
 use crate::propagation;
@@ -34,6 +35,7 @@ use crate::queue::drops::DropCounters;
 use crate::queue::processors::{
     BoxedProcessor, ExportSettings, SpanProcessors, exporter_processor, log_provider,
 };
+use crate::rank::groups::GroupGate;
 use crate::rank::sampler::RankAwareSampler;
 use crate::record::attributes::TextRules;
 use crate::record::to_span_data::DirectBuild;
@@ -93,6 +95,8 @@ pub(super) struct TraceParts {
     pub(super) text: TextRules,
     /// Groups whose spans each start a trace (`NEMO_LENS_TRACE_PER`), lower-case.
     pub(super) trace_per: Vec<String>,
+    /// Per-step detail capture, and the gate that gives a callsite's group.
+    pub(super) detail: Option<(DetailSettings, Arc<GroupGate>)>,
     /// `ERROR` events and panics carry a backtrace.
     pub(super) error_backtraces: bool,
     /// The application's own provider builder ([`TelemetryBuilder::tracer_provider`]).
@@ -194,6 +198,13 @@ impl Built {
                     direct,
                 )
                 .with_trace_per(parts.trace_per)
+                .with_detail(parts.detail.map(|(settings, gate)| {
+                    Arc::new(DetailCapture::new(
+                        settings,
+                        gate,
+                        parts.settings.dropped.clone(),
+                    ))
+                }))
                 .with_error_backtraces(parts.error_backtraces),
             ));
         }

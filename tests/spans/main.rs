@@ -10,6 +10,7 @@ mod callsite_interest;
 mod closer;
 mod concurrency;
 mod context_activation;
+mod detail;
 mod emit_span;
 mod groups;
 mod ids;
