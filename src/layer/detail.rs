@@ -28,6 +28,7 @@ use opentelemetry::KeyValue;
 use parking_lot::Mutex;
 use tracing_core::Metadata;
 
+use crate::layer::pipeline::Pipeline;
 use crate::rank::groups::{GroupGate, STEP};
 use crate::record::SpanState;
 use crate::record::held::{DetailRole, HeldView, Outcome, StepHold};
@@ -156,17 +157,12 @@ impl DetailCapture {
         }
     }
 
-    /// A span closed: its record is exported (`finish`), held, or dropped, by its role.
-    pub(crate) fn closed(
-        &self,
-        role: DetailRole,
-        state: Arc<SpanState>,
-        finish: impl Fn(Arc<SpanState>, usize),
-    ) {
+    /// A span closed: its record is exported, held, or dropped, by its role.
+    pub(crate) fn closed(&self, pipeline: &Pipeline, role: DetailRole, state: Arc<SpanState>) {
         match role {
             DetailRole::Outside => {
                 if let Some(size) = state.end() {
-                    finish(state, size);
+                    pipeline.finish(state, size);
                 }
             }
             DetailRole::Inside(hold) => {
@@ -174,14 +170,14 @@ impl DetailCapture {
                 if state.ended_in_error() {
                     hold.lock().error = true;
                 }
-                finish(state, size);
+                pipeline.finish(state, size);
             }
-            DetailRole::Held(hold) => self.hold(&hold, state, finish),
-            DetailRole::Step(hold) => self.step_ended(&hold, state, finish),
+            DetailRole::Held(hold) => self.hold(pipeline, &hold, state),
+            DetailRole::Step(hold) => self.step_ended(pipeline, &hold, state),
         }
     }
 
-    fn hold(&self, hold: &StepHold, state: Arc<SpanState>, finish: impl Fn(Arc<SpanState>, usize)) {
+    fn hold(&self, pipeline: &Pipeline, hold: &StepHold, state: Arc<SpanState>) {
         let Some(size) = state.end() else { return };
         let error = state.ended_in_error();
         let mut held = hold.lock();
@@ -192,7 +188,9 @@ impl DetailCapture {
                 if bytes > self.settings.max_bytes {
                     self.held_bytes.fetch_sub(size, Ordering::Relaxed);
                     held.overflow += 1;
+                    drop(held);
                     self.dropped_spans.fetch_add(1, Ordering::Relaxed);
+                    pipeline.discard(state);
                 } else {
                     held.bytes += size;
                     held.records.push((state, size));
@@ -200,22 +198,19 @@ impl DetailCapture {
             }
             Outcome::Kept => {
                 drop(held);
-                finish(state, size);
+                pipeline.finish(state, size);
             }
             Outcome::Dropped => {
+                drop(held);
                 self.decided_away.fetch_add(1, Ordering::Relaxed);
+                pipeline.discard(state);
             }
         }
     }
 
     /// The step ends: decide, say so on the step's record, end it, and export the held detail
     /// (before the step: children first, as usual) or drop it.
-    fn step_ended(
-        &self,
-        hold: &Arc<StepHold>,
-        state: Arc<SpanState>,
-        finish: impl Fn(Arc<SpanState>, usize),
-    ) {
+    fn step_ended(&self, pipeline: &Pipeline, hold: &Arc<StepHold>, state: Arc<SpanState>) {
         let now = SystemTime::now();
         let duration = state
             .start_time()
@@ -242,15 +237,20 @@ impl DetailCapture {
         if let Some((reason, records, overflow)) = decided {
             mark(&state, reason, records.len(), overflow);
             match reason {
-                Some(_) => records.into_iter().for_each(|(s, size)| finish(s, size)),
+                Some(_) => {
+                    for (record, size) in records {
+                        pipeline.finish(record, size);
+                    }
+                }
                 None => {
                     self.decided_away
                         .fetch_add(records.len() as u64, Ordering::Relaxed);
+                    records.into_iter().for_each(|(r, _)| pipeline.discard(r));
                 }
             }
         }
         if let Some(size) = state.end() {
-            finish(state, size);
+            pipeline.finish(state, size);
         }
     }
 
@@ -285,9 +285,9 @@ impl DetailCapture {
     }
 
     /// Truncation: every open step keeps its held detail (reason `truncated`), exported now
-    /// through `finish`; the step spans themselves are truncated by the caller. Returns how
+    /// through `pipeline`; the step spans themselves are truncated by the caller. Returns how
     /// many records were released.
-    pub(crate) fn release_open(&self, finish: impl Fn(Arc<SpanState>, usize)) -> usize {
+    pub(crate) fn release_open(&self, pipeline: &Pipeline) -> usize {
         let open = match self.open.try_lock_for(LOCK_PATIENCE) {
             Some(mut open) => std::mem::take(&mut *open),
             None => return 0,
@@ -310,7 +310,9 @@ impl DetailCapture {
                 mark(&step, Some(REASON_TRUNCATED), records.len(), overflow);
             }
             released += records.len();
-            records.into_iter().for_each(|(s, size)| finish(s, size));
+            for (record, size) in records {
+                pipeline.finish(record, size);
+            }
         }
         released
     }

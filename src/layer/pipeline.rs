@@ -168,6 +168,17 @@ impl Pipeline {
         }
     }
 
+    /// An ended record that will not be exported (per-step detail not kept): emptied here and
+    /// handed back for reuse, as the worker does with the records it exports, so that a dropped
+    /// span costs the training thread no more than an exported one.
+    pub(crate) fn discard(&self, mut state: Arc<SpanState>) {
+        if let RecordSink::Queue(queue) = &self.sink
+            && state.empty_for_reuse()
+        {
+            queue.recycle(state);
+        }
+    }
+
     /// A new span table, for a new layer: shutdown and the panic hook reach its spans.
     pub(crate) fn new_table(&self) -> Arc<OpenSpans> {
         let table = Arc::new(OpenSpans::default());
@@ -197,7 +208,7 @@ impl Pipeline {
     pub(crate) fn close_all(&self, reason: &'static str) -> usize {
         // The held detail of the open steps is kept: the steps never got to decide.
         if let Some(detail) = &self.detail {
-            detail.release_open(|state, size| self.finish(state, size));
+            detail.release_open(self);
         }
         let mut open: Vec<_> = self.tables().iter().flat_map(|s| s.drain()).collect();
         // Each table's spans are innermost first; across layers, by start time.

@@ -344,7 +344,7 @@ where
         // Dropped here, with no lock held: a context may hold user values.
         drop(activation);
         match &pipeline.detail {
-            Some(capture) => capture.closed(detail, state, |s, size| pipeline.finish(s, size)),
+            Some(capture) => capture.closed(pipeline, detail, state),
             None => {
                 if let Some(size) = state.end() {
                     pipeline.finish(state, size);

@@ -119,6 +119,23 @@ impl SpanState {
             })
     }
 
+    /// Empties the ended record for reuse (its attributes, events and links are dropped now,
+    /// not when the state is reused), unless another reference to it exists; `true` when it
+    /// was emptied.
+    pub(crate) fn empty_for_reuse(self: &mut Arc<Self>) -> bool {
+        let Some(state) = Arc::get_mut(self) else {
+            return false;
+        };
+        let Some(r) = state.record.get_mut().as_mut() else {
+            return false;
+        };
+        r.attributes.clear();
+        r.events.clear();
+        r.links.clear();
+        r.stacktraces.clear();
+        true
+    }
+
     /// A copy of what the record holds, for a dump; `None` when it was exported already (or
     /// its lock is not free within 200 ms).
     pub(crate) fn held_view(&self) -> Option<HeldView> {
