@@ -8,8 +8,8 @@
 //!   reach). The step span's own cost, and the decision and the drop at its end, are spread
 //!   over its 50 spans in both cases.
 //! * the whole process (printed after criterion's output as a table): a simulated job of
-//!   `DETAIL_BENCH_STEPS` steps (default 500), 50 detail spans and about 1 ms per step, one
-//!   step in 50 four times longer, exporting console JSONL to a file: CPU time of the process
+//!   `DETAIL_BENCH_STEPS` steps (default 500), 50 detail spans and about 5 ms per step (steps
+//!   long beside a sleep's jitter), one step in 50 four times longer, exporting console JSONL to a file: CPU time of the process
 //!   (every thread: training, batch worker, exporter) per step, exported bytes per step, the
 //!   steps whose detail arrived, and the most bytes of detail held at once.
 //!
@@ -129,7 +129,7 @@ fn job(path: &Path, steps: u64, detail: bool) -> JobFigures {
             for i in 0..PER_STEP {
                 detail_span(i);
             }
-            let compute = if n % 50 == 25 { 4 } else { 1 };
+            let compute = if n % 50 == 25 { 20 } else { 5 };
             std::thread::sleep(Duration::from_millis(compute));
             peak_held_bytes = peak_held_bytes.max(telemetry.stats().detail_held_bytes);
         }

@@ -265,7 +265,7 @@ cat <<'EOF'
 thread inside a step of 50, `exported` (span groups `per_step`, a discarding exporter) against
 `held_dropped` (the same span under `NEMO_LENS_DETAIL_GROUPS`, every step's detail dropped;
 the step's decision and drop are spread over its 50 spans); then a simulated job of 500 steps
-of 50 detail spans and about 1 ms each, one step in 50 four times longer, exporting console
+of 50 detail spans and about 5 ms each, one step in 50 four times longer, exporting console
 JSONL to a file: the process's CPU time per step (every thread), exported bytes per step, the
 steps whose detail was exported and the most detail held at once.
 

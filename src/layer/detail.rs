@@ -411,7 +411,7 @@ mod tests {
 
     #[test]
     fn median_of_odd_and_even_windows() {
-        let w = |v: &[u64]| v.iter().map(|&m| m * MS).collect::<VecDeque<_>>();
+        let w = |v: &[u32]| v.iter().map(|&m| m * MS).collect::<VecDeque<_>>();
         assert_eq!(median(&w(&[])), None);
         assert_eq!(median(&w(&[3, 1, 2])), Some(2 * MS));
         assert_eq!(median(&w(&[4, 1, 3, 2])), Some(2 * MS));
