@@ -78,6 +78,10 @@ print("|---|---|---|")
 for shape in ("root", "child"):
     line(f"whole process, {shape}: CPU per exported span at most 0.5x tracing-opentelemetry lean's",
          ratio(f"{shape}: lens exported / tracing-opentelemetry lean, process CPU"), 0.5, x)
+for protocol in ("http/protobuf", "grpc"):
+    for shape in ("root", "child"):
+        line(f"real OTLP export ({protocol}), {shape}: process CPU per span at most 0.5x tracing-opentelemetry lean's",
+             ratio(f"{protocol} {shape}: lens / tracing-opentelemetry lean, process CPU"), 0.5, x)
 for shape in ("root", "child"):
     line(f"training thread, {shape}: an exported span at most 2x the registry alone (context activation on)",
          ratio(f"{shape}: lens exported / registry alone, training thread"), 2.0, x)

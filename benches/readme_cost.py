@@ -2,8 +2,10 @@
 
 README gives the headline figures of the same run as docs/performance.md: for each exporting
 wiring and the registry it sits on, the training thread's time and the whole process's CPU time
-per span, root and child. The rows are taken from the page's whole-process table, so the two
-never disagree. Exits 1 when the page has no such table or README no markers.
+per span, root and child, with the discarding exporter; then lens and lean tracing-opentelemetry
+really exporting OTLP to a loopback collector (HTTP/protobuf, gRPC). The rows are taken from the
+page's whole-process and real-export tables, so the two never disagree. Exits 1 when the page
+has no such table or README no markers.
 
 Usage: python3 benches/readme_cost.py [docs/performance.md] [README.md]
 """
@@ -22,17 +24,43 @@ ROWS = [
     "**lens, exported**",
 ]
 
+# Rows of the real-export table, and how README names them.
+REAL_ROWS = {
+    "**lens**, HTTP/protobuf": "**lens**, real OTLP export, HTTP/protobuf",
+    "tracing-opentelemetry, lean, HTTP/protobuf": "tracing-opentelemetry, lean, real OTLP export, HTTP/protobuf",
+    "**lens**, gRPC": "**lens**, real OTLP export, gRPC",
+    "tracing-opentelemetry, lean, gRPC": "tracing-opentelemetry, lean, real OTLP export, gRPC",
+}
+
 page = open(page_path, encoding="utf-8").read()
-m = re.search(r"^Whole process,.*?\n\n((?:\|.*\n)+)", page, re.M)
-if not m:
-    sys.exit(f"readme_cost: no whole-process table in {page_path}")
-cells = {}
-for line in m.group(1).splitlines()[2:]:
-    parts = [c.strip() for c in line.strip("|").split("|")]
-    cells[parts[0]] = parts[1:3]
-missing = [r for r in ROWS if r not in cells]
+
+
+def table_rows(heading):
+    """The rows of the table after the paragraph starting with `heading`, by first cell."""
+    m = re.search(r"^" + heading + r".*?\n\n((?:\|.*\n)+)", page, re.M)
+    if not m:
+        sys.exit(f"readme_cost: no '{heading}' table in {page_path}")
+    rows = {}
+    for line in m.group(1).splitlines()[2:]:
+        parts = [c.strip() for c in line.strip("|").split("|")]
+        rows[parts[0]] = parts[1:3]
+    return rows
+
+
+cells = table_rows("Whole process,")
+real = table_rows("Real OTLP export")
+missing = [r for r in ROWS if r not in cells] + [r for r in REAL_ROWS if r not in real]
 if missing:
     sys.exit(f"readme_cost: {page_path} has no row for {', '.join(missing)}")
+
+
+def wall_cpu(cell):
+    """`process CPU / training thread / flush` as README's `training thread / process CPU`."""
+    parts = [p.strip() for p in cell.split("/")]
+    if len(parts) != 3:
+        sys.exit(f"readme_cost: unexpected real-export cell '{cell}'")
+    return f"{parts[1]} / {parts[0]}"
+
 
 table = [
     BEGIN,
@@ -41,6 +69,10 @@ table = [
     "|---|---|---|",
 ]
 table += [f"| {r} | {cells[r][0]} | {cells[r][1]} |" for r in ROWS]
+table += [
+    f"| {name} | {wall_cpu(real[r][0])} | {wall_cpu(real[r][1])} |"
+    for r, name in REAL_ROWS.items()
+]
 table.append(END)
 
 readme = open(readme_path, encoding="utf-8").read()

@@ -2,7 +2,8 @@
 # Runs every bench once and writes docs/performance.md from that one run: a header with the
 # date, toolchain, machine and load average before and after, then each bench's tables; the
 # goals against that run go to benches/README.md.
-#   1. `cargo bench --bench peers`: nemo-lens beside its peers, one process per wiring;
+#   1. `cargo bench --bench peers`: nemo-lens beside its peers, one process per wiring, with a
+#      discarding exporter and really exporting OTLP to a loopback rotel collector;
 #   2. benches/instructions.sh: instructions per span on the training thread under callgrind,
 #      the load-independent figure, and benches/profile.sh, where an exported span's instructions go;
 #   3. the criterion benches (spans, events, nesting, ids, console, recorder), tables by
@@ -161,6 +162,19 @@ one run of 500,000 spans per shape between two flushes, with the training thread
 per span and the CPU time of every thread of the process per span (training thread, batch
 worker, exporter), and the spans of that run the exporter did not receive. A span's cost does
 not end on the training thread: the batch worker's share is CPU the trainer's cores pay for too.
+
+The third table is what a job pays when the spans really leave the process: each wiring
+encodes and sends OTLP (HTTP/protobuf, then gRPC) to one rotel collector on loopback (started by
+the bench, one summary line per request, exporter `blackhole`), one process per wiring, back to
+back. lens uses its own OTLP transports; tracing-opentelemetry (lean and default options) the
+SDK's batch processor and `opentelemetry_otlp::SpanExporter` (HTTP: its default blocking
+reqwest client; gRPC: tonic on a one-worker Tokio runtime); fastrace a reporter that turns its
+span records into `SpanData` for the same exporter, as `fastrace-opentelemetry` does. Per shape,
+one run of 500,000 spans after a warm-up: the CPU time of every thread of the process per span
+(spans made, then flushed), the training thread's wall time, and the wall time of the final
+flush alone (how fast the pipeline drains into the collector). Spans are counted where they
+arrive: the last column is what the collector did not receive (for lens, in parentheses, what
+lens counted as dropped); it must be 0 for a figure to stand.
 
 EOF
 tables "$OUT/peers.txt"

@@ -3,8 +3,10 @@
 
 use std::process::Command;
 
+use super::export::Who;
 use super::{PEERS, Peer, Process, SAMPLES, Sample, Shape, process_spans};
 use nemo_lens_test_support::bench::Wiring;
+use nemo_lens_test_support::collector::Collector;
 
 fn fmt_ns(ns: f64) -> String {
     if ns >= 1000.0 {
@@ -31,6 +33,7 @@ fn cell(s: Option<&Sample>) -> String {
 }
 
 /// One row: the root and child samples and, for exporting wirings, the share of spans dropped.
+/// A real-export wiring has only its whole-process runs (with `real`).
 struct Row {
     peer: Peer,
     root: Option<Sample>,
@@ -39,10 +42,15 @@ struct Row {
     /// The whole-process runs, root and child.
     process_root: Option<Process>,
     process_child: Option<Process>,
+    /// Real export, root and child: the final flush's wall time per span, and the spans lens
+    /// counted as dropped.
+    real_root: Option<(f64, u64)>,
+    real_child: Option<(f64, u64)>,
 }
 
-/// Runs `peer` in a process of its own (`quick`: 2 ms warm-up and samples, a smoke test).
-fn run_child(peer: Peer, quick: bool) -> Row {
+/// Runs `peer` in a process of its own (`quick`: 2 ms warm-up and samples, a smoke test); a
+/// real-export wiring exports to `collector`.
+fn run_child(peer: Peer, quick: bool, collector: Option<&Collector>) -> Row {
     let exe = std::env::current_exe().expect("own executable");
     let mut cmd = Command::new(exe);
     cmd.args(["--wiring", peer.name()]);
@@ -55,6 +63,11 @@ fn run_child(peer: Peer, quick: bool) -> Row {
     if quick {
         cmd.env("PEERS_WARM_UP_MS", "2").env("PEERS_SAMPLE_MS", "2");
     }
+    if let (Peer::Real(r), Some(c)) = (peer, collector) {
+        cmd.env("OTEL_EXPORTER_OTLP_PROTOCOL", r.wire.protocol())
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", c.endpoint(r.wire.protocol()))
+            .env("PEERS_COLLECTOR_OUT", c.output_path());
+    }
     let out = cmd.output().expect("run a wiring's process");
     let mut row = Row {
         peer,
@@ -63,6 +76,8 @@ fn run_child(peer: Peer, quick: bool) -> Row {
         dropped: None,
         process_root: None,
         process_child: None,
+        real_root: None,
+        real_child: None,
     };
     if !out.status.success() {
         eprintln!(
@@ -99,6 +114,23 @@ fn run_child(peer: Peer, quick: bool) -> Row {
                     row.process_root = Some(p);
                 } else {
                     row.process_child = Some(p);
+                }
+            }
+            ["REAL", _, shape, spans, wall, cpu, drain, received, dropped] => {
+                let p = Process {
+                    wall: wall.parse().unwrap_or(f64::NAN),
+                    cpu: cpu.parse().unwrap_or(f64::NAN),
+                    exported: received.parse().unwrap_or(0),
+                    spans: spans.parse().unwrap_or(0),
+                };
+                let real = (
+                    drain.parse().unwrap_or(f64::NAN),
+                    dropped.parse().unwrap_or(0),
+                );
+                if *shape == "root" {
+                    (row.process_root, row.real_root) = (Some(p), Some(real));
+                } else {
+                    (row.process_child, row.real_child) = (Some(p), Some(real));
                 }
             }
             ["EXPORTED", _, produced, exported] => {
@@ -153,23 +185,35 @@ pub(super) fn driver(filters: &[String], bench: bool) {
             None => p.name().contains(f.as_str()),
         })
     };
-    let rows: Vec<Row> = PEERS
+    let peers: Vec<Peer> = PEERS
         .iter()
         .copied()
         .filter(|p| filters.is_empty() || selected(p))
+        .collect();
+    // One collector for every real-export wiring, started only when one runs.
+    let collector = peers
+        .iter()
+        .any(|p| matches!(p, Peer::Real(_)))
+        .then(Collector::start_counting);
+    let rows: Vec<Row> = peers
+        .into_iter()
         .map(|p| {
             eprintln!("peers: {} ...", p.name());
-            run_child(p, !bench)
+            run_child(p, !bench, collector.as_ref())
         })
         .collect();
+    drop(collector);
     println!("load average {} at end", load_average());
-    println!();
-    println!(
-        "| wiring | root span | child of a long-lived span | root / child, thread CPU time | spans dropped |"
-    );
-    println!("|---|---|---|---|---|");
+    let sampled = rows.iter().any(|r| !matches!(r.peer, Peer::Real(_)));
+    if sampled {
+        println!();
+        println!(
+            "| wiring | root span | child of a long-lived span | root / child, thread CPU time | spans dropped |"
+        );
+        println!("|---|---|---|---|---|");
+    }
     let cpu = |s: Option<&Sample>| s.map_or("failed".into(), |s| fmt_ns(s.cpu));
-    for r in &rows {
+    for r in rows.iter().filter(|r| !matches!(r.peer, Peer::Real(_))) {
         let dropped = match r.dropped {
             Some(d) => format!("{:.1}%", (d * 100.0).max(0.0)),
             None => String::new(),
@@ -185,9 +229,13 @@ pub(super) fn driver(filters: &[String], bench: bool) {
     }
     print_ratios(&rows);
     print_process(&rows);
+    print_real(&rows);
     let failed: Vec<_> = rows
         .iter()
-        .filter(|r| r.root.is_none() || r.child.is_none())
+        .filter(|r| match r.peer {
+            Peer::Real(_) => r.process_root.is_none() || r.process_child.is_none(),
+            _ => r.root.is_none() || r.child.is_none(),
+        })
         .map(|r| r.peer.name())
         .collect();
     if !failed.is_empty() {
@@ -270,6 +318,7 @@ fn print_ratios(rows: &[Row]) {
 fn print_process(rows: &[Row]) {
     let rows: Vec<&Row> = rows
         .iter()
+        .filter(|r| !matches!(r.peer, Peer::Real(_)))
         .filter(|r| r.process_root.is_some() || r.process_child.is_some())
         .collect();
     if rows.is_empty() {
@@ -348,6 +397,109 @@ fn print_process(rows: &[Row]) {
     if !lines.is_empty() {
         println!();
         println!("Ratios (whole-process runs):");
+        for l in lines {
+            println!("{l}");
+        }
+    }
+}
+
+/// The real-export table: for each wiring that encodes and sends OTLP to the collector, the
+/// process's CPU time per span over one run (spans, then a flush), the training thread's wall
+/// time, the final flush's wall time, and the spans that did not arrive (counted at the
+/// collector) with those lens counted as dropped; then lens's ratios to the others.
+fn print_real(rows: &[Row]) {
+    let rows: Vec<&Row> = rows
+        .iter()
+        .filter(|r| matches!(r.peer, Peer::Real(_)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let spans = rows
+        .iter()
+        .find_map(|r| r.process_root.as_ref().map(|p| p.spans))
+        .unwrap_or(0);
+    println!();
+    println!(
+        "Real OTLP export to a rotel collector on loopback, {spans} spans per run: the CPU time \
+         of every thread of the process per span (spans made, then flushed), the training \
+         thread's wall time, and the wall time of the final flush, per span"
+    );
+    println!();
+    println!(
+        "| wiring | root: process CPU / training thread / flush | child: process CPU / training thread / flush | spans not received (lens: counted dropped) |"
+    );
+    println!("|---|---|---|---|");
+    let cell = |p: Option<&Process>, real: Option<&(f64, u64)>| match (p, real) {
+        (Some(p), Some((drain, _))) => format!(
+            "{} / {} / {}",
+            fmt_ns(p.cpu),
+            fmt_ns(p.wall),
+            fmt_ns(*drain)
+        ),
+        _ => "failed".into(),
+    };
+    for r in &rows {
+        let runs = [
+            (&r.process_root, &r.real_root),
+            (&r.process_child, &r.real_child),
+        ];
+        let lost: u64 = runs
+            .iter()
+            .filter_map(|(p, _)| p.as_ref())
+            .map(|p| p.spans.saturating_sub(p.exported))
+            .sum();
+        let counted: u64 = runs
+            .iter()
+            .filter_map(|(_, real)| real.as_ref())
+            .map(|r| r.1)
+            .sum();
+        let lens = matches!(r.peer, Peer::Real(w) if w.who == Who::Lens);
+        let lost = if lens {
+            format!("{lost} ({counted})")
+        } else {
+            lost.to_string()
+        };
+        println!(
+            "| {} | {} | {} | {lost} |",
+            r.peer.label(),
+            cell(r.process_root.as_ref(), r.real_root.as_ref()),
+            cell(r.process_child.as_ref(), r.real_child.as_ref()),
+        );
+    }
+    let get = |who: Who, wire, shape: Shape| {
+        rows.iter()
+            .find(|r| matches!(r.peer, Peer::Real(w) if w.who == who && w.wire == wire))
+            .and_then(|r| match shape {
+                Shape::Root => r.process_root.as_ref(),
+                Shape::Child => r.process_child.as_ref(),
+            })
+    };
+    let mut lines = Vec::new();
+    for wire in [super::export::Wire::Http, super::export::Wire::Grpc] {
+        for shape in [Shape::Root, Shape::Child] {
+            let Some(lens) = get(Who::Lens, wire, shape) else {
+                continue;
+            };
+            for (other, what) in [
+                (Who::OtelLean, "tracing-opentelemetry lean"),
+                (Who::Otel, "tracing-opentelemetry defaults"),
+                (Who::Fastrace, "fastrace"),
+            ] {
+                if let Some(o) = get(other, wire, shape) {
+                    lines.push(format!(
+                        "- {} {}: lens / {what}, process CPU: {:.2}x",
+                        wire.protocol(),
+                        shape.name(),
+                        lens.cpu / o.cpu
+                    ));
+                }
+            }
+        }
+    }
+    if !lines.is_empty() {
+        println!();
+        println!("Ratios (real export):");
         for l in lines {
             println!("{l}");
         }

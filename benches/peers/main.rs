@@ -47,6 +47,7 @@
 //! | `lens_opentelemetry_layer` | registry + `Telemetry::opentelemetry_layer()` (feature `tracing-opentelemetry`; the row is absent without it), lens tracer, the `lens_exported` settings |
 //! | `fastrace` | fastrace, the `i64` as a string property, discarding reporter every 10 ms |
 //! | `fastrace_no_property` | the same without a property |
+//! | `lens_otlp_http`, `tracing_opentelemetry_lean_otlp_grpc`, `fastrace_otlp_http`, … | real OTLP export (HTTP/protobuf, gRPC) to a rotel collector on loopback, whole-process runs only, the spans counted where they arrive (`export.rs`) |
 //!
 //! The child case enters one long-lived parent (`job`, group `job`, on by default) around the
 //! whole measurement. fastrace has no long-lived parent in its intended shape (a trace is
@@ -75,6 +76,7 @@ use std::time::{Duration, Instant};
 use tracing::field::Empty;
 
 mod driver;
+mod export;
 use common::Wiring;
 use driver::driver;
 use nemo_lens_test_support::bench as common;
@@ -106,6 +108,14 @@ const PEERS: &[Peer] = &[
     Peer::Tracing(Wiring::LensOtelLayer),
     Peer::Fastrace { property: true },
     Peer::Fastrace { property: false },
+    Peer::Real(export::REAL[0]),
+    Peer::Real(export::REAL[1]),
+    Peer::Real(export::REAL[2]),
+    Peer::Real(export::REAL[3]),
+    Peer::Real(export::REAL[4]),
+    Peer::Real(export::REAL[5]),
+    Peer::Real(export::REAL[6]),
+    Peer::Real(export::REAL[7]),
 ];
 
 /// One row of the table.
@@ -115,6 +125,8 @@ enum Peer {
     Tracing(Wiring),
     /// fastrace, with or without the `i64` as a string property.
     Fastrace { property: bool },
+    /// Real OTLP export to a collector on loopback (`export.rs`): whole-process runs only.
+    Real(export::RealExport),
 }
 
 impl Peer {
@@ -123,6 +135,7 @@ impl Peer {
             Peer::Tracing(w) => w.name(),
             Peer::Fastrace { property: true } => "fastrace",
             Peer::Fastrace { property: false } => "fastrace_no_property",
+            Peer::Real(r) => r.name(),
         }
     }
 
@@ -146,6 +159,7 @@ impl Peer {
             }
             Peer::Fastrace { property: true } => "fastrace (outside `tracing`), `i64` property",
             Peer::Fastrace { property: false } => "fastrace (outside `tracing`), no property",
+            Peer::Real(r) => r.label(),
         }
     }
 
@@ -393,7 +407,7 @@ fn measure(f: fn(i64), spans: u64, calls: &mut u64) -> Sample {
 /// The function, and the spans per call, for `peer` in `shape`.
 fn measured(peer: Peer, shape: Shape) -> (fn(i64), u64, &'static str) {
     match (peer, shape) {
-        (Peer::Tracing(_), _) => (tracing_span, 1, "tracing_span"),
+        (Peer::Tracing(_) | Peer::Real(_), _) => (tracing_span, 1, "tracing_span"),
         (Peer::Fastrace { property: true }, Shape::Root) => (fastrace_root, 1, "fastrace_root"),
         (Peer::Fastrace { property: false }, Shape::Root) => {
             (fastrace_root_bare, 1, "fastrace_root_bare")
@@ -477,6 +491,7 @@ fn install(peer: Peer, exported: &Arc<AtomicU64>) -> Installed {
             tracing::dispatcher::set_global_default(dispatch).expect("first global subscriber");
             Installed::Tracing(built)
         }
+        Peer::Real(_) => unreachable!("export::child runs the real-export wirings"),
         Peer::Fastrace { .. } => {
             fastrace::set_reporter(
                 DiscardReporter(exported.clone()),
@@ -608,5 +623,8 @@ fn main() {
             std::process::exit(2);
         }
     };
-    child(peer, shapes, count);
+    match peer {
+        Peer::Real(r) => export::child(r, shapes),
+        _ => child(peer, shapes, count),
+    }
 }

@@ -14,8 +14,8 @@
 //! `otlp-grpc`), HTTP/protobuf or HTTP/JSON (feature `otlp-http`), chosen per signal from
 //! `OTEL_EXPORTER_OTLP_*`.
 //!
-//! Behind the OTLP exporters that setup builds, every export runs on a helper thread so that
-//! `OTEL_EXPORTER_OTLP_TIMEOUT` holds for every transport, span requests are kept under the
+//! Behind the OTLP exporters that setup builds, `OTEL_EXPORTER_OTLP_TIMEOUT` bounds every
+//! export (transient failures are retried within it), span requests are kept under the
 //! collector's 4 MiB message limit (a batch is split; a span too large alone is dropped and
 //! counted), and failed metric exports are counted with the dropped spans and log records.
 //!

@@ -124,21 +124,41 @@ pub(crate) struct ExportSettings {
     pub(crate) span_queue: std::sync::OnceLock<SpanQueue>,
 }
 
+/// The processor of an exporter whose export may block (the application's, the console's):
+/// its exports run on a helper thread ([`DeadlineExporter`]) so the export timeout holds.
 pub(crate) fn exporter_processor<E: SpanExporter + 'static>(
     exporter: E,
     settings: &ExportSettings,
 ) -> Result<BoxedProcessor> {
-    Ok(if settings.synchronous {
-        BoxedProcessor(Box::new(SimpleSpanProcessor::new(Suppressed(exporter))))
-    } else {
-        let processor = LensBatchProcessor::new(
-            DeadlineExporter::new("spans", exporter),
-            settings.batch,
-            settings.dropped.clone(),
-        )?;
-        let _ = settings.span_queue.set(processor.span_queue());
-        BoxedProcessor(Box::new(processor))
-    })
+    if settings.synchronous {
+        return Ok(BoxedProcessor(Box::new(SimpleSpanProcessor::new(
+            Suppressed(exporter),
+        ))));
+    }
+    batch_processor(DeadlineExporter::new("spans", exporter), settings)
+}
+
+/// The processor of an exporter whose export future yields while it waits and is bounded by
+/// its own timeout (nemo-lens's OTLP exporters): the batch worker polls it itself, without a
+/// helper thread's two thread switches per batch, which on a loaded machine are what limits
+/// how fast the queue drains.
+pub(crate) fn yielding_exporter_processor<E: SpanExporter + 'static>(
+    exporter: E,
+    settings: &ExportSettings,
+) -> Result<BoxedProcessor> {
+    if settings.synchronous {
+        return exporter_processor(exporter, settings);
+    }
+    batch_processor(exporter, settings)
+}
+
+fn batch_processor<E: SpanExporter + 'static>(
+    exporter: E,
+    settings: &ExportSettings,
+) -> Result<BoxedProcessor> {
+    let processor = LensBatchProcessor::new(exporter, settings.batch, settings.dropped.clone())?;
+    let _ = settings.span_queue.set(processor.span_queue());
+    Ok(BoxedProcessor(Box::new(processor)))
 }
 
 /// The span processors lens registers with a tracer provider, as one processor shared between

@@ -34,6 +34,7 @@ use crate::propagation;
 use crate::queue::drops::DropCounters;
 use crate::queue::processors::{
     BoxedProcessor, ExportSettings, SpanProcessors, exporter_processor, log_provider,
+    yielding_exporter_processor,
 };
 use crate::rank::groups::GroupGate;
 use crate::rank::sampler::RankAwareSampler;
@@ -171,7 +172,7 @@ impl Built {
                     let exporter = self.transport.span_exporter(protocol, env)?;
                     // One huge span must not make the collector refuse its whole batch.
                     let exporter = MessageLimit::new(exporter, parts.settings.dropped.clone());
-                    exporter_processor(exporter, &parts.settings)?
+                    yielding_exporter_processor(exporter, &parts.settings)?
                 }
             }),
         };

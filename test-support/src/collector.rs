@@ -6,7 +6,8 @@
 //!
 //! Each [`Collector`] is its own rotel process on free ports, printing everything it receives
 //! (traces, metrics, logs) in the OpenTelemetry Collector "debug exporter" layout to a file that
-//! the test reads. Dropping it kills the process.
+//! the test reads ([`Collector::start_counting`]: one summary line per request instead, for runs
+//! of many spans). Dropping it kills the process.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Read;
@@ -82,6 +83,34 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// rotel's options printing every item received.
+const DETAILED: [&str; 8] = [
+    "--debug-log",
+    "traces",
+    "--debug-log",
+    "metrics",
+    "--debug-log",
+    "logs",
+    "--debug-log-verbosity",
+    "detailed",
+];
+
+/// rotel's options printing one line per traces request.
+const BASIC: [&str; 4] = ["--debug-log", "traces", "--debug-log-verbosity", "basic"];
+
+/// Sums the span counts of rotel's `basic` summary lines
+/// (`INFO Received traces. data_type="traces" resource_spans=1 spans=512`).
+pub fn received_spans(text: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.contains("Received traces."))
+        .filter_map(|l| {
+            let rest = &l[l.find(" spans=")? + " spans=".len()..];
+            let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+            digits.parse::<u64>().ok()
+        })
+        .sum()
+}
+
 /// One running rotel process.
 pub struct Collector {
     child: Child,
@@ -102,6 +131,22 @@ impl Collector {
 
     /// Starts rotel on the given ports (to restart one where a client expects it).
     pub fn start_on(grpc_port: u16, http_port: u16) -> Collector {
+        Self::spawn(grpc_port, http_port, &DETAILED)
+    }
+
+    /// Starts rotel on fresh ports printing one summary line per request (`basic`
+    /// verbosity) instead of every item: for runs of many spans, counted with
+    /// [`Collector::received_spans`].
+    pub fn start_counting() -> Collector {
+        Self::start_counting_on(free_port(), free_port())
+    }
+
+    /// [`Collector::start_counting`] on the given ports (a collector that restarts).
+    pub fn start_counting_on(grpc_port: u16, http_port: u16) -> Collector {
+        Self::spawn(grpc_port, http_port, &BASIC)
+    }
+
+    fn spawn(grpc_port: u16, http_port: u16, debug: &[&str]) -> Collector {
         let bin = rotel_binary();
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("rotel.out");
@@ -112,15 +157,7 @@ impl Collector {
             .args(["--otlp-grpc-endpoint", &format!("127.0.0.1:{grpc_port}")])
             .args(["--otlp-http-endpoint", &format!("127.0.0.1:{http_port}")])
             .args(["--exporter", "blackhole"])
-            .args([
-                "--debug-log",
-                "traces",
-                "--debug-log",
-                "metrics",
-                "--debug-log",
-                "logs",
-            ])
-            .args(["--debug-log-verbosity", "detailed"])
+            .args(debug)
             .arg("--pid-file")
             .arg(dir.path().join("rotel.pid"))
             .arg("--log-file")
@@ -152,6 +189,38 @@ impl Collector {
             );
         }
         collector
+    }
+
+    /// The rotel process's id (to stop and continue it: a collector that stalls).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The file rotel prints to.
+    pub fn output_path(&self) -> &Path {
+        &self.out
+    }
+
+    /// Spans received so far, from the per-request summary lines of a collector started with
+    /// [`Collector::start_counting`].
+    pub fn received_spans(&self) -> u64 {
+        received_spans(&self.output())
+    }
+
+    /// Waits until at least `expected` spans were received, or until the count has not moved
+    /// for `quiet`; returns the count (rotel prints a request's line after answering it).
+    pub fn settled_spans(&self, expected: u64, quiet: Duration) -> u64 {
+        let mut last = self.received_spans();
+        let mut since = std::time::Instant::now();
+        while last < expected && since.elapsed() < quiet {
+            std::thread::sleep(Duration::from_millis(20));
+            let now = self.received_spans();
+            if now != last {
+                last = now;
+                since = std::time::Instant::now();
+            }
+        }
+        last
     }
 
     /// The endpoint for `OTEL_EXPORTER_OTLP_ENDPOINT` with `protocol` (`grpc`, `http/...`).

@@ -15,6 +15,7 @@ mod console_jsonl;
 mod crypto_provider;
 mod drops;
 mod hung_collector;
+mod keepup;
 mod otlp;
 mod otlp_runtime;
 mod otlp_tls;

@@ -143,6 +143,7 @@ impl opentelemetry_http::HttpClient for LensHttpClient {
         Self: 'async_trait,
     {
         Box::pin(async move {
+            self.report.attempt();
             let result = self.send(request).await;
             if let Err(e) = &result {
                 self.report.note_cause(chain(e.as_ref()));

@@ -6,7 +6,8 @@
 //! read by nemo-lens (`endpoint.rs`, `tls.rs`: a blank value is unset) and handed to the
 //! exporter builders; compression and temporality are read by the exporters themselves. Each
 //! exporter is wrapped so that a failure streak writes one stderr line naming the endpoint and
-//! the cause (`report.rs`).
+//! the cause (`report.rs`). Transient failures are retried within the export timeout, which
+//! bounds each export as a whole (`retry.rs`).
 //!
 //! gRPC (tonic) needs a Tokio runtime while the exporter is built and for as long as it exports,
 //! and the HTTP client's requests run on one. nemo-lens owns a private one-worker runtime for
@@ -26,6 +27,8 @@ mod grpc_tls;
 mod http_client;
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 mod report;
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+mod retry;
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 pub(crate) mod tls;
 pub(crate) mod transport;

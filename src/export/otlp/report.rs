@@ -22,6 +22,7 @@ use parking_lot::Mutex;
 
 use crate::export::otlp::Signal;
 use crate::export::otlp::endpoint::redact_urls_in;
+use crate::export::otlp::retry::{Attempts, Bounded};
 
 /// The failure line of one signal's exporter.
 #[derive(Debug)]
@@ -33,6 +34,8 @@ pub(crate) struct FailureReport {
     failing: AtomicBool,
     /// The transport's own error of the last failed request (HTTP), when known.
     cause: Mutex<Option<String>>,
+    /// The exporter's exports and requests: how many were retries.
+    attempts: Attempts,
 }
 
 impl FailureReport {
@@ -42,7 +45,18 @@ impl FailureReport {
             endpoint: shown_endpoint,
             failing: AtomicBool::new(false),
             cause: Mutex::new(None),
+            attempts: Attempts::default(),
         })
+    }
+
+    /// One request is about to be sent (the transports call this once per attempt).
+    pub(crate) fn attempt(&self) {
+        self.attempts.attempt();
+    }
+
+    /// Requests sent again after a transient failure, since setup.
+    pub(crate) fn retries(&self) -> u64 {
+        self.attempts.retries()
     }
 
     /// Remembers the transport error underneath the next failed export.
@@ -65,7 +79,13 @@ impl FailureReport {
         if self.failing.swap(true, Ordering::Relaxed) {
             return;
         }
-        let cause = cause.unwrap_or_else(|| error.to_string());
+        let mut cause = cause.unwrap_or_else(|| error.to_string());
+        let retries = self.retries();
+        if retries > 0 {
+            cause.push_str(&format!(
+                " ({retries} requests retried since setup; retries stop at the export timeout)"
+            ));
+        }
         eprintln!("{}", self.line(&cause));
     }
 
@@ -106,16 +126,39 @@ impl FailureReport {
     }
 }
 
-/// An exporter whose failures are reported by a [`FailureReport`].
+/// An exporter whose failures are reported by a [`FailureReport`], each export bounded by the
+/// exporter's timeout and polled inside the private runtime ([`Bounded`]).
 #[derive(Debug)]
 pub(crate) struct Reported<E> {
     inner: E,
     report: Arc<FailureReport>,
+    runtime: tokio::runtime::Handle,
+    timeout: Duration,
 }
 
 impl<E> Reported<E> {
-    pub(crate) fn new(inner: E, report: Arc<FailureReport>) -> Self {
-        Reported { inner, report }
+    pub(crate) fn new(
+        inner: E,
+        report: Arc<FailureReport>,
+        runtime: tokio::runtime::Handle,
+        timeout: Duration,
+    ) -> Self {
+        Reported {
+            inner,
+            report,
+            runtime,
+            timeout,
+        }
+    }
+
+    /// `export`, bounded by the timeout, its attempts counted.
+    fn bounded<F: std::future::Future<Output = OTelSdkResult>>(&self, export: F) -> Bounded<F> {
+        Bounded::new(
+            export,
+            self.runtime.clone(),
+            self.timeout,
+            &self.report.attempts,
+        )
     }
 }
 
@@ -123,7 +166,7 @@ impl<E: opentelemetry_sdk::trace::SpanExporter> opentelemetry_sdk::trace::SpanEx
     for Reported<E>
 {
     async fn export(&self, batch: Vec<opentelemetry_sdk::trace::SpanData>) -> OTelSdkResult {
-        let result = self.inner.export(batch).await;
+        let result = self.bounded(self.inner.export(batch)).await;
         self.report.observe(&result);
         result
     }
@@ -140,7 +183,7 @@ impl<E: opentelemetry_sdk::trace::SpanExporter> opentelemetry_sdk::trace::SpanEx
 
 impl<E: opentelemetry_sdk::logs::LogExporter> opentelemetry_sdk::logs::LogExporter for Reported<E> {
     async fn export(&self, batch: opentelemetry_sdk::logs::LogBatch<'_>) -> OTelSdkResult {
-        let result = self.inner.export(batch).await;
+        let result = self.bounded(self.inner.export(batch)).await;
         self.report.observe(&result);
         result
     }
@@ -167,7 +210,7 @@ impl<E: opentelemetry_sdk::metrics::exporter::PushMetricExporter>
         &self,
         metrics: &opentelemetry_sdk::metrics::data::ResourceMetrics,
     ) -> OTelSdkResult {
-        let result = self.inner.export(metrics).await;
+        let result = self.bounded(self.inner.export(metrics)).await;
         self.report.observe(&result);
         result
     }

@@ -77,10 +77,12 @@ impl Transport {
     }
 }
 
-/// Builds one signal's OTLP exporter, wrapped so its failures are reported
-/// ([`Reported`]): gRPC inside the private runtime (tonic spawns its channel worker there),
-/// HTTP with nemo-lens's own client, whose requests run on the same runtime. Endpoint, timeout, headers and TLS
-/// come from [`Destination`]; compression and temporality from the exporters' own variables.
+/// Builds one signal's OTLP exporter, wrapped so its failures are reported and each export is
+/// bounded by the timeout ([`Reported`]): gRPC inside the private runtime (tonic spawns its
+/// channel worker there), HTTP with nemo-lens's own client, whose requests run on the same
+/// runtime; both retry transient failures with nemo-lens's policy and count every attempt
+/// (`retry.rs`). Endpoint, timeout, headers and TLS come from [`Destination`]; compression and
+/// temporality from the exporters' own variables.
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 macro_rules! build_exporter {
     ($self:ident, $builder:path, $signal:expr, $protocol:expr, $env:expr) => {{
@@ -102,11 +104,18 @@ macro_rules! build_exporter {
             OtlpProtocol::Grpc => {
                 use opentelemetry_otlp::WithTonicConfig;
                 let _guard = $self.runtime(signal)?.enter();
+                let counted = report.clone();
                 let mut builder = <$builder>::builder()
                     .with_tonic()
                     .with_protocol(protocol.sdk())
                     .with_endpoint(destination.endpoint.clone())
                     .with_timeout(destination.timeout)
+                    .with_retry_policy(crate::export::otlp::retry::policy())
+                    .with_interceptor(move |request: tonic::Request<()>| {
+                        // Called once per request: the attempts, retries included.
+                        counted.attempt();
+                        Ok(request)
+                    })
                     .with_metadata(metadata(signal, &destination)?);
                 if let Some(tls) = &destination.tls {
                     let channel = crate::export::otlp::grpc_tls::channel(
@@ -136,6 +145,7 @@ macro_rules! build_exporter {
                     .with_timeout(destination.timeout)
                     .with_headers(destination.headers.0.iter().cloned().collect())
                     .with_http_client(client)
+                    .with_retry_policy(crate::export::otlp::retry::policy())
                     .build()
                     .map_err(err)
             }
@@ -145,7 +155,8 @@ macro_rules! build_exporter {
                     .expect_err("a compiled protocol is matched above"),
             ),
         };
-        built.map(|exporter| Reported::new(exporter, report))
+        let runtime = $self.runtime(signal)?.handle().clone();
+        built.map(|exporter| Reported::new(exporter, report, runtime, destination.timeout))
     }};
 }
 
