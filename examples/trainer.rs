@@ -62,6 +62,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use nemo_lens::metrics::TrainingMetrics;
 use nemo_lens::{LensConfig, Place, Telemetry};
+use opentelemetry::KeyValue;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use tracing::instrument;
@@ -82,6 +83,23 @@ struct Args {
     /// [default: `LOCAL_RANK`, else `SLURM_LOCALID`, else 0].
     #[arg(long)]
     local_rank: Option<u32>,
+    /// This process's role in the job, as `nv.dl.role` (`trainer`, `ckpt_worker`, ...).
+    #[arg(long)]
+    role: Option<String>,
+    /// A resource attribute that applies only where nothing else set the key (repeatable;
+    /// an integer value is an integer): `--default-attribute nv.dl.world_size=8`.
+    #[arg(long, value_name = "KEY=VALUE", value_parser = parse_attribute)]
+    default_attribute: Vec<(String, String)>,
+    /// A job-scoped process (one that outlives attempts): no `nv.dl.run.uuid` on its resource.
+    #[arg(long)]
+    job_scoped: bool,
+    /// Publish the resolved resource in OTEL_RESOURCE_ATTRIBUTES while the telemetry lives, so
+    /// `--spawn` (or any process started meanwhile) inherits the job's identity.
+    #[arg(long, conflicts_with = "reward_url")]
+    publish_resource: bool,
+    /// Run `sh -c CMD` after setup and wait for it (a checkpoint worker, a helper script).
+    #[arg(long, value_name = "CMD")]
+    spawn: Option<String>,
     /// Training steps to run (0 = run until interrupted).
     #[arg(long, default_value_t = 5)]
     steps: u64,
@@ -123,6 +141,13 @@ struct Args {
     reward_url: Option<String>,
 }
 
+fn parse_attribute(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => Ok((key.trim().into(), value.into())),
+        _ => Err(format!("expected KEY=VALUE, got {s:?}")),
+    }
+}
+
 fn parse_slow_factor(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(f) if f.is_finite() && (1.0..=1000.0).contains(&f) => Ok(f),
@@ -149,7 +174,25 @@ fn main() -> ExitCode {
     if let Some(local_rank) = args.local_rank {
         place = place.local_rank(local_rank);
     }
-    let telemetry = match Telemetry::builder(config).place(place).build() {
+    let defaults = args
+        .default_attribute
+        .iter()
+        .map(|(k, v)| match v.parse::<i64>() {
+            Ok(n) => KeyValue::new(k.clone(), n),
+            Err(_) => KeyValue::new(k.clone(), v.clone()),
+        });
+    let mut builder = Telemetry::builder(config)
+        .place(place)
+        .resource_attribute_defaults(defaults)
+        .derive_run_uuid(!args.job_scoped);
+    if let Some(role) = &args.role {
+        builder = builder.role(role.as_str());
+    }
+    // SAFETY: no other thread of this program exists yet; the handle is shut down after
+    // training (or by the signal thread), when no thread of this program reads the
+    // environment (`--reward-url`'s HTTP client, which would, is refused beside this flag).
+    let builder = unsafe { builder.publish_resource_attributes(args.publish_resource) };
+    let telemetry = match builder.build() {
         Ok(t) => t,
         Err(e) => {
             eprintln!("trainer: {e}");
@@ -175,6 +218,17 @@ fn main() -> ExitCode {
         eprintln!("trainer: {e}");
     }
 
+    if let Some(command) = &args.spawn {
+        // The child inherits the environment, with the published identity in it.
+        match std::process::Command::new("sh")
+            .args(["-c", command])
+            .status()
+        {
+            Ok(status) if !status.success() => eprintln!("trainer: --spawn: {status}"),
+            Ok(_) => {}
+            Err(e) => eprintln!("trainer: --spawn: {e}"),
+        }
+    }
     train(&args, &telemetry);
 
     if let Err(e) = telemetry.shutdown(Duration::from_secs(10)) {

@@ -40,7 +40,8 @@ pub fn configuration(vars: &HashMap<String, String>) {
         let _ = groups::resolve_known(&config.groups.span_groups);
         let _ = groups::resolve(&config.groups.trace_per, "NEMO_LENS_TRACE_PER");
         let _ = crate::flight_recorder::Plan::new(&config);
-        let (rank, world_size) = participant::resolve((None, false), (None, false), &lookup);
+        let (rank, world_size) =
+            participant::resolve((None, false, None), (None, false, None), &lookup);
         let who = participant::Participant {
             rank: rank.value,
             world_size: world_size.value,

@@ -304,6 +304,23 @@ pub unsafe fn publish(additions: &[KeyValue], overwrite: Overwrite) -> Published
     }
 }
 
+/// Installs `value` as the process's `OTEL_RESOURCE_ATTRIBUTES` until the guard drops: an exact
+/// map, as setup's `publish_resource_attributes` hands its resolved resource to children.
+///
+/// # Safety
+///
+/// As [`publish`]: no other thread may read or write the environment meanwhile, nor while the
+/// guard drops.
+pub(crate) unsafe fn install(value: OsString) -> Published {
+    let previous = current();
+    // SAFETY: the caller guarantees that no other thread accesses the environment meanwhile.
+    unsafe { std::env::set_var(OTEL_RESOURCE_ATTRIBUTES, &value) };
+    Published {
+        previous: Some(previous),
+        value,
+    }
+}
+
 /// The scope of [`publish`]: restores `OTEL_RESOURCE_ATTRIBUTES` when dropped, unless kept.
 #[derive(Debug)]
 #[must_use = "the previous value is restored when the guard is dropped; `keep()` keeps the new one"]

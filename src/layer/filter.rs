@@ -8,13 +8,15 @@ use tracing_subscriber::layer::{Context, Filter};
 
 use crate::rank::groups::GroupGate;
 
-/// Target prefixes whose callsites the lens layer never records (feedback-loop guard).
-///
-/// `nemo_lens` itself is one of them: the crate's own diagnostics (such as the warnings of
+/// Crates whose callsites the lens layer never records (feedback-loop guard): the exporters'
+/// own stacks, and `nemo_lens` itself, whose diagnostics (such as the warnings of
 /// [`crate::metrics`]) go to your other layers (`fmt`) but never become exported telemetry.
-pub(crate) const INTERNAL_TARGETS: [&str; 7] = [
+/// Every `opentelemetry_*` / `opentelemetry-*` crate counts too.
+const INTERNAL_CRATES: [&str; 9] = [
     "opentelemetry",
     "hyper",
+    "hyper_util",
+    "hyper-util",
     "tonic",
     "h2",
     "reqwest",
@@ -22,16 +24,15 @@ pub(crate) const INTERNAL_TARGETS: [&str; 7] = [
     "nemo_lens",
 ];
 
-/// `true` for a target of the exporters' own stacks ([`INTERNAL_TARGETS`], as a whole path
-/// segment or crate-name prefix: `tonic`, `tonic::transport`, `opentelemetry_sdk`, `hyper-util`).
+/// `true` for a target of the exporters' own stacks: its crate (the first path segment) is one
+/// of [`INTERNAL_CRATES`] or an OpenTelemetry crate. Whole crate names only, so that an
+/// application crate such as `hyper_tune` or `nemo_lens_trainer` keeps its spans.
 pub(crate) fn is_internal_target(target: &str) -> bool {
-    INTERNAL_TARGETS.iter().any(|p| {
-        target.starts_with(p)
-            && matches!(
-                target.as_bytes().get(p.len()),
-                None | Some(b':' | b'_' | b'-')
-            )
-    })
+    let krate = target.split("::").next().unwrap_or(target);
+    INTERNAL_CRATES.contains(&krate)
+        || krate
+            .strip_prefix("opentelemetry")
+            .is_some_and(|rest| rest.starts_with(['_', '-']))
 }
 
 /// The cached answer of a per-layer filter that decides on the callsite alone: `always` or

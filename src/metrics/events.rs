@@ -17,7 +17,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 use super::Instruments;
 use super::warn_once;
-use crate::layer::filter::INTERNAL_TARGETS;
+use crate::layer::filter::is_internal_target;
 use crate::rank::groups::GROUP_FIELD_PREFIX;
 
 /// Field-name prefix of a monotonic counter.
@@ -55,16 +55,6 @@ fn metric_field(name: &'static str) -> Option<(Kind, &'static str)> {
     })
 }
 
-fn is_internal(target: &str) -> bool {
-    INTERNAL_TARGETS.iter().any(|p| {
-        target.starts_with(p)
-            && matches!(
-                target.as_bytes().get(p.len()),
-                None | Some(b':' | b'_' | b'-')
-            )
-    })
-}
-
 /// The per-layer filter of [`EventMetricsLayer`]: `Interest::always` for events whose callsite
 /// declares a metric field, `Interest::never` for everything else (and for everything when
 /// inert).
@@ -83,7 +73,7 @@ impl MetricFieldFilter {
     pub(crate) fn allows(&self, meta: &Metadata<'_>) -> bool {
         !self.inert
             && !meta.is_span()
-            && !is_internal(meta.target())
+            && !is_internal_target(meta.target())
             && meta
                 .fields()
                 .iter()

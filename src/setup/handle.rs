@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use opentelemetry::KeyValue;
 use opentelemetry::global::BoxedTracer;
 use opentelemetry::metrics::Meter;
 use opentelemetry::trace::TracerProvider as _;
@@ -227,7 +228,9 @@ impl Telemetry {
     ///    [`legacy_rank_attributes(false)`](crate::TelemetryBuilder::legacy_rank_attributes))
     ///    `dl.rank` / `dl.world_size`, integers. The rank is the application's
     ///    ([`TelemetryBuilder::place`](crate::TelemetryBuilder::place)), else the launcher's
-    ///    `nv.dl.rank` in `OTEL_RESOURCE_ATTRIBUTES`, else 0 (the world size likewise);
+    ///    `nv.dl.rank` in `OTEL_RESOURCE_ATTRIBUTES`, else an integer `nv.dl.rank` among the
+    ///    [defaults](crate::TelemetryBuilder::resource_attribute_defaults), else 0 (the world
+    ///    size likewise);
     /// 2. if the run id is non-empty: `nemo.run.id` = run id, and when the rank is known and
     ///    neither the application nor `OTEL_RESOURCE_ATTRIBUTES` gives a `service.instance.id`:
     ///    `service.instance.id` = `"{run_id}-rank{rank}"`;
@@ -244,7 +247,8 @@ impl Telemetry {
     ///    (as [`identity::job_attributes`](crate::identity::job_attributes) derives it: under Slurm from the job and its
     ///    restart counts; outside, from the configured run id, else `TORCHELASTIC_RUN_ID`, else
     ///    this process's run id — every rank must share it for one run UUID); then Kubernetes.
-    ///    Note that **detected values override the caller's** on a collision, as in Python;
+    ///    Note that **detected values override the caller's** on a collision, as in 0.1.0
+    ///    (the launcher's job identity does not: the application's wins over it);
     /// 7. everything above is laid over the attributes parsed from `OTEL_RESOURCE_ATTRIBUTES`
     ///    (parsed as the OpenTelemetry SDKs do; the integer `nv.dl.*` / `nv.gpu.*` keys
     ///    restored to integers, an invalid one kept as its string with a warning), which in
@@ -255,6 +259,11 @@ impl Telemetry {
     ///
     /// As in the Python SDK's `Resource.create`, an empty `service.name` at the end becomes
     /// `unknown_service`.
+    ///
+    /// Last, the [defaults](crate::TelemetryBuilder::resource_attribute_defaults) fill the keys
+    /// nothing above set, and a job-scoped process
+    /// ([`derive_run_uuid(false)`](crate::TelemetryBuilder::derive_run_uuid)) loses
+    /// `nv.dl.run.uuid`, whoever gave it.
     ///
     /// With [`LensConfig::detect_gpu`](crate::LensConfig::detect_gpu) (`NEMO_LENS_DETECT_GPU`,
     /// feature `nvml`), the `nv.gpu.*` attributes of the rank's GPU, read through NVML, fill the
@@ -307,6 +316,39 @@ impl Telemetry {
     /// ```
     pub fn resource(&self) -> Option<&Resource> {
         self.inner.built.resource.as_ref()
+    }
+
+    /// The part of [`Telemetry::resource`] a child process inherits (Python's
+    /// `handle.resource_attributes`): what
+    /// [`TelemetryBuilder::publish_resource_attributes`](crate::TelemetryBuilder::publish_resource_attributes)
+    /// puts in `OTEL_RESOURCE_ATTRIBUTES`, with the resource's typed values. Empty on a
+    /// disabled process, and on a rank that does not export unless it publishes.
+    ///
+    /// ```
+    /// use nemo_lens::{LensConfig, Place, Telemetry};
+    /// use opentelemetry_sdk::trace::InMemorySpanExporter;
+    ///
+    /// let env = [("OTEL_RESOURCE_ATTRIBUTES", "team=infra,host.name=launcher")];
+    /// let config = LensConfig::default().with_enabled(true).with(|c| {
+    ///     c.export.strategy = "all_ranks".into();
+    ///     c.metrics_enabled = false;
+    /// });
+    /// let telemetry = Telemetry::builder(config)
+    ///     .span_exporter(InMemorySpanExporter::default())
+    ///     .env_lookup(move |k| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
+    ///     .place(Place::rank(3).of(8))
+    ///     # .allow_reinit_for_testing(true)
+    ///     .build()?;
+    /// let keys: Vec<&str> = telemetry.resource_attributes().iter().map(|kv| kv.key.as_str()).collect();
+    /// assert_eq!(keys[0], "team"); // the launcher's keys first
+    /// assert!(keys.contains(&"nv.dl.rank") && keys.contains(&"nv.dl.world_size"));
+    /// // This process's own keys, and those a child derives itself, are not inherited.
+    /// assert!(!keys.contains(&"host.name") && !keys.contains(&"service.instance.id"));
+    /// # telemetry.shutdown(std::time::Duration::from_secs(5))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn resource_attributes(&self) -> &[KeyValue] {
+        &self.inner.built.handed_down.inheritable
     }
 
     /// An OpenTelemetry tracer for code that uses the OpenTelemetry API directly (a no-op

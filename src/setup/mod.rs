@@ -3,7 +3,8 @@
 //! they assemble in `pipelines.rs`, from the processors of `crate::queue::processors`);
 //! [`Telemetry`] is the handle (`handle.rs`), which shuts them down (`shutdown.rs`, run once
 //! through `once.rs`'s `ShutdownOnce`, and `process_exit.rs` for signals, panics and exit).
-//! [`Place`] is the process's place in the job and [`Stats`] the handle's counters.
+//! [`Place`] is the process's place in the job and [`Stats`] the handle's counters;
+//! `resource.rs` finishes the resource and publishes what child processes inherit.
 
 mod builder;
 mod handle;
@@ -12,6 +13,7 @@ mod phases;
 mod pipelines;
 mod place;
 pub(crate) mod process_exit;
+mod resource;
 mod shutdown;
 mod stats;
 

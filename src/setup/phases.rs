@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use opentelemetry::InstrumentationScope;
 use opentelemetry::metrics::MeterProvider as _;
-use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::logs::SdkLogRecord;
 use opentelemetry_sdk::trace::{SpanData, TracerProviderBuilder};
 
@@ -25,7 +25,6 @@ use crate::config::{ExporterKind, LensConfig};
 use crate::error::{LensError, Result};
 use crate::export::otlp::{self, Signal};
 use crate::flight_recorder::{self, FlightRecorder};
-use crate::gpu;
 use crate::ids;
 use crate::layer::detail::DetailSettings;
 use crate::layer::filter::LensFilter;
@@ -57,6 +56,8 @@ pub(super) struct Place {
     pub(super) random_run_id: bool,
     /// Also write `dl.rank` / `dl.world_size`.
     pub(super) legacy_rank_keys: bool,
+    /// The rank and world size of `resource_attribute_defaults`, if integers.
+    pub(super) defaults: (Option<u32>, Option<u32>),
 }
 
 /// Who this process is, once resolved.
@@ -88,8 +89,12 @@ pub(super) fn resolve_identity(
         config.enabled = false;
     }
     let (rank, world_size) = resource::participant::resolve(
-        (place.place.rank, place.place.unknown_rank),
-        (place.place.world_size, place.place.unknown_world_size),
+        (place.place.rank, place.place.unknown_rank, place.defaults.0),
+        (
+            place.place.world_size,
+            place.place.unknown_world_size,
+            place.defaults.1,
+        ),
         lookup,
     );
     let rank_number = rank.value.unwrap_or(0);
@@ -381,7 +386,7 @@ fn detail_settings(config: &LensConfig) -> Option<DetailSettings> {
 
 /// What the application handed the builder for the pipelines.
 pub(super) struct Given {
-    pub(super) resource_attributes: Vec<KeyValue>,
+    pub(super) resource: super::resource::ResourceRequest,
     pub(super) span_exporter: Option<ProcessorFactory>,
     pub(super) span_processors: Vec<Box<dyn FnOnce() -> BoxedProcessor + Send>>,
     pub(super) metric_reader: Option<ReaderFactory>,
@@ -410,6 +415,9 @@ pub(super) fn build_pipelines(
     let lookup = &*given.lookup;
     let mut built = Built::default();
     if !plan.exporting {
+        let who = &identity.participant;
+        built.handed_down =
+            super::resource::publish_unexported(config, who, &given.resource, lookup);
         return Ok(built);
     }
     if let Some((var, value)) = &config.sources.bad_exporter {
@@ -443,20 +451,15 @@ pub(super) fn build_pipelines(
     }
     let env = Env::new(lookup);
     let rank = identity.rank;
-    let resource = resource::build_resource(
+    let resource = super::resource::rank_resource(
         config,
         &identity.participant,
-        &given.resource_attributes,
-        lookup,
-    );
-    // The GPU of this rank, read once, here (a process without a rank, a launcher or a
-    // job-level tool, has no GPU of its own).
-    let resource = gpu::with_gpu_identity(
-        resource,
-        config.detect_gpu && identity.participant.rank.is_some(),
+        &given.resource,
         given.local_rank,
         lookup,
     );
+    // Before the exporters start their threads.
+    built.handed_down = super::resource::hand_down(&resource, &given.resource, lookup);
     if config.traces_enabled {
         let parts = TraceParts {
             resource: resource.clone(),
@@ -553,10 +556,10 @@ pub(super) fn start_flight_recorder(
         return Ok(None);
     };
     let resource = built.resource.clone().unwrap_or_else(|| {
-        resource::build_resource(
+        super::resource::recorder_resource(
             config,
             &identity.participant,
-            &given.resource_attributes,
+            &given.resource,
             &*given.lookup,
         )
     });

@@ -75,6 +75,8 @@ pub(crate) struct Built {
     pub(crate) meter_provider: Option<SdkMeterProvider>,
     pub(crate) logger_provider: Option<LensLoggerProvider>,
     pub(crate) resource: Option<Resource>,
+    /// The part of the resource child processes inherit, and its publication.
+    pub(crate) handed_down: super::resource::HandedDown,
     /// The interval of the periodic metric reader lens built (none with an injected reader).
     pub(crate) metric_interval: Option<Duration>,
     /// The exporters' transports: the gRPC runtime, when a signal uses gRPC.

@@ -221,6 +221,9 @@ impl ExitTarget for Inner {
             };
         }
         let _finish = FinishOnDrop(&self.shutdown);
+        // Declared after `_finish`, so dropped before it: a waiting shutdown returns to the
+        // environment as it was before setup, on every path out of here.
+        let _restore = RestoreOnDrop(&self.built.handed_down.publication);
         if let Some(r) = &self.flight_recorder {
             r.on_truncation(reason);
         }
@@ -336,5 +339,14 @@ impl Drop for Inner {
         };
         let _ = self.shutdown_because(process_exit::EXIT_FLUSH_TIMEOUT, reason);
         self.built.transport.shutdown_background();
+    }
+}
+
+/// Restores `OTEL_RESOURCE_ATTRIBUTES` when shutdown ends, after the exporters have stopped.
+struct RestoreOnDrop<'a>(&'a super::resource::Publication);
+
+impl Drop for RestoreOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.restore();
     }
 }

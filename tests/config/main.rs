@@ -15,5 +15,6 @@ mod identity;
 mod identity_vectors;
 mod job_env;
 mod named_files;
+mod publish;
 mod resource;
 mod sampler;

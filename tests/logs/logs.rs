@@ -157,9 +157,20 @@ fn exporter_stack_targets_are_never_bridged() {
         tracing::error!(target: "reqwest::connect", "reqwest says");
         tracing::error!(target: "tower::buffer", "tower says");
         tracing::warn!(target: "hyperparameters", "user target sharing a prefix");
+        tracing::warn!(target: "hyper_tune::search", "user crate hyper_tune");
+        tracing::warn!(target: "tower_defense", "user crate tower_defense");
+        tracing::warn!(target: "nemo_lens_trainer::step", "user crate nemo_lens_trainer");
     });
     let bodies: Vec<&Value> = logs(&lines).iter().map(|l| &l["body"]).collect();
-    assert_eq!(bodies, ["user target sharing a prefix"]);
+    assert_eq!(
+        bodies,
+        [
+            "user target sharing a prefix",
+            "user crate hyper_tune",
+            "user crate tower_defense",
+            "user crate nemo_lens_trainer"
+        ]
+    );
 }
 
 #[test]

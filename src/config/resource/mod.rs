@@ -119,13 +119,19 @@ fn compose(
     ));
     attrs.extend_from_slice(caller);
     attrs.extend(detect_local(lookup));
-    attrs.extend(job_identity(
-        config,
-        who,
-        &carried,
-        lookup,
-        in_caller(semconv::NV_DL_RUN_UUID),
-    ));
+    // The launcher's job identity wins over the derived one, the application's over both.
+    let from_launcher = |key: &str| carried.iter().any(|kv| kv.key.as_str() == key);
+    attrs.extend(
+        job_identity(
+            config,
+            who,
+            &carried,
+            lookup,
+            in_caller(semconv::NV_DL_RUN_UUID),
+        )
+        .into_iter()
+        .filter(|kv| !(in_caller(kv.key.as_str()) && from_launcher(kv.key.as_str()))),
+    );
     attrs.extend(detect_kubernetes(lookup, k8s_secrets));
 
     // Python's `Resource.create` replaces a missing or empty service.name; ours is always present

@@ -51,48 +51,58 @@ pub(crate) fn carried(lookup: &dyn Fn(&str) -> Option<String>, key: &str) -> Car
     }
 }
 
-/// A rank or world size once resolved, and whether the launcher gave it.
+/// A rank or world size once resolved, and where it came from.
 pub(crate) struct Resolved {
     /// The value, when known.
     pub(crate) value: Option<u32>,
     /// It came from the launcher's `OTEL_RESOURCE_ATTRIBUTES`.
     pub(crate) from_launcher: bool,
+    /// It came from the application's default (`resource_attribute_defaults`).
+    pub(crate) from_default: bool,
     /// Its key there (`nv.dl.rank`, `nv.dl.world_size`).
     pub(crate) key: &'static str,
 }
 
-/// The rank and the world size, each given as (the application's value, whether the
-/// application said it does not know): the application's value; else the launcher's
-/// `nv.dl.rank` / `nv.dl.world_size` in `OTEL_RESOURCE_ATTRIBUTES` (a value that is not a
-/// non-negative integer makes it unknown); else unknown when the application said so or, for
-/// the world size, when the rank came from the launcher; else rank 0 of 1.
+/// What the application says about a rank or world size: its value, whether it said it does
+/// not know, and its default (used only when the launcher gives none).
+pub(crate) type Asked = (Option<u32>, bool, Option<u32>);
+
+/// The rank and the world size: the application's value; else the launcher's `nv.dl.rank` /
+/// `nv.dl.world_size` in `OTEL_RESOURCE_ATTRIBUTES` (a value that is not a non-negative
+/// integer makes it unknown); else the application's default; else unknown when the
+/// application said so or, for the world size, when the rank came from the launcher or a
+/// default; else rank 0 of 1.
 pub(crate) fn resolve(
-    rank: (Option<u32>, bool),
-    world_size: (Option<u32>, bool),
+    rank: Asked,
+    world_size: Asked,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> (Resolved, Resolved) {
-    let one = |(explicit, unknown): (Option<u32>, bool), key: &'static str, default| {
+    let one = |(explicit, unknown, fallback): Asked, key: &'static str, default| {
         if let Some(value) = explicit.filter(|_| !unknown) {
             return Resolved {
                 value: Some(value),
                 from_launcher: false,
+                from_default: false,
                 key,
             };
         }
-        let (value, from_launcher) = match carried(lookup, key) {
-            Carried::Valid(n) => (Some(n), true),
-            Carried::Invalid(_) => (None, false),
-            Carried::Absent => (if unknown { None } else { default }, false),
+        let (value, from_launcher, from_default) = match carried(lookup, key) {
+            Carried::Valid(n) => (Some(n), true, false),
+            Carried::Invalid(_) => (None, false, false),
+            Carried::Absent if fallback.is_some() => (fallback, false, true),
+            Carried::Absent => (if unknown { None } else { default }, false, false),
         };
         Resolved {
             value,
             from_launcher,
+            from_default,
             key,
         }
     };
     let rank = one(rank, NV_DL_RANK, Some(0));
-    // A launcher's rank without its world size: the world size is not the default 1.
-    let world_default = (!rank.from_launcher).then_some(1);
+    // A rank the launcher or a default gave, without a world size: the world size is not the
+    // default 1.
+    let world_default = (!rank.from_launcher && !rank.from_default).then_some(1);
     let world_size = one(world_size, NV_DL_WORLD_SIZE, world_default);
     (rank, world_size)
 }

@@ -1,10 +1,11 @@
 //! [`TelemetryBuilder`]: what a process asks for, checked and built once. This file holds the
 //! process's place in the job ([`Place`]), its run id and resource attributes, and the build;
 //! [`components`] the pipeline parts an application brings, [`behaviour`] how the telemetry
-//! behaves in its process.
+//! behaves in its process, [`resource`] what the resource holds and hands to child processes.
 
 mod behaviour;
 mod components;
+mod resource;
 
 pub use components::ExportMode;
 
@@ -17,11 +18,13 @@ use super::handle::Telemetry;
 use super::phases;
 use super::pipelines::{LogExporterFactory, ProcessorFactory, ReaderFactory};
 use super::place::Place;
+use super::resource::ResourceRequest;
 
 use crate::config::LensConfig;
 use crate::error::Result;
 use crate::queue::processors::BoxedProcessor;
 use crate::record::attributes::RedactKeys;
+use crate::semconv;
 
 type Lookup = Box<phases::Lookup>;
 
@@ -55,7 +58,8 @@ type Lookup = Box<phases::Lookup>;
 pub struct TelemetryBuilder {
     config: LensConfig,
     place: Place,
-    resource_attributes: Vec<KeyValue>,
+    /// The resource's attributes, defaults, job scope and publication.
+    resource: ResourceRequest,
     span_exporter: Option<ProcessorFactory>,
     span_processors: Vec<Box<dyn FnOnce() -> BoxedProcessor + Send>>,
     metric_reader: Option<ReaderFactory>,
@@ -106,7 +110,7 @@ impl TelemetryBuilder {
         TelemetryBuilder {
             config,
             place: Place::default(),
-            resource_attributes: Vec::new(),
+            resource: ResourceRequest::default(),
             span_exporter: None,
             span_processors: Vec::new(),
             metric_reader: None,
@@ -211,7 +215,7 @@ impl TelemetryBuilder {
     /// Extra resource attributes (detected host/SLURM/Kubernetes values win on collision, as in
     /// the Python library).
     pub fn resource_attributes(mut self, attributes: impl IntoIterator<Item = KeyValue>) -> Self {
-        self.resource_attributes.extend(attributes);
+        self.resource.caller.extend(attributes);
         self
     }
 
@@ -262,7 +266,7 @@ impl TelemetryBuilder {
         let TelemetryBuilder {
             mut config,
             place,
-            resource_attributes,
+            mut resource,
             span_exporter,
             span_processors,
             metric_reader,
@@ -278,8 +282,20 @@ impl TelemetryBuilder {
             redact,
             error_backtraces,
         } = self;
+        // The rank keys the application's place gives (inheritable, as explicit attributes).
+        resource.placed = [
+            (
+                place.rank.is_some() && !place.unknown_rank,
+                semconv::NV_DL_RANK,
+            ),
+            (place.world_size.is_some(), semconv::NV_DL_WORLD_SIZE),
+        ]
+        .into_iter()
+        .filter_map(|(given, key)| given.then_some(key))
+        .collect();
+        let defaults = resource.rank_defaults();
         let mut given = phases::Given {
-            resource_attributes,
+            resource,
             span_exporter,
             span_processors,
             metric_reader,
@@ -297,6 +313,7 @@ impl TelemetryBuilder {
             place,
             random_run_id,
             legacy_rank_keys,
+            defaults,
         };
         let identity =
             phases::resolve_identity(&mut config, place, reinit_allowed, &*given.lookup)?;
