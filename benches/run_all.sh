@@ -7,7 +7,7 @@
 #   2. benches/instructions.sh: instructions per span on the training thread under callgrind,
 #      the load-independent figure, and benches/profile.sh, where an exported span's instructions go;
 #   3. the criterion benches (spans, events, nesting, ids, console, recorder), tables by
-#      benches/report.py;
+#      benches/report.py, and benches/detail.rs (per-step detail capture);
 #   4. the OTLP/HTTP run against a loopback rotel collector (benches/otlp.rs);
 #   5. the side-by-side comparison with the Python NeMo Lens (benches/compare_python.sh);
 #   6. resident memory over millions of re-entries of one span (tests/lifecycle/reentry_memory.rs);
@@ -54,6 +54,14 @@ for b in spans events nesting ids console recorder; do
   cargo bench --quiet --bench "$b" -- "$@" >"$OUT/$b.txt"
 done
 python3 benches/report.py "$CRITERION_HOME" >"$OUT/criterion.txt"
+echo "run_all: detail" >&2
+cargo bench --quiet --bench detail -- "$@" >"$OUT/detail.txt"
+{
+  echo '| case | time per detail span |'
+  echo '|---|---|'
+  # Criterion prints the name, then `time: [low median high]`.
+  awk '/^detail_span/ { name = $1 } /time:/ && name { print "| `" name "` | " $(NF-3) " " $(NF-2) " |"; name = "" }' "$OUT/detail.txt"
+} >"$OUT/detail_table.txt"
 echo "run_all: otlp" >&2
 cargo bench --quiet --bench otlp >"$OUT/otlp.txt"
 echo "run_all: compare_python.sh" >&2
@@ -266,6 +274,22 @@ EOF
 lines "$OUT/python.txt" '(python|rust) '
 echo
 tables "$OUT/python.txt"
+cat <<'EOF'
+
+## Per-step detail capture
+
+`cargo bench --bench detail` (`benches/detail.rs`): what one detail span costs the training
+thread inside a step of 50, `exported` (span groups `per_step`, a discarding exporter) against
+`held_dropped` (the same span under `NEMO_LENS_DETAIL_GROUPS`, every step's detail dropped;
+the step's decision and drop are spread over its 50 spans); then a simulated job of 500 steps
+of 50 detail spans and about 5 ms each, one step in 50 four times longer, exporting console
+JSONL to a file: the process's CPU time per step (every thread), exported bytes per step, the
+steps whose detail was exported and the most detail held at once.
+
+EOF
+cat "$OUT/detail_table.txt"
+echo
+tables "$OUT/detail.txt"
 cat <<'EOF'
 
 ## Resident memory over re-entries

@@ -65,6 +65,9 @@
 //! cargo run --example trainer -- --megatron --steps 10 --checkpoint-every 4 --resume-from 4
 //! nemo-lens goodput job     # 5, 6, 7 redone; 9, 10 uncommitted; 8 committed
 //! ```
+//! With `--slow-steps 7,19` those steps take 4 times `--step-ms`; with
+//! `NEMO_LENS_DETAIL_GROUPS=forward_backward,optimizer` only their detail (and the first step's)
+//! is exported, every step span saying what was kept (`docs/detail-capture.md`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -143,6 +146,10 @@ struct Args {
     /// How many times longer the `--slow-rank`'s compute takes (a finite number >= 1).
     #[arg(long, default_value_t = 3.0, value_parser = parse_slow_factor)]
     slow_factor: f64,
+    /// Steps that take 4 times `--step-ms` (comma-separated, e.g. `7,19`): outliers for
+    /// per-step detail capture (`NEMO_LENS_DETAIL_GROUPS`) to keep.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    slow_steps: Vec<u64>,
     /// Ask this reward server (`examples/reward_server.rs`) for a reward once per step, with
     /// the step's trace context in the request headers.
     #[arg(long)]
@@ -329,7 +336,12 @@ fn train_step(step: u64, args: &Args, rng: &mut ChaCha8Rng) -> f64 {
 
 /// What a step does, in the span of its caller (which records `dl.loss`).
 fn step_body(step: u64, args: &Args, rng: &mut ChaCha8Rng) -> f64 {
-    let mut compute_ms = args.step_ms * 2 / 3;
+    let step_ms = if args.slow_steps.contains(&step) {
+        args.step_ms * 4
+    } else {
+        args.step_ms
+    };
+    let mut compute_ms = step_ms * 2 / 3;
     if args.slow_rank == Some(args.rank.unwrap_or(0)) {
         compute_ms = (compute_ms as f64 * args.slow_factor).round() as u64;
     }
@@ -348,7 +360,7 @@ fn step_body(step: u64, args: &Args, rng: &mut ChaCha8Rng) -> f64 {
     if let Some(url) = &args.reward_url {
         ask_reward(url, step);
     }
-    optimizer_step(args.step_ms / 3);
+    optimizer_step(step_ms / 3);
     let loss = 2.0 / (step as f64).sqrt() + (rng.next_u32() % 100) as f64 / 1000.0;
     tracing::Span::current().record("dl.loss", loss);
     loss

@@ -247,6 +247,9 @@ mod cli_md {}
 #[doc = include_str!("../docs/configuration.md")]
 mod configuration_md {}
 #[cfg(doctest)]
+#[doc = include_str!("../docs/detail-capture.md")]
+mod detail_capture_md {}
+#[cfg(doctest)]
 #[doc = include_str!("../docs/exporting.md")]
 mod exporting_md {}
 #[cfg(doctest)]

@@ -287,6 +287,19 @@ pub const NEMO_SPAN_OPEN: &str = "nemo.span.open";
 pub const NEMO_SPAN_OPEN_AGE_S: &str = "nemo.span.open_age_s";
 /// `nemo.group` (Rust only): the span group of a flight-recorder dump's span.
 pub const NEMO_GROUP: &str = "nemo.group";
+/// `nemo.detail.kept` (Rust only): on a `step` span under per-step detail capture
+/// (`NEMO_LENS_DETAIL_GROUPS`), whether the detail spans held during the step were exported.
+pub const NEMO_DETAIL_KEPT: &str = "nemo.detail.kept";
+/// `nemo.detail.held` (Rust only): on a `step` span under detail capture, how many detail spans
+/// were held during the step (exported when kept, dropped otherwise).
+pub const NEMO_DETAIL_HELD: &str = "nemo.detail.held";
+/// `nemo.detail.reason` (Rust only): on a `step` span whose detail was kept, why: `slow`,
+/// `error`, `requested`, `first` or `truncated`; on a held span in a flight-recorder dump, the
+/// dump's reason.
+pub const NEMO_DETAIL_REASON: &str = "nemo.detail.reason";
+/// `nemo.detail.overflow` (Rust only): on a `step` span, detail spans dropped because the
+/// held detail reached `NEMO_LENS_DETAIL_MAX_BYTES` (absent when none was).
+pub const NEMO_DETAIL_OVERFLOW: &str = "nemo.detail.overflow";
 /// `nemo.lens.dropped` (Rust only): lens's own observable counter of dropped telemetry.
 pub const NEMO_LENS_DROPPED: &str = "nemo.lens.dropped";
 /// `signal`: which pipeline a `nemo.lens.dropped` series counts (`spans`, `logs`,

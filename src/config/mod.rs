@@ -171,6 +171,8 @@ pub(crate) struct ConfigSources {
     pub(crate) span_groups: Option<(String, String)>,
     /// The variable `groups.trace_per` came from, and its value.
     pub(crate) trace_per: Option<(String, String)>,
+    /// The variable `groups.detail_groups` came from, and its value.
+    pub(crate) detail_groups: Option<(String, String)>,
     /// The variable `groups.rules` came from, and its value.
     pub(crate) span_group_rules: Option<(String, String)>,
     /// An exporter name that is not one (variable, value): an error on the exporting rank only,
@@ -302,6 +304,15 @@ impl LensConfig {
             &self.sources.trace_per,
             &self.groups.trace_per,
             "groups.trace_per",
+        )
+    }
+
+    /// The variable (or setting) the detail-group spec came from, for warnings.
+    pub(crate) fn detail_groups_origin(&self) -> String {
+        origin(
+            &self.sources.detail_groups,
+            &self.groups.detail_groups,
+            "groups.detail_groups",
         )
     }
 

@@ -112,6 +112,43 @@ impl LensConfig {
             cfg.sources.trace_per = Some((var, v.clone()));
             cfg.groups.trace_per = v;
         }
+        if let Some((var, v)) = get("DETAIL_GROUPS") {
+            cfg.sources.detail_groups = Some((var, v.clone()));
+            cfg.groups.detail_groups = v;
+        }
+        if let Some((_, v)) = get("DETAIL_SLOW_FACTOR") {
+            let var = primary("DETAIL_SLOW_FACTOR");
+            cfg.groups.detail_slow_factor = match parse_float(&var, &v)? {
+                f if (1.0..=1000.0).contains(&f) => f,
+                _ => {
+                    return Err(env::invalid(
+                        &var,
+                        &v,
+                        "a number from 1 to 1000 such as '2.0'",
+                    ));
+                }
+            };
+        }
+        if let Some((_, v)) = get("DETAIL_WINDOW") {
+            let var = primary("DETAIL_WINDOW");
+            cfg.groups.detail_window = match parse_int(&var, &v)? {
+                n @ 1..=100_000 => n as usize,
+                _ => return Err(env::invalid(&var, &v, "a number of steps from 1 to 100000")),
+            };
+        }
+        if let Some((_, v)) = get("DETAIL_MAX_BYTES") {
+            let var = primary("DETAIL_MAX_BYTES");
+            cfg.groups.detail_max_bytes = match parse_int(&var, &v)? {
+                n @ 1..=0x4000_0000 => n as usize,
+                _ => {
+                    return Err(env::invalid(
+                        &var,
+                        &v,
+                        "a number of bytes from 1 to 1073741824 such as '4194304'",
+                    ));
+                }
+            };
+        }
         if let Some((var, v)) = get("EXPORTER") {
             match v.parse() {
                 Ok(kind) => cfg.export.exporter = kind,

@@ -51,8 +51,9 @@ impl Default for ExportConfig {
     }
 }
 
-/// Which spans record, and which start traces of their own (`<P>_SPAN_GROUPS`,
-/// `<P>_SPAN_GROUP_RULES`, `<P>_SPAN_LEVEL`, `<P>_TRACE_PER`):
+/// Which spans record, which start traces of their own and which are held per step
+/// (`<P>_SPAN_GROUPS`, `<P>_SPAN_GROUP_RULES`, `<P>_SPAN_LEVEL`, `<P>_TRACE_PER`,
+/// `<P>_DETAIL_*`):
 /// [`LensConfig::groups`](super::LensConfig::groups).
 ///
 /// Span-group rules put the spans of other crates, which declare no `nemo.group.*` field, in a
@@ -80,7 +81,9 @@ impl Default for ExportConfig {
 ///     c.groups.trace_per = "step".into();
 ///     c.groups.rules = "default, candle_transformers=ops".into();
 ///     c.groups.span_level = LevelFilter::DEBUG;
+///     c.groups.detail_groups = "forward_backward,optimizer".into();
 /// });
+/// assert_eq!(cfg.groups.detail_window, 32);
 /// assert_eq!(cfg.groups.span_groups, "default");
 /// assert_eq!(cfg.groups.trace_per, "step");
 /// assert_eq!(cfg.groups.rules, "default, candle_transformers=ops");
@@ -106,6 +109,27 @@ pub struct GroupsConfig {
     /// instead of one job-long trace that trace stores refuse past their size limits (see
     /// `docs/at-scale.md`).
     pub trace_per: String,
+    /// Rust only: span groups whose spans inside a step are held on the rank and exported only
+    /// for the steps that need them (`<P>_DETAIL_GROUPS`, comma-separated, case-insensitive,
+    /// groups and presets; default empty: off). Setting it records these groups and `step`
+    /// too. See `docs/detail-capture.md`.
+    pub detail_groups: String,
+    /// Rust only: a step keeps its detail when it lasts more than this many times the median
+    /// of the previous [`detail_window`](GroupsConfig::detail_window) steps
+    /// (`<P>_DETAIL_SLOW_FACTOR`, default `2.0`, a number from 1 to 1000).
+    pub detail_slow_factor: f64,
+    /// Rust only: how many previous steps of the rank the slow rule compares with
+    /// (`<P>_DETAIL_WINDOW`, default `32`, from 1 to 100000).
+    pub detail_window: usize,
+    /// Rust only: the most bytes of detail held on the rank, every open step together
+    /// (`<P>_DETAIL_MAX_BYTES`, default 4 MiB, from 1 to 1 GiB); past it a step keeps what
+    /// fits and counts the rest in `nemo.detail.overflow` and the dropped spans.
+    pub detail_max_bytes: usize,
+}
+
+impl GroupsConfig {
+    /// The default of [`detail_max_bytes`](GroupsConfig::detail_max_bytes): 4 MiB.
+    pub const DEFAULT_DETAIL_MAX_BYTES: usize = 4 << 20;
 }
 
 impl GroupsConfig {
@@ -180,6 +204,10 @@ impl Default for GroupsConfig {
             rules: "default".into(),
             span_level: tracing_core::LevelFilter::INFO,
             trace_per: String::new(),
+            detail_groups: String::new(),
+            detail_slow_factor: 2.0,
+            detail_window: 32,
+            detail_max_bytes: Self::DEFAULT_DETAIL_MAX_BYTES,
         }
     }
 }

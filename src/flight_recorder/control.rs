@@ -8,6 +8,7 @@
 //! | `per_step 100` | export the `per_step` groups for the next 100 `step` spans, then the configured groups again |
 //! | `default,forward_backward` | export those groups until the next switch |
 //! | *(empty)* | back to the configured groups now |
+//! | `detail 5` | with per-step detail capture (`NEMO_LENS_DETAIL_GROUPS`): keep the held detail of the next 5 steps to end (reason `requested`); groups unchanged |
 //!
 //! Lines starting with `#` are comments. Each switch rebuilds callsite interest once (on the
 //! recorder's thread); nothing is checked per span. The file must be a regular file of at most
@@ -21,6 +22,9 @@ use crate::rank::groups;
 
 /// Variable named in messages about the file.
 const VAR: &str = "NEMO_LENS_CONTROL_FILE";
+
+/// The word that asks per-step detail capture to keep the next steps (`detail N`).
+const DETAIL_WORD: &str = "detail";
 
 /// The most of the file read: a group spec is a few words.
 const MAX_BYTES: u64 = 64 * 1024;
@@ -63,6 +67,9 @@ pub(crate) fn reload(shared: &Shared) {
         }
     };
     let (spec, count) = parse(&text);
+    if spec.eq_ignore_ascii_case(DETAIL_WORD) {
+        return request_detail(shared, count.unwrap_or(1));
+    }
     if spec.is_empty() {
         return capture_done(shared);
     }
@@ -87,6 +94,23 @@ pub(crate) fn reload(shared: &Shared) {
     match count {
         Some(n) => eprintln!("nemo-lens: SIGUSR2: span groups '{spec}' for {n} steps"),
         None => eprintln!("nemo-lens: SIGUSR2: span groups '{spec}'"),
+    }
+}
+
+/// `detail N`: the detail capture keeps the next `steps` steps.
+fn request_detail(shared: &Shared, steps: u64) {
+    match &shared.detail {
+        Some(detail) => {
+            detail.request(steps);
+            eprintln!("nemo-lens: SIGUSR2: keeping the detail of the next {steps} steps");
+        }
+        // A non-exporting rank has nothing to keep; an exporting one without detail groups
+        // says why nothing happens.
+        None if shared.exporting => eprintln!(
+            "nemo-lens: SIGUSR2: 'detail' asks for per-step detail capture, which is off \
+             (NEMO_LENS_DETAIL_GROUPS is not set); nothing changed"
+        ),
+        None => {}
     }
 }
 

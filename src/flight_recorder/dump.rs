@@ -23,7 +23,8 @@ use super::ring::OPEN_SLOTS;
 use super::ring::{Kind, Record};
 use super::{Shared, meta_of, unix_ns};
 use crate::pyjson::{write_attributes, write_json_str, write_time};
-use crate::semconv::{NEMO_GROUP, NEMO_SPAN_OPEN, NEMO_SPAN_OPEN_AGE_S};
+use crate::record::held::HeldView;
+use crate::semconv::{NEMO_DETAIL_REASON, NEMO_GROUP, NEMO_SPAN_OPEN, NEMO_SPAN_OPEN_AGE_S};
 
 /// The file buffer of a dump.
 pub(crate) const BUFFER_BYTES: usize = 64 * 1024;
@@ -59,7 +60,7 @@ pub(crate) fn write(shared: &Shared, reason: &str) -> io::Result<PathBuf> {
         }
         other => other?,
     };
-    let written = write_lines(shared, file).and_then(|()| std::fs::rename(&tmp, &path));
+    let written = write_lines(shared, file, reason).and_then(|()| std::fs::rename(&tmp, &path));
     match written {
         Ok(()) => Ok(path),
         Err(e) => {
@@ -103,8 +104,9 @@ fn create_new(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-/// Streams the lines into `file` and syncs it.
-fn write_lines(shared: &Shared, file: File) -> io::Result<()> {
+/// Streams the lines into `file` and syncs it: the ring, the open spans, then the detail the
+/// open steps hold (per-step detail capture), which would otherwise never leave a hung rank.
+fn write_lines(shared: &Shared, file: File, reason: &str) -> io::Result<()> {
     // What is open at the dump's time, taken first: the ring is streamed after it.
     let now = unix_ns();
     let mut open = shared.open.snapshot();
@@ -120,6 +122,13 @@ fn write_lines(shared: &Shared, file: File) -> io::Result<()> {
         buf.clear();
         line(shared, r, Some(now), &mut buf);
         out.write_all(&buf)?;
+    }
+    if let Some(detail) = &shared.detail {
+        for view in detail.held_views() {
+            buf.clear();
+            held_line(shared, view, reason, &mut buf);
+            out.write_all(&buf)?;
+        }
     }
     out.into_inner().map_err(|e| e.into_error())?.sync_data()
 }
@@ -180,6 +189,41 @@ fn line(shared: &Shared, r: &Record, open_at: Option<u64>, out: &mut Vec<u8>) {
     out.extend_from_slice(b", \"end_time\": ");
     write_time(out, UNIX_EPOCH + Duration::from_nanos(end_ns));
     out.extend_from_slice(b", \"status\": {\"status_code\": \"UNSET\"}, \"attributes\": ");
+    write_attributes(out, &attrs);
+    out.extend_from_slice(b", \"events\": [], \"links\": [], \"resource\": ");
+    out.extend_from_slice(shared.resource_json.as_bytes());
+    out.extend_from_slice(b"}\n");
+}
+
+/// One line for a record held by an open step: its own ids (those of the exported spans, not
+/// the recorder's), marked with the dump's reason in `nemo.detail.reason`.
+fn held_line(shared: &Shared, view: HeldView, reason: &str, out: &mut Vec<u8>) {
+    let mut attrs = view.attributes;
+    attrs.push(KeyValue::new(NEMO_DETAIL_REASON, reason.to_string()));
+    out.extend_from_slice(b"{\"name\": ");
+    write_json_str(out, &view.name);
+    out.extend_from_slice(b", \"context\": ");
+    context(
+        out,
+        u128::from_be_bytes(view.cx.trace_id().to_bytes()),
+        u64::from_be_bytes(view.cx.span_id().to_bytes()),
+    );
+    out.extend_from_slice(b", \"kind\": \"SpanKind.INTERNAL\", \"parent_id\": ");
+    match view.parent {
+        Some(p) => {
+            let _ = write!(out, "\"0x{p}\"");
+        }
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b", \"start_time\": ");
+    write_time(out, view.start);
+    out.extend_from_slice(b", \"end_time\": ");
+    write_time(out, view.end.unwrap_or(view.start));
+    out.extend_from_slice(if view.error {
+        b", \"status\": {\"status_code\": \"ERROR\"}, \"attributes\": "
+    } else {
+        b", \"status\": {\"status_code\": \"UNSET\"}, \"attributes\": "
+    });
     write_attributes(out, &attrs);
     out.extend_from_slice(b", \"events\": [], \"links\": [], \"resource\": ");
     out.extend_from_slice(shared.resource_json.as_bytes());

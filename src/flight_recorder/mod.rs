@@ -76,7 +76,9 @@
 //! thread, not checked per span); with a count, after that many `step`-group spans (started
 //! after the switch) have closed, the thread switches back to the configured groups (a step
 //! that starts before it has done so is still captured: one at most unless the thread waits for
-//! a core). An empty file switches back at once. A bad spec
+//! a core). An empty file switches back at once. With per-step detail capture
+//! (`NEMO_LENS_DETAIL_GROUPS`), a file `detail N` keeps the held detail of the next N steps to
+//! end instead (the span groups do not change). A bad spec
 //! is reported on stderr and changes nothing. Only exporting ranks switch (the others export
 //! nothing whatever the groups).
 //!
@@ -123,6 +125,7 @@ pub use crate::config::flight_recorder::RecorderConfig;
 use self::ring::{OpenTable, Record, Ring};
 use crate::config::LensConfig;
 use crate::error::Result;
+use crate::layer::detail::DetailCapture;
 use crate::layer::filter::LensFilter;
 use crate::rank::groups::{self, GroupGate};
 use crate::record::attributes::RedactKeys;
@@ -172,6 +175,9 @@ pub(crate) struct Shared {
     pub(crate) exporting: bool,
     pub(crate) gate: Arc<GroupGate>,
     pub(crate) configured: BTreeSet<String>,
+    /// The exporting rank's per-step detail capture: the control file's `detail N` requests
+    /// reach it, and dumps write the detail its open steps hold.
+    pub(crate) detail: Option<Arc<DetailCapture>>,
 }
 
 impl Shared {
@@ -352,6 +358,7 @@ impl Plan {
         gate: Arc<GroupGate>,
         lens: LensFilter,
         redact: RedactKeys,
+        detail: Option<Arc<DetailCapture>>,
     ) -> Result<FlightRecorder> {
         let rc = &config.flight_recorder;
         let digest = Md5::digest(config.identity.run_id.as_bytes());
@@ -387,6 +394,7 @@ impl Plan {
             exporting,
             configured: gate.snapshot(),
             gate,
+            detail,
         });
         thread::serve(&shared)?;
         Ok(FlightRecorder { shared })

@@ -3,6 +3,7 @@
 //! and hand closed records to the queue (`queue/`).
 
 pub(crate) mod activation;
+pub(crate) mod detail;
 pub(crate) mod fields;
 pub(crate) mod filter;
 pub(crate) mod hooks;

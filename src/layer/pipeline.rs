@@ -13,6 +13,7 @@ use tracing_core::Metadata;
 use tracing_core::span::Id;
 
 use crate::ids;
+use crate::layer::detail::DetailCapture;
 use crate::queue::span_processor::{RecordBuilder, SpanQueue};
 use crate::rank::groups::declared_group;
 use crate::rank::tags::GroupTags;
@@ -67,6 +68,9 @@ pub(crate) struct Pipeline {
     pub(crate) error_backtraces: bool,
     /// The attributes each span group gives its spans.
     pub(crate) group_tags: GroupTags,
+    /// Per-step detail capture (`NEMO_LENS_DETAIL_GROUPS`); `None` (the default) costs one
+    /// branch per span.
+    pub(crate) detail: Option<Arc<DetailCapture>>,
 }
 
 impl Pipeline {
@@ -109,6 +113,7 @@ impl Pipeline {
             trace_per: Box::default(),
             error_backtraces: false,
             group_tags: GroupTags::default(),
+            detail: None,
         }
     }
 
@@ -128,6 +133,12 @@ impl Pipeline {
     /// `ERROR` events (and every panic) carry a backtrace.
     pub(crate) fn with_error_backtraces(mut self, on: bool) -> Self {
         self.error_backtraces = on;
+        self
+    }
+
+    /// Holds the detail of steps (see [`crate::layer::detail`]).
+    pub(crate) fn with_detail(mut self, detail: Option<Arc<DetailCapture>>) -> Self {
+        self.detail = detail;
         self
     }
 
@@ -167,6 +178,17 @@ impl Pipeline {
         }
     }
 
+    /// An ended record that will not be exported (per-step detail not kept): emptied here and
+    /// handed back for reuse, as the worker does with the records it exports, so that a dropped
+    /// span costs the training thread no more than an exported one.
+    pub(crate) fn discard(&self, mut state: Arc<SpanState>) {
+        if let RecordSink::Queue(queue) = &self.sink
+            && state.empty_for_reuse()
+        {
+            queue.recycle(state);
+        }
+    }
+
     /// A new span table, for a new layer: shutdown and the panic hook reach its spans.
     pub(crate) fn new_table(&self) -> Arc<OpenSpans> {
         let table = Arc::new(OpenSpans::default());
@@ -194,6 +216,10 @@ impl Pipeline {
     /// Ends every open span as truncated with `reason`, innermost first, and hands them over
     /// for export; returns how many.
     pub(crate) fn close_all(&self, reason: &'static str) -> usize {
+        // The held detail of the open steps is kept: the steps never got to decide.
+        if let Some(detail) = &self.detail {
+            detail.release_open(self);
+        }
         let mut open: Vec<_> = self.tables().iter().flat_map(|s| s.drain()).collect();
         // Each table's spans are innermost first; across layers, by start time.
         open.sort_by_key(|s| std::cmp::Reverse(s.start_time()));

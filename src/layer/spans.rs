@@ -19,6 +19,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 use crate::ids;
 use crate::layer::activation;
+use crate::layer::detail::ParentPlace;
 use crate::layer::fields::SpanFields;
 use crate::layer::hooks::{WithLens, scope_ids};
 use crate::layer::pipeline::{Pipeline, decide};
@@ -92,18 +93,41 @@ where
     ///
     /// `active` says whether the current OpenTelemetry context has an active span (read by the
     /// caller): only then can it be a remote parent.
-    fn parent(&self, pipeline: &Pipeline, attrs: &Attributes<'_>, active: bool) -> Parent {
+    ///
+    /// With detail capture on, also the parent's place in it (see [`ParentPlace`]).
+    fn parent(
+        &self,
+        pipeline: &Pipeline,
+        attrs: &Attributes<'_>,
+        active: bool,
+    ) -> (Parent, ParentPlace) {
         let lens_parent = if let Some(id) = attrs.parent() {
             Some(id.into_u64())
         } else if attrs.is_contextual() {
             activation::current(self.key())
         } else {
-            return Parent::Root;
+            return (Parent::Root, ParentPlace::default());
         };
+        let detail = pipeline.detail.is_some();
         // A span with children keeps its parent (`LensSpanExt::set_parent`).
-        if let Some(sc) = lens_parent.and_then(|id| self.table.with(id, Entry::use_context)) {
-            return Parent::Span(sc);
+        if let Some((sc, place)) = lens_parent.and_then(|id| {
+            self.table.with(id, |e| {
+                let place = if detail {
+                    ParentPlace::of(&e.detail)
+                } else {
+                    ParentPlace::default()
+                };
+                (e.use_context(), place)
+            })
+        }) {
+            return (Parent::Span(sc), place);
         }
+        (self.other_parent(pipeline, active), ParentPlace::default())
+    }
+
+    /// The parent of a new span without a lens parent: an attached remote context, the
+    /// launcher's `TRACEPARENT`, or none.
+    fn other_parent(&self, pipeline: &Pipeline, active: bool) -> Parent {
         // An attached remote parent; a context this thread activated for a lens span is not
         // one.
         if active
@@ -173,7 +197,7 @@ where
             return;
         }
         activation::clear_stale();
-        let mut parent = self.parent(pipeline, attrs, active);
+        let (mut parent, place) = self.parent(pipeline, attrs, active);
         // A span of a trace-per group starts a trace, linked to its would-be parent.
         let mut link = None;
         if pipeline.starts_trace(attrs.metadata()) {
@@ -205,8 +229,11 @@ where
             // the children and propagation.
             Arc::new(SpanState::new(cx, None))
         };
-        self.table
-            .insert(id.into_u64(), Entry::new(state, name, sampled));
+        let mut entry = Entry::new(state, name, sampled);
+        if sampled && let Some(detail) = &pipeline.detail {
+            entry.detail = detail.role(attrs.metadata(), place, &entry.state);
+        }
+        self.table.insert(id.into_u64(), entry);
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, _ctx: LayerContext<'_, S>) {
@@ -308,14 +335,22 @@ where
             return;
         };
         let Entry {
-            state, activation, ..
+            state,
+            activation,
+            detail,
+            ..
         } = entry;
         state.mark_closed();
         activation::closed(self.key(), id, &state);
         // Dropped here, with no lock held: a context may hold user values.
         drop(activation);
-        if let Some(size) = state.end() {
-            pipeline.finish(state, size);
+        match &pipeline.detail {
+            Some(capture) => capture.closed(pipeline, detail, state),
+            None => {
+                if let Some(size) = state.end() {
+                    pipeline.finish(state, size);
+                }
+            }
         }
     }
 

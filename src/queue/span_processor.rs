@@ -106,6 +106,13 @@ impl SpanQueue {
         self.spare.pop()
     }
 
+    /// Hands an emptied state back for reuse (a record that will not be exported); dropped
+    /// when the spare states are full.
+    #[inline]
+    pub(crate) fn recycle(&self, state: Arc<SpanState>) {
+        let _ = self.spare.push(state);
+    }
+
     fn identity(&self) -> usize {
         self.handle.identity()
     }

@@ -48,6 +48,7 @@
 //! registry's span extensions (which another layer, such as `fmt`, may hold while it formats).
 
 pub(crate) mod attributes;
+pub(crate) mod held;
 pub(crate) mod open_spans;
 pub(crate) mod stacktrace;
 pub(crate) mod to_sdk;

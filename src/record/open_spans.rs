@@ -28,6 +28,7 @@ use parking_lot::Mutex;
 
 use crate::ids::{self, IdMap};
 use crate::record::SpanState;
+use crate::record::held::DetailRole;
 
 /// Why the closer ended a span.
 pub(crate) const REASON_SHUTDOWN: &str = "still open at telemetry shutdown";
@@ -55,6 +56,8 @@ pub(crate) struct Entry {
     /// The OpenTelemetry context made current while the span is entered (context
     /// activation): built at the first enter, attached by clone on every enter.
     pub(crate) activation: Option<Context>,
+    /// Its place in per-step detail capture (`Outside` when capture is off).
+    pub(crate) detail: DetailRole,
     /// Start order on the starting thread (ties of the start time, for innermost-first).
     seq: u64,
 }
@@ -77,6 +80,7 @@ impl Entry {
             used: false,
             recorded,
             activation: None,
+            detail: DetailRole::Outside,
             seq,
         }
     }

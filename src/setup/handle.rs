@@ -505,9 +505,22 @@ impl Telemetry {
                 .flight_recorder
                 .as_ref()
                 .map_or(0, |r| r.dropped()),
+            detail_not_kept: self.detail().map_or(0, |d| d.dropped_by_decision()),
+            detail_held_bytes: self.detail().map_or(0, |d| d.held_bytes()),
             inherited_from_parent: inherited,
             metric_export_interval: self.inner.built.metric_interval,
         }
+    }
+}
+
+impl Telemetry {
+    /// The per-step detail capture of this rank's pipeline, if on.
+    fn detail(&self) -> Option<&crate::layer::detail::DetailCapture> {
+        self.inner
+            .built
+            .pipeline
+            .as_ref()
+            .and_then(|p| p.detail.as_deref())
     }
 }
 

@@ -26,6 +26,7 @@ use crate::error::{LensError, Result};
 use crate::export::otlp::{self, Signal};
 use crate::flight_recorder::{self, FlightRecorder};
 use crate::ids;
+use crate::layer::detail::DetailSettings;
 use crate::layer::filter::LensFilter;
 use crate::metrics::Instruments;
 use crate::propagation;
@@ -269,6 +270,8 @@ pub(super) struct PipelinePlan {
     pub(super) gate: Arc<GroupGate>,
     /// Groups whose spans each start a trace (`NEMO_LENS_TRACE_PER`), lower-case.
     pub(super) trace_per: Vec<String>,
+    /// Per-step detail capture (`NEMO_LENS_DETAIL_GROUPS`), when asked for on this rank.
+    pub(super) detail: Option<DetailSettings>,
     /// Spans and log records go through the exporter synchronously (no batch queue).
     pub(super) synchronous: bool,
     pub(super) span_queue: QueueConfig,
@@ -304,14 +307,22 @@ pub(super) fn plan_pipelines(
     );
     let recording =
         exporting && config.traces_enabled && (!config.export.sampler || sampler.is_sampled());
-    let gate = Arc::new(
-        GroupGate::new(if exporting {
-            decision.groups.clone()
-        } else {
-            Default::default()
-        })
-        .with_rules(decision.rules.clone()),
-    );
+    let detail = if exporting {
+        detail_settings(config)
+    } else {
+        None
+    };
+    let mut enabled = if exporting {
+        decision.groups.clone()
+    } else {
+        Default::default()
+    };
+    // Detail capture records its groups, and the steps that decide for them.
+    if let Some(d) = &detail {
+        enabled.extend(d.groups.iter().cloned());
+        enabled.insert(groups::STEP.to_string());
+    }
+    let gate = Arc::new(GroupGate::new(enabled).with_rules(decision.rules.clone()));
     // Groups whose spans start a trace each: unknown names are warned about and ignored,
     // as in the span-group spec (presets name their groups).
     let trace_per: Vec<String> = if exporting && !config.groups.trace_per.trim().is_empty() {
@@ -338,6 +349,7 @@ pub(super) fn plan_pipelines(
         sampler,
         gate,
         trace_per,
+        detail,
         synchronous,
         span_queue: variables.spans,
         log_queue: variables.logs,
@@ -347,6 +359,30 @@ pub(super) fn plan_pipelines(
         log_value_limit: variables.log_value_limit,
         metric_interval: variables.metric_interval,
     }
+}
+
+/// The detail-capture settings of `config`, `None` when no detail group is named. Unknown
+/// group names are warned about and ignored, as in the span-group spec.
+fn detail_settings(config: &LensConfig) -> Option<DetailSettings> {
+    let g = &config.groups;
+    if g.detail_groups.trim().is_empty() {
+        return None;
+    }
+    let (set, unknown) = groups::resolve_known(&g.detail_groups);
+    if !unknown.is_empty() {
+        eprintln!(
+            "{}",
+            groups::unknown_warning(&config.detail_groups_origin(), &unknown)
+        );
+    }
+    // A step is never its own detail: it is always exported.
+    let groups: Vec<String> = set.into_iter().filter(|g| g != groups::STEP).collect();
+    (!groups.is_empty()).then(|| DetailSettings {
+        groups,
+        slow_factor: g.detail_slow_factor,
+        window: g.detail_window.max(1),
+        max_bytes: g.detail_max_bytes,
+    })
 }
 
 /// What the application handed the builder for the pipelines.
@@ -443,6 +479,10 @@ pub(super) fn build_pipelines(
                 redact: given.redact.clone(),
             },
             trace_per: plan.trace_per.clone(),
+            detail: plan
+                .detail
+                .clone()
+                .map(|settings| (settings, plan.gate.clone())),
             error_backtraces: given.error_backtraces,
             group_tags: GroupTags::new(plan.gate.rules().clone()),
             provider_builder: given.provider_builder.take(),
@@ -534,6 +574,7 @@ pub(super) fn start_flight_recorder(
             plan.gate.clone(),
             filter.clone(),
             given.redact,
+            built.pipeline.as_ref().and_then(|p| p.detail.clone()),
         )
         .map(Some)
 }

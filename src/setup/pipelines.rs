@@ -27,6 +27,7 @@ use crate::export::{
     CountedMetricExporter, MessageLimit, resolve_path,
 };
 use crate::ids::ChaChaIdGenerator;
+use crate::layer::detail::{DetailCapture, DetailSettings};
 use crate::layer::logs::LensLoggerProvider;
 use crate::layer::pipeline::Pipeline;
 use crate::propagation;
@@ -35,6 +36,7 @@ use crate::queue::processors::{
     BoxedProcessor, ExportSettings, SpanProcessors, exporter_processor, log_provider,
     yielding_exporter_processor,
 };
+use crate::rank::groups::GroupGate;
 use crate::rank::sampler::RankAwareSampler;
 use crate::rank::tags::GroupTags;
 use crate::record::attributes::TextRules;
@@ -97,6 +99,8 @@ pub(super) struct TraceParts {
     pub(super) text: TextRules,
     /// Groups whose spans each start a trace (`NEMO_LENS_TRACE_PER`), lower-case.
     pub(super) trace_per: Vec<String>,
+    /// Per-step detail capture, and the gate that gives a callsite's group.
+    pub(super) detail: Option<(DetailSettings, Arc<GroupGate>)>,
     /// `ERROR` events and panics carry a backtrace.
     pub(super) error_backtraces: bool,
     /// The attributes each span group gives its spans.
@@ -200,6 +204,13 @@ impl Built {
                     direct,
                 )
                 .with_trace_per(parts.trace_per)
+                .with_detail(parts.detail.map(|(settings, gate)| {
+                    Arc::new(DetailCapture::new(
+                        settings,
+                        gate,
+                        parts.settings.dropped.clone(),
+                    ))
+                }))
                 .with_error_backtraces(parts.error_backtraces)
                 .with_group_tags(parts.group_tags),
             ));

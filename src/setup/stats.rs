@@ -40,6 +40,13 @@ pub struct Stats {
     /// window was full, or a ring slot was being written by another thread); 0 without a
     /// recorder.
     pub recorder_dropped: u64,
+    /// Detail spans (per-step detail capture, `NEMO_LENS_DETAIL_GROUPS`) held during a step
+    /// whose decision was not to keep them: left out on purpose, as sampling leaves spans out,
+    /// so not in [`dropped_spans`](Stats::dropped_spans) (detail past
+    /// `NEMO_LENS_DETAIL_MAX_BYTES` is). 0 without detail capture.
+    pub detail_not_kept: u64,
+    /// Bytes of detail held now by the open steps (at most `NEMO_LENS_DETAIL_MAX_BYTES`).
+    pub detail_held_bytes: usize,
     /// The handle was set up in a parent process and inherited through `fork` without exec.
     /// Such a handle is inert: its layer records nothing, and flush and shutdown return at once
     /// without touching the parent's providers. Set up telemetry anew in the child to record
