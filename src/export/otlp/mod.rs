@@ -8,6 +8,10 @@
 //! exporter is wrapped so that a failure streak writes one stderr line naming the endpoint and
 //! the cause (`report.rs`).
 //!
+//! Spans over HTTP/protobuf (batched) take nemo-lens's own exporter (`wire_http.rs`): the
+//! requests are written straight from the batch worker's records (`trace_request.rs`,
+//! `protobuf.rs`), and it reads the trace compression variables itself.
+//!
 //! gRPC (tonic) needs a Tokio runtime while the exporter is built and for as long as it exports,
 //! and the HTTP client's requests run on one. nemo-lens owns a private one-worker runtime for
 //! that ([`Transport`](transport::Transport), built on first use by the first OTLP signal and

@@ -150,7 +150,7 @@ impl TraceEncoder {
                 }
             };
             let size = message_header_len(written.len()) + written.len();
-            let index = self.scopes.iter().position(|s| &s.scope == scope);
+            let mut index = self.scopes.iter().position(|s| &s.scope == scope);
             let scope_cost = match index {
                 Some(_) => 0,
                 None => scope_overhead(scope),
@@ -162,15 +162,15 @@ impl TraceEncoder {
             }
             if self.pending + size + scope_cost > self.room() && !self.scopes.is_empty() {
                 out.bodies.push(self.finish_request());
+                index = None;
             }
-            let index = match self.scopes.iter().position(|s| &s.scope == scope) {
+            let index = match index {
                 Some(i) => i,
                 None => {
-                    let encoded = encode_scope(scope);
                     self.pending += scope_overhead(scope);
                     self.scopes.push(ScopeSpans {
                         scope: scope.clone(),
-                        encoded,
+                        encoded: encode_scope(scope),
                         spans: Vec::new(),
                     });
                     self.scopes.len() - 1

@@ -81,7 +81,7 @@ fn sdk_span(i: u64) -> SpanData {
     SpanData {
         span_context: cx,
         parent_span_id: SpanId::from(7),
-        parent_span_is_remote: i % 2 == 0,
+        parent_span_is_remote: i.is_multiple_of(2),
         span_kind: SpanKind::Consumer,
         name: format!("sdk-{i}").into(),
         start_time: t0,
@@ -144,7 +144,7 @@ fn records_written_directly_are_what_opentelemetry_otlp_sends() {
             expected.extend(built);
             let prepared = record(case).prepare().expect("an ended record");
             batch.spans.push(ReadySpan::Record(prepared));
-            if case % 5 == 0 {
+            if case.is_multiple_of(5) {
                 expected.push(sdk_span(case as u64));
                 batch.spans.push(ReadySpan::Data(sdk_span(case as u64)));
             }
@@ -176,7 +176,7 @@ fn values_of_every_kind_and_statuses_are_written_as_prost_writes_them() {
     {
         let mut span = sdk_span(i as u64);
         span.status = status;
-        span.parent_span_id = if i % 2 == 0 {
+        span.parent_span_id = if i.is_multiple_of(2) {
             SpanId::INVALID
         } else {
             SpanId::from(3)
