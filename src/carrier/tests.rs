@@ -1,45 +1,11 @@
 //! The encoder and decoder against Python's vectors and Python's `urllib.parse` (run as
 //! `python3`, the oracle: a missing `python3` fails the test).
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
 use opentelemetry::KeyValue;
 use serde_json::json;
 
 use super::*;
-
-/// Python's answer for each input line: `expression` evaluated with `line` bound to one line of
-/// `lines`, after `imports`; one result per line, printed with `str`.
-fn python_map_lines(imports: &str, expression: &str, lines: &[String]) -> Vec<String> {
-    let script = format!(
-        "import sys\n{imports}\nfor line in sys.stdin.read().split('\\n')[:-1]:\n    print({expression})\n"
-    );
-    let mut child = Command::new("python3")
-        .args(["-c", &script])
-        .env("PYTHONUTF8", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("python3 is needed as the test oracle: {e}"));
-    let mut input = lines.join("\n");
-    input.push('\n');
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "python3 failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).expect("python3 printed UTF-8");
-    text.lines().map(str::to_owned).collect()
-}
+use nemo_lens_test_support::python::map_lines as python_map_lines;
 
 fn kv(key: &'static str, value: impl Into<opentelemetry::Value>) -> KeyValue {
     KeyValue::new(key, value)

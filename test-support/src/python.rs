@@ -45,3 +45,25 @@ pub fn map_lines(imports: &str, expression: &str, lines: &[String]) -> Vec<Strin
     input.push('\n');
     run(&script, &input).lines().map(str::to_owned).collect()
 }
+
+/// `int(hashlib.md5(str(rank).encode()).hexdigest(), 16) % 10000 / 10000.0`, computed with
+/// CPython 3.11 for ranks 0..16: the `sampled` export strategy's rule, pinned where a test
+/// compares without running Python.
+pub const MD5_RANK_FRACTIONS: [(u32, f64); 16] = [
+    (0, 0.785),
+    (1, 0.8411),
+    (2, 0.9212),
+    (3, 0.0883),
+    (4, 0.19),
+    (5, 0.0693),
+    (6, 0.0412),
+    (7, 0.5555),
+    (8, 0.3101),
+    (9, 0.8374),
+    (10, 0.1824),
+    (11, 0.265),
+    (12, 0.8112),
+    (13, 0.4873),
+    (14, 0.6038),
+    (15, 0.7603),
+];

@@ -5,30 +5,11 @@
 
 use std::process::Command;
 
+use nemo_lens_test_support::python::MD5_RANK_FRACTIONS as PYTHON_TABLE;
+
 use super::*;
 
 const RATES: [f64; 7] = [0.0, 0.01, 0.1, 0.25, 0.5, 0.9, 1.0];
-
-/// `int(hashlib.md5(str(rank).encode()).hexdigest(), 16) % 10000 / 10000.0`, computed with
-/// CPython 3.11 for ranks 0..16.
-const PYTHON_TABLE: [(u32, f64); 16] = [
-    (0, 0.785),
-    (1, 0.8411),
-    (2, 0.9212),
-    (3, 0.0883),
-    (4, 0.19),
-    (5, 0.0693),
-    (6, 0.0412),
-    (7, 0.5555),
-    (8, 0.3101),
-    (9, 0.8374),
-    (10, 0.1824),
-    (11, 0.265),
-    (12, 0.8112),
-    (13, 0.4873),
-    (14, 0.6038),
-    (15, 0.7603),
-];
 
 const PYTHON_SCRIPT: &str = r#"
 import hashlib, sys
