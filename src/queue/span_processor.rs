@@ -18,7 +18,9 @@ use parking_lot::Mutex;
 use super::batcher::{BatchExport, BatchHandle, Batcher, Role, block_on_timeout};
 use super::config::QueueConfig;
 use crate::error::Result;
-use crate::export::otlp::trace_request::{ReadyBatch, ReadyExport, ReadySpan};
+#[cfg(feature = "otlp-http")]
+use crate::export::otlp::trace_request::ReadyExport;
+use crate::export::otlp::trace_request::{ReadyBatch, ReadySpan};
 use crate::record::SpanState;
 use crate::record::to_span_data::{Direct, DirectBuild};
 use crate::size::ApproxSize;
@@ -124,7 +126,7 @@ type ExportReady<E> =
 /// resource to it at build time).
 struct SpanExport<E> {
     exporter: Arc<StdMutex<E>>,
-    /// Set when the exporter takes the batch as it is ([`ReadyExport`]): records are not
+    /// Set when the exporter takes the batch as it is (`ReadyExport`): records are not
     /// turned into `SpanData` on the way.
     ready: Option<ExportReady<E>>,
     /// Builds the spans of records.
@@ -351,6 +353,7 @@ impl<E: SpanExporter + 'static> LensBatchProcessor<E> {
     }
 }
 
+#[cfg(feature = "otlp-http")]
 impl<E: ReadyExport + 'static> LensBatchProcessor<E> {
     /// Starts the worker thread of an exporter that takes the batch as it is (records are
     /// written straight into its requests); spans dropped are added to `dropped`.

@@ -77,11 +77,13 @@ impl DirectBuild {
     }
 
     /// The span limits applied to every record.
+    #[cfg_attr(not(feature = "otlp-http"), allow(dead_code))]
     pub(crate) fn limits(&self) -> &SpanLimits {
         &self.limits
     }
 
     /// The lens tracer's instrumentation scope.
+    #[cfg_attr(not(feature = "otlp-http"), allow(dead_code))]
     pub(crate) fn scope(&self) -> &InstrumentationScope {
         &self.scope
     }

@@ -28,20 +28,14 @@ pub(crate) mod endpoint;
 mod grpc_tls;
 #[cfg(feature = "otlp-http")]
 mod http_client;
-// The encoder is the queue's too (its batch type); a build without OTLP never writes.
-#[cfg_attr(
-    not(any(feature = "otlp-grpc", feature = "otlp-http")),
-    allow(dead_code)
-)]
+// The encoder is the queue's too (its batch type); only the HTTP/protobuf exporter writes.
+#[cfg_attr(not(feature = "otlp-http"), allow(dead_code))]
 mod protobuf;
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 mod report;
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 pub(crate) mod tls;
-#[cfg_attr(
-    not(any(feature = "otlp-grpc", feature = "otlp-http")),
-    allow(dead_code)
-)]
+#[cfg_attr(not(feature = "otlp-http"), allow(dead_code))]
 pub(crate) mod trace_request;
 pub(crate) mod transport;
 #[cfg(feature = "otlp-http")]
