@@ -9,6 +9,11 @@
 //! machine's cores, so delivery tops out; a producer above that rate drops at the default queue,
 //! by design (the trainer never blocks), and every drop is counted.
 //!
+//! With `--sdk-exporter`, the same runs give nemo-lens opentelemetry-otlp's own HTTP/protobuf
+//! span exporter (reqwest's blocking client) as the application's exporter: the worker builds
+//! `SpanData` and opentelemetry-otlp encodes it, where nemo-lens's own exporter writes the
+//! requests from the records (compare the two under callgrind, `--separate-threads=yes`).
+//!
 //! Run: `cargo bench --bench otlp` (one line per run). `benches/run_all.sh` runs it with the other
 //! benches and writes the figures to `docs/performance.md`.
 use std::fs::File;
@@ -19,6 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nemo_lens::{ExporterKind, LensConfig, Telemetry};
+use opentelemetry_otlp::WithExportConfig;
 use tracing_subscriber::prelude::*;
 
 use common::{produce, training_span};
@@ -112,17 +118,24 @@ fn received_spans(text: &str) -> u64 {
 /// One run: OTLP/HTTP protobuf through the crate's own exporter set-up and the SDK's default
 /// batch processor (queue 2048, batch 512), producer on this thread for `duration` at most
 /// `rate` spans/s. Delivered is what rotel reports once the counts stop growing.
-fn run(label: &str, rotel: &Rotel, duration: Duration, rate: Option<f64>) {
+fn run(label: &str, rotel: &Rotel, duration: Duration, rate: Option<f64>, sdk_exporter: bool) {
     let before = rotel.received();
-    let telemetry = Telemetry::builder(LensConfig::default().with_enabled(true).with(|c| {
+    let mut builder = Telemetry::builder(LensConfig::default().with_enabled(true).with(|c| {
         c.export.strategy = "all_ranks".into();
         c.groups.span_groups = "all".into();
         c.metrics_enabled = false;
         c.export.exporter = ExporterKind::Otlp;
     }))
-    .allow_reinit_for_testing(true)
-    .build()
-    .expect("otlp telemetry");
+    .allow_reinit_for_testing(true);
+    if sdk_exporter {
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_endpoint(format!("http://127.0.0.1:{}/v1/traces", rotel.http_port))
+            .build()
+            .expect("opentelemetry-otlp's HTTP exporter");
+        builder = builder.span_exporter(exporter);
+    }
+    let telemetry = builder.build().expect("otlp telemetry");
     let subscriber = tracing_subscriber::registry().with(telemetry.layer());
     let start = Instant::now();
     let (produced, produce_secs) =
@@ -155,6 +168,7 @@ fn main() {
     if std::env::args().any(|a| a == "--list" || a == "--test") {
         return;
     }
+    let sdk = std::env::args().any(|a| a == "--sdk-exporter");
     let rotel = Rotel::start();
     // SAFETY: no other thread exists yet; the exporter builder reads these variables.
     unsafe {
@@ -169,18 +183,21 @@ fn main() {
         &rotel,
         Duration::from_secs(1),
         Some(50_000.0),
+        sdk,
     );
     run(
         "otlp_http_sustained (producer unthrottled, 3 s)",
         &rotel,
         Duration::from_secs(3),
         None,
+        sdk,
     );
     run(
         "otlp_http_100k (producer held to 100,000 spans/s, 3 s)",
         &rotel,
         Duration::from_secs(3),
         Some(100_000.0),
+        sdk,
     );
     println!(
         "rotel's last summary lines:\n{}",

@@ -270,6 +270,19 @@ impl<E: SpanExporter + 'static> SpanExporter for DeadlineExporter<E> {
     }
 }
 
+impl<E: crate::export::otlp::trace_request::ReadyExport + 'static>
+    crate::export::otlp::trace_request::ReadyExport for DeadlineExporter<E>
+{
+    fn export_ready(
+        &self,
+        batch: crate::export::otlp::trace_request::ReadyBatch,
+    ) -> impl Future<Output = OTelSdkResult> + Send {
+        let inner = self.inner.clone();
+        self.helpers
+            .run(Box::new(move || block_on(inner.export_ready(batch))))
+    }
+}
+
 impl<E: LogExporter + 'static> LogExporter for DeadlineExporter<E> {
     fn export(&self, batch: LogBatch<'_>) -> impl Future<Output = OTelSdkResult> + Send {
         // The batch borrows the caller's records: the helper gets its own copy.

@@ -161,6 +161,22 @@ fn batch_processor<E: SpanExporter + 'static>(
     Ok(BoxedProcessor(Box::new(processor)))
 }
 
+/// The batch processor of an exporter that writes its requests straight from the batch
+/// (see [`ReadyExport`](crate::export::otlp::trace_request::ReadyExport)).
+#[cfg(feature = "otlp-http")]
+pub(crate) fn ready_processor<E: crate::export::otlp::trace_request::ReadyExport + 'static>(
+    exporter: E,
+    settings: &ExportSettings,
+) -> Result<BoxedProcessor> {
+    let processor = LensBatchProcessor::new_ready(
+        DeadlineExporter::new("spans", exporter),
+        settings.batch,
+        settings.dropped.clone(),
+    )?;
+    let _ = settings.span_queue.set(processor.span_queue());
+    Ok(BoxedProcessor(Box::new(processor)))
+}
+
 /// The span processors lens registers with a tracer provider, as one processor shared between
 /// the provider and the handle, so that the handle can shut them down without shutting the
 /// provider down, and with the [closer of SDK spans](crate::queue::sdk_span_closer) in front.

@@ -3,6 +3,7 @@
 
 use std::cell::RefCell;
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
@@ -17,6 +18,9 @@ use parking_lot::Mutex;
 use super::batcher::{BatchExport, BatchHandle, Batcher, Role, block_on_timeout};
 use super::config::QueueConfig;
 use crate::error::Result;
+#[cfg(feature = "otlp-http")]
+use crate::export::otlp::trace_request::ReadyExport;
+use crate::export::otlp::trace_request::{ReadyBatch, ReadySpan};
 use crate::record::SpanState;
 use crate::record::to_span_data::{Direct, DirectBuild};
 use crate::size::ApproxSize;
@@ -118,10 +122,20 @@ impl SpanQueue {
     }
 }
 
+/// The export of a whole [`ReadyBatch`] by an exporter that writes its requests itself.
+type ExportReady<E> =
+    for<'a> fn(
+        &'a E,
+        ReadyBatch,
+    ) -> std::pin::Pin<Box<dyn Future<Output = OTelSdkResult> + Send + 'a>>;
+
 /// Exports spans through a [`SpanExporter`], shared with the processor (which forwards the
 /// resource to it at build time).
 struct SpanExport<E> {
     exporter: Arc<StdMutex<E>>,
+    /// Set when the exporter takes the batch as it is (`ReadyExport`): records are not
+    /// turned into `SpanData` on the way.
+    ready: Option<ExportReady<E>>,
     /// Builds the spans of records.
     builder: Arc<Mutex<Option<RecordBuilder>>>,
     /// This queue's identity (see [`COLLECTING`]).
@@ -169,6 +183,54 @@ impl<E> SpanExport<E> {
         out
     }
 
+    /// Turns a batch of queue items into a [`ReadyBatch`], in queue order: records are taken
+    /// as they are (their limits applied when written), or, when they need the SDK, become
+    /// SDK spans as in [`SpanExport::span_data`].
+    fn ready_batch(&self, batch: Vec<SpanItem>) -> ReadyBatch {
+        let builder = self.builder.lock().clone();
+        let direct = builder.as_ref().and_then(|b| b.direct.clone());
+        let mut out = Vec::with_capacity(batch.len());
+        let mut via_sdk = Vec::new();
+        let mut lost = 0;
+        for item in batch {
+            match item {
+                SpanItem::Data(data) => out.push(ReadySpan::Data(*data)),
+                SpanItem::Record(mut state) => {
+                    let how = match &direct {
+                        Some(_) => match state.prepare() {
+                            Ok(prepared) => {
+                                out.push(ReadySpan::Record(prepared));
+                                Direct::Built
+                            }
+                            Err(how) => how,
+                        },
+                        None => Direct::ViaSdk,
+                    };
+                    if how == Direct::ViaSdk {
+                        let built = builder
+                            .as_ref()
+                            .is_some_and(|b| self.through_sdk(&state, &b.tracer, &mut via_sdk));
+                        if built {
+                            out.extend(via_sdk.drain(..).map(ReadySpan::Data));
+                        } else {
+                            lost += 1;
+                        }
+                    }
+                    if Arc::get_mut(&mut state).is_some() {
+                        let _ = self.spare.push(state);
+                    }
+                }
+            }
+        }
+        if lost > 0 {
+            self.dropped.fetch_add(lost, Ordering::Relaxed);
+        }
+        ReadyBatch {
+            build: direct,
+            spans: out,
+        }
+    }
+
     /// Builds the SDK span of `state` through `tracer`; its `on_end` in [`LensBatchProcessor`]
     /// appends it to `out` (see [`COLLECTING`]). `false` when the SDK did not record it.
     fn through_sdk(&self, state: &SpanState, tracer: &SdkTracer, out: &mut Vec<SpanData>) -> bool {
@@ -190,6 +252,21 @@ impl<E: SpanExporter + 'static> BatchExport<SpanItem> for SpanExport<E> {
         // The exporter's (and the span processors') own logs must not feed back into the
         // pipeline.
         let _guard = OtelContext::enter_telemetry_suppressed_scope();
+        if let Some(export_ready) = self.ready {
+            let batch = self.ready_batch(batch);
+            if batch.spans.is_empty() {
+                return Ok(());
+            }
+            let n = batch.len();
+            let exporter = self.exporter.lock().map_err(|_| "exporter poisoned")?;
+            return match block_on_timeout(export_ready(&exporter, batch), timeout) {
+                Some(Ok(())) => Ok(()),
+                Some(Err(e)) => Err(format!("span export failed ({n} spans): {e}")),
+                None => Err(format!(
+                    "span export timed out after {timeout:?} ({n} spans)"
+                )),
+            };
+        }
         let batch = self.span_data(batch);
         if batch.is_empty() {
             return Ok(());
@@ -240,12 +317,22 @@ impl<E> fmt::Debug for LensBatchProcessor<E> {
 impl<E: SpanExporter + 'static> LensBatchProcessor<E> {
     /// Starts the worker thread; spans dropped are added to `dropped`.
     pub(crate) fn new(exporter: E, config: QueueConfig, dropped: Arc<AtomicU64>) -> Result<Self> {
+        Self::start(exporter, None, config, dropped)
+    }
+
+    fn start(
+        exporter: E,
+        ready: Option<ExportReady<E>>,
+        config: QueueConfig,
+        dropped: Arc<AtomicU64>,
+    ) -> Result<Self> {
         let exporter = Arc::new(StdMutex::new(exporter));
         let builder = Arc::new(Mutex::new(None));
         let spare = Arc::new(ArrayQueue::new(SPARE_STATES));
         // The worker learns its queue's identity (see `COLLECTING`) before it starts.
         let export = SpanExport {
             exporter: exporter.clone(),
+            ready,
             builder: builder.clone(),
             identity: 0,
             dropped: dropped.clone(),
@@ -270,6 +357,24 @@ impl<E: SpanExporter + 'static> LensBatchProcessor<E> {
     /// The record queue, for the lens layer.
     pub(crate) fn span_queue(&self) -> SpanQueue {
         self.queue.clone()
+    }
+}
+
+#[cfg(feature = "otlp-http")]
+impl<E: ReadyExport + 'static> LensBatchProcessor<E> {
+    /// Starts the worker thread of an exporter that takes the batch as it is (records are
+    /// written straight into its requests); spans dropped are added to `dropped`.
+    pub(crate) fn new_ready(
+        exporter: E,
+        config: QueueConfig,
+        dropped: Arc<AtomicU64>,
+    ) -> Result<Self> {
+        Self::start(
+            exporter,
+            Some(|e, batch| Box::pin(e.export_ready(batch))),
+            config,
+            dropped,
+        )
     }
 }
 

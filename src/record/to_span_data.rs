@@ -19,11 +19,17 @@
 //! take as it is (an active span that is not valid, or telemetry suppressed) goes through the
 //! SDK, so that the decision stays the SDK's.
 
-use opentelemetry::trace::{Event, Link, SpanContext, SpanKind, TraceContextExt};
+use std::borrow::Cow;
+use std::time::SystemTime;
+
+use opentelemetry::trace::{
+    Event, Link, SpanContext, SpanId, SpanKind, Status, TraceContextExt, TraceFlags,
+};
 use opentelemetry::{Context, InstrumentationScope};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLimits, SpanLinks};
 
 use super::Ended;
+use super::attributes::SpanAttributes;
 use super::{Parent, SpanState};
 
 /// What the worker needs to build `SpanData` itself: the span limits the SDK's provider read
@@ -69,6 +75,18 @@ impl DirectBuild {
             scope: InstrumentationScope::builder(scope_name).build(),
         }
     }
+
+    /// The span limits applied to every record.
+    #[cfg_attr(not(feature = "otlp-http"), allow(dead_code))]
+    pub(crate) fn limits(&self) -> &SpanLimits {
+        &self.limits
+    }
+
+    /// The lens tracer's instrumentation scope.
+    #[cfg_attr(not(feature = "otlp-http"), allow(dead_code))]
+    pub(crate) fn scope(&self) -> &InstrumentationScope {
+        &self.scope
+    }
 }
 
 /// Whether the SDK would take `cx` as the parent context it is (else the record goes through
@@ -77,19 +95,46 @@ fn plain_parent(cx: &Context) -> bool {
     !cx.is_telemetry_suppressed() && (!cx.has_active_span() || cx.span().span_context().is_valid())
 }
 
+/// An ended record taken for export, with the span context, parent and flags the SDK would
+/// give it (the span limits not applied yet): what both [`SpanState::span_data`] and the OTLP
+/// encoder of the export worker start from.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    /// Trace id, span id, flags (with `sampled`, and `random` on a span without a valid
+    /// parent) and the parent's trace state.
+    pub(crate) span_context: SpanContext,
+    pub(crate) parent_span_id: SpanId,
+    pub(crate) parent_span_is_remote: bool,
+    pub(crate) kind: SpanKind,
+    pub(crate) name: Cow<'static, str>,
+    pub(crate) start: SystemTime,
+    pub(crate) end: SystemTime,
+    pub(crate) attributes: SpanAttributes,
+    pub(crate) events: Vec<Event>,
+    /// Events the record counted past its own limit: added as the SDK adds late ones (an
+    /// empty event at the start time while there is room, else counted).
+    pub(crate) late_events: u32,
+    pub(crate) links: Vec<Link>,
+    /// Links the record counted past its own limit, added as late ones (a link to the span's
+    /// own context while there is room, else counted).
+    pub(crate) late_links: u32,
+    pub(crate) status: Status,
+    /// The record's own span context (the target of late links).
+    pub(crate) own_context: SpanContext,
+}
+
 impl SpanState {
-    /// Appends the exporter's `SpanData` of this ended record to `batch`, built as described
-    /// in the [module docs](self): the SDK's `build_recording_span`, `set_status`, late
-    /// events and links, `end` and `build_export_data`, with the ids drawn on the training
-    /// thread. The record is left in place, emptied and marked built, for reuse.
-    pub(crate) fn span_data(&self, build: &DirectBuild, batch: &mut Vec<SpanData>) -> Direct {
+    /// Takes this ended record for export (see [`Prepared`]), leaving it in place, emptied
+    /// and marked built, for reuse; `Err` says why not (still open or taken: nothing to
+    /// export; a parent the SDK must judge: through the SDK).
+    pub(crate) fn prepare(&self) -> Result<Prepared, Direct> {
         {
             let guard = self.record.lock();
             let Some(r) = guard.as_ref().filter(|r| !r.built && !r.is_open()) else {
-                return Direct::Nothing;
+                return Err(Direct::Nothing);
             };
             if matches!(&r.parent, Parent::Context(cx) if !plain_parent(cx)) {
-                return Direct::ViaSdk;
+                return Err(Direct::ViaSdk);
             }
         }
         // Taken as for the SDK path (backtraces resolved, outside the lock).
@@ -107,7 +152,7 @@ impl SpanState {
             dropped_links,
         }) = self.take_ended()
         else {
-            return Direct::Nothing;
+            return Err(Direct::Nothing);
         };
         // The sampler keeps the trace state of the parent context's span; the span takes the
         // parent's trace id and flags (with `sampled`) when the parent is valid, else it
@@ -127,49 +172,87 @@ impl SpanState {
         } else {
             (&SpanContext::NONE, self.cx.trace_id())
         };
-        let flags = parent.trace_flags().with_sampled(true);
-        let span_context = SpanContext::new(trace_id, self.cx.span_id(), flags, false, trace_state);
+        let mut flags = parent.trace_flags().with_sampled(true);
+        if parent.span_id() == SpanId::INVALID {
+            flags = TraceFlags::new(flags.to_u8() | crate::ids::RANDOM_FLAG);
+        }
+        Ok(Prepared {
+            span_context: SpanContext::new(trace_id, self.cx.span_id(), flags, false, trace_state),
+            parent_span_id: parent.span_id(),
+            parent_span_is_remote: parent.is_valid() && parent.is_remote(),
+            kind: kind.unwrap_or(SpanKind::Internal),
+            name,
+            start,
+            end,
+            attributes,
+            events,
+            late_events: dropped_events,
+            links,
+            late_links: dropped_links,
+            status,
+            own_context: self.cx.clone(),
+        })
+    }
 
+    /// Appends the exporter's `SpanData` of this ended record to `batch`, built as described
+    /// in the [module docs](self): the SDK's `build_recording_span`, `set_status`, late
+    /// events and links, `end` and `build_export_data`, with the ids drawn on the training
+    /// thread. The record is left in place, emptied and marked built, for reuse.
+    pub(crate) fn span_data(&self, build: &DirectBuild, batch: &mut Vec<SpanData>) -> Direct {
+        match self.prepare() {
+            Ok(prepared) => {
+                batch.push(prepared.into_span_data(build));
+                Direct::Built
+            }
+            Err(how) => how,
+        }
+    }
+}
+
+impl Prepared {
+    /// The `SpanData` the SDK would have built, its span limits applied.
+    pub(crate) fn into_span_data(self, build: &DirectBuild) -> SpanData {
         let limits = &build.limits;
-        let mut attributes = attributes.into_vec();
+        let mut attributes = self.attributes.into_vec();
         let max_attributes = limits.max_attributes_per_span as usize;
         let dropped_attributes_count = attributes.len().saturating_sub(max_attributes) as u32;
         attributes.truncate(max_attributes);
-        let mut events = bounded_events(events, limits);
-        for _ in 0..dropped_events {
+        let mut events = bounded_events(self.events, limits);
+        for _ in 0..self.late_events {
             // As the SDK's `add_event` after start: kept while there is room, else counted.
             if events.events.len() < limits.max_events_per_span as usize {
-                events.events.push(Event::new("", start, Vec::new(), 0));
+                events
+                    .events
+                    .push(Event::new("", self.start, Vec::new(), 0));
             } else {
                 events.dropped_count += 1;
             }
         }
-        let mut links = bounded_links(links, limits);
-        for _ in 0..dropped_links {
+        let mut links = bounded_links(self.links, limits);
+        for _ in 0..self.late_links {
             if links.links.len() < limits.max_links_per_span as usize {
-                links.links.push(Link::new(self.cx.clone(), Vec::new(), 0));
+                links
+                    .links
+                    .push(Link::new(self.own_context.clone(), Vec::new(), 0));
             } else {
                 links.dropped_count += 1;
             }
         }
-        let mut data = SpanData {
-            span_context,
-            parent_span_id: parent.span_id(),
-            parent_span_is_remote: parent.is_valid() && parent.is_remote(),
-            span_kind: kind.unwrap_or(SpanKind::Internal),
-            name,
-            start_time: start,
-            end_time: end,
+        SpanData {
+            span_context: self.span_context,
+            parent_span_id: self.parent_span_id,
+            parent_span_is_remote: self.parent_span_is_remote,
+            span_kind: self.kind,
+            name: self.name,
+            start_time: self.start,
+            end_time: self.end,
             attributes,
             dropped_attributes_count,
             events,
             links,
-            status,
+            status: self.status,
             instrumentation_scope: build.scope.clone(),
-        };
-        crate::ids::mark_random_root(&mut data);
-        batch.push(data);
-        Direct::Built
+        }
     }
 }
 
@@ -214,7 +297,7 @@ fn bounded_links(mut links: Vec<Link>, limits: &SpanLimits) -> SpanLinks {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! The same records built both ways: through the SDK (a provider configured as lens
     //! configures its own, whose single processor keeps what lens's batch processor keeps)
     //! and directly. The `SpanData` and the console lines must be identical.
@@ -271,7 +354,7 @@ mod tests {
 
     /// One ended record; `case` selects its shape. Called twice per case: both states are
     /// identical, times included.
-    fn record(case: usize) -> SpanState {
+    pub(crate) fn record(case: usize) -> SpanState {
         let t0 = SystemTime::UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_456_789);
         let (parent, flags) = match case % 6 {
             0 => (Parent::Root, 0x03),

@@ -32,6 +32,8 @@ use crate::layer::logs::LensLoggerProvider;
 use crate::layer::pipeline::Pipeline;
 use crate::propagation;
 use crate::queue::drops::DropCounters;
+#[cfg(feature = "otlp-http")]
+use crate::queue::processors::ready_processor;
 use crate::queue::processors::{
     BoxedProcessor, ExportSettings, SpanProcessors, exporter_processor, log_provider,
     yielding_exporter_processor,
@@ -171,6 +173,18 @@ impl Built {
                 ExporterKind::Console => {
                     let writer = self.console_writer(config, rank)?;
                     exporter_processor(ConsoleSpanExporter::new(writer), &parts.settings)?
+                }
+                #[cfg(feature = "otlp-http")]
+                ExporterKind::Otlp
+                    if !parts.settings.synchronous
+                        && otlp::protocol_for(Signal::Traces, env)?
+                            == otlp::OtlpProtocol::HttpProtobuf =>
+                {
+                    // The worker writes the requests straight from the records.
+                    let exporter = self
+                        .transport
+                        .http_trace_exporter(env, parts.settings.dropped.clone())?;
+                    ready_processor(exporter, &parts.settings)?
                 }
                 ExporterKind::Otlp => {
                     let protocol = otlp::protocol_for(Signal::Traces, env)?;

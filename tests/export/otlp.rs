@@ -202,3 +202,58 @@ fn an_unknown_protocol_fails_setup_naming_the_variable() {
         );
     }
 }
+
+/// A span as the collector printed it, without what differs between two runs of one program
+/// (ids and times: whether they are set is kept).
+fn comparable(item: &collector::Item) -> Vec<String> {
+    const VARYING: [&str; 6] = [
+        "Trace ID",
+        "Parent ID",
+        "ID",
+        "Start time",
+        "End time",
+        "-> Timestamp",
+    ];
+    item.lines
+        .iter()
+        .map(|line| {
+            let t = line.trim();
+            match t.split_once(':') {
+                Some((label, value)) if VARYING.contains(&label.trim()) => {
+                    let set = !value.trim().is_empty();
+                    format!("{} : {}", label.trim(), if set { "set" } else { "empty" })
+                }
+                _ => t.to_string(),
+            }
+        })
+        .collect()
+}
+
+/// The spans HTTP/protobuf sends (written by nemo-lens straight from its records) are the
+/// spans gRPC sends (opentelemetry-otlp's encoding of the SDK's `SpanData`), as a real collector
+/// decodes them: names, kinds, statuses, attributes, events (the truncation event included).
+#[test]
+fn http_protobuf_and_grpc_deliver_the_same_spans() {
+    let mut printed = Vec::new();
+    for protocol in ["http/protobuf", "grpc"] {
+        let collector = Collector::start();
+        let mut env = base_env("otlp-same-spans");
+        env.extend(collector.otlp_env(protocol));
+        run_child(&env);
+        let out = collector.wait_for("3 spans", Duration::from_secs(30), |o| {
+            collector::spans(o).len() >= 3
+        });
+        let mut spans: Vec<Vec<String>> = collector::spans(&out).iter().map(comparable).collect();
+        spans.sort();
+        assert_eq!(spans.len(), 3, "{protocol}: {spans:#?}");
+        printed.push(spans);
+    }
+    assert!(
+        printed[0]
+            .iter()
+            .flatten()
+            .any(|l| l.contains("nemo.span.truncated.reason")),
+        "{printed:#?}"
+    );
+    assert_eq!(printed[0], printed[1]);
+}

@@ -118,7 +118,7 @@ impl FailureReport {
         )
     }
 
-    fn observe(&self, result: &OTelSdkResult) {
+    pub(super) fn observe(&self, result: &OTelSdkResult) {
         match result {
             Ok(()) => self.succeeded(),
             Err(e) => self.failed(&e.to_string()),

@@ -191,7 +191,7 @@ impl Transport {
     /// certificates of `destination`, or the system roots; the *ring* provider, given
     /// explicitly) for an `https://` endpoint, the exporter's timeout, requests on the private
     /// runtime, the cause of each failed request reported.
-    fn http_client(
+    pub(super) fn http_client(
         &mut self,
         signal: Signal,
         destination: &Destination,
