@@ -28,11 +28,19 @@ use opentelemetry::KeyValue;
 use parking_lot::Mutex;
 use tracing_core::Metadata;
 
-use crate::layer::pipeline::Pipeline;
 use crate::rank::groups::{GroupGate, STEP};
 use crate::record::SpanState;
 use crate::record::held::{DetailRole, HeldView, Outcome, StepHold};
 use crate::semconv;
+
+/// Where the records of a decided step go: the layer's pipeline. A trait, so that this module
+/// does not depend on the pipeline that owns it.
+pub(crate) trait Outlet {
+    /// Hands an ended record (of `size` bytes) on to be exported.
+    fn finish(&self, state: Arc<SpanState>, size: usize);
+    /// Drops an ended record that will not be exported.
+    fn discard(&self, state: Arc<SpanState>);
+}
 
 /// Why a step's detail was kept (`nemo.detail.reason`).
 pub(crate) const REASON_SLOW: &str = "slow";
@@ -158,7 +166,7 @@ impl DetailCapture {
     }
 
     /// A span closed: its record is exported, held, or dropped, by its role.
-    pub(crate) fn closed(&self, pipeline: &Pipeline, role: DetailRole, state: Arc<SpanState>) {
+    pub(crate) fn closed(&self, pipeline: &impl Outlet, role: DetailRole, state: Arc<SpanState>) {
         match role {
             DetailRole::Outside => {
                 if let Some(size) = state.end() {
@@ -177,7 +185,7 @@ impl DetailCapture {
         }
     }
 
-    fn hold(&self, pipeline: &Pipeline, hold: &StepHold, state: Arc<SpanState>) {
+    fn hold(&self, pipeline: &impl Outlet, hold: &StepHold, state: Arc<SpanState>) {
         let Some(size) = state.end() else { return };
         let error = state.ended_in_error();
         let mut held = hold.lock();
@@ -210,7 +218,7 @@ impl DetailCapture {
 
     /// The step ends: decide, say so on the step's record, end it, and export the held detail
     /// (before the step: children first, as usual) or drop it.
-    fn step_ended(&self, pipeline: &Pipeline, hold: &Arc<StepHold>, state: Arc<SpanState>) {
+    fn step_ended(&self, pipeline: &impl Outlet, hold: &Arc<StepHold>, state: Arc<SpanState>) {
         let now = SystemTime::now();
         let duration = state
             .start_time()
@@ -287,7 +295,7 @@ impl DetailCapture {
     /// Truncation: every open step keeps its held detail (reason `truncated`), exported now
     /// through `pipeline`; the step spans themselves are truncated by the caller. Returns how
     /// many records were released.
-    pub(crate) fn release_open(&self, pipeline: &Pipeline) -> usize {
+    pub(crate) fn release_open(&self, pipeline: &impl Outlet) -> usize {
         let open = match self.open.try_lock_for(LOCK_PATIENCE) {
             Some(mut open) => std::mem::take(&mut *open),
             None => return 0,

@@ -13,7 +13,7 @@ use tracing_core::Metadata;
 use tracing_core::span::Id;
 
 use crate::ids;
-use crate::layer::detail::DetailCapture;
+use crate::layer::detail::{DetailCapture, Outlet};
 use crate::queue::span_processor::{RecordBuilder, SpanQueue};
 use crate::rank::groups::declared_group;
 use crate::rank::tags::GroupTags;
@@ -406,5 +406,15 @@ mod tests {
         let (state, size) = ended(2);
         pipeline.finish(state, size);
         assert_eq!(dropped.load(Ordering::Relaxed), 1);
+    }
+}
+
+impl Outlet for Pipeline {
+    fn finish(&self, state: Arc<SpanState>, size: usize) {
+        Pipeline::finish(self, state, size);
+    }
+
+    fn discard(&self, state: Arc<SpanState>) {
+        Pipeline::discard(self, state);
     }
 }

@@ -345,7 +345,7 @@ where
         // Dropped here, with no lock held: a context may hold user values.
         drop(activation);
         match &pipeline.detail {
-            Some(capture) => capture.closed(pipeline, detail, state),
+            Some(capture) => capture.closed(&**pipeline, detail, state),
             None => {
                 if let Some(size) = state.end() {
                     pipeline.finish(state, size);
