@@ -355,6 +355,16 @@ pub(crate) fn decide(
     (trace_id, flags, trace_state)
 }
 
+impl Outlet for Pipeline {
+    fn finish(&self, state: Arc<SpanState>, size: usize) {
+        Pipeline::finish(self, state, size);
+    }
+
+    fn discard(&self, state: Arc<SpanState>) {
+        Pipeline::discard(self, state);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use opentelemetry::trace::{SpanContext, SpanId, TraceId, TracerProvider as _};
@@ -406,15 +416,5 @@ mod tests {
         let (state, size) = ended(2);
         pipeline.finish(state, size);
         assert_eq!(dropped.load(Ordering::Relaxed), 1);
-    }
-}
-
-impl Outlet for Pipeline {
-    fn finish(&self, state: Arc<SpanState>, size: usize) {
-        Pipeline::finish(self, state, size);
-    }
-
-    fn discard(&self, state: Arc<SpanState>) {
-        Pipeline::discard(self, state);
     }
 }
