@@ -24,6 +24,11 @@ use crate::export::otlp::{OtlpProtocol, Signal, check_compiled};
 pub(crate) struct Transport {
     #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
     runtime: Option<tokio::runtime::Runtime>,
+    /// The longest export timeout of an exporter polled on the runtime: an export a shutdown
+    /// gave up on may still run that long (a periodic metric reader's, say), and a runtime
+    /// stopped under it would make Tokio's timers panic on that thread.
+    #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+    pub(super) longest_timeout: std::time::Duration,
 }
 
 /// The OTLP span exporter (an uninhabited stand-in without an OTLP feature).
@@ -61,11 +66,23 @@ impl Transport {
         Ok(self.runtime.as_ref().expect("built above"))
     }
 
-    /// Stops the runtime without waiting for its worker (never blocks a runtime thread).
+    /// Stops the runtime without waiting for its worker (never blocks the caller nor a runtime
+    /// thread): on a thread of its own, once an export still in flight has reached its timeout.
     pub(crate) fn shutdown_background(&mut self) {
         #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
         if let Some(rt) = self.runtime.take() {
-            rt.shutdown_background();
+            let grace = self.longest_timeout + std::time::Duration::from_millis(500);
+            let stop = move || {
+                std::thread::sleep(grace);
+                rt.shutdown_background();
+            };
+            // Without a thread (none left to spawn), the closure drops the runtime here.
+            if let Err(e) = std::thread::Builder::new()
+                .name("nemo-lens-otlp-stop".into())
+                .spawn(stop)
+            {
+                eprintln!("nemo-lens: the exporters' runtime is stopped now ({e})");
+            }
         }
     }
 
@@ -156,6 +173,7 @@ macro_rules! build_exporter {
             ),
         };
         let runtime = $self.runtime(signal)?.handle().clone();
+        $self.longest_timeout = $self.longest_timeout.max(destination.timeout);
         built.map(|exporter| Reported::new(exporter, report, runtime, destination.timeout))
     }};
 }

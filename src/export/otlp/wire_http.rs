@@ -112,6 +112,7 @@ impl Transport {
             })
             .collect();
         let client = self.http_client(signal, &destination, report.clone())?;
+        self.longest_timeout = self.longest_timeout.max(destination.timeout);
         Ok(HttpTraceExporter {
             client,
             endpoint,
