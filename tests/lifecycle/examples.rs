@@ -201,7 +201,7 @@ fn custom_exporter_example_receives_every_span() {
         3
     );
     assert!(lines[3].starts_with("my-backend-demo | job | "), "{text}");
-    assert!(lines[0].ends_with("step=0"), "{text}");
+    assert!(lines[0].contains("| step=0,"), "{text}");
 }
 
 #[test]
