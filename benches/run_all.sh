@@ -299,7 +299,7 @@ before and after three million re-entries of one exported span, in a child proce
 
 EOF
 echo '```text'
-grep -oE 'REENTRY .*' "$OUT/reentry.txt" | head -1
+grep -oE 'rss_before_kib=.*' "$OUT/reentry.txt" | head -1
 echo '```'
 cat <<'EOF'
 
