@@ -1,6 +1,7 @@
 //! Spans nested 30,000 deep, exited out of order and closed on other threads: the lens layer
 //! and the flight recorder keep every parent and the current span right. What a span costs at
-//! depth is measured by `benches/nesting.rs` and `benches/recorder.rs` (`at_depth_N`).
+//! depth is counted by `depth_work.rs` (registry lookups, memory read) and timed by
+//! `benches/nesting.rs` and `benches/recorder.rs` (`at_depth_N`).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -142,7 +143,7 @@ fn thirty_thousand_nested_spans_keep_their_parents_through_out_of_order_exits_an
 }
 
 /// A non-exporting rank (rank 0 of 4) whose recorder keeps 16 closed spans.
-fn recorder_rank(dir: &Path) -> Telemetry {
+pub(super) fn recorder_rank(dir: &Path) -> Telemetry {
     let mut c = LensConfig::default()
         .with_enabled(true)
         .with(|c| c.metrics_enabled = false);

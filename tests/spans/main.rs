@@ -11,6 +11,7 @@ mod closer;
 mod concurrency;
 mod context_activation;
 mod depth;
+mod depth_work;
 mod detail;
 mod emit_span;
 mod groups;
