@@ -446,3 +446,51 @@ fn a_carried_tracestate_goes_with_its_trace_only() {
     assert!(new_trace["traceparent"].contains("-03"), "{new_trace:?}");
     assert_eq!(new_trace.get("tracestate"), None, "{new_trace:?}");
 }
+
+/// A span entered after the extracted context was detached sends the list nemo-lens kept: the
+/// one extracted last for its trace and held part, among the last 64 kept.
+#[test]
+fn a_kept_tracestate_is_the_last_extracted_for_its_trace_and_part() {
+    let capture = SpanCapture::new();
+    let trace = fresh_trace_id();
+    let sent = |state: &str| {
+        let map = HashMap::from([
+            (
+                "traceparent".to_string(),
+                tp("01").replace(TRACE_ID, &trace),
+            ),
+            ("tracestate".to_string(), state.to_string()),
+        ]);
+        let (out, _) = serve(&capture, extract_context(&map), Pattern::Service);
+        out.get("tracestate").cloned()
+    };
+    assert_eq!(
+        sent("foo@@bar=1,bar=2").as_deref(),
+        Some("foo@@bar=1,bar=2")
+    );
+    assert_eq!(sent("x@@y=9,bar=2").as_deref(), Some("x@@y=9,bar=2"));
+    // A list `TraceState` holds whole: nothing kept for it.
+    assert_eq!(sent("bar=2").as_deref(), Some("bar=2"));
+    assert_eq!(sent("x@@y=9,bar=2").as_deref(), Some("x@@y=9,bar=2"));
+    // 64 lists of other traces later, it is no longer kept: the held part goes on.
+    let kept = HashMap::from([
+        (
+            "traceparent".to_string(),
+            tp("01").replace(TRACE_ID, &trace),
+        ),
+        ("tracestate".to_string(), "x@@y=9,bar=2".to_string()),
+    ]);
+    let cx = extract_context(&kept);
+    for _ in 0..64 {
+        let other = HashMap::from([
+            (
+                "traceparent".to_string(),
+                tp("01").replace(TRACE_ID, &fresh_trace_id()),
+            ),
+            ("tracestate".to_string(), "a@@b=1".to_string()),
+        ]);
+        let _ = extract_context(&other);
+    }
+    let (out, _) = serve(&capture, cx, Pattern::Service);
+    assert_eq!(out.get("tracestate").map(String::as_str), Some("bar=2"));
+}
