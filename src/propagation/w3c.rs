@@ -8,14 +8,20 @@
 //! OpenTelemetry's `TraceState` refuses some keys the specification allows (more than one `@`,
 //! more than 13 characters after it). A list holding such a key travels whole in the extracted
 //! context beside the span context ([`CarriedTraceState`]), and is what is sent on for that
-//! trace while the span context's `TraceState` is the part of it OpenTelemetry holds.
+//! trace while the span context's `TraceState` is the part of it OpenTelemetry holds. A span
+//! made while the extracted context was attached keeps only its span context, so the list is
+//! also kept here, the last [`MAX_REMEMBERED`] of them: injecting a context that does not carry
+//! the extraction finds it by trace id and held part.
 
+use std::collections::VecDeque;
 use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use opentelemetry::Context;
 use opentelemetry::propagation::text_map_propagator::FieldIter;
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+use parking_lot::Mutex;
 
 use crate::ids::RANDOM_FLAG;
 
@@ -39,6 +45,16 @@ const TRACEPARENT_LEN: usize = 2 + 1 + 32 + 1 + 16 + 1 + 2;
 /// At most this many members in a `tracestate` list.
 const MAX_MEMBERS: usize = 32;
 
+/// The most lists OpenTelemetry's `TraceState` cannot hold that are kept for injection from a
+/// context without the extraction (each at most 32 members of 513 bytes).
+const MAX_REMEMBERED: usize = 64;
+
+/// Those lists, oldest first (see the [module docs](self)).
+static REMEMBERED: Mutex<VecDeque<CarriedTraceState>> = Mutex::new(VecDeque::new());
+/// Whether a list was ever kept in [`REMEMBERED`]: until then no injection or extraction
+/// takes its lock.
+static ANY_REMEMBERED: AtomicBool = AtomicBool::new(false);
+
 /// nemo-lens's W3C Trace Context propagator: `traceparent` and `tracestate` read and written by
 /// the rules of Trace Context Level 2, with the `random` trace flag.
 ///
@@ -61,7 +77,11 @@ const MAX_MEMBERS: usize = 32;
 ///   `@` followed by at most 13 characters, the first a letter or digit): the span context
 ///   holds the members it can, and the whole list goes in the extracted context beside it
 ///   ([`CarriedTraceState`]); injecting a context of the same trace whose `TraceState` is
-///   still that part sends the whole list on.
+///   still that part sends the whole list on. A span created while the extracted context was
+///   attached, and its children, carry only their span context: injecting theirs finds the
+///   list among the last [`MAX_REMEMBERED`] kept, the one extracted last for that trace and
+///   held part (an extraction of that trace and part whose list `TraceState` holds whole
+///   forgets it).
 ///
 /// Setup installs it globally (`install_global_propagator`); [`extract_context`](super::extract_context)
 /// and the launcher's `TRACEPARENT` use it too.
@@ -97,10 +117,11 @@ impl TextMapPropagator for W3cTraceContextPropagator {
                 sc.trace_flags().to_u8() & KEPT_FLAGS
             ),
         );
-        let state = match cx.get::<CarriedTraceState>() {
+        let whole = match cx.get::<CarriedTraceState>() {
             Some(carried) if carried.is_of(sc) => carried.header.clone(),
-            _ => sc.trace_state().header(),
+            _ => recall(sc),
         };
+        let state = whole.unwrap_or_else(|| sc.trace_state().header());
         if !state.is_empty() {
             injector.set(TRACESTATE, state);
         }
@@ -108,8 +129,10 @@ impl TextMapPropagator for W3cTraceContextPropagator {
 
     fn extract_with_context(&self, cx: &Context, extractor: &dyn Extractor) -> Context {
         match extract_span_context(extractor) {
-            Some((sc, None)) => cx.with_remote_span_context(sc),
-            Some((sc, Some(carried))) => cx.with_remote_span_context(sc).with_value(carried),
+            Some((sc, carried)) => {
+                remember(&carried);
+                cx.with_remote_span_context(sc).with_value(carried)
+            }
             None => cx.clone(),
         }
     }
@@ -119,15 +142,16 @@ impl TextMapPropagator for W3cTraceContextPropagator {
     }
 }
 
-/// A valid `tracestate` list OpenTelemetry's `TraceState` cannot hold whole, carried in the
-/// extracted context beside the span context that holds the rest of it.
+/// The `tracestate` list extracted with a remote span context, carried in the extracted
+/// context beside it: `header` is the whole list when OpenTelemetry's `TraceState` cannot hold
+/// it, `None` when the span context's `TraceState` is all of it.
 #[derive(Clone, Debug)]
 struct CarriedTraceState {
     trace_id: TraceId,
     /// The members the span context's `TraceState` holds.
     held: TraceState,
-    /// The whole list, as sent on.
-    header: String,
+    /// The whole list, as sent on, when `held` is not all of it.
+    header: Option<String>,
 }
 
 impl CarriedTraceState {
@@ -138,11 +162,40 @@ impl CarriedTraceState {
     }
 }
 
+/// Keeps `carried` for injections from contexts without it ([`REMEMBERED`]), replacing the
+/// list kept for its trace and held part; an extraction whose `TraceState` holds its whole list
+/// forgets that one.
+fn remember(carried: &CarriedTraceState) {
+    if carried.header.is_none() && !ANY_REMEMBERED.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut kept = REMEMBERED.lock();
+    kept.retain(|k| !(k.trace_id == carried.trace_id && k.held == carried.held));
+    if carried.header.is_some() {
+        if kept.len() == MAX_REMEMBERED {
+            kept.pop_front();
+        }
+        kept.push_back(carried.clone());
+        ANY_REMEMBERED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The whole list kept for `sc`'s trace and `TraceState`, if there is one.
+fn recall(sc: &SpanContext) -> Option<String> {
+    if !ANY_REMEMBERED.load(Ordering::Relaxed) {
+        return None;
+    }
+    REMEMBERED
+        .lock()
+        .iter()
+        .rev()
+        .find(|k| k.is_of(sc))
+        .and_then(|k| k.header.clone())
+}
+
 /// The remote span context in `extractor`'s headers, when its one `traceparent` is valid, and
-/// the whole `tracestate` list when its `TraceState` cannot hold it.
-fn extract_span_context(
-    extractor: &dyn Extractor,
-) -> Option<(SpanContext, Option<CarriedTraceState>)> {
+/// the `tracestate` list extracted with it.
+fn extract_span_context(extractor: &dyn Extractor) -> Option<(SpanContext, CarriedTraceState)> {
     let parents = extractor.get_all(TRACEPARENT)?;
     let [parent] = parents.as_slice() else {
         return None;
@@ -154,15 +207,17 @@ fn extract_span_context(
         .map(|headers| parse_tracestate(&headers))
         .unwrap_or_default();
     let (held, whole) = holdable(&members);
-    let carried = (!whole).then(|| CarriedTraceState {
+    let carried = CarriedTraceState {
         trace_id,
         held: held.clone(),
-        header: members
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(","),
-    });
+        header: (!whole).then(|| {
+            members
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        }),
+    };
     Some((
         SpanContext::new(trace_id, span_id, flags, true, held),
         carried,

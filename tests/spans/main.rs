@@ -28,4 +28,5 @@ mod span_rules;
 mod trace_flags;
 mod trace_per;
 mod unwinding;
+mod w3c_service;
 mod w3c_trace_context;

@@ -1,13 +1,16 @@
 //! W3C Trace Context Level 2 through nemo-lens's propagator, written from the specification's
 //! rules (<https://www.w3.org/TR/trace-context-2/>): each case is the headers a service
-//! receives and the headers it sends on. The service extracts the incoming context, attaches
-//! it while it creates its server span (a lens span) and injects inside that span, as a service
-//! built on `extract_context` / `inject_context` does.
+//! receives and the headers it sends on. The service extracts the incoming context and makes
+//! its server span (a lens span) a child of it, in the two ways a service built on
+//! `extract_context` / `inject_context` does ([`Pattern`]), and injects inside a lens span.
 //!
-//! A continued trace keeps the incoming trace id, has the server span as parent id, carries the
-//! expected flags and `tracestate`; a restarted one has a new trace id and no `tracestate`.
+//! A continued trace keeps the incoming trace id, has the injecting span as parent id, carries
+//! the expected flags and `tracestate`; a restarted one has a new trace id and no `tracestate`.
+//! Each case runs in a trace of its own (its `traceparent`'s trace id replaced), so that the
+//! lists nemo-lens keeps per trace never meet another case's.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use nemo_lens::propagation::{extract_context, inject_context};
 use nemo_lens::testing::SpanCapture;
@@ -77,26 +80,70 @@ impl Extractor for Headers {
     }
 }
 
-/// The headers the service sends on, and its server span's id, for `cx` as the incoming
-/// context.
-fn serve(capture: &SpanCapture, cx: opentelemetry::Context) -> (HashMap<String, String>, String) {
-    capture.in_scope(|| {
-        let _remote = cx.attach();
-        let server = tracing::info_span!("server");
-        let _in = server.enter();
-        let mut out = HashMap::new();
-        inject_context(&mut out);
-        let id = nemo_lens::LensSpanExt::context(&server)
-            .span()
-            .span_context()
-            .span_id()
-            .to_string();
-        (out, id)
+/// How the service handles a request.
+#[derive(Clone, Copy, Debug)]
+enum Pattern {
+    /// The extracted context stays attached while the server span is entered and injects.
+    Attached,
+    /// The extracted context is attached only while the server span is created (as
+    /// `docs/propagation.md` shows, and the W3C suite's test service does); each call injects
+    /// in a client span of its own, a child of the server span.
+    Service,
+}
+
+/// A trace id no other case uses.
+fn fresh_trace_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    format!("5e41ce{:026x}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The id of a lens span.
+fn span_id(span: &tracing::Span) -> String {
+    nemo_lens::LensSpanExt::context(span)
+        .span()
+        .span_context()
+        .span_id()
+        .to_string()
+}
+
+/// The headers the service sends on, and the id of the span that injected them, for `cx` as
+/// the incoming context.
+fn serve(
+    capture: &SpanCapture,
+    cx: opentelemetry::Context,
+    pattern: Pattern,
+) -> (HashMap<String, String>, String) {
+    capture.in_scope(|| match pattern {
+        Pattern::Attached => {
+            let _remote = cx.attach();
+            let server = tracing::info_span!("server");
+            let _in = server.enter();
+            let mut out = HashMap::new();
+            inject_context(&mut out);
+            (out, span_id(&server))
+        }
+        Pattern::Service => {
+            let server = {
+                let _remote = cx.attach();
+                tracing::info_span!("server")
+            };
+            let _in = server.enter();
+            let call = tracing::info_span!("call");
+            let _call = call.enter();
+            let mut out = HashMap::new();
+            inject_context(&mut out);
+            (out, span_id(&call))
+        }
     })
 }
 
-/// What is wrong with what `serve` sent for `case`, if anything.
-fn check(case: &Case, out: &HashMap<String, String>, server_id: &str) -> Result<(), String> {
+/// What is wrong with what `serve` sent for `case` (its trace id `trace`), if anything.
+fn check(
+    case: &Case,
+    trace: &str,
+    out: &HashMap<String, String>,
+    server_id: &str,
+) -> Result<(), String> {
     let Some(tp) = out.get("traceparent") else {
         return Err(format!("no traceparent sent: {out:?}"));
     };
@@ -112,10 +159,10 @@ fn check(case: &Case, out: &HashMap<String, String>, server_id: &str) -> Result<
         fields.len() == 4 && fields[0] == "00",
         "a version 00 traceparent",
     )?;
-    want(fields[2] == server_id, "the server span as parent id")?;
+    want(fields[2] == server_id, "the injecting span as parent id")?;
     match &case.out {
         Out::Continued(flags, state) => {
-            want(fields[1] == TRACE_ID, "the incoming trace")?;
+            want(fields[1] == trace, "the incoming trace")?;
             want(fields[3] == *flags, &format!("flags {flags}"))?;
             want(
                 out.get("tracestate") == state.as_ref(),
@@ -124,7 +171,7 @@ fn check(case: &Case, out: &HashMap<String, String>, server_id: &str) -> Result<
         }
         Out::Restarted => {
             want(
-                fields[1] != TRACE_ID && fields[1] != "0".repeat(32),
+                fields[1] != trace && fields[1] != TRACE_ID && fields[1] != "0".repeat(32),
                 "a new trace",
             )?;
             want(fields[3] == "03", "flags 03 (a trace started here)")?;
@@ -290,38 +337,47 @@ fn unholdable_cases() -> Vec<Case> {
 }
 
 /// Runs `cases` through the propagator over a header list (several headers of a name) and, for
-/// those with at most one header of each name, through `extract_context` over a map too; fails
-/// naming every case that went wrong.
+/// those with at most one header of each name, through `extract_context` over a map too, in
+/// both [`Pattern`]s; fails naming every case that went wrong.
 fn run(cases: Vec<Case>) {
     // The capture installs nemo-lens's propagator globally: the one under test.
     let capture = SpanCapture::new();
     let mut failed = Vec::new();
     for case in &cases {
-        let headers = Headers(
-            case.traceparent
-                .iter()
-                .map(|v| ("traceparent".to_string(), v.clone()))
-                .chain(
-                    case.tracestate
-                        .iter()
-                        .map(|v| ("TraceState".to_string(), v.clone())),
-                )
-                .collect(),
-        );
-        let extracted = opentelemetry::global::get_text_map_propagator(|p| p.extract(&headers));
-        let (out, server) = serve(&capture, extracted);
-        if let Err(e) = check(case, &out, &server) {
-            failed.push(format!("{} (header list): expected {e}", case.name));
-        }
-        if case.traceparent.len() <= 1 && case.tracestate.len() <= 1 {
-            let map: HashMap<String, String> = headers
-                .0
-                .iter()
-                .map(|(k, v)| (k.to_lowercase(), v.clone()))
-                .collect();
-            let (out, server) = serve(&capture, extract_context(&map));
-            if let Err(e) = check(case, &out, &server) {
-                failed.push(format!("{} (extract_context): expected {e}", case.name));
+        for pattern in [Pattern::Attached, Pattern::Service] {
+            let trace = fresh_trace_id();
+            let headers = Headers(
+                case.traceparent
+                    .iter()
+                    .map(|v| ("traceparent".to_string(), v.replace(TRACE_ID, &trace)))
+                    .chain(
+                        case.tracestate
+                            .iter()
+                            .map(|v| ("TraceState".to_string(), v.clone())),
+                    )
+                    .collect(),
+            );
+            let extracted = opentelemetry::global::get_text_map_propagator(|p| p.extract(&headers));
+            let (out, server) = serve(&capture, extracted, pattern);
+            if let Err(e) = check(case, &trace, &out, &server) {
+                failed.push(format!(
+                    "{} (header list, {pattern:?}): expected {e}",
+                    case.name
+                ));
+            }
+            if case.traceparent.len() <= 1 && case.tracestate.len() <= 1 {
+                let map: HashMap<String, String> = headers
+                    .0
+                    .iter()
+                    .map(|(k, v)| (k.to_lowercase(), v.clone()))
+                    .collect();
+                let (out, server) = serve(&capture, extract_context(&map), pattern);
+                if let Err(e) = check(case, &trace, &out, &server) {
+                    failed.push(format!(
+                        "{} (extract_context, {pattern:?}): expected {e}",
+                        case.name
+                    ));
+                }
             }
         }
     }
@@ -357,7 +413,10 @@ fn tracestate_lists_opentelemetry_cannot_hold_are_sent_on_whole() {
 fn a_carried_tracestate_goes_with_its_trace_only() {
     let capture = SpanCapture::new();
     let map = HashMap::from([
-        ("traceparent".to_string(), tp("01")),
+        (
+            "traceparent".to_string(),
+            tp("01").replace(TRACE_ID, &fresh_trace_id()),
+        ),
         ("tracestate".to_string(), "foo@@bar=1,bar=2".to_string()),
     ]);
     let cx = extract_context(&map);
@@ -386,4 +445,52 @@ fn a_carried_tracestate_goes_with_its_trace_only() {
     );
     assert!(new_trace["traceparent"].contains("-03"), "{new_trace:?}");
     assert_eq!(new_trace.get("tracestate"), None, "{new_trace:?}");
+}
+
+/// A span entered after the extracted context was detached sends the list nemo-lens kept: the
+/// one extracted last for its trace and held part, among the last 64 kept.
+#[test]
+fn a_kept_tracestate_is_the_last_extracted_for_its_trace_and_part() {
+    let capture = SpanCapture::new();
+    let trace = fresh_trace_id();
+    let sent = |state: &str| {
+        let map = HashMap::from([
+            (
+                "traceparent".to_string(),
+                tp("01").replace(TRACE_ID, &trace),
+            ),
+            ("tracestate".to_string(), state.to_string()),
+        ]);
+        let (out, _) = serve(&capture, extract_context(&map), Pattern::Service);
+        out.get("tracestate").cloned()
+    };
+    assert_eq!(
+        sent("foo@@bar=1,bar=2").as_deref(),
+        Some("foo@@bar=1,bar=2")
+    );
+    assert_eq!(sent("x@@y=9,bar=2").as_deref(), Some("x@@y=9,bar=2"));
+    // A list `TraceState` holds whole: nothing kept for it.
+    assert_eq!(sent("bar=2").as_deref(), Some("bar=2"));
+    assert_eq!(sent("x@@y=9,bar=2").as_deref(), Some("x@@y=9,bar=2"));
+    // 64 lists of other traces later, it is no longer kept: the held part goes on.
+    let kept = HashMap::from([
+        (
+            "traceparent".to_string(),
+            tp("01").replace(TRACE_ID, &trace),
+        ),
+        ("tracestate".to_string(), "x@@y=9,bar=2".to_string()),
+    ]);
+    let cx = extract_context(&kept);
+    for _ in 0..64 {
+        let other = HashMap::from([
+            (
+                "traceparent".to_string(),
+                tp("01").replace(TRACE_ID, &fresh_trace_id()),
+            ),
+            ("tracestate".to_string(), "a@@b=1".to_string()),
+        ]);
+        let _ = extract_context(&other);
+    }
+    let (out, _) = serve(&capture, cx, Pattern::Service);
+    assert_eq!(out.get("tracestate").map(String::as_str), Some("bar=2"));
 }
