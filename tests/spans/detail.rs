@@ -386,7 +386,10 @@ fn detail_paths(dir: &Path, mode: &str, env: &[(&str, &str)]) -> (String, Vec<Va
         .env("NEMO_LENS_EXPORTER", "console")
         .env("NEMO_LENS_METRICS_ENABLED", "0")
         .env("NEMO_LENS_SPAN_GROUPS", "default")
-        .env("NEMO_LENS_DETAIL_GROUPS", "forward_backward,optimizer,collective")
+        .env(
+            "NEMO_LENS_DETAIL_GROUPS",
+            "forward_backward,optimizer,collective",
+        )
         .env("NEMO_LENS_CONSOLE_PATH", &path)
         .envs(env.iter().copied())
         .arg(mode)
@@ -443,7 +446,12 @@ fn detail_parented_to_its_step_through_an_opentelemetry_context_is_held_with_it(
         kept(&steps),
         BTreeMap::from([(1, "first".to_string()), (3, "slow".to_string())])
     );
-    for name in ["forward_backward", "optimizer_step", "grad_sync", "all_reduce"] {
+    for name in [
+        "forward_backward",
+        "optimizer_step",
+        "grad_sync",
+        "all_reduce",
+    ] {
         assert_eq!(detail_steps(&spans, &steps, name), [1, 3], "{name}");
         for d in all_named(&spans, name) {
             let step = steps

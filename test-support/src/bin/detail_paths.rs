@@ -55,7 +55,8 @@ fn drop_subscriber_mid_step(telemetry: &Telemetry) {
     let last_child = tracing::subscriber::with_default(subscriber, || {
         let step = tracing::info_span!("train_step", nemo.group.step = Empty, step = 1_i64);
         let _in_step = step.enter();
-        tracing::info_span!("forward_backward", nemo.group.forward_backward = Empty).in_scope(|| {});
+        tracing::info_span!("forward_backward", nemo.group.forward_backward = Empty)
+            .in_scope(|| {});
         tracing::info_span!("optimizer_step", nemo.group.optimizer = Empty)
     });
     // The step's last child closes (held) on a thread without the subscriber: the registry
