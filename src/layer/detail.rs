@@ -6,25 +6,30 @@
 //! The step span itself is always exported and says what was decided
 //! ([`semconv::NEMO_DETAIL_KEPT`] and the attributes beside it).
 //!
-//! "Inside a step" follows the parent chain the layer already knows: a span's place is taken
-//! from its parent's entry when it starts ([`DetailRole`]), so a span of another thread is inside
-//! the step when its (explicit or contextual) parent is; a span with no lens parent (a thread
-//! that entered nothing) is outside every step and exported as usual. A span under a held span
-//! is held with it, so that a kept step never exports a child without its parent, and a dropped
-//! one leaves no orphan.
+//! "Inside a step" follows the parent the span is exported with: a span's place is taken from
+//! its parent's entry when it starts ([`DetailRole`]), so a span of another thread is inside
+//! the step when its (explicit or contextual) parent is. A span whose parent is an
+//! OpenTelemetry context (attached, or given by `LensSpanExt::set_parent`, which decides the
+//! place again) takes the place the context carries ([`ContextPlace`]: the contexts lens hands
+//! out for a step, and for any span through `LensSpanExt::context`), else that of the open
+//! step whose span is the context's. A span with neither (a thread that entered nothing) is
+//! outside every step and exported as usual. A span under a held span is held with it, so that
+//! a kept step never exports a child without its parent, and a dropped one leaves no orphan.
 //!
 //! Held records are bounded in bytes for the whole rank ([`DetailSettings::max_bytes`]): a
 //! record past the bound is dropped at once, counted in the step's `nemo.detail.overflow` and
 //! in the rank's span drop counter. Truncation (shutdown, SIGTERM, the end of a panicked
-//! process) exports the held detail of every open step as kept (reason `truncated`); a dump of
-//! the flight recorder (a hang) writes the held detail of the open steps into the dump.
+//! process, a subscriber dropped with its steps open) exports the held detail of the open
+//! steps as kept (reason `truncated`); a dump of the flight recorder (a hang) writes the held
+//! detail of the open steps into the dump.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
-use opentelemetry::KeyValue;
+use opentelemetry::trace::{SpanId, TraceContextExt};
+use opentelemetry::{Context, KeyValue};
 use parking_lot::Mutex;
 use tracing_core::Metadata;
 
@@ -79,6 +84,39 @@ impl ParentPlace {
         ParentPlace {
             hold: role.hold().cloned(),
             held: matches!(role, DetailRole::Held(_)),
+        }
+    }
+}
+
+/// A span's place in detail capture, carried as a value by the OpenTelemetry contexts lens
+/// builds for it (a step's activated context, `LensSpanExt::context`), so that a span whose
+/// parent is such a context, on any thread, finds its step without a lookup. It describes the
+/// context's span only: a context derived from it for another span (activation inherits the
+/// values of the current context) carries another span id, and its place is not taken.
+#[derive(Clone, Debug)]
+pub(crate) struct ContextPlace {
+    span_id: SpanId,
+    hold: Arc<StepHold>,
+    held: bool,
+}
+
+impl ContextPlace {
+    /// The place of span `span_id` with `role`, when it is in a step (or is one).
+    pub(crate) fn of(role: &DetailRole, span_id: SpanId) -> Option<Self> {
+        Some(ContextPlace {
+            span_id,
+            hold: role.hold()?.clone(),
+            held: matches!(role, DetailRole::Held(_)),
+        })
+    }
+
+    /// The place of span `span_id` when it is a step: what a step's activated context carries
+    /// (one per step; the spans inside it build their contexts without it).
+    #[inline]
+    pub(crate) fn of_step(role: &DetailRole, span_id: SpanId) -> Option<Self> {
+        match role {
+            DetailRole::Step(_) => ContextPlace::of(role, span_id),
+            _ => None,
         }
     }
 }
@@ -162,6 +200,49 @@ impl DetailCapture {
             DetailRole::Held(hold)
         } else {
             DetailRole::Inside(hold)
+        }
+    }
+
+    /// The place of a span whose parent is the span of `cx` (an OpenTelemetry context, not a
+    /// lens parent): the place `cx` carries for its span, else the open step whose span it is,
+    /// else none.
+    pub(crate) fn place_of_context(&self, cx: &Context) -> ParentPlace {
+        let span_id = cx.span().span_context().span_id();
+        if let Some(place) = cx.get::<ContextPlace>().filter(|p| p.span_id == span_id) {
+            return ParentPlace {
+                hold: Some(place.hold.clone()),
+                held: place.held,
+            };
+        }
+        // A context made from the step's span context alone (`LensSpanExt::span_context`, an
+        // in-process extract): the open steps are few.
+        let hold = self
+            .open
+            .lock()
+            .iter()
+            .find(|h| h.span_id() == span_id)
+            .cloned();
+        ParentPlace { hold, held: false }
+    }
+
+    /// A span not used yet got a new parent (`LensSpanExt::set_parent`), whose place is `place`,
+    /// and a new `state`: its role is decided again by that parent; a step stays a step, with
+    /// its new state.
+    pub(crate) fn reparented(
+        &self,
+        meta: &Metadata<'_>,
+        role: &mut DetailRole,
+        place: ParentPlace,
+        state: &Arc<SpanState>,
+    ) {
+        match role {
+            DetailRole::Step(hold) => {
+                let mut held = hold.lock();
+                if held.step.is_some() {
+                    held.step = Some(state.clone());
+                }
+            }
+            _ => *role = self.role(meta, place, state),
         }
     }
 
@@ -300,8 +381,24 @@ impl DetailCapture {
             Some(mut open) => std::mem::take(&mut *open),
             None => return 0,
         };
+        self.release(pipeline, open)
+    }
+
+    /// Truncation of some open steps (`steps`: those of a dropped subscriber's layer), as
+    /// [`DetailCapture::release_open`] does for all.
+    pub(crate) fn release_steps(&self, pipeline: &impl Outlet, steps: Vec<Arc<StepHold>>) -> usize {
+        if steps.is_empty() {
+            return 0;
+        }
+        if let Some(mut open) = self.open.try_lock_for(LOCK_PATIENCE) {
+            open.retain(|h| !steps.iter().any(|s| Arc::ptr_eq(h, s)));
+        }
+        self.release(pipeline, steps)
+    }
+
+    fn release(&self, pipeline: &impl Outlet, steps: Vec<Arc<StepHold>>) -> usize {
         let mut released = 0;
-        for hold in open {
+        for hold in steps {
             let Some(mut held) = hold.try_lock_for(LOCK_PATIENCE) else {
                 continue;
             };
@@ -415,6 +512,42 @@ mod tests {
         assert_eq!(c.decide(10 * MS, false), Some(REASON_REQUESTED));
         assert_eq!(c.decide(10 * MS, false), Some(REASON_REQUESTED));
         assert_eq!(c.decide(10 * MS, false), None);
+    }
+
+    fn span_cx(span: u64) -> opentelemetry::trace::SpanContext {
+        opentelemetry::trace::SpanContext::new(
+            opentelemetry::trace::TraceId::from(1),
+            SpanId::from(span),
+            opentelemetry::trace::TraceFlags::SAMPLED,
+            false,
+            opentelemetry::trace::TraceState::default(),
+        )
+    }
+
+    #[test]
+    fn a_context_gives_the_place_of_its_own_span_or_of_the_open_step_it_names() {
+        use crate::record::{Parent, SpanRecord};
+        let c = capture(4);
+        let step = SpanState::new(span_cx(1), Some(SpanRecord::start("step", Parent::Root)));
+        let hold = Arc::new(StepHold::new(Arc::new(step)));
+        // Span 2 is held in step 1; its context carries that.
+        let place = ContextPlace::of(&DetailRole::Held(hold.clone()), SpanId::from(2)).unwrap();
+        let under = |span: u64| {
+            let cx = Context::new().with_remote_span_context(span_cx(span));
+            c.place_of_context(&cx.with_value(place.clone()))
+        };
+        let own = under(2);
+        assert!(own.held && own.hold.is_some_and(|h| Arc::ptr_eq(&h, &hold)));
+        // A context derived from it for span 3 (activation inherits the values) says nothing
+        // of span 3, and span 3 is no open step.
+        assert!(under(3).hold.is_none());
+        assert!(ContextPlace::of(&DetailRole::Outside, SpanId::from(3)).is_none());
+        // A bare span context of an open step finds it.
+        let bare = Context::new().with_remote_span_context(span_cx(1));
+        assert!(c.place_of_context(&bare).hold.is_none(), "not open yet");
+        c.open.lock().push(hold.clone());
+        let found = c.place_of_context(&bare);
+        assert!(!found.held && found.hold.is_some_and(|h| Arc::ptr_eq(&h, &hold)));
     }
 
     #[test]

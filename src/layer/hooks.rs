@@ -7,9 +7,10 @@ use std::sync::Arc;
 use opentelemetry::Context;
 use opentelemetry::trace::{SpanContext, TraceContextExt};
 use tracing_core::span::Id;
-use tracing_core::{Dispatch, Subscriber};
+use tracing_core::{Dispatch, Metadata, Subscriber};
 use tracing_subscriber::registry::LookupSpan;
 
+use crate::layer::detail::ParentPlace;
 use crate::layer::pipeline::{Pipeline, decide};
 use crate::record::open_spans::{Entry, OpenSpans};
 use crate::record::{Parent, SpanState};
@@ -57,10 +58,23 @@ impl WithLens {
         self.pipeline.as_ref().filter(|p| !p.inherited())
     }
 
-    /// Gives span `id` a new parent (see [`crate::LensSpanExt::set_parent`]).
-    pub(crate) fn set_parent(&self, id: &Id, cx: Context) -> Result<(), SetParentError> {
+    /// Gives span `id` (of callsite `meta`) a new parent (see
+    /// [`crate::LensSpanExt::set_parent`]); with detail capture on, its place is decided again
+    /// by that parent.
+    pub(crate) fn set_parent(
+        &self,
+        id: &Id,
+        meta: &Metadata<'_>,
+        cx: Context,
+    ) -> Result<(), SetParentError> {
         let pipeline = self.live().ok_or(SetParentError::NotRecorded)?;
-        let parent = if cx.span().span_context().is_valid() {
+        let valid = cx.span().span_context().is_valid();
+        // Found before the table's shard is locked (it may look at the open steps).
+        let place = match &pipeline.detail {
+            Some(detail) if valid => detail.place_of_context(&cx),
+            _ => ParentPlace::default(),
+        };
+        let parent = if valid {
             Parent::Context(cx)
         } else {
             Parent::Root
@@ -91,6 +105,11 @@ impl WithLens {
                 e.recorded = kept.is_some();
                 e.state.mark_closed();
                 e.state = Arc::new(SpanState::new(new_cx, kept));
+                if e.recorded
+                    && let Some(detail) = &pipeline.detail
+                {
+                    detail.reparented(meta, &mut e.detail, place, &e.state);
+                }
                 Ok((old, record))
             })
             .ok_or(SetParentError::NotRecorded)?

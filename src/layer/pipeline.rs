@@ -227,8 +227,12 @@ impl Pipeline {
     }
 
     /// Ends the open spans of `table` as truncated with `reason` (its layer is dropped, with the
-    /// subscriber, while they are open); returns how many.
+    /// subscriber, while they are open); returns how many. The held detail of its open steps is
+    /// kept first, as at shutdown: nothing would ever decide on it.
     pub(crate) fn close_table(&self, table: &OpenSpans, reason: &'static str) -> usize {
+        if let Some(detail) = &self.detail {
+            detail.release_steps(self, table.step_holds());
+        }
         self.truncate_all(table.drain(), reason)
     }
 

@@ -9,8 +9,8 @@ use opentelemetry::{Context, Key, KeyValue, Value};
 
 use tracing_core::span::Id;
 
+use crate::layer::detail::ContextPlace;
 use crate::layer::hooks::{SetParentError, WithLens};
-use crate::record::open_spans::Entry;
 
 /// OpenTelemetry views and setters of a `tracing::Span` recorded by the lens layer, with the
 /// method names and argument types of `tracing_opentelemetry::OpenTelemetrySpanExt` (0.34).
@@ -128,14 +128,27 @@ impl LensSpanExt for tracing::Span {
 
     fn context(&self) -> Context {
         crate::layer::activation::clear_stale();
-        match with_lens(self, |with, id| with.with(id, Entry::use_context)) {
-            Some(sc) => Context::current().with_remote_span_context(sc),
+        let found = with_lens(self, |with, id| {
+            with.with(id, |e| {
+                let sc = e.use_context();
+                let place = ContextPlace::of(&e.detail, sc.span_id());
+                (sc, place)
+            })
+        });
+        match found {
+            // The span's place in per-step detail capture goes with its context, for spans
+            // started under it on other threads.
+            Some((sc, Some(place))) => Context::current()
+                .with_remote_span_context(sc)
+                .with_value(place),
+            Some((sc, None)) => Context::current().with_remote_span_context(sc),
             None => Context::current(),
         }
     }
 
     fn set_parent(&self, cx: Context) -> Result<(), SetParentError> {
-        with_lens(self, |with, id| Some(with.set_parent(id, cx)))
+        let meta = self.metadata().ok_or(SetParentError::NotRecorded)?;
+        with_lens(self, |with, id| Some(with.set_parent(id, meta, cx)))
             .unwrap_or(Err(SetParentError::NotRecorded))
     }
 

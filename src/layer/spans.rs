@@ -19,7 +19,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 use crate::ids;
 use crate::layer::activation;
-use crate::layer::detail::ParentPlace;
+use crate::layer::detail::{ContextPlace, ParentPlace};
 use crate::layer::fields::SpanFields;
 use crate::layer::hooks::{WithLens, scope_ids};
 use crate::layer::pipeline::{Pipeline, decide};
@@ -122,27 +122,19 @@ where
         }) {
             return (Parent::Span(sc), place);
         }
-        (self.other_parent(pipeline, active), ParentPlace::default())
-    }
-
-    /// The parent of a new span without a lens parent: an attached remote context, the
-    /// launcher's `TRACEPARENT`, or none.
-    fn other_parent(&self, pipeline: &Pipeline, active: bool) -> Parent {
-        // An attached remote parent; a context this thread activated for a lens span is not
-        // one.
-        if active
-            && let Some(current) = Context::map_current(|cx| {
-                (cx.has_active_span()
-                    && !activation::is_activated(cx.span().span_context().span_id()))
-                .then(|| cx.clone())
-            })
-        {
-            return Parent::Context(current);
+        if let Some(cx) = attached_parent(active) {
+            // Its span may be a step of this process, or inside one (another thread's).
+            let place = match &pipeline.detail {
+                Some(detail) => detail.place_of_context(&cx),
+                None => ParentPlace::default(),
+            };
+            return (Parent::Context(cx), place);
         }
-        match &pipeline.default_parent {
+        let parent = match &pipeline.default_parent {
             Some(cx) => Parent::Context(cx.clone()),
             None => Parent::Root,
-        }
+        };
+        (parent, ParentPlace::default())
     }
 
     /// The span being entered (its context built at its first enter), if this layer has it.
@@ -155,9 +147,14 @@ where
             let cx = activate.then(|| {
                 e.activation
                     .get_or_insert_with(|| {
-                        Context::map_current(|cx| {
-                            cx.with_remote_span_context(e.state.span_context().clone())
-                        })
+                        let sc = e.state.span_context();
+                        let cx = Context::map_current(|cx| cx.with_remote_span_context(sc.clone()));
+                        // A step's context says which step it is (per-step detail capture), for
+                        // spans other threads start under it.
+                        match ContextPlace::of_step(&e.detail, sc.span_id()) {
+                            Some(place) => cx.with_value(place),
+                            None => cx,
+                        }
                     })
                     .clone()
             });
@@ -168,6 +165,19 @@ where
             }
         })
     }
+}
+
+/// The attached OpenTelemetry context, when its active span is a remote parent for a new span
+/// without a lens parent (a context this thread activated for a lens span is not one).
+/// `active` says whether the current context has an active span (read by the caller).
+fn attached_parent(active: bool) -> Option<Context> {
+    if !active {
+        return None;
+    }
+    Context::map_current(|cx| {
+        (cx.has_active_span() && !activation::is_activated(cx.span().span_context().span_id()))
+            .then(|| cx.clone())
+    })
 }
 
 impl<S> Drop for SpanLayer<S> {

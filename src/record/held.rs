@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use opentelemetry::trace::SpanId;
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::record::SpanState;
@@ -64,12 +65,16 @@ pub(crate) struct Held {
 /// The held detail of one step, shared by the entries of the spans inside it.
 #[derive(Debug)]
 pub(crate) struct StepHold {
+    /// The step's span id (which `LensSpanExt::set_parent` keeps): a span whose OpenTelemetry
+    /// parent is the step is found in it by this id.
+    span_id: SpanId,
     held: Mutex<Held>,
 }
 
 impl StepHold {
     pub(crate) fn new(step: Arc<SpanState>) -> Self {
         StepHold {
+            span_id: step.span_context().span_id(),
             held: Mutex::new(Held {
                 step: Some(step),
                 records: Vec::new(),
@@ -79,6 +84,12 @@ impl StepHold {
                 outcome: Outcome::Open,
             }),
         }
+    }
+
+    /// The step's span id.
+    #[inline]
+    pub(crate) fn span_id(&self) -> SpanId {
+        self.span_id
     }
 
     /// The held detail, locked (briefly: no user code runs under it).

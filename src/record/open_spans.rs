@@ -28,7 +28,7 @@ use parking_lot::Mutex;
 
 use crate::ids::{self, IdMap};
 use crate::record::SpanState;
-use crate::record::held::DetailRole;
+use crate::record::held::{DetailRole, StepHold};
 
 /// Why the closer ended a span.
 pub(crate) const REASON_SHUTDOWN: &str = "still open at telemetry shutdown";
@@ -174,6 +174,24 @@ impl OpenSpans {
             .filter_map(|s| s.0.try_lock_for(LOCK_PATIENCE))
             .map(|m| m.values().filter(|e| e.recorded).count())
             .sum()
+    }
+
+    /// The held detail of the steps open in this table (per-step detail capture), waiting at
+    /// most [`LOCK_PATIENCE`] per shard: a dropped subscriber releases them before its spans
+    /// are truncated.
+    pub(crate) fn step_holds(&self) -> Vec<Arc<StepHold>> {
+        self.shards
+            .iter()
+            .filter_map(|s| s.0.try_lock_for(LOCK_PATIENCE))
+            .flat_map(|map| {
+                map.values()
+                    .filter_map(|e| match &e.detail {
+                        DetailRole::Step(hold) => Some(hold.clone()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 
     /// Empties the table and returns its recorded spans' states, innermost (latest started)

@@ -2,7 +2,9 @@
 //! the rank and exported only when the step deserved them (slow against the rank's own recent
 //! steps, an error, a request through the control file, the first step as a baseline, or
 //! truncation). Real trainer processes (the `trainer` example), console JSONL files and the
-//! rotel collector; a hung rank's held detail goes into its flight-recorder dump.
+//! rotel collector; a hung rank's held detail goes into its flight-recorder dump. The fixture
+//! program `detail_paths` drops its subscriber mid-step, and parents detail spans to their step
+//! through OpenTelemetry contexts on other threads.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,7 +14,7 @@ use serde_json::Value;
 
 use nemo_lens_test_support::child::{Child, Running};
 use nemo_lens_test_support::collector::{self, Collector};
-use nemo_lens_test_support::console::{self, all_named, truncated};
+use nemo_lens_test_support::console::{self, all_named, truncated, truncation_reason};
 use nemo_lens_test_support::wait::try_wait_for;
 
 /// Detail groups of every test: the trainer's forward/backward and optimizer spans.
@@ -372,5 +374,96 @@ fn a_hung_step_releases_its_held_detail_into_the_flight_recorder_dump() {
         lines
             .iter()
             .any(|l| l["name"] == "all_reduce" && l["attributes"]["nemo.span.open"] == true)
+    );
+}
+
+/// The fixture program `detail_paths` in `mode`, with detail capture of `forward_backward`,
+/// `optimizer` and `collective`: its stderr (it succeeded) and its spans.
+fn detail_paths(dir: &Path, mode: &str, env: &[(&str, &str)]) -> (String, Vec<Value>) {
+    let path = dir.join("spans.jsonl");
+    let out = Child::fixture("detail_paths")
+        .env("NEMO_LENS_ENABLED", "1")
+        .env("NEMO_LENS_EXPORTER", "console")
+        .env("NEMO_LENS_METRICS_ENABLED", "0")
+        .env("NEMO_LENS_SPAN_GROUPS", "default")
+        .env(
+            "NEMO_LENS_DETAIL_GROUPS",
+            "forward_backward,optimizer,collective",
+        )
+        .env("NEMO_LENS_CONSOLE_PATH", &path)
+        .envs(env.iter().copied())
+        .arg(mode)
+        .run();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{out:?}");
+    (stderr, console::read(&path))
+}
+
+/// A subscriber dropped while a step is open (no shutdown yet) ends the step as truncated and
+/// keeps its held detail there and then, as a shutdown does: nothing stays held.
+#[test]
+fn a_subscriber_dropped_mid_step_exports_the_held_detail_as_truncated() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stderr, spans) = detail_paths(dir.path(), "--drop-subscriber", &[]);
+    assert!(
+        stderr.contains("held after the drop: 0 bytes, 0 open spans"),
+        "{stderr}"
+    );
+    let steps = steps_by_number(&spans);
+    let step = steps[&1];
+    assert!(truncated(step), "{step}");
+    assert_eq!(
+        truncation_reason(step),
+        Some("dropped by the subscriber without being closed")
+    );
+    assert_eq!(step["attributes"]["nemo.detail.kept"], true, "{step}");
+    assert_eq!(step["attributes"]["nemo.detail.reason"], "truncated");
+    assert_eq!(step["attributes"]["nemo.detail.held"], 2);
+    for name in ["forward_backward", "optimizer_step"] {
+        assert_eq!(detail_steps(&spans, &steps, name), [1], "{name}");
+        assert!(!truncated(all_named(&spans, name)[0]), "{name} had ended");
+    }
+    assert!(!stderr.contains("nemo-lens: dropped"), "{stderr}");
+}
+
+/// Detail spans on worker threads whose parent is their step through an OpenTelemetry context
+/// only (attached, `set_parent`, the step's activated context, its bare span context) are held
+/// with the step: dropped with the fast step 2, exported under the baseline step 1 and the
+/// slow step 3, in the step's trace.
+#[test]
+fn detail_parented_to_its_step_through_an_opentelemetry_context_is_held_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // Step 3 (600 ms) is past 5x the median of steps 1 (50 ms) and 2 (a few threads' time);
+    // step 2 is within 5x step 1.
+    let env = [("NEMO_LENS_DETAIL_SLOW_FACTOR", "5")];
+    let (stderr, spans) = detail_paths(dir.path(), "--otel-parent", &env);
+    let steps = steps_by_number(&spans);
+    assert_eq!(steps.len(), 3, "{stderr}");
+    for (n, s) in &steps {
+        assert_eq!(s["attributes"]["nemo.detail.held"], 4, "step {n}: {s}");
+    }
+    assert_eq!(
+        kept(&steps),
+        BTreeMap::from([(1, "first".to_string()), (3, "slow".to_string())])
+    );
+    for name in [
+        "forward_backward",
+        "optimizer_step",
+        "grad_sync",
+        "all_reduce",
+    ] {
+        assert_eq!(detail_steps(&spans, &steps, name), [1, 3], "{name}");
+        for d in all_named(&spans, name) {
+            let step = steps
+                .values()
+                .find(|s| s["context"]["span_id"] == d["parent_id"])
+                .unwrap();
+            assert_eq!(step["context"]["trace_id"], d["context"]["trace_id"], "{d}");
+        }
+    }
+    assert_eq!(
+        console::spans(spans.clone()).len(),
+        3 + 2 * 4,
+        "nothing else is exported: {spans:#?}"
     );
 }
