@@ -500,7 +500,10 @@ fn spans_of_two_threads_go_on_two_thread_tracks_where_they_do_not_interleave() {
     let tracks = thread_tracks(&trace);
     assert!(tracks.contains(&(trainer, "trainer".into())), "{tracks:?}");
     assert!(tracks.contains(&(runtime, "runtime".into())), "{tracks:?}");
-    assert!(tracks.contains(&(tid_of("setup"), "main".into())), "{tracks:?}");
+    assert!(
+        tracks.contains(&(tid_of("setup"), "main".into())),
+        "{tracks:?}"
+    );
     assert_eq!(tracks.len(), 3, "{tracks:?}");
 
     let slices = slices(&trace);

@@ -43,9 +43,11 @@ thread_local! {
 
 /// The OS thread id (Linux, Android).
 #[cfg(any(target_os = "linux", target_os = "android"))]
+// `syscall` returns a `c_long`: `i64` on 64-bit targets, `i32` on 32-bit ones.
+#[allow(clippy::unnecessary_cast)]
 fn os_thread_id() -> i64 {
     // SAFETY: gettid takes no argument, cannot fail and touches no memory of ours.
-    unsafe { libc::syscall(libc::SYS_gettid) }
+    unsafe { libc::syscall(libc::SYS_gettid) as i64 }
 }
 
 /// A per-process thread number, from 1 (no OS thread id read here).

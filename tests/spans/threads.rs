@@ -24,7 +24,9 @@ fn config(dir: &Path, extra: &[(&str, &str)]) -> nemo_lens::Result<LensConfig> {
     ];
     vars.extend_from_slice(extra);
     LensConfig::from_lookup("NEMO_LENS", None, |k| {
-        vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        vars.iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string())
     })
 }
 

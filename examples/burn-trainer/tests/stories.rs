@@ -446,7 +446,9 @@ fn threads_have_their_own_tracks(events: &[Value], rank: i64) {
     let track_name = |tid: &Value| {
         events
             .iter()
-            .find(|e| e["ph"] == "M" && e["name"] == "thread_name" && e["pid"] == rank && e["tid"] == *tid)
+            .find(|e| {
+                e["ph"] == "M" && e["name"] == "thread_name" && e["pid"] == rank && e["tid"] == *tid
+            })
             .and_then(|e| e["args"]["name"].as_str())
             .unwrap_or_else(|| panic!("rank {rank}: no name for track {tid}"))
     };
@@ -472,7 +474,10 @@ fn threads_have_their_own_tracks(events: &[Value], rank: i64) {
     assert_eq!(runtime.len(), 5, "rank {rank}");
     for span in runtime {
         assert_ne!(span["tid"], *training, "rank {rank}: {span}");
-        assert_eq!(span["args"]["thread.id"], span["tid"], "rank {rank}: {span}");
+        assert_eq!(
+            span["args"]["thread.id"], span["tid"],
+            "rank {rank}: {span}"
+        );
         assert_ne!(track_name(&span["tid"]), "main", "rank {rank}: {span}");
     }
 }
