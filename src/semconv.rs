@@ -306,11 +306,13 @@ pub const NEMO_LENS_DROPPED: &str = "nemo.lens.dropped";
 /// `metric_exports`).
 pub const NEMO_LENS_DROPPED_SIGNAL: &str = "signal";
 
-/// `thread.id`: OS thread id a span ran on (upstream OpenTelemetry; `nemo-lens perfetto` puts
-/// spans with the same value on one track).
+/// `thread.id` (integer): the thread a span was created on (upstream OpenTelemetry), on every
+/// span with `NEMO_LENS_THREAD_ATTRIBUTES` (the OS thread id on Linux); `nemo-lens perfetto`
+/// puts spans with the same value on one track.
 pub const THREAD_ID: &str = "thread.id";
-/// `thread.name`: name of the thread a span ran on (upstream OpenTelemetry; names the track in
-/// `nemo-lens perfetto`).
+/// `thread.name` (string): the name of the thread a span was created on (upstream
+/// OpenTelemetry), with `NEMO_LENS_THREAD_ATTRIBUTES` when the thread has one; names the track
+/// in `nemo-lens perfetto`.
 pub const THREAD_NAME: &str = "thread.name";
 
 // ------------------------------------------------------------------------------------------

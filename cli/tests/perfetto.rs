@@ -1,6 +1,7 @@
 //! `nemo-lens perfetto` on a generated five-rank job (see `support`): the real binary, the
 //! real files, and the Chrome Trace Event JSON checked event by event.
 
+use nemo_lens_test_support::child::Child;
 use nemo_lens_test_support::cli as support;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -428,4 +429,119 @@ fn a_failed_write_exits_2() {
     );
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("No space left on device"), "{stderr}");
+}
+
+/// The console JSONL of a real rank whose `step` (thread `trainer`) and `reduce` (thread
+/// `runtime`) overlap without nesting (see the `threaded_rank` fixture program), with `env`.
+fn threaded_rank(dir: &Path, env: &[(&str, &str)]) -> PathBuf {
+    let path = dir.join("threads-rank0.jsonl");
+    Child::fixture("threaded_rank")
+        .env("NEMO_LENS_ENABLED", "1")
+        .env("NEMO_LENS_EXPORTER", "console")
+        .env("NEMO_LENS_METRICS_ENABLED", "0")
+        .env("NEMO_LENS_CONSOLE_PATH", &path)
+        .envs(env.iter().copied())
+        .run_passing();
+    path
+}
+
+/// The slices (`ph: "X"`) of the trace by name: (tid, start, end).
+fn slices(trace: &Value) -> BTreeMap<String, (i64, i64, i64)> {
+    events(trace)
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .map(|e| {
+            let ts = e["ts"].as_i64().unwrap();
+            let end = ts + e["dur"].as_i64().unwrap();
+            let name = e["name"].as_str().unwrap().to_owned();
+            (name, (e["tid"].as_i64().unwrap(), ts, end))
+        })
+        .collect()
+}
+
+/// The thread tracks named in the trace: (tid, name).
+fn thread_tracks(trace: &Value) -> BTreeSet<(i64, String)> {
+    events(trace)
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .map(|e| {
+            (
+                e["tid"].as_i64().unwrap(),
+                e["args"]["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Whether two slices interleave: one starts inside the other and ends after it.
+fn interleave((_, a0, a1): (i64, i64, i64), (_, b0, b1): (i64, i64, i64)) -> bool {
+    (a0 < b0 && b0 < a1 && a1 < b1) || (b0 < a0 && a0 < b1 && b1 < a1)
+}
+
+#[test]
+fn spans_of_two_threads_go_on_two_thread_tracks_where_they_do_not_interleave() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = threaded_rank(dir.path(), &[("NEMO_LENS_THREAD_ATTRIBUTES", "1")]);
+    let records: Vec<Value> = fs::read_to_string(&input)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let tid_of = |span: &str| {
+        let record = records.iter().find(|r| r["name"] == span).unwrap();
+        record["attributes"]["thread.id"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no thread.id: {record}"))
+    };
+    let (trainer, runtime) = (tid_of("step"), tid_of("reduce"));
+    assert_ne!(trainer, runtime);
+
+    let trace = trace_of(&[input]);
+    let tracks = thread_tracks(&trace);
+    assert!(tracks.contains(&(trainer, "trainer".into())), "{tracks:?}");
+    assert!(tracks.contains(&(runtime, "runtime".into())), "{tracks:?}");
+    assert!(
+        tracks.contains(&(tid_of("setup"), "main".into())),
+        "{tracks:?}"
+    );
+    assert_eq!(tracks.len(), 3, "{tracks:?}");
+
+    let slices = slices(&trace);
+    assert_eq!(slices.len(), 5, "{slices:?}");
+    for (name, tid) in [
+        ("step", trainer),
+        ("forward", trainer),
+        ("reduce", runtime),
+        ("send", runtime),
+    ] {
+        assert_eq!(slices[name].0, tid, "{name}: {slices:?}");
+    }
+    // The two threads' spans do interleave in time: on one track they would not nest.
+    assert!(interleave(slices["step"], slices["reduce"]), "{slices:?}");
+    // On each track, every two slices nest or follow each other.
+    for (a, sa) in &slices {
+        for (b, sb) in &slices {
+            if sa.0 == sb.0 {
+                assert!(!interleave(*sa, *sb), "{a} and {b} interleave: {slices:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn spans_without_thread_attributes_stay_on_the_ranks_one_track() {
+    let dir = tempfile::tempdir().unwrap();
+    // The attributes are off by default: the rank writes what the Python library writes.
+    let input = threaded_rank(dir.path(), &[]);
+    let text = fs::read_to_string(&input).unwrap();
+    assert!(!text.contains("thread."), "{text}");
+
+    let trace = trace_of(&[input]);
+    assert_eq!(
+        thread_tracks(&trace),
+        BTreeSet::from([(0, "spans".to_owned())])
+    );
+    let slices = slices(&trace);
+    assert_eq!(slices.len(), 5, "{slices:?}");
+    assert!(slices.values().all(|s| s.0 == 0), "{slices:?}");
 }

@@ -86,6 +86,7 @@ impl LensConfig {
         boolean("LOGS_ENABLED", &mut cfg.logs_enabled)?;
         boolean("DETECT_GPU", &mut cfg.detect_gpu)?;
         boolean("NVTX", &mut cfg.nvtx)?;
+        boolean("THREAD_ATTRIBUTES", &mut cfg.groups.thread_attributes)?;
         if let Some((var, v)) = get("EXPORT_STRATEGY") {
             cfg.sources.export_strategy = Some((var, v.clone()));
             cfg.export.strategy = v;

@@ -51,9 +51,9 @@ impl Default for ExportConfig {
     }
 }
 
-/// Which spans record, which start traces of their own and which are held per step
-/// (`<P>_SPAN_GROUPS`, `<P>_SPAN_GROUP_RULES`, `<P>_SPAN_LEVEL`, `<P>_TRACE_PER`,
-/// `<P>_DETAIL_*`):
+/// Which spans record, which start traces of their own, which are held per step and whether
+/// they name their thread (`<P>_SPAN_GROUPS`, `<P>_SPAN_GROUP_RULES`, `<P>_SPAN_LEVEL`,
+/// `<P>_TRACE_PER`, `<P>_DETAIL_*`, `<P>_THREAD_ATTRIBUTES`):
 /// [`LensConfig::groups`](super::LensConfig::groups).
 ///
 /// Span-group rules put the spans of other crates, which declare no `nemo.group.*` field, in a
@@ -82,6 +82,7 @@ impl Default for ExportConfig {
 ///     c.groups.rules = "default, candle_transformers=ops".into();
 ///     c.groups.span_level = LevelFilter::DEBUG;
 ///     c.groups.detail_groups = "forward_backward,optimizer".into();
+///     c.groups.thread_attributes = true;
 /// });
 /// assert_eq!(cfg.groups.detail_window, 32);
 /// assert_eq!(cfg.groups.span_groups, "default");
@@ -125,6 +126,13 @@ pub struct GroupsConfig {
     /// (`<P>_DETAIL_MAX_BYTES`, default 4 MiB, from 1 to 1 GiB); past it a step keeps what
     /// fits and counts the rest in `nemo.detail.overflow` and the dropped spans.
     pub detail_max_bytes: usize,
+    /// Rust only: every recorded span carries OpenTelemetry's `thread.id` (integer) and
+    /// `thread.name` (string, when the thread has a name) of the thread it was created on
+    /// (`<P>_THREAD_ATTRIBUTES`, default `false`, so that console JSONL stays the Python
+    /// library's). `thread.id` is the OS thread id on Linux (`gettid`), elsewhere a number counted
+    /// per process; `thread.name` is the Rust thread's name. `nemo-lens perfetto` draws each
+    /// thread's spans on a track of their own. A span's own field of the same name wins.
+    pub thread_attributes: bool,
 }
 
 impl GroupsConfig {
@@ -208,6 +216,7 @@ impl Default for GroupsConfig {
             detail_slow_factor: 2.0,
             detail_window: 32,
             detail_max_bytes: Self::DEFAULT_DETAIL_MAX_BYTES,
+            thread_attributes: false,
         }
     }
 }

@@ -71,6 +71,9 @@ pub(crate) struct Pipeline {
     /// Per-step detail capture (`NEMO_LENS_DETAIL_GROUPS`); `None` (the default) costs one
     /// branch per span.
     pub(crate) detail: Option<Arc<DetailCapture>>,
+    /// Spans carry `thread.id` and `thread.name` (`NEMO_LENS_THREAD_ATTRIBUTES`); off (the
+    /// default) costs one branch per span.
+    pub(crate) thread_attributes: bool,
 }
 
 impl Pipeline {
@@ -114,6 +117,7 @@ impl Pipeline {
             error_backtraces: false,
             group_tags: GroupTags::default(),
             detail: None,
+            thread_attributes: false,
         }
     }
 
@@ -133,6 +137,12 @@ impl Pipeline {
     /// `ERROR` events (and every panic) carry a backtrace.
     pub(crate) fn with_error_backtraces(mut self, on: bool) -> Self {
         self.error_backtraces = on;
+        self
+    }
+
+    /// Spans carry the `thread.id` and `thread.name` of the thread they are made on.
+    pub(crate) fn with_thread_attributes(mut self, on: bool) -> Self {
+        self.thread_attributes = on;
         self
     }
 

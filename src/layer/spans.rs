@@ -228,6 +228,9 @@ where
                 record.read_fields(|attributes| {
                     SpanFields::read_new_span(attrs, attributes, &pipeline.text)
                 });
+                if pipeline.thread_attributes {
+                    record.add_thread_attributes(pipeline.text.limit);
+                }
                 if let Some(link) = link {
                     record.push_link(link, Vec::new(), pipeline.limits);
                 }

@@ -51,6 +51,7 @@ pub(crate) mod attributes;
 pub(crate) mod held;
 pub(crate) mod open_spans;
 pub(crate) mod stacktrace;
+pub(crate) mod thread;
 pub(crate) mod to_sdk;
 pub(crate) mod to_span_data;
 
@@ -171,6 +172,13 @@ impl SpanRecord {
             built: false,
             group_tags: None,
         }
+    }
+
+    /// Gives the span `thread.id` and `thread.name` of the thread it is made on (see
+    /// [`thread`]), after its own fields; `limit` cuts the name (the value length limit).
+    #[inline]
+    pub(crate) fn add_thread_attributes(&mut self, limit: Option<usize>) {
+        thread::append(&mut self.attributes, limit);
     }
 
     /// Gives the span the attributes of its group, which the worker appends.

@@ -226,7 +226,8 @@ impl Built {
                     ))
                 }))
                 .with_error_backtraces(parts.error_backtraces)
-                .with_group_tags(parts.group_tags),
+                .with_group_tags(parts.group_tags)
+                .with_thread_attributes(config.groups.thread_attributes),
             ));
         }
         self.tracer_provider = Some(provider);

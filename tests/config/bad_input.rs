@@ -58,7 +58,7 @@ fn garbage() -> impl Strategy<Value = String> {
 }
 
 /// Every variable the setup path reads through its lookup (`NEMO_LENS_*` via the config).
-const SETUP_VARS: [&str; 39] = [
+const SETUP_VARS: [&str; 40] = [
     "NEMO_LENS_ENABLED",
     "NEMO_LENS_EXPORT_STRATEGY",
     "NEMO_LENS_EXPORT_RANK",
@@ -69,6 +69,7 @@ const SETUP_VARS: [&str; 39] = [
     "NEMO_LENS_LOGS_ENABLED",
     "NEMO_LENS_DETECT_GPU",
     "NEMO_LENS_NVTX",
+    "NEMO_LENS_THREAD_ATTRIBUTES",
     "NEMO_LENS_LOGS_LEVEL",
     "NEMO_LENS_SPAN_GROUPS",
     "NEMO_LENS_RUN_ID",

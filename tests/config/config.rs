@@ -10,7 +10,7 @@ use proptest::prelude::*;
 
 use nemo_lens_test_support::child;
 
-const BOOL_KEYS: [&str; 7] = [
+const BOOL_KEYS: [&str; 8] = [
     "ENABLED",
     "SAMPLER_ENABLED",
     "TRACES_ENABLED",
@@ -18,6 +18,7 @@ const BOOL_KEYS: [&str; 7] = [
     "LOGS_ENABLED",
     "DETECT_GPU",
     "NVTX",
+    "THREAD_ATTRIBUTES",
 ];
 
 const TRUE_WORDS: [&str; 4] = ["1", "true", "yes", "on"];
@@ -100,6 +101,7 @@ fn bool_field(cfg: &LensConfig, key: &str) -> bool {
         "LOGS_ENABLED" => cfg.logs_enabled,
         "DETECT_GPU" => cfg.detect_gpu,
         "NVTX" => cfg.nvtx,
+        "THREAD_ATTRIBUTES" => cfg.groups.thread_attributes,
         other => panic!("not a boolean key: {other}"),
     }
 }
@@ -781,7 +783,7 @@ fn reads_the_process_environment() {
 // ---------------------------------------------------------------------------------------------
 // Property tests.
 
-const ALL_KEYS: [&str; 15] = [
+const ALL_KEYS: [&str; 16] = [
     "ENABLED",
     "SAMPLER_ENABLED",
     "TRACES_ENABLED",
@@ -789,6 +791,7 @@ const ALL_KEYS: [&str; 15] = [
     "LOGS_ENABLED",
     "DETECT_GPU",
     "NVTX",
+    "THREAD_ATTRIBUTES",
     "EXPORT_STRATEGY",
     "EXPORT_RANK",
     "EXPORT_SAMPLE_RATE",

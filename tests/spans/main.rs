@@ -25,6 +25,7 @@ mod recording;
 mod redaction;
 mod span_ext;
 mod span_rules;
+mod threads;
 mod trace_flags;
 mod trace_per;
 mod unwinding;

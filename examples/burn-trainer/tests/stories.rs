@@ -384,6 +384,7 @@ fn perfetto_merges_every_ranks_spans_burns_included_into_one_timeline() {
         &[
             ("NEMO_LENS_EXPORT_STRATEGY", "all_ranks"),
             ("NEMO_LENS_SPAN_GROUPS", "per_step,collective"),
+            ("NEMO_LENS_THREAD_ATTRIBUTES", "1"),
         ],
     );
     for rank in job.ranks(|_| vec!["--steps".into(), "5".into()]) {
@@ -430,5 +431,53 @@ fn perfetto_merges_every_ranks_spans_burns_included_into_one_timeline() {
                 .is_some_and(|n| n.starts_with(&format!("rank {rank}"))),
             "{process}"
         );
+        threads_have_their_own_tracks(events, rank);
+    }
+}
+
+/// Rank `rank`'s spans are on the tracks of the threads that made them: the training thread's
+/// (`main`: the steps, the client's `all_reduce`) and, apart from it, the tokio workers' of
+/// burn's runtime (`global_all_reduce`, the operation's `all_reduce`).
+fn threads_have_their_own_tracks(events: &[Value], rank: i64) {
+    let slices: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["pid"] == rank)
+        .collect();
+    let track_name = |tid: &Value| {
+        events
+            .iter()
+            .find(|e| {
+                e["ph"] == "M" && e["name"] == "thread_name" && e["pid"] == rank && e["tid"] == *tid
+            })
+            .and_then(|e| e["args"]["name"].as_str())
+            .unwrap_or_else(|| panic!("rank {rank}: no name for track {tid}"))
+    };
+    let step = slices.iter().find(|e| e["name"] == "train_step").unwrap();
+    let training = &step["tid"];
+    assert_ne!(*training, 0, "rank {rank}: {step}");
+    assert_eq!(track_name(training), "main", "rank {rank}");
+    let on_training = |name: &str| {
+        slices
+            .iter()
+            .filter(|e| e["name"] == name && e["tid"] == *training)
+            .count()
+    };
+    for name in ["train_step", "forward_backward", "finish_step"] {
+        assert_eq!(on_training(name), 5, "rank {rank}: {name}");
+    }
+    // The client's all_reduce waits on the training thread; the operation's runs on a worker.
+    assert_eq!(on_training("all_reduce"), 5, "rank {rank}");
+    let runtime: Vec<&&Value> = slices
+        .iter()
+        .filter(|e| e["name"] == "global_all_reduce")
+        .collect();
+    assert_eq!(runtime.len(), 5, "rank {rank}");
+    for span in runtime {
+        assert_ne!(span["tid"], *training, "rank {rank}: {span}");
+        assert_eq!(
+            span["args"]["thread.id"], span["tid"],
+            "rank {rank}: {span}"
+        );
+        assert_ne!(track_name(&span["tid"]), "main", "rank {rank}: {span}");
     }
 }
