@@ -1,12 +1,14 @@
 //! A rank under sustained load for the export tests (`tests/export/keepup.rs`): a user's
 //! program configured from the environment only (`NEMO_LENS_*`, `OTEL_*`; it must export).
 //!
-//! It makes `LOAD_SPANS` training-loop spans (three attributes each), spread evenly over
-//! `LOAD_SECONDS` seconds (0: as fast as it can), shuts down within 120 s and prints one line:
+//! It makes `LOAD_SPANS` training-loop spans ([`training_span`]: three attributes each), spread
+//! evenly over `LOAD_SECONDS` seconds (0: as fast as it can), shuts down within 120 s and prints
+//! one line:
 //! `LOAD produced=<n> dropped=<spans counted as dropped> shutdown=<ok|error text>`.
 
 use std::time::{Duration, Instant};
 
+use nemo_lens_test_support::bench::training_span;
 use tracing_subscriber::prelude::*;
 
 fn var(name: &str) -> f64 {
@@ -14,19 +16,6 @@ fn var(name: &str) -> f64 {
         .unwrap_or_else(|_| panic!("{name} is required"))
         .parse()
         .unwrap_or_else(|e| panic!("{name}: {e}"))
-}
-
-/// A training-loop span, its callsite in this program (the harness's own targets,
-/// `nemo_lens_*`, are nemo-lens's internal ones, which the layer never records).
-fn span(step: i64) {
-    let span = tracing::info_span!(
-        "forward_backward",
-        nemo.group.forward_backward = tracing::field::Empty,
-        step = step,
-        micro_batch = 3_i64,
-        loss_scale = 65536.0_f64
-    );
-    let _e = span.enter();
 }
 
 fn main() {
@@ -48,7 +37,7 @@ fn main() {
                     std::thread::sleep(wait);
                 }
             }
-            span(i as i64);
+            training_span(i as i64);
         }
     });
     let shutdown = match telemetry.shutdown(Duration::from_secs(120)) {
