@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use nemo_lens_test_support::bench::training_span;
-use tracing_subscriber::prelude::*;
+use nemo_lens_test_support::rank::exporting_from_env;
 
 fn var(name: &str) -> f64 {
     std::env::var(name)
@@ -21,25 +21,19 @@ fn var(name: &str) -> f64 {
 fn main() {
     let spans = var("LOAD_SPANS") as u64;
     let seconds = var("LOAD_SECONDS");
-    let config = nemo_lens::LensConfig::from_env().expect("config");
-    let telemetry = nemo_lens::Telemetry::builder(config)
-        .build()
-        .expect("setup");
-    assert!(telemetry.is_exporting());
-    let subscriber = tracing_subscriber::registry().with(telemetry.layer());
+    let (telemetry, guard) = exporting_from_env();
     let start = Instant::now();
-    tracing::subscriber::with_default(subscriber, || {
-        for i in 0..spans {
-            if seconds > 0.0 {
-                // Paced: span i is due at i / spans of the run.
-                let due = start + Duration::from_secs_f64(seconds * i as f64 / spans as f64);
-                if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                    std::thread::sleep(wait);
-                }
+    for i in 0..spans {
+        if seconds > 0.0 {
+            // Paced: span i is due at i / spans of the run.
+            let due = start + Duration::from_secs_f64(seconds * i as f64 / spans as f64);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
             }
-            training_span(i as i64);
         }
-    });
+        training_span(i as i64);
+    }
+    drop(guard);
     let shutdown = match telemetry.shutdown(Duration::from_secs(120)) {
         Ok(()) => "ok".to_string(),
         Err(e) => e.to_string().replace(char::is_whitespace, "_"),
