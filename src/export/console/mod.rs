@@ -18,8 +18,6 @@ mod writer;
 pub use logs::ConsoleLogExporter;
 pub use metrics::ConsoleMetricExporter;
 pub use spans::ConsoleSpanExporter;
-#[cfg(test)]
-pub(crate) use spans::write_span_json;
 pub use writer::ConsoleWriter;
 pub(crate) use writer::resolve_path;
 
