@@ -91,7 +91,7 @@ impl Rotel {
 
     /// Spans received so far: the sum of the per-batch `spans` counts.
     fn received(&self) -> u64 {
-        received_spans(&self.output())
+        collector::received_spans(&self.output())
     }
 }
 
@@ -100,19 +100,6 @@ impl Drop for Rotel {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// Sums the span counts of rotel's `basic` debug lines
-/// (`INFO Received traces. data_type="traces" resource_spans=1 spans=512`).
-fn received_spans(text: &str) -> u64 {
-    text.lines()
-        .filter(|l| l.contains("Received traces."))
-        .filter_map(|l| {
-            let rest = &l[l.find(" spans=")? + " spans=".len()..];
-            let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-            digits.parse::<u64>().ok()
-        })
-        .sum()
 }
 
 /// One run: OTLP/HTTP protobuf through the crate's own exporter set-up and the SDK's default

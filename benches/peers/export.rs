@@ -24,9 +24,9 @@ use nemo_lens::{ExporterKind, Telemetry};
 
 use super::Shape;
 use nemo_lens_test_support::bench as common;
-use nemo_lens_test_support::collector::received_spans;
+use nemo_lens_test_support::collector::{received_spans, settle};
 use opentelemetry::trace::{
-    SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState, TracerProvider as _,
+    SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_otlp::{Protocol, WithExportConfig};
@@ -179,20 +179,7 @@ impl Exporting {
                 let provider = SdkTracerProvider::builder()
                     .with_batch_exporter(sdk_exporter(wiring.wire, &mut runtime))
                     .build();
-                let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("bench"));
-                let dispatch = if wiring.who == Who::OtelLean {
-                    tracing::Dispatch::new(
-                        tracing_subscriber::registry().with(
-                            layer
-                                .with_tracked_inactivity(false)
-                                .with_threads(false)
-                                .with_location(false)
-                                .with_target(false),
-                        ),
-                    )
-                } else {
-                    tracing::Dispatch::new(tracing_subscriber::registry().with(layer))
-                };
+                let dispatch = common::otel_dispatch(&provider, wiring.who == Who::OtelLean);
                 out.provider = Some(provider);
                 Some(dispatch)
             }
@@ -260,17 +247,7 @@ pub(super) fn collector_spans() -> u64 {
 /// Waits until the collector has received `expected` spans beyond `before`, or its count has
 /// stood still for 2 s; returns the spans received beyond `before`.
 pub(super) fn collector_settled(before: u64, expected: u64) -> u64 {
-    let mut last = collector_spans();
-    let mut since = std::time::Instant::now();
-    while last < before + expected && since.elapsed() < Duration::from_secs(2) {
-        std::thread::sleep(Duration::from_millis(20));
-        let now = collector_spans();
-        if now != last {
-            last = now;
-            since = std::time::Instant::now();
-        }
-    }
-    last - before
+    settle(before + expected, Duration::from_secs(2), collector_spans) - before
 }
 
 /// fastrace's reporter into an OpenTelemetry span exporter: each `SpanRecord` becomes a

@@ -36,7 +36,7 @@ mod record;
 mod timestamp;
 mod zstd;
 
-pub use parallel::{Jobs, for_each_file};
+pub use parallel::{Jobs, Reading, for_each_file};
 pub use record::{LogRecord, Record, ResourceMetrics, Span, parse_record};
 pub use timestamp::parse_time_us;
 

@@ -97,13 +97,8 @@ enum Command {
         /// occurrence on each rank.
         #[arg(long, value_name = "FILE.svg")]
         plot: Option<PathBuf>,
-        /// Do not draw the progress bar.
-        #[arg(long)]
-        no_progress: bool,
         #[command(flatten)]
-        read: input::ReadOptions,
-        #[command(flatten)]
-        jobs: input::Jobs,
+        reading: input::Reading,
     },
     /// Which rank the others wait for, among thousands: per rank and step, the time waiting in
     /// collective spans and the rest (compute), from flight-recorder dumps or console JSONL.
@@ -138,13 +133,8 @@ enum Command {
         /// Repeat for each.
         #[arg(long = "collective-span", value_name = "NAME")]
         collective_spans: Vec<String>,
-        /// Do not draw the progress bar.
-        #[arg(long)]
-        no_progress: bool,
         #[command(flatten)]
-        read: input::ReadOptions,
-        #[command(flatten)]
-        jobs: input::Jobs,
+        reading: input::Reading,
     },
     /// Goodput of a Megatron job, with NeMo Lens's model: peak-rate committed compute over the
     /// GPU time, the scheduling x runtime x application factors, lost work (iterations redone
@@ -268,18 +258,14 @@ fn run(cli: Cli) -> Result<(), Failure> {
             json,
             threshold,
             plot,
-            no_progress,
-            read,
-            jobs,
+            reading,
         } => summary::run(&summary::Options {
             files,
             group_by,
             json,
             threshold_percent: threshold,
             plot,
-            progress: !no_progress,
-            read,
-            jobs,
+            reading,
         })
         .map_err(Failure::setup),
         Command::Straggler {
@@ -290,9 +276,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             world_size,
             step_spans,
             collective_spans,
-            no_progress,
-            read,
-            jobs,
+            reading,
         } => {
             let opts = straggler::Options {
                 files,
@@ -306,9 +290,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     step: step_spans,
                     collective: collective_spans,
                 },
-                read,
-                jobs,
-                progress: !no_progress,
+                reading,
             };
             match straggler::run(&opts).map_err(Failure::setup)? {
                 false => Ok(()),

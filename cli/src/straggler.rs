@@ -30,7 +30,7 @@ use std::sync::Mutex;
 use anyhow::{Context as _, Result};
 use serde_json::Value;
 
-use crate::input::{self, Jobs, ReadOptions, Record, Span};
+use crate::input::{self, Reading, Record, Span};
 use collect::{Counts, FileCollector};
 use table::Table;
 
@@ -98,36 +98,23 @@ pub struct Options {
     /// More step and collective span names.
     pub names: SpanNames,
     /// How input is read.
-    pub read: ReadOptions,
-    /// Files read at once.
-    pub jobs: Jobs,
-    /// Progress bar on a terminal.
-    pub progress: bool,
+    pub reading: Reading,
 }
 
 /// Reads the files into an analysis (shared by `straggler` and nothing else: `summary` feeds
 /// its own read).
 fn analyse(opts: &Options) -> Result<(Analysis, input::Stats)> {
     let analysis = Analysis::new(opts.names.clone());
-    let mut split = input::archive::split(&opts.files, &opts.read)?;
-    let bar = input::progress_bar(&split.paths, opts.progress);
-    let mut stats = input::for_each_file(
-        &split.paths,
-        &opts.read,
-        opts.jobs.threads(),
-        &bar,
-        |records| {
-            let mut file = analysis.file();
-            while let Some(record) = records.next_record() {
-                if let Record::Span(span) = record {
-                    file.span(&span);
-                }
+    let stats = opts.reading.for_each_file(&opts.files, |records| {
+        let mut file = analysis.file();
+        while let Some(record) = records.next_record() {
+            if let Record::Span(span) = record {
+                file.span(&span);
             }
-            analysis.done(file);
-            Ok(())
-        },
-    )?;
-    stats.add_skipped(std::mem::take(&mut split.stats));
+        }
+        analysis.done(file);
+        Ok(())
+    })?;
     Ok((analysis, stats))
 }
 

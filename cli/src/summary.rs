@@ -67,7 +67,7 @@ mod lost;
 mod render;
 
 use crate::GroupBy;
-use crate::input::{self, Jobs, ReadOptions, Record};
+use crate::input::{self, Reading, Record};
 use crate::straggler::{self, STEP_SPAN_NAMES, step_number};
 
 /// Bytes of the (span name, rank) table: each group is charged its name plus [`ENTRY_BYTES`].
@@ -96,11 +96,7 @@ pub struct Options {
     /// Heatmap output.
     pub plot: Option<PathBuf>,
     /// How input is read.
-    pub read: ReadOptions,
-    /// Files read at once.
-    pub jobs: Jobs,
-    /// Progress bar on a terminal.
-    pub progress: bool,
+    pub reading: Reading,
 }
 
 /// Parses `--threshold` (`10` or `10%`; finite, not negative).
@@ -337,34 +333,25 @@ fn collect(opts: &Options) -> Result<Collected> {
     let merged = Mutex::new(Tables::default());
     let table_bytes = AtomicUsize::new(0);
     let analysis = straggler::Analysis::new(straggler::SpanNames::default());
-    let mut split = input::archive::split(&opts.files, &opts.read)?;
-    let bar = input::progress_bar(&split.paths, opts.progress);
-    let mut stats = input::for_each_file(
-        &split.paths,
-        &opts.read,
-        opts.jobs.threads(),
-        &bar,
-        |records| {
-            let mut tables = Tables::default();
-            let mut file = analysis.file();
-            let mut iterations = lost::FileIterations::default();
-            while let Some(record) = records.next_record() {
-                if let Record::Span(span) = &record {
-                    file.span(span);
-                    iterations.span(span);
-                }
-                tables.record(record, opts.plot.is_some(), &table_bytes);
+    let stats = opts.reading.for_each_file(&opts.files, |records| {
+        let mut tables = Tables::default();
+        let mut file = analysis.file();
+        let mut iterations = lost::FileIterations::default();
+        while let Some(record) = records.next_record() {
+            if let Record::Span(span) = &record {
+                file.span(span);
+                iterations.span(span);
             }
-            analysis.done(file);
-            iterations.done(&mut tables.lost, UNKNOWN_RANK);
-            merged
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .merge(tables, &table_bytes);
-            Ok(())
-        },
-    )?;
-    stats.add_skipped(std::mem::take(&mut split.stats));
+            tables.record(record, opts.plot.is_some(), &table_bytes);
+        }
+        analysis.done(file);
+        iterations.done(&mut tables.lost, UNKNOWN_RANK);
+        merged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .merge(tables, &table_bytes);
+        Ok(())
+    })?;
     let tables = merged.into_inner().unwrap_or_else(|e| e.into_inner());
     Ok(Collected {
         groups: tables.groups,

@@ -229,20 +229,7 @@ pub fn build(wiring: Wiring) -> Built {
             let provider = SdkTracerProvider::builder()
                 .with_batch_exporter(Discard(exported))
                 .build();
-            let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("bench"));
-            built.dispatch = Some(if wiring == Wiring::PlainOtelLean {
-                Dispatch::new(
-                    tracing_subscriber::registry().with(
-                        layer
-                            .with_tracked_inactivity(false)
-                            .with_threads(false)
-                            .with_location(false)
-                            .with_target(false),
-                    ),
-                )
-            } else {
-                Dispatch::new(tracing_subscriber::registry().with(layer))
-            });
+            built.dispatch = Some(otel_dispatch(&provider, wiring == Wiring::PlainOtelLean));
             built.provider = Some(provider);
         }
         // It needs nemo-lens's `tracing-opentelemetry` feature, which the bench binary knows.
@@ -260,6 +247,26 @@ pub fn build(wiring: Wiring) -> Built {
         }
     }
     built
+}
+
+/// Registry + `tracing_opentelemetry::layer()` on `provider`'s tracer `bench`: with its
+/// default options, or `lean` (no inactivity tracking, no thread, location or target
+/// attributes), as [`Wiring::PlainOtel`] and [`Wiring::PlainOtelLean`] set it up.
+pub fn otel_dispatch(provider: &SdkTracerProvider, lean: bool) -> Dispatch {
+    let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("bench"));
+    if lean {
+        Dispatch::new(
+            tracing_subscriber::registry().with(
+                layer
+                    .with_tracked_inactivity(false)
+                    .with_threads(false)
+                    .with_location(false)
+                    .with_target(false),
+            ),
+        )
+    } else {
+        Dispatch::new(tracing_subscriber::registry().with(layer))
+    }
 }
 
 /// Puts `tracing`'s global max level back to `OFF` once every earlier wiring is dropped, as in

@@ -111,6 +111,22 @@ pub fn received_spans(text: &str) -> u64 {
         .sum()
 }
 
+/// Waits until `count()` reaches `expected`, or has not moved for `quiet`; returns the last
+/// count. Read every 20 ms.
+pub fn settle(expected: u64, quiet: Duration, mut count: impl FnMut() -> u64) -> u64 {
+    let mut last = count();
+    let mut since = std::time::Instant::now();
+    while last < expected && since.elapsed() < quiet {
+        std::thread::sleep(Duration::from_millis(20));
+        let now = count();
+        if now != last {
+            last = now;
+            since = std::time::Instant::now();
+        }
+    }
+    last
+}
+
 /// One running rotel process.
 pub struct Collector {
     child: Child,
@@ -210,17 +226,7 @@ impl Collector {
     /// Waits until at least `expected` spans were received, or until the count has not moved
     /// for `quiet`; returns the count (rotel prints a request's line after answering it).
     pub fn settled_spans(&self, expected: u64, quiet: Duration) -> u64 {
-        let mut last = self.received_spans();
-        let mut since = std::time::Instant::now();
-        while last < expected && since.elapsed() < quiet {
-            std::thread::sleep(Duration::from_millis(20));
-            let now = self.received_spans();
-            if now != last {
-                last = now;
-                since = std::time::Instant::now();
-            }
-        }
-        last
+        settle(expected, quiet, || self.received_spans())
     }
 
     /// The endpoint for `OTEL_EXPORTER_OTLP_ENDPOINT` with `protocol` (`grpc`, `http/...`).

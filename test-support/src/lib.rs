@@ -15,7 +15,9 @@
 //! * [`python`]: Python 3's standard library as the oracle of a test;
 //! * [`programs`]: the programs a test runs (this crate's fixture binaries, the library's
 //!   examples) and the environment a child starts with;
+//! * [`rank`]: a user's rank set up from the environment alone, as the fixture programs run one;
 //! * [`bench`](mod@bench): the subscriber wirings every bench compares, and a discarding exporter;
+//! * [`trainer`]: what the trainer example tells its tests;
 //! * [`cli`]: the command-line tool's inputs (a multi-rank job's span files, flight-recorder
 //!   dumps) and its binary.
 //!
@@ -46,7 +48,9 @@ pub mod memory;
 pub mod metrics;
 pub mod programs;
 pub mod python;
+pub mod rank;
 pub mod tls;
+pub mod trainer;
 pub mod wait;
 
 pub use programs::{clear_telemetry_env, example, fixture_program};

@@ -15,20 +15,13 @@ use opentelemetry_otlp::WithExportConfig;
 
 use nemo_lens_test_support::child::{self, Child};
 use nemo_lens_test_support::collector::{Collector, count_named};
+use nemo_lens_test_support::rank::exporting_from_env;
 
 /// The collector's OTLP/HTTP base URL, for the application's own exporter.
 const APP_ENDPOINT: &str = "LENSTEST_APP_ENDPOINT";
 
 fn application() {
-    use tracing_subscriber::prelude::*;
-    let config = nemo_lens::LensConfig::from_env().expect("config");
-    let telemetry = nemo_lens::Telemetry::builder(config)
-        .build()
-        .expect("setup");
-    assert!(telemetry.is_exporting());
-    let _guard = tracing_subscriber::registry()
-        .with(telemetry.layer())
-        .set_default();
+    let (telemetry, _guard) = exporting_from_env();
     tracing::info_span!("lens_step").in_scope(|| {});
 
     // The application's own pipeline: opentelemetry-otlp's default HTTP client.

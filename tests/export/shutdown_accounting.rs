@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use nemo_lens_test_support::child::Child;
 use nemo_lens_test_support::hung::HungCollector;
+use nemo_lens_test_support::trainer::finished_steps;
 use nemo_lens_test_support::wait::wait_until;
 
 /// Generous bound for "did not hang".
@@ -29,14 +30,6 @@ fn trainer(collector: &HungCollector, protocol: &str) -> Child {
         .env("OTEL_EXPORTER_OTLP_TIMEOUT", "30000")
         .env("RUST_LOG", "trainer=debug")
         .timeout(NEVER_HANGS)
-}
-
-/// The steps the trainer logged as finished.
-fn finished_steps(stderr: &str) -> usize {
-    stderr
-        .lines()
-        .filter(|l| l.contains("step finished"))
-        .count()
 }
 
 /// The spans the trainer reported as dropped on stderr (`nemo-lens: dropped N spans, …`).

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nemo_lens_test_support::child::{Child, Running};
+use nemo_lens_test_support::trainer::finished_steps;
 use nemo_lens_test_support::wait;
 
 /// The trainer with a flight recorder of `capacity` spans over every step's spans (three per
@@ -33,7 +34,7 @@ fn trainer(tmp: &Path, capacity: usize) -> Child {
 /// Waits until the trainer has logged `steps` finished steps.
 fn wait_for_steps(trainer: &mut Running, steps: usize) {
     trainer.wait_for_output(&format!("{steps} finished steps"), |_, e| {
-        e.matches("step finished").count() >= steps
+        finished_steps(e) >= steps
     });
 }
 

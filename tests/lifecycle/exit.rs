@@ -9,6 +9,7 @@ use std::process::ExitStatus;
 
 use nemo_lens_test_support::child::{self, Child};
 use nemo_lens_test_support::console::{self, all_named as by_name, truncated, truncation_reason};
+use nemo_lens_test_support::trainer::finished_steps;
 
 fn command(out: &Path) -> Child {
     Child::example("trainer")
@@ -17,14 +18,6 @@ fn command(out: &Path) -> Child {
         .env("NEMO_LENS_SPAN_GROUPS", "per_step")
         .env("NEMO_LENS_CONSOLE_PATH", out)
         .env("RUST_LOG", "trainer=debug")
-}
-
-/// The steps the trainer logged as finished.
-fn finished_steps(stderr: &str) -> usize {
-    stderr
-        .lines()
-        .filter(|l| l.contains("step finished"))
-        .count()
 }
 
 /// An uncaught panic on the main thread ends the process (status 101) and the telemetry with

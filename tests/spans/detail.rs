@@ -74,13 +74,7 @@ fn detail_steps(spans: &[Value], steps: &BTreeMap<i64, &Value>, name: &str) -> V
     found
 }
 
-/// The steps the trainer logged as finished.
-fn finished_steps(stderr: &str) -> usize {
-    stderr
-        .lines()
-        .filter(|l| l.contains("step finished"))
-        .count()
-}
+use nemo_lens_test_support::trainer::finished_steps;
 
 /// The story of the feature: 24 steps, two of them slow. Every step span arrives with what was
 /// decided; the detail of the two slow steps arrives, and of the first step (the baseline), and

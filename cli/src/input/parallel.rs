@@ -31,6 +31,35 @@ pub struct Jobs {
     pub jobs: Option<NonZeroUsize>,
 }
 
+/// How `summary` and `straggler` read their files: `--no-progress`, the [`ReadOptions`] and
+/// `--jobs`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Reading {
+    /// Do not draw the progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+    #[command(flatten)]
+    pub read: ReadOptions,
+    #[command(flatten)]
+    pub jobs: Jobs,
+}
+
+impl Reading {
+    /// Reads `files` (collector archives split per rank first) as [`for_each_file`] does, on
+    /// the `--jobs` threads with a progress bar unless `--no-progress`; the counts returned
+    /// include the records skipped while splitting.
+    pub fn for_each_file<F>(&self, files: &[PathBuf], f: F) -> Result<Stats>
+    where
+        F: Fn(&mut Records<'_>) -> Result<()> + Sync,
+    {
+        let mut split = super::archive::split(files, &self.read)?;
+        let bar = super::progress_bar(&split.paths, !self.no_progress);
+        let mut stats = for_each_file(&split.paths, &self.read, self.jobs.threads(), &bar, f)?;
+        stats.add_skipped(std::mem::take(&mut split.stats));
+        Ok(stats)
+    }
+}
+
 /// Threads per available core `--jobs` may ask for: reading is parsing, and more threads than
 /// this only add stacks and allocator arenas.
 pub const THREADS_PER_CORE: usize = 4;

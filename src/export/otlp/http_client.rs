@@ -260,14 +260,7 @@ mod tests {
 
     use super::*;
     use crate::export::otlp::Signal;
-
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap()
-    }
+    use crate::export::otlp::test_runtime as runtime;
 
     /// A one-connection server on loopback: reads the request head, then runs `answer`.
     fn serve(answer: impl FnOnce(&mut std::net::TcpStream) + Send + 'static) -> String {

@@ -186,6 +186,16 @@ pub(crate) fn check_compiled(
     }
 }
 
+/// A runtime as the private one is built (one worker, I/O and timers), for the unit tests.
+#[cfg(all(test, any(feature = "otlp-grpc", feature = "otlp-http")))]
+fn test_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a test runtime")
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;

@@ -34,7 +34,7 @@ pub(crate) struct FailureReport {
     failing: AtomicBool,
     /// The transport's own error of the last failed request (HTTP), when known.
     cause: Mutex<Option<String>>,
-    /// The exporter's exports and requests: how many were retries.
+    /// The exporter's requests and their attempts: how many were retries.
     attempts: Attempts,
 }
 
@@ -52,6 +52,12 @@ impl FailureReport {
     /// One request is about to be sent (the transports call this once per attempt).
     pub(crate) fn attempt(&self) {
         self.attempts.attempt();
+    }
+
+    /// One request starts (the exporters call this once per request, its attempts once each
+    /// through [`FailureReport::attempt`]).
+    pub(crate) fn request(&self) {
+        self.attempts.request();
     }
 
     /// Requests sent again after a transient failure, since setup.
@@ -151,14 +157,10 @@ impl<E> Reported<E> {
         }
     }
 
-    /// `export`, bounded by the timeout, its attempts counted.
+    /// `export` (one request), bounded by the timeout, its attempts counted.
     fn bounded<F: std::future::Future<Output = OTelSdkResult>>(&self, export: F) -> Bounded<F> {
-        Bounded::new(
-            export,
-            self.runtime.clone(),
-            self.timeout,
-            &self.report.attempts,
-        )
+        self.report.request();
+        Bounded::new(export, self.runtime.clone(), self.timeout)
     }
 }
 

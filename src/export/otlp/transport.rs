@@ -50,7 +50,7 @@ pub(crate) type OtlpLogExporter = unavailable::Unavailable;
 impl Transport {
     /// The private runtime, built on first use: one worker thread, I/O and timers enabled.
     #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
-    fn runtime(&mut self, signal: Signal) -> Result<&tokio::runtime::Runtime> {
+    pub(super) fn runtime(&mut self, signal: Signal) -> Result<&tokio::runtime::Runtime> {
         if self.runtime.is_none() {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)

@@ -6,11 +6,12 @@
 //! `application/x-protobuf` to the traces endpoint with the configured headers, gzip when
 //! `OTEL_EXPORTER_OTLP_TRACES_COMPRESSION` (or `OTEL_EXPORTER_OTLP_COMPRESSION`) says so; a
 //! failure that the OTLP specification calls transient (no response, 429, 502, 503, 504) is
-//! retried with opentelemetry-otlp's default policy (3 retries, 100 ms doubling to 1.6 s,
-//! `Retry-After` honoured) within the export timeout. A batch over the collector's message
-//! limit is split; a span too large alone is left out and counted as dropped; a failed request
-//! fails the batch (counted as dropped as a whole). Failures are reported as the other OTLP
-//! exporters' are ([`FailureReport`]).
+//! retried with the policy of every nemo-lens OTLP exporter (`retry.rs`: backoff, `Retry-After`
+//! honoured, retries until the export timeout, which bounds the batch's requests, attempts and
+//! waits together). A batch over the collector's message limit is split; a span too large
+//! alone is left out and counted as dropped; a failed request fails the batch (counted as
+//! dropped as a whole). Failures and retries are reported as the other OTLP exporters' are
+//! ([`FailureReport`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,20 +29,16 @@ use crate::error::Result;
 use crate::export::otlp::endpoint::Destination;
 use crate::export::otlp::http_client::LensHttpClient;
 use crate::export::otlp::report::FailureReport;
+use crate::export::otlp::retry::{self, Bounded};
 use crate::export::otlp::trace_request::{ReadyBatch, ReadyExport, ReadySpan, TraceEncoder};
 use crate::export::otlp::transport::Transport;
 use crate::export::otlp::{OtlpProtocol, Signal};
 
-/// Retries of a transient failure, as opentelemetry-otlp's recommended policy.
-const MAX_RETRIES: u32 = 3;
-const FIRST_DELAY: Duration = Duration::from_millis(100);
-const MAX_DELAY: Duration = Duration::from_millis(1600);
-/// The longest `Retry-After` honoured.
-const MAX_THROTTLE: Duration = Duration::from_secs(30);
-
 /// The HTTP/protobuf span exporter (see the module docs).
 pub(crate) struct HttpTraceExporter {
     client: LensHttpClient,
+    /// The private runtime: each batch's requests, attempts and waits are polled inside it.
+    runtime: tokio::runtime::Handle,
     endpoint: http::Uri,
     /// The endpoint as messages show it (credentials redacted).
     shown: String,
@@ -112,9 +109,11 @@ impl Transport {
             })
             .collect();
         let client = self.http_client(signal, &destination, report.clone())?;
+        let runtime = self.runtime(signal)?.handle().clone();
         self.longest_timeout = self.longest_timeout.max(destination.timeout);
         Ok(HttpTraceExporter {
             client,
+            runtime,
             endpoint,
             shown: destination.shown.clone(),
             headers,
@@ -127,71 +126,52 @@ impl Transport {
     }
 }
 
-/// Why one request failed, and whether it may be retried (and after how long at least).
+/// Why one request failed, and whether it may be retried (and after how long at least, as
+/// [`retry::with_retries`] reads it).
 struct Failure {
     message: String,
     retry: Option<Duration>,
 }
 
 impl HttpTraceExporter {
-    /// Writes `batch` as requests and sends them, one after the other.
+    /// Writes `batch` as requests and sends them, one after the other, all within the export
+    /// timeout (so an export a shutdown gave up on ends before the runtime stops).
     pub(crate) async fn export_batch(&self, batch: ReadyBatch) -> OTelSdkResult {
         let requests = self.encoder.lock().encode(batch);
-        let mut result = Ok(());
-        for body in requests.bodies {
-            if let Err(e) = self.send(body).await {
+        let (bodies, oversized) = (requests.bodies, requests.oversized);
+        let start = Instant::now();
+        let send_all = async {
+            for body in bodies {
                 // A failed request fails the batch: the worker counts all of it.
-                result = Err(e);
-                break;
+                let left = self.timeout.saturating_sub(start.elapsed());
+                self.send(body, left).await?;
             }
-        }
+            Ok(())
+        };
+        let result = Bounded::new(send_all, self.runtime.clone(), self.timeout).await;
         self.report.observe(&result);
         if result.is_ok() {
-            self.dropped
-                .fetch_add(requests.oversized, Ordering::Relaxed);
+            self.dropped.fetch_add(oversized, Ordering::Relaxed);
         }
         result
     }
 
-    /// Sends one request body, retrying a transient failure within the export timeout.
-    async fn send(&self, body: Vec<u8>) -> OTelSdkResult {
+    /// Sends one request body, retrying a transient failure while `left` allows.
+    async fn send(&self, body: Vec<u8>, left: Duration) -> OTelSdkResult {
         let body = if self.gzip {
             gzip(&body).map_err(|e| OTelSdkError::InternalFailure(format!("gzip: {e}")))?
         } else {
             body
         };
         let body = Bytes::from(body);
-        let start = Instant::now();
-        let mut delay = FIRST_DELAY;
-        let mut cap = MAX_DELAY;
-        let mut attempt = 0;
-        loop {
-            let failure = match self.send_once(body.clone()).await {
-                Ok(()) => return Ok(()),
-                Err(failure) => failure,
-            };
-            let error = || OTelSdkError::InternalFailure(failure.message.clone());
-            let Some(server_delay) = failure.retry else {
-                return Err(error());
-            };
-            if attempt >= MAX_RETRIES {
-                return Err(error());
-            }
-            attempt += 1;
-            let server_delay = server_delay.min(MAX_THROTTLE);
-            if server_delay > cap {
-                cap = MAX_THROTTLE;
-            }
-            delay = delay.max(server_delay);
-            let sleep = (delay + jitter()).min(cap);
-            if sleep >= self.timeout.saturating_sub(start.elapsed()) {
-                return Err(error());
-            }
-            // On the export helper thread, which waits for this export alone (the worker's
-            // deadline holds whatever it does).
-            std::thread::sleep(sleep);
-            delay = (delay * 2).min(cap);
-        }
+        self.report.request();
+        retry::with_retries(
+            left,
+            |failure: &Failure| failure.retry,
+            || self.send_once(body.clone()),
+        )
+        .await
+        .map_err(|failure| OTelSdkError::InternalFailure(failure.message))
     }
 
     async fn send_once(&self, body: Bytes) -> std::result::Result<(), Failure> {
@@ -220,18 +200,7 @@ impl HttpTraceExporter {
         if status.is_success() {
             return Ok(());
         }
-        let retry = match status.as_u16() {
-            429 | 503 => Some(
-                response
-                    .headers()
-                    .get(http::header::RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map_or(Duration::ZERO, Duration::from_secs),
-            ),
-            502 | 504 => Some(Duration::ZERO),
-            _ => None,
-        };
+        let retry = retry::http_retry_after(status, response.headers());
         Err(Failure {
             message: format!(
                 "HTTP export failed. Url: {}, Status: {}, Response: {:?}",
@@ -242,14 +211,6 @@ impl HttpTraceExporter {
             retry,
         })
     }
-}
-
-/// Up to 100 ms, from the clock (as opentelemetry-otlp's jitter).
-fn jitter() -> Duration {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    Duration::from_millis(u64::from(nanos.wrapping_mul(2_654_435_761) % 101))
 }
 
 fn gzip(body: &[u8]) -> std::io::Result<Vec<u8>> {
@@ -283,5 +244,94 @@ impl SpanExporter for HttpTraceExporter {
 
     fn set_resource(&mut self, resource: &Resource) {
         self.encoder.get_mut().set_resource(resource);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+
+    use opentelemetry::trace::{Tracer, TracerProvider};
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+
+    use super::*;
+
+    /// A collector on loopback answering its requests with `answers` (status line and headers)
+    /// in turn, a connection each; returns the traces endpoint and the count of requests read.
+    fn collector(answers: Vec<&'static str>) -> (String, Arc<AtomicU64>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1/traces", listener.local_addr().unwrap());
+        let read = Arc::new(AtomicU64::new(0));
+        let counted = read.clone();
+        std::thread::spawn(move || {
+            for answer in answers {
+                let (conn, _) = listener.accept().unwrap();
+                let mut conn = BufReader::new(conn);
+                let mut length = 0;
+                let mut line = String::new();
+                while conn.read_line(&mut line).unwrap() > 0 && line != "\r\n" {
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(v) = lower.strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap();
+                    }
+                    line.clear();
+                }
+                conn.read_exact(&mut vec![0; length]).unwrap();
+                counted.fetch_add(1, Ordering::Relaxed);
+                let reply =
+                    format!("HTTP/1.1 {answer}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                conn.get_mut().write_all(reply.as_bytes()).unwrap();
+            }
+        });
+        (url, read)
+    }
+
+    /// Exports one span to `endpoint` within a 30 s timeout: the result, and the retries the
+    /// failure report counted.
+    fn export_one(endpoint: &str) -> (OTelSdkResult, u64) {
+        let lookup = |k: &str| match k {
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" => Some(endpoint.to_string()),
+            "OTEL_EXPORTER_OTLP_TIMEOUT" => Some("30000".to_string()),
+            _ => None,
+        };
+        let mut transport = Transport::default();
+        let exporter = transport
+            .http_trace_exporter(Env::new(&lookup), Arc::default())
+            .unwrap();
+        let memory = InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(memory.clone())
+            .build();
+        provider.tracer("t").in_span("step", |_| {});
+        let spans = memory.get_finished_spans().unwrap();
+        let result = crate::queue::batcher::block_on_timeout(
+            exporter.export(spans),
+            Duration::from_secs(60),
+        )
+        .expect("the export ends within its timeout");
+        (result, exporter.report.retries())
+    }
+
+    #[test]
+    fn transient_statuses_are_retried_with_the_shared_policy() {
+        let (endpoint, read) = collector(vec![
+            "503 Service Unavailable\r\nretry-after: 0",
+            "502 Bad Gateway",
+            "429 Too Many Requests\r\nretry-after: 1",
+            "200 OK",
+        ]);
+        let (result, retries) = export_one(&endpoint);
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!((read.load(Ordering::Relaxed), retries), (4, 3));
+    }
+
+    #[test]
+    fn another_failure_status_is_not_retried() {
+        let (endpoint, read) = collector(vec!["400 Bad Request", "200 OK"]);
+        let (result, retries) = export_one(&endpoint);
+        let error = result.unwrap_err().to_string();
+        assert!(error.contains("Status: 400"), "{error}");
+        assert_eq!((read.load(Ordering::Relaxed), retries), (1, 0));
     }
 }

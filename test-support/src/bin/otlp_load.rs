@@ -1,13 +1,15 @@
 //! A rank under sustained load for the export tests (`tests/export/keepup.rs`): a user's
 //! program configured from the environment only (`NEMO_LENS_*`, `OTEL_*`; it must export).
 //!
-//! It makes `LOAD_SPANS` training-loop spans (three attributes each), spread evenly over
-//! `LOAD_SECONDS` seconds (0: as fast as it can), shuts down within 120 s and prints one line:
+//! It makes `LOAD_SPANS` training-loop spans ([`training_span`]: three attributes each), spread
+//! evenly over `LOAD_SECONDS` seconds (0: as fast as it can), shuts down within 120 s and prints
+//! one line:
 //! `LOAD produced=<n> dropped=<spans counted as dropped> shutdown=<ok|error text>`.
 
 use std::time::{Duration, Instant};
 
-use tracing_subscriber::prelude::*;
+use nemo_lens_test_support::bench::training_span;
+use nemo_lens_test_support::rank::exporting_from_env;
 
 fn var(name: &str) -> f64 {
     std::env::var(name)
@@ -16,41 +18,22 @@ fn var(name: &str) -> f64 {
         .unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
-/// A training-loop span, its callsite in this program (the harness's own targets,
-/// `nemo_lens_*`, are nemo-lens's internal ones, which the layer never records).
-fn span(step: i64) {
-    let span = tracing::info_span!(
-        "forward_backward",
-        nemo.group.forward_backward = tracing::field::Empty,
-        step = step,
-        micro_batch = 3_i64,
-        loss_scale = 65536.0_f64
-    );
-    let _e = span.enter();
-}
-
 fn main() {
     let spans = var("LOAD_SPANS") as u64;
     let seconds = var("LOAD_SECONDS");
-    let config = nemo_lens::LensConfig::from_env().expect("config");
-    let telemetry = nemo_lens::Telemetry::builder(config)
-        .build()
-        .expect("setup");
-    assert!(telemetry.is_exporting());
-    let subscriber = tracing_subscriber::registry().with(telemetry.layer());
+    let (telemetry, guard) = exporting_from_env();
     let start = Instant::now();
-    tracing::subscriber::with_default(subscriber, || {
-        for i in 0..spans {
-            if seconds > 0.0 {
-                // Paced: span i is due at i / spans of the run.
-                let due = start + Duration::from_secs_f64(seconds * i as f64 / spans as f64);
-                if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                    std::thread::sleep(wait);
-                }
+    for i in 0..spans {
+        if seconds > 0.0 {
+            // Paced: span i is due at i / spans of the run.
+            let due = start + Duration::from_secs_f64(seconds * i as f64 / spans as f64);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
             }
-            span(i as i64);
         }
-    });
+        training_span(i as i64);
+    }
+    drop(guard);
     let shutdown = match telemetry.shutdown(Duration::from_secs(120)) {
         Ok(()) => "ok".to_string(),
         Err(e) => e.to_string().replace(char::is_whitespace, "_"),

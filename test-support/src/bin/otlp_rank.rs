@@ -6,17 +6,10 @@
 
 use std::time::Duration;
 
-use tracing_subscriber::prelude::*;
+use nemo_lens_test_support::rank::exporting_from_env;
 
 fn main() {
-    let config = nemo_lens::LensConfig::from_env().expect("config");
-    let telemetry = nemo_lens::Telemetry::builder(config)
-        .build()
-        .expect("setup");
-    assert!(telemetry.is_exporting());
-    let _guard = tracing_subscriber::registry()
-        .with(telemetry.layer())
-        .set_default();
+    let (telemetry, _guard) = exporting_from_env();
     let train = tracing::info_span!("train", dl.model = "gpt-test");
     let _train = train.enter();
     tracing::info_span!("train_step", dl.step = 7_i64, loss = 0.5_f64).in_scope(|| {
