@@ -13,6 +13,7 @@
 //! nemo-lens signal handlers), with status 128 + signo.
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -52,8 +53,9 @@ fn main() -> ExitCode {
         }
     };
     // The address actually bound, for callers that asked for port 0: on stderr, since stdout
-    // carries the console exporter's JSONL.
-    eprintln!("listening on {}", server.server_addr());
+    // carries the console exporter's JSONL; one write, so a reader never sees half the line.
+    let line = format!("listening on {}\n", server.server_addr());
+    let _ = std::io::stderr().write_all(line.as_bytes());
     for mut request in server.incoming_requests() {
         let carrier: HashMap<String, String> = request
             .headers()

@@ -88,15 +88,17 @@ fn the_reward_servers_span_is_a_child_of_the_trainers_step() {
     }
 }
 
-/// The address the server printed on stderr (`listening on ADDR`).
+/// The address the server printed on stderr (`listening on ADDR`), once its line is whole.
 fn listening_address(server: &mut Running) -> String {
-    server.wait_for_output("its address", |_, stderr| stderr.contains("listening on "));
+    let line = |stderr: &str| {
+        stderr
+            .split_inclusive('\n')
+            .find_map(|l| l.strip_prefix("listening on ")?.strip_suffix('\n'))
+            .map(str::to_string)
+    };
+    server.wait_for_output("its address", |_, stderr| line(stderr).is_some());
     let stderr = server.stderr();
-    stderr
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("listening on "))
-        .unwrap_or_else(|| panic!("no `listening on` line in {stderr:?}"))
-        .to_string()
+    line(&stderr).unwrap_or_else(|| panic!("no `listening on` line in {stderr:?}"))
 }
 
 /// With the console exporter, stdout is the JSONL the server exports and nothing else: its
