@@ -133,10 +133,20 @@ fn bench(c: &mut Criterion) {
     // Throughput is always counted in uncompressed JSONL bytes.
     group.throughput(Throughput::Bytes(bytes));
     group.bench_function("perfetto_plain", |b| {
-        b.iter(|| run(&["perfetto", "--no-progress", "-o", out], &plain))
+        b.iter(|| {
+            run(
+                &["perfetto", "--no-progress", "--jobs", "1", "-o", out],
+                &plain,
+            )
+        })
     });
     group.bench_function("perfetto_gzip", |b| {
-        b.iter(|| run(&["perfetto", "--no-progress", "-o", out], &gz))
+        b.iter(|| {
+            run(
+                &["perfetto", "--no-progress", "--jobs", "1", "-o", out],
+                &gz,
+            )
+        })
     });
     group.bench_function("summary_plain", |b| {
         b.iter(|| {

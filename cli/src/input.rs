@@ -32,11 +32,13 @@ mod framing;
 mod open;
 mod otlp;
 mod parallel;
+mod read_ahead;
 mod record;
 mod timestamp;
 mod zstd;
 
 pub use parallel::{Jobs, Reading, for_each_file};
+pub use read_ahead::for_each_record_read_ahead;
 pub use record::{LogRecord, Record, ResourceMetrics, Span, parse_record};
 pub use timestamp::parse_time_us;
 
@@ -181,7 +183,7 @@ pub fn parse_bytes(s: &str) -> Result<usize, String> {
 }
 
 /// A file being read, as the callback sees it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Source {
     /// Position on the command line.
     pub index: usize,
@@ -280,6 +282,8 @@ pub struct Records<'p> {
     max_record_bytes: usize,
     stats: Stats,
     done: bool,
+    /// Bytes of the record last returned, as read.
+    record_bytes: usize,
 }
 
 impl<'p> Records<'p> {
@@ -300,6 +304,7 @@ impl<'p> Records<'p> {
             max_record_bytes: options.max_record_bytes,
             stats: Stats::default(),
             done: false,
+            record_bytes: 0,
         })
     }
 
@@ -332,6 +337,7 @@ impl<'p> Records<'p> {
             let at = || format!("{}:{line}", self.path.display());
             let reason = match frame {
                 framing::Frame::Record => {
+                    self.record_bytes = self.framer.record().len();
                     match parse_record(self.framer.record(), self.source.file_rank) {
                         Ok(record) => {
                             match &record {
@@ -364,6 +370,11 @@ impl<'p> Records<'p> {
         }
         self.done = true;
         None
+    }
+
+    /// Bytes of the record [`Records::next_record`] last returned, as read (uncompressed).
+    pub fn record_bytes(&self) -> usize {
+        self.record_bytes
     }
 
     /// What was read and skipped so far in this file.

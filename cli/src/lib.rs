@@ -73,6 +73,12 @@ enum Command {
         no_progress: bool,
         #[command(flatten)]
         read: input::ReadOptions,
+        /// Threads: with 2 or more, the input is parsed on a second thread while the first
+        /// writes (the output follows the input's order, so more add nothing); 1 does both on
+        /// one thread. The output is the same either way. Default: 2 when this process may run
+        /// on more than one core.
+        #[arg(short = 'j', long = "jobs", value_name = "N")]
+        jobs: Option<std::num::NonZeroUsize>,
     },
     /// Per span name and rank: count, total, p50/p90/p99/max duration; then the ranks whose
     /// median is slower than the cross-rank median (stragglers), and the verdict of `straggler`.
@@ -246,9 +252,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
             output,
             no_progress,
             read,
+            jobs,
         } => {
-            let outcome =
-                perfetto::run(&files, &output, &read, !no_progress).map_err(Failure::setup)?;
+            let threads = input::Jobs { jobs }.threads();
+            let outcome = perfetto::run(&files, &output, &read, threads, !no_progress)
+                .map_err(Failure::setup)?;
             outcome.report(&output);
             Ok(())
         }

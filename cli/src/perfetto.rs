@@ -29,6 +29,10 @@
 //!   thread track is used without its name, and a track known only by `thread.name` falls back
 //!   to the rank's main track (each event placed so is counted in `unnamed_tracks`).
 //!
+//! With `--jobs` 2 or more (the default on more than one core) the input is parsed on a second
+//! thread, ahead of the writing, in bounded batches ([`input::for_each_record_read_ahead`]); the
+//! events and their order are the same as with `--jobs 1`.
+//!
 //! The output may not be one of the inputs (same file, by device and inode): that is refused
 //! before anything is written.
 //!
@@ -453,11 +457,13 @@ fn refuse_input_as_output(inputs: &[PathBuf], output: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Converts `inputs` into `output`.
+/// Converts `inputs` into `output`, parsing on a second thread when `threads` is 2 or more
+/// (the output is the same).
 pub fn run(
     inputs: &[PathBuf],
     output: &Path,
     read: &ReadOptions,
+    threads: usize,
     progress: bool,
 ) -> Result<Outcome> {
     refuse_input_as_output(inputs, output)?;
@@ -472,31 +478,32 @@ pub fn run(
         .with_context(|| format!("cannot write {}", output.display()))?;
     let mut lost = lost::LostIterations::read(inputs, read)?;
     let bar = input::progress_bar(inputs, progress);
-    let mut stats = input::for_each_record(inputs, read, &bar, |source, record| {
-        match record {
-            Record::Span(mut span) => {
-                lost.rename(source.index, &mut span);
-                let (pid, label) = pid_of(span.rank, source.index);
-                writer.process(pid, &label, span.host.as_deref())?;
-                writer.span(&span, pid)?;
-            }
-            Record::Metrics { batch, file_rank } => {
-                for rm in &batch {
-                    let attrs = &rm.resource.attributes;
-                    let (pid, label) = pid_of(attrs.rank().or(file_rank), source.index);
-                    writer.process(pid, &label, attrs.host_name.as_deref())?;
-                    writer.metrics(rm, pid)?;
+    let mut stats =
+        input::for_each_record_read_ahead(inputs, read, threads, &bar, |source, record| {
+            match record {
+                Record::Span(mut span) => {
+                    lost.rename(source.index, &mut span);
+                    let (pid, label) = pid_of(span.rank, source.index);
+                    writer.process(pid, &label, span.host.as_deref())?;
+                    writer.span(&span, pid)?;
+                }
+                Record::Metrics { batch, file_rank } => {
+                    for rm in &batch {
+                        let attrs = &rm.resource.attributes;
+                        let (pid, label) = pid_of(attrs.rank().or(file_rank), source.index);
+                        writer.process(pid, &label, attrs.host_name.as_deref())?;
+                        writer.metrics(rm, pid)?;
+                    }
+                }
+                Record::Log(log) => {
+                    let (pid, label) = pid_of(log.rank, source.index);
+                    writer.process(pid, &label, log.host.as_deref())?;
+                    writer.log(&log, pid)?;
                 }
             }
-            Record::Log(log) => {
-                let (pid, label) = pid_of(log.rank, source.index);
-                writer.process(pid, &label, log.host.as_deref())?;
-                writer.log(&log, pid)?;
-            }
-        }
-        Ok(())
-    })
-    .with_context(|| format!("while writing {}", output.display()))?;
+            Ok(())
+        })
+        .with_context(|| format!("while writing {}", output.display()))?;
     stats.add_skipped(archives);
     let outcome = Outcome {
         stats,

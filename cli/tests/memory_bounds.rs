@@ -84,6 +84,30 @@ fn perfetto(files: &[PathBuf], out: &Path) -> (Measured, Value) {
     (m, trace)
 }
 
+/// `perfetto --jobs 2` parses ahead of its writing within a byte budget: a record larger than
+/// the budget waits until the one before it was written. 40 records of 3.9 MiB (156 MiB, all
+/// under `--max-record-bytes 4M`) would all be held by a reader that does not wait.
+fn perfetto_reading_ahead_holds_two_large_records_at_most() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("spans-rank0.jsonl");
+    let mut f = BufWriter::new(fs::File::create(&path).unwrap());
+    let blob = "a".repeat(3_900 << 10);
+    for i in 0..40 {
+        let attributes = format!(r#"{{"blob": "{blob}"}}"#);
+        writeln!(f, "{}", raw_span("large", 0x100 + i, &attributes, "[]")).unwrap();
+    }
+    f.into_inner().unwrap().sync_all().unwrap();
+    let out = dir.path().join("trace.json");
+    let m = run_measured(
+        bin()
+            .args(["perfetto", "--jobs", "2", "--max-record-bytes", "4M", "-o"])
+            .arg(&out)
+            .arg(&path),
+    );
+    assert_bounded(&m, "perfetto --jobs 2, 40 records of 3.9 MiB");
+    assert!(m.stderr.contains("(40 spans"), "{}", m.stderr);
+}
+
 fn gzip_of_an_endless_line_of_zeros_is_skipped_in_bounded_memory() {
     let dir = tempfile::tempdir().unwrap();
     // 256 MiB of zeros, no newline: 256 gzip members of 1 MiB each (concatenated members are
@@ -417,7 +441,11 @@ fn an_archive_request_line_of_200_mib_is_skipped_in_bounded_memory() {
 }
 
 /// The tests, in the order they run.
-const TESTS: [(&str, fn()); 10] = [
+const TESTS: [(&str, fn()); 11] = [
+    (
+        "perfetto_reading_ahead_holds_two_large_records_at_most",
+        perfetto_reading_ahead_holds_two_large_records_at_most,
+    ),
     (
         "an_archive_request_line_of_200_mib_is_skipped_in_bounded_memory",
         an_archive_request_line_of_200_mib_is_skipped_in_bounded_memory,

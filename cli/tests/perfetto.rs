@@ -545,3 +545,38 @@ fn spans_without_thread_attributes_stay_on_the_ranks_one_track() {
     assert_eq!(slices.len(), 5, "{slices:?}");
     assert!(slices.values().all(|s| s.0 == 0), "{slices:?}");
 }
+
+/// Parsing on a second thread (`--jobs 2`) writes the same file, byte for byte, as one thread:
+/// on the five-rank job (a gzip file, links across files, metrics, damaged lines) and on
+/// Python's 0.1.0 output with its log records.
+#[test]
+fn reading_ahead_on_a_second_thread_writes_the_same_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = write_job(dir.path());
+    files.push(fixture("python-lens-0.1.0-stdout-rank5.txt"));
+    let mut traces = Vec::new();
+    for jobs in ["1", "2"] {
+        let out = dir.path().join(format!("trace-jobs{jobs}.json"));
+        let output = bin()
+            .args(["perfetto", "--jobs", jobs, "-o"])
+            .arg(&out)
+            .args(&files)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "--jobs {jobs}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let report = String::from_utf8_lossy(&output.stderr).replace(&format!("-jobs{jobs}"), "");
+        traces.push((fs::read(&out).unwrap(), report));
+    }
+    assert!(!events(&serde_json::from_slice(&traces[0].0).unwrap()).is_empty());
+    assert!(traces[0].0 == traces[1].0, "the traces differ");
+    assert!(
+        traces[0].1.contains("skipped 3 malformed"),
+        "{}",
+        traces[0].1
+    );
+    assert_eq!(traces[0].1, traces[1].1);
+}
