@@ -481,16 +481,16 @@ pub fn run(
     let mut stats =
         input::for_each_record_read_ahead(inputs, read, threads, &bar, |source, record| {
             match record {
-                Record::Span(mut span) => {
-                    lost.rename(source.index, &mut span);
+                Record::Span(span) => {
+                    lost.rename(source.index, span);
                     let (pid, label) = pid_of(span.rank, source.index);
                     writer.process(pid, &label, span.host.as_deref())?;
                     writer.span(&span, pid)?;
                 }
                 Record::Metrics { batch, file_rank } => {
-                    for rm in &batch {
+                    for rm in batch.iter() {
                         let attrs = &rm.resource.attributes;
-                        let (pid, label) = pid_of(attrs.rank().or(file_rank), source.index);
+                        let (pid, label) = pid_of(attrs.rank().or(*file_rank), source.index);
                         writer.process(pid, &label, attrs.host_name.as_deref())?;
                         writer.metrics(rm, pid)?;
                     }
