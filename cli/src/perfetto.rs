@@ -485,7 +485,7 @@ pub fn run(
                     lost.rename(source.index, span);
                     let (pid, label) = pid_of(span.rank, source.index);
                     writer.process(pid, &label, span.host.as_deref())?;
-                    writer.span(&span, pid)?;
+                    writer.span(span, pid)?;
                 }
                 Record::Metrics { batch, file_rank } => {
                     for rm in batch.iter() {
@@ -498,7 +498,7 @@ pub fn run(
                 Record::Log(log) => {
                     let (pid, label) = pid_of(log.rank, source.index);
                     writer.process(pid, &label, log.host.as_deref())?;
-                    writer.log(&log, pid)?;
+                    writer.log(log, pid)?;
                 }
             }
             Ok(())
