@@ -12,8 +12,18 @@ use serde_json::{Value, json};
 use support::{STEPS, T0_US, bin, fixture, span_id, write_job};
 
 fn run_perfetto(files: &[std::path::PathBuf], out: &std::path::Path) -> (Value, String) {
+    run_perfetto_with(&[], files, out)
+}
+
+/// `perfetto` with the options `args` before the files.
+fn run_perfetto_with(
+    args: &[&str],
+    files: &[std::path::PathBuf],
+    out: &std::path::Path,
+) -> (Value, String) {
     let output = bin()
         .arg("perfetto")
+        .args(args)
         .args(files)
         .arg("-o")
         .arg(out)
@@ -557,21 +567,11 @@ fn reading_ahead_on_a_second_thread_writes_the_same_trace() {
     let mut traces = Vec::new();
     for jobs in ["1", "2"] {
         let out = dir.path().join(format!("trace-jobs{jobs}.json"));
-        let output = bin()
-            .args(["perfetto", "--jobs", jobs, "-o"])
-            .arg(&out)
-            .args(&files)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "--jobs {jobs}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let report = String::from_utf8_lossy(&output.stderr).replace(&format!("-jobs{jobs}"), "");
+        let (trace, stderr) = run_perfetto_with(&["--jobs", jobs], &files, &out);
+        assert!(!events(&trace).is_empty());
+        let report = stderr.replace(&format!("-jobs{jobs}"), "");
         traces.push((fs::read(&out).unwrap(), report));
     }
-    assert!(!events(&serde_json::from_slice(&traces[0].0).unwrap()).is_empty());
     assert!(traces[0].0 == traces[1].0, "the traces differ");
     assert!(
         traces[0].1.contains("skipped 3 malformed"),

@@ -438,6 +438,22 @@ impl Running {
         }
     }
 
+    /// Waits for a whole stderr line starting with `prefix` and returns the rest of it (a line
+    /// still being written is not read). Fails as [`Running::wait_for_output`] does.
+    #[track_caller]
+    pub fn wait_for_stderr_line(&mut self, prefix: &str) -> String {
+        let line = |stderr: &str| {
+            stderr
+                .split_inclusive('\n')
+                .find_map(|l| l.strip_prefix(prefix)?.strip_suffix('\n'))
+                .map(str::to_string)
+        };
+        self.wait_for_output(&format!("a `{prefix}` line"), |_, stderr| {
+            line(stderr).is_some()
+        });
+        line(&self.stderr()).expect("the line just seen")
+    }
+
     /// Waits for the child to exit and returns its status and everything it printed; kills it
     /// and fails if it is still running at its timeout.
     #[track_caller]

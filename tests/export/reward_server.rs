@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use nemo_lens_test_support::child::{Child, Running};
+use nemo_lens_test_support::child::Child;
 use nemo_lens_test_support::collector::{self, Collector, count_named};
 
 /// An example exporting to `collector` over gRPC as `service`.
@@ -32,7 +32,7 @@ fn the_reward_servers_span_is_a_child_of_the_trainers_step() {
     let mut server = base("reward_server", &collector, "reward")
         .args(["--listen", "127.0.0.1:0"])
         .spawn();
-    let addr = listening_address(&mut server);
+    let addr = server.wait_for_stderr_line("listening on ");
 
     let out = base("trainer", &collector, "trainer")
         .args(["--steps", "3", "--step-ms", "1", "--checkpoint-every", "0"])
@@ -88,19 +88,6 @@ fn the_reward_servers_span_is_a_child_of_the_trainers_step() {
     }
 }
 
-/// The address the server printed on stderr (`listening on ADDR`), once its line is whole.
-fn listening_address(server: &mut Running) -> String {
-    let line = |stderr: &str| {
-        stderr
-            .split_inclusive('\n')
-            .find_map(|l| l.strip_prefix("listening on ")?.strip_suffix('\n'))
-            .map(str::to_string)
-    };
-    server.wait_for_output("its address", |_, stderr| line(stderr).is_some());
-    let stderr = server.stderr();
-    line(&stderr).unwrap_or_else(|| panic!("no `listening on` line in {stderr:?}"))
-}
-
 /// With the console exporter, stdout is the JSONL the server exports and nothing else: its
 /// `listening on` line goes to stderr.
 #[test]
@@ -114,7 +101,7 @@ fn the_reward_servers_stdout_is_only_its_console_jsonl() {
         ])
         .args(["--listen", "127.0.0.1:0"])
         .spawn();
-    let addr = listening_address(&mut server);
+    let addr = server.wait_for_stderr_line("listening on ");
     let mut stream = TcpStream::connect(&addr).unwrap();
     let body = "rollout";
     write!(

@@ -96,14 +96,7 @@ impl Drop for Harness {
 /// The service, started on any free port, and its address.
 fn start_service() -> (Running, String) {
     let mut service = Child::fixture("w3c_service").arg("0").spawn();
-    let line = |stderr: &str| {
-        stderr
-            .split_inclusive('\n')
-            .find_map(|l| l.strip_prefix("listening on ")?.strip_suffix('\n'))
-            .map(str::to_string)
-    };
-    service.wait_for_output("its address", |_, stderr| line(stderr).is_some());
-    let addr = line(&service.stderr()).expect("the address line");
+    let addr = service.wait_for_stderr_line("listening on ");
     (service, addr)
 }
 
