@@ -169,7 +169,8 @@ not end on the training thread: the batch worker's share is CPU the trainer's co
 The third table is what a job pays when the spans really leave the process: each wiring
 encodes and sends OTLP (HTTP/protobuf, then gRPC) to one rotel collector on loopback (started by
 the bench, one summary line per request, exporter `blackhole`), one process per wiring, back to
-back. lens uses its own OTLP transports; tracing-opentelemetry (lean and default options) the
+back. lens writes the requests straight from its span records and sends them itself (gRPC:
+a tonic channel on its one-worker runtime; HTTP: its own hyper client); tracing-opentelemetry (lean and default options) the
 SDK's batch processor and `opentelemetry_otlp::SpanExporter` (HTTP: its default blocking
 reqwest client; gRPC: tonic on a one-worker Tokio runtime); fastrace a reporter that turns its
 span records into `SpanData` for the same exporter, as `fastrace-opentelemetry` does. Per shape,

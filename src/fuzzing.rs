@@ -242,3 +242,12 @@ pub fn epoch_seconds(text: &str) {
         let _ = t.to_nanos("START");
     }
 }
+
+/// A collector's answer to an OTLP trace export: the spans its partial success says it rejected
+/// (none when the answer is not an `ExportTraceServiceResponse`). Never more than the answer's
+/// bytes could count.
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+pub fn export_response(data: &[u8]) {
+    let rejected = crate::export::otlp::rejected_spans(data);
+    assert!(rejected == 0 || !data.is_empty());
+}

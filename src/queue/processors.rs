@@ -163,7 +163,7 @@ fn batch_processor<E: SpanExporter + 'static>(
 
 /// The batch processor of an exporter that writes its requests straight from the batch
 /// (see [`ReadyExport`](crate::export::otlp::trace_request::ReadyExport)).
-#[cfg(feature = "otlp-http")]
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 pub(crate) fn ready_processor<E: crate::export::otlp::trace_request::ReadyExport + 'static>(
     exporter: E,
     settings: &ExportSettings,

@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 use super::batcher::{BatchExport, BatchHandle, Batcher, Role, block_on_timeout};
 use super::config::QueueConfig;
 use crate::error::Result;
-#[cfg(feature = "otlp-http")]
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 use crate::export::otlp::trace_request::ReadyExport;
 use crate::export::otlp::trace_request::{ReadyBatch, ReadySpan};
 use crate::record::SpanState;
@@ -360,7 +360,7 @@ impl<E: SpanExporter + 'static> LensBatchProcessor<E> {
     }
 }
 
-#[cfg(feature = "otlp-http")]
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 impl<E: ReadyExport + 'static> LensBatchProcessor<E> {
     /// Starts the worker thread of an exporter that takes the batch as it is (records are
     /// written straight into its requests); spans dropped are added to `dropped`.

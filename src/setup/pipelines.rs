@@ -32,7 +32,7 @@ use crate::layer::logs::LensLoggerProvider;
 use crate::layer::pipeline::Pipeline;
 use crate::propagation;
 use crate::queue::drops::DropCounters;
-#[cfg(feature = "otlp-http")]
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 use crate::queue::processors::ready_processor;
 use crate::queue::processors::{
     BoxedProcessor, ExportSettings, SpanProcessors, exporter_processor, log_provider,
@@ -174,16 +174,26 @@ impl Built {
                     let writer = self.console_writer(config, rank)?;
                     exporter_processor(ConsoleSpanExporter::new(writer), &parts.settings)?
                 }
+                // The worker writes the requests straight from the records.
                 #[cfg(feature = "otlp-http")]
                 ExporterKind::Otlp
                     if !parts.settings.synchronous
                         && otlp::protocol_for(Signal::Traces, env)?
                             == otlp::OtlpProtocol::HttpProtobuf =>
                 {
-                    // The worker writes the requests straight from the records.
                     let exporter = self
                         .transport
                         .http_trace_exporter(env, parts.settings.dropped.clone())?;
+                    ready_processor(exporter, &parts.settings)?
+                }
+                #[cfg(feature = "otlp-grpc")]
+                ExporterKind::Otlp
+                    if !parts.settings.synchronous
+                        && otlp::protocol_for(Signal::Traces, env)? == otlp::OtlpProtocol::Grpc =>
+                {
+                    let exporter = self
+                        .transport
+                        .grpc_trace_exporter(env, parts.settings.dropped.clone())?;
                     ready_processor(exporter, &parts.settings)?
                 }
                 ExporterKind::Otlp => {

@@ -9,9 +9,10 @@
 //! the cause (`report.rs`). Transient failures are retried within the export timeout, which
 //! bounds each export as a whole (`retry.rs`).
 //!
-//! Spans over HTTP/protobuf (batched) take nemo-lens's own exporter (`wire_http.rs`): the
-//! requests are written straight from the batch worker's records (`trace_request.rs`,
-//! `protobuf.rs`), and it reads the trace compression variables itself.
+//! Spans over gRPC and HTTP/protobuf (batched) take nemo-lens's own exporter (`wire.rs`, over
+//! `wire_grpc.rs` or `wire_http.rs`): the requests are written straight from the batch
+//! worker's records (`trace_request.rs`, `protobuf.rs`), and it reads the trace compression
+//! variables itself.
 //!
 //! gRPC (tonic) needs a Tokio runtime while the exporter is built and for as long as it exports,
 //! and the HTTP client's requests run on one. nemo-lens owns a private one-worker runtime for
@@ -29,8 +30,11 @@ pub(crate) mod endpoint;
 mod grpc_tls;
 #[cfg(feature = "otlp-http")]
 mod http_client;
-// The encoder is the queue's too (its batch type); only the HTTP/protobuf exporter writes.
-#[cfg_attr(not(feature = "otlp-http"), allow(dead_code))]
+// The encoder is the queue's too (its batch type); only the OTLP exporters write.
+#[cfg_attr(
+    not(any(feature = "otlp-grpc", feature = "otlp-http")),
+    allow(dead_code)
+)]
 mod protobuf;
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 mod report;
@@ -38,9 +42,18 @@ mod report;
 mod retry;
 #[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 pub(crate) mod tls;
-#[cfg_attr(not(feature = "otlp-http"), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "otlp-grpc", feature = "otlp-http")),
+    allow(dead_code)
+)]
 pub(crate) mod trace_request;
 pub(crate) mod transport;
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
+mod wire;
+#[cfg(all(fuzzing, any(feature = "otlp-grpc", feature = "otlp-http")))]
+pub(crate) use wire::rejected_spans;
+#[cfg(feature = "otlp-grpc")]
+pub(crate) mod wire_grpc;
 #[cfg(feature = "otlp-http")]
 pub(crate) mod wire_http;
 

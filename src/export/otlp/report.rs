@@ -228,7 +228,7 @@ impl<E: opentelemetry_sdk::metrics::exporter::PushMetricExporter>
 }
 
 /// The error chain of `e`, outermost first, joined by `: ` (repeated texts skipped).
-#[cfg(feature = "otlp-http")]
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut source = e.source();

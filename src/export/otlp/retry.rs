@@ -52,7 +52,7 @@ pub(crate) fn policy() -> RetryPolicy {
 }
 
 /// The waits between the attempts of one export under the policy.
-#[cfg(feature = "otlp-http")]
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 #[derive(Debug)]
 struct Backoff {
     retries: usize,
@@ -62,7 +62,7 @@ struct Backoff {
     cap: Duration,
 }
 
-#[cfg(feature = "otlp-http")]
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 impl Backoff {
     fn new() -> Self {
         Backoff {
@@ -91,7 +91,7 @@ impl Backoff {
 }
 
 /// Up to [`MAX_JITTER`], from the clock (as opentelemetry-otlp's jitter).
-#[cfg(feature = "otlp-http")]
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 fn jitter() -> Duration {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -105,7 +105,7 @@ fn jitter() -> Duration {
 /// the next wait would outlast `timeout` (counted from the first attempt): the policy of
 /// [`policy`]. Its waits are Tokio timers: it is polled inside the private runtime
 /// ([`Bounded`]), which also cuts an attempt at the timeout.
-#[cfg(feature = "otlp-http")]
+#[cfg(any(feature = "otlp-grpc", feature = "otlp-http"))]
 pub(crate) async fn with_retries<T, E, Fut>(
     timeout: Duration,
     retry_after: impl Fn(&E) -> Option<Duration>,

@@ -181,7 +181,7 @@ macro_rules! build_exporter {
 /// The gRPC metadata of `destination`'s headers; a header gRPC cannot carry is an error naming
 /// the variable (its value is never shown).
 #[cfg(feature = "otlp-grpc")]
-fn metadata(
+pub(crate) fn metadata(
     signal: Signal,
     destination: &Destination,
 ) -> Result<opentelemetry_otlp::tonic_types::metadata::MetadataMap> {

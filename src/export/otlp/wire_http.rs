@@ -1,79 +1,51 @@
-//! The OTLP HTTP/protobuf span exporter of nemo-lens: requests written by [`TraceEncoder`]
-//! straight from the export worker's batch, sent with nemo-lens's HTTP client
-//! ([`LensHttpClient`]).
+//! The HTTP/protobuf transport of nemo-lens's span exporter ([`WireTraceExporter`]): each
+//! request sent with nemo-lens's HTTP client ([`LensHttpClient`]).
 //!
 //! What goes over the wire is what opentelemetry-otlp's HTTP exporter sends: a `POST` of
 //! `application/x-protobuf` to the traces endpoint with the configured headers, gzip when
 //! `OTEL_EXPORTER_OTLP_TRACES_COMPRESSION` (or `OTEL_EXPORTER_OTLP_COMPRESSION`) says so; a
 //! failure that the OTLP specification calls transient (no response, 429, 502, 503, 504) is
-//! retried with the policy of every nemo-lens OTLP exporter (`retry.rs`: backoff, `Retry-After`
-//! honoured, retries until the export timeout, which bounds the batch's requests, attempts and
-//! waits together). A batch over the collector's message limit is split; a span too large
-//! alone is left out and counted as dropped; a failed request fails the batch (counted as
-//! dropped as a whole). Failures and retries are reported as the other OTLP exporters' are
-//! ([`FailureReport`]).
+//! retried (`Retry-After` honoured).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
 use opentelemetry_http::{Bytes, HttpClient, Request};
-use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::error::{OTelSdkError, OTelSdkResult};
-use opentelemetry_sdk::trace::{SpanData, SpanExporter};
-use parking_lot::Mutex;
+use opentelemetry_sdk::error::OTelSdkError;
 
 use crate::config::env::Env;
 use crate::error::Result;
 use crate::export::otlp::endpoint::Destination;
 use crate::export::otlp::http_client::LensHttpClient;
 use crate::export::otlp::report::FailureReport;
-use crate::export::otlp::retry::{self, Bounded};
-use crate::export::otlp::trace_request::{ReadyBatch, ReadyExport, ReadySpan, TraceEncoder};
+use crate::export::otlp::retry;
 use crate::export::otlp::transport::Transport;
+use crate::export::otlp::wire::{SendRequest, WireTraceExporter, gzip_from_env, rejected_spans};
 use crate::export::otlp::{OtlpProtocol, Signal};
 
-/// The HTTP/protobuf span exporter (see the module docs).
-pub(crate) struct HttpTraceExporter {
+/// The HTTP/protobuf span exporter.
+pub(crate) type HttpTraceExporter = WireTraceExporter<HttpSender>;
+
+/// Sends requests to the traces endpoint over HTTP (see the module docs).
+pub(crate) struct HttpSender {
     client: LensHttpClient,
-    /// The private runtime: each batch's requests, attempts and waits are polled inside it.
-    runtime: tokio::runtime::Handle,
     endpoint: http::Uri,
     /// The endpoint as messages show it (credentials redacted).
     shown: String,
     headers: Vec<(HeaderName, HeaderValue)>,
     gzip: bool,
-    timeout: Duration,
-    encoder: Mutex<TraceEncoder>,
-    /// Spans too large for any request.
-    dropped: Arc<AtomicU64>,
     report: Arc<FailureReport>,
 }
 
-impl std::fmt::Debug for HttpTraceExporter {
+impl std::fmt::Debug for HttpSender {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpTraceExporter")
+        f.debug_struct("HttpSender")
             .field("endpoint", &self.shown)
             .field("gzip", &self.gzip)
             .finish_non_exhaustive()
     }
-}
-
-/// Whether trace requests are gzipped: the first of the two variables that names `gzip` or
-/// `none` decides (another value is skipped, as opentelemetry-otlp skips it).
-pub(crate) fn gzip_from_env(env: Env<'_>) -> bool {
-    for var in [
-        "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
-        "OTEL_EXPORTER_OTLP_COMPRESSION",
-    ] {
-        match env.get(var).map(|v| v.to_ascii_lowercase()).as_deref() {
-            Some("gzip") => return true,
-            Some("none") => return false,
-            _ => {}
-        }
-    }
-    false
 }
 
 impl Transport {
@@ -111,18 +83,21 @@ impl Transport {
         let client = self.http_client(signal, &destination, report.clone())?;
         let runtime = self.runtime(signal)?.handle().clone();
         self.longest_timeout = self.longest_timeout.max(destination.timeout);
-        Ok(HttpTraceExporter {
+        let sender = HttpSender {
             client,
-            runtime,
             endpoint,
             shown: destination.shown.clone(),
             headers,
             gzip: gzip_from_env(env),
-            timeout: destination.timeout,
-            encoder: Mutex::new(TraceEncoder::default()),
+            report: report.clone(),
+        };
+        Ok(WireTraceExporter::new(
+            sender,
+            runtime,
+            destination.timeout,
             dropped,
             report,
-        })
+        ))
     }
 }
 
@@ -133,31 +108,8 @@ struct Failure {
     retry: Option<Duration>,
 }
 
-impl HttpTraceExporter {
-    /// Writes `batch` as requests and sends them, one after the other, all within the export
-    /// timeout (so an export a shutdown gave up on ends before the runtime stops).
-    pub(crate) async fn export_batch(&self, batch: ReadyBatch) -> OTelSdkResult {
-        let requests = self.encoder.lock().encode(batch);
-        let (bodies, oversized) = (requests.bodies, requests.oversized);
-        let start = Instant::now();
-        let send_all = async {
-            for body in bodies {
-                // A failed request fails the batch: the worker counts all of it.
-                let left = self.timeout.saturating_sub(start.elapsed());
-                self.send(body, left).await?;
-            }
-            Ok(())
-        };
-        let result = Bounded::new(send_all, self.runtime.clone(), self.timeout).await;
-        self.report.observe(&result);
-        if result.is_ok() {
-            self.dropped.fetch_add(oversized, Ordering::Relaxed);
-        }
-        result
-    }
-
-    /// Sends one request body, retrying a transient failure while `left` allows.
-    async fn send(&self, body: Vec<u8>, left: Duration) -> OTelSdkResult {
+impl SendRequest for HttpSender {
+    async fn send(&self, body: Vec<u8>, left: Duration) -> std::result::Result<u64, OTelSdkError> {
         let body = if self.gzip {
             gzip(&body).map_err(|e| OTelSdkError::InternalFailure(format!("gzip: {e}")))?
         } else {
@@ -173,8 +125,11 @@ impl HttpTraceExporter {
         .await
         .map_err(|failure| OTelSdkError::InternalFailure(failure.message))
     }
+}
 
-    async fn send_once(&self, body: Bytes) -> std::result::Result<(), Failure> {
+impl HttpSender {
+    /// One attempt: the spans the collector rejected, or why it failed.
+    async fn send_once(&self, body: Bytes) -> std::result::Result<u64, Failure> {
         let mut request = Request::post(self.endpoint.clone())
             .header(http::header::CONTENT_TYPE, "application/x-protobuf")
             .body(body)
@@ -198,7 +153,7 @@ impl HttpTraceExporter {
         })?;
         let status = response.status();
         if status.is_success() {
-            return Ok(());
+            return Ok(rejected_spans(response.body()));
         }
         let retry = retry::http_retry_after(status, response.headers());
         Err(Failure {
@@ -220,40 +175,15 @@ fn gzip(body: &[u8]) -> std::io::Result<Vec<u8>> {
     encoder.finish()
 }
 
-impl ReadyExport for HttpTraceExporter {
-    fn export_ready(
-        &self,
-        batch: ReadyBatch,
-    ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
-        self.export_batch(batch)
-    }
-}
-
-impl SpanExporter for HttpTraceExporter {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
-        self.export_batch(ReadyBatch {
-            build: None,
-            spans: batch.into_iter().map(ReadySpan::Data).collect(),
-        })
-        .await
-    }
-
-    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
-        Ok(())
-    }
-
-    fn set_resource(&mut self, resource: &Resource) {
-        self.encoder.get_mut().set_resource(resource);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::io::{BufRead, BufReader, Read, Write};
     use std::net::TcpListener;
+    use std::sync::atomic::Ordering;
 
     use opentelemetry::trace::{Tracer, TracerProvider};
-    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+    use opentelemetry_sdk::error::OTelSdkResult;
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanExporter};
 
     use super::*;
 
