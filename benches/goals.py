@@ -82,9 +82,11 @@ for protocol in ("http/protobuf", "grpc"):
     for shape in ("root", "child"):
         line(f"real OTLP export ({protocol}), {shape}: process CPU per span at most 0.5x tracing-opentelemetry lean's",
              ratio(f"{protocol} {shape}: lens / tracing-opentelemetry lean, process CPU"), 0.5, x)
+# The sampled runs (medians of many samples per wiring), not the one whole-process run, whose
+# single figure per wiring moves with a moment's load.
 for shape in ("root", "child"):
     line(f"training thread, {shape}: an exported span at most 2x the registry alone (context activation on)",
-         ratio(f"{shape}: lens exported / registry alone, training thread"), 2.0, x)
+         ratio(f"{shape}: lens exported / registry alone"), 2.0, x)
 line("training thread: at most 2,000 instructions per exported root span",
      instructions_of("lens_exported", 1), 2000, count)
 line("a re-entered exported span at most 30 ns", median_ns("span_reentered", "lens_exported"), 30.0, ns)
