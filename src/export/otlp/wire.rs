@@ -21,9 +21,12 @@ use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use parking_lot::Mutex;
 
 use crate::config::env::Env;
+use crate::error::Result;
+use crate::export::otlp::Signal;
 use crate::export::otlp::report::FailureReport;
 use crate::export::otlp::retry::Bounded;
 use crate::export::otlp::trace_request::{ReadyBatch, ReadyExport, ReadySpan, TraceEncoder};
+use crate::export::otlp::transport::Transport;
 
 /// Sends one encoded `ExportTraceServiceRequest` over a transport.
 pub(crate) trait SendRequest: std::fmt::Debug + Send + Sync + 'static {
@@ -34,7 +37,7 @@ pub(crate) trait SendRequest: std::fmt::Debug + Send + Sync + 'static {
         &self,
         body: Vec<u8>,
         left: Duration,
-    ) -> impl Future<Output = Result<u64, OTelSdkError>> + Send;
+    ) -> impl Future<Output = std::result::Result<u64, OTelSdkError>> + Send;
 }
 
 /// The span exporter of nemo-lens over `S` (see the module docs).
@@ -50,24 +53,31 @@ pub(crate) struct WireTraceExporter<S> {
     pub(super) report: Arc<FailureReport>,
 }
 
-impl<S: SendRequest> WireTraceExporter<S> {
-    pub(crate) fn new(
+impl Transport {
+    /// The span exporter over `sender`, its exports polled on the private runtime within
+    /// `timeout`; spans too large to send, or rejected by the collector, are added to
+    /// `dropped`.
+    pub(super) fn wire_trace_exporter<S: SendRequest>(
+        &mut self,
         sender: S,
-        runtime: tokio::runtime::Handle,
         timeout: Duration,
-        dropped: Arc<AtomicU64>,
         report: Arc<FailureReport>,
-    ) -> Self {
-        WireTraceExporter {
+        dropped: Arc<AtomicU64>,
+    ) -> Result<WireTraceExporter<S>> {
+        let runtime = self.runtime(Signal::Traces)?.handle().clone();
+        self.longest_timeout = self.longest_timeout.max(timeout);
+        Ok(WireTraceExporter {
             sender,
             runtime,
             timeout,
             encoder: Mutex::new(TraceEncoder::default()),
             dropped,
             report,
-        }
+        })
     }
+}
 
+impl<S: SendRequest> WireTraceExporter<S> {
     /// Writes `batch` as requests and sends them, one after the other, all within the export
     /// timeout (so an export a shutdown gave up on ends before the runtime stops).
     pub(crate) async fn export_batch(&self, batch: ReadyBatch) -> OTelSdkResult {
@@ -143,6 +153,38 @@ impl<S: SendRequest> SpanExporter for WireTraceExporter<S> {
     fn set_resource(&mut self, resource: &Resource) {
         self.encoder.get_mut().set_resource(resource);
     }
+}
+
+/// Exports one SDK span to `endpoint` (30 s timeout) with the exporter `build` makes: the result,
+/// and the retries its failure report counted.
+#[cfg(test)]
+pub(super) fn export_one_span<S: SendRequest>(
+    endpoint: &str,
+    build: impl FnOnce(&mut Transport, Env<'_>) -> Result<WireTraceExporter<S>>,
+) -> (OTelSdkResult, u64) {
+    use opentelemetry::trace::{Tracer, TracerProvider};
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+
+    let lookup = |k: &str| match k {
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" => Some(endpoint.to_string()),
+        "OTEL_EXPORTER_OTLP_TIMEOUT" => Some("30000".to_string()),
+        _ => None,
+    };
+    // The transport owns the runtime the exports run on: it lives as long as the exporter.
+    let mut transport = Transport::default();
+    let exporter = build(&mut transport, Env::new(&lookup)).unwrap();
+    let memory = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(memory.clone())
+        .build();
+    provider.tracer("t").in_span("step", |_| {});
+    let spans = memory.get_finished_spans().unwrap();
+    // Bounded by the exporter's own 30 s timeout.
+    let result = transport
+        .runtime(Signal::Traces)
+        .unwrap()
+        .block_on(exporter.export(spans));
+    (result, exporter.report.retries())
 }
 
 #[cfg(test)]

@@ -77,9 +77,8 @@ impl Transport {
                 destination.shown, destination.source
             ),
         };
-        let runtime = self.runtime(signal)?;
         // tonic spawns the channel's worker on the runtime it is built in.
-        let _inside = runtime.enter();
+        let _inside = self.runtime(signal)?.enter();
         let channel = match &destination.tls {
             Some(tls) => crate::export::otlp::grpc_tls::channel(
                 &destination.endpoint,
@@ -92,21 +91,13 @@ impl Transport {
                 .timeout(destination.timeout)
                 .connect_lazy(),
         };
-        let runtime = runtime.handle().clone();
-        self.longest_timeout = self.longest_timeout.max(destination.timeout);
         let sender = GrpcSender {
             channel,
             metadata,
             gzip: gzip_from_env(env),
             report: report.clone(),
         };
-        Ok(WireTraceExporter::new(
-            sender,
-            runtime,
-            destination.timeout,
-            dropped,
-            report,
-        ))
+        self.wire_trace_exporter(sender, destination.timeout, report, dropped)
     }
 }
 
@@ -229,17 +220,16 @@ mod tests {
     use std::collections::VecDeque;
     use std::sync::atomic::Ordering;
 
-    use opentelemetry::trace::{Tracer, TracerProvider};
     use opentelemetry_proto::tonic::collector::trace::v1::{
         ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
     };
     use opentelemetry_sdk::error::OTelSdkResult;
-    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanExporter};
     use parking_lot::Mutex;
     use prost::Message;
     use tonic_types::{ErrorDetails, StatusExt};
 
     use super::*;
+    use crate::export::otlp::wire::export_one_span;
 
     /// How the stand-in collector answers one call.
     enum Answer {
@@ -329,35 +319,14 @@ mod tests {
         }
     }
 
-    /// Exports one span to `endpoint` within a 30 s timeout: the result, the retries the
-    /// failure report counted and the spans counted as dropped.
+    /// Exports one span to `endpoint`: the result, the retries and the spans counted as dropped.
     fn export_one(endpoint: &str) -> (OTelSdkResult, u64, u64) {
-        let lookup = |k: &str| match k {
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" => Some(endpoint.to_string()),
-            "OTEL_EXPORTER_OTLP_TIMEOUT" => Some("30000".to_string()),
-            _ => None,
-        };
-        let mut transport = Transport::default();
         let dropped = Arc::new(AtomicU64::new(0));
-        let exporter = transport
-            .grpc_trace_exporter(Env::new(&lookup), dropped.clone())
-            .unwrap();
-        let memory = InMemorySpanExporter::default();
-        let provider = SdkTracerProvider::builder()
-            .with_simple_exporter(memory.clone())
-            .build();
-        provider.tracer("t").in_span("step", |_| {});
-        let spans = memory.get_finished_spans().unwrap();
-        let result = crate::queue::batcher::block_on_timeout(
-            exporter.export(spans),
-            Duration::from_secs(60),
-        )
-        .expect("the export ends within its timeout");
-        (
-            result,
-            exporter.report.retries(),
-            dropped.load(Ordering::Relaxed),
-        )
+        let counted = dropped.clone();
+        let (result, retries) = export_one_span(endpoint, |transport, env| {
+            transport.grpc_trace_exporter(env, counted)
+        });
+        (result, retries, dropped.load(Ordering::Relaxed))
     }
 
     fn retry_info(code: Code, delay: Duration) -> Status {
@@ -378,27 +347,25 @@ mod tests {
     }
 
     #[test]
-    fn resource_exhausted_without_retry_information_is_not_retried() {
-        let (endpoint, read, _serving) = collector(vec![
-            Answer::Failed(Status::resource_exhausted("full")),
-            Answer::Accepted(0),
-        ]);
-        let (result, retries, _) = export_one(&endpoint);
-        let error = result.unwrap_err().to_string();
-        assert!(error.contains("ResourceExhausted: full"), "{error}");
-        assert_eq!((read.load(Ordering::Relaxed), retries), (1, 0));
-    }
-
-    #[test]
-    fn another_failure_status_is_not_retried() {
-        let (endpoint, read, _serving) = collector(vec![
-            Answer::Failed(Status::invalid_argument("bad span")),
-            Answer::Accepted(0),
-        ]);
-        let (result, retries, _) = export_one(&endpoint);
-        let error = result.unwrap_err().to_string();
-        assert!(error.contains("InvalidArgument: bad span"), "{error}");
-        assert_eq!((read.load(Ordering::Relaxed), retries), (1, 0));
+    fn other_failure_statuses_are_not_retried() {
+        // RESOURCE_EXHAUSTED is retried only with RetryInfo.
+        for (status, shown) in [
+            (
+                Status::resource_exhausted("full"),
+                "ResourceExhausted: full",
+            ),
+            (
+                Status::invalid_argument("bad span"),
+                "InvalidArgument: bad span",
+            ),
+        ] {
+            let (endpoint, read, _serving) =
+                collector(vec![Answer::Failed(status), Answer::Accepted(0)]);
+            let (result, retries, _) = export_one(&endpoint);
+            let error = result.unwrap_err().to_string();
+            assert!(error.contains(shown), "{error}");
+            assert_eq!((read.load(Ordering::Relaxed), retries), (1, 0), "{shown}");
+        }
     }
 
     #[test]

@@ -81,8 +81,6 @@ impl Transport {
             })
             .collect();
         let client = self.http_client(signal, &destination, report.clone())?;
-        let runtime = self.runtime(signal)?.handle().clone();
-        self.longest_timeout = self.longest_timeout.max(destination.timeout);
         let sender = HttpSender {
             client,
             endpoint,
@@ -91,13 +89,7 @@ impl Transport {
             gzip: gzip_from_env(env),
             report: report.clone(),
         };
-        Ok(WireTraceExporter::new(
-            sender,
-            runtime,
-            destination.timeout,
-            dropped,
-            report,
-        ))
+        self.wire_trace_exporter(sender, destination.timeout, report, dropped)
     }
 }
 
@@ -181,11 +173,10 @@ mod tests {
     use std::net::TcpListener;
     use std::sync::atomic::Ordering;
 
-    use opentelemetry::trace::{Tracer, TracerProvider};
     use opentelemetry_sdk::error::OTelSdkResult;
-    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanExporter};
 
     use super::*;
+    use crate::export::otlp::wire::export_one_span;
 
     /// A collector on loopback answering its requests with `answers` (status line and headers)
     /// in turn, a connection each; returns the traces endpoint and the count of requests read.
@@ -217,30 +208,10 @@ mod tests {
         (url, read)
     }
 
-    /// Exports one span to `endpoint` within a 30 s timeout: the result, and the retries the
-    /// failure report counted.
     fn export_one(endpoint: &str) -> (OTelSdkResult, u64) {
-        let lookup = |k: &str| match k {
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" => Some(endpoint.to_string()),
-            "OTEL_EXPORTER_OTLP_TIMEOUT" => Some("30000".to_string()),
-            _ => None,
-        };
-        let mut transport = Transport::default();
-        let exporter = transport
-            .http_trace_exporter(Env::new(&lookup), Arc::default())
-            .unwrap();
-        let memory = InMemorySpanExporter::default();
-        let provider = SdkTracerProvider::builder()
-            .with_simple_exporter(memory.clone())
-            .build();
-        provider.tracer("t").in_span("step", |_| {});
-        let spans = memory.get_finished_spans().unwrap();
-        let result = crate::queue::batcher::block_on_timeout(
-            exporter.export(spans),
-            Duration::from_secs(60),
-        )
-        .expect("the export ends within its timeout");
-        (result, exporter.report.retries())
+        export_one_span(endpoint, |transport, env| {
+            transport.http_trace_exporter(env, Arc::default())
+        })
     }
 
     #[test]
