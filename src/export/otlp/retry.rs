@@ -7,17 +7,17 @@
 //! that the timeout would cut. The exporters of opentelemetry-otlp run it as [`policy`]; they
 //! retry what the specification calls retryable (gRPC `UNAVAILABLE`, `RESOURCE_EXHAUSTED` with
 //! retry information, `CANCELLED`, `DEADLINE_EXCEEDED`, `ABORTED`, `OUT_OF_RANGE`, `DATA_LOSS`;
-//! HTTP 429, 502, 503, 504 and a request that got no response). nemo-lens's own HTTP/protobuf
-//! span exporter runs the same loop here ([`with_retries`], its statuses read by
-//! [`http_retry_after`]). nemo-lens makes two things hold that opentelemetry-otlp leaves to the
+//! HTTP 429, 502, 503, 504 and a request that got no response). nemo-lens's own gRPC and
+//! HTTP/protobuf span exporter runs the same loop here ([`with_retries`]; HTTP statuses read by
+//! [`http_retry_after`], gRPC ones by `wire_grpc.rs`). nemo-lens makes two things hold that opentelemetry-otlp leaves to the
 //! caller:
 //!
 //! * the timeout bounds the whole export, attempts and waits together ([`Bounded`]): the
 //!   exporter's future is polled inside the private runtime, so a wait between attempts is a
 //!   Tokio timer that yields (outside a runtime the exporters sleep the thread), and at the
 //!   timeout the future is dropped, which cancels the request in flight;
-//! * every attempt is counted ([`Attempts`]: the HTTP client and the gRPC interceptor call
-//!   [`Attempts::attempt`] once per request sent, the exporters [`Attempts::request`] once per
+//! * every attempt is counted ([`Attempts`]: the HTTP client, the gRPC interceptor and the
+//!   gRPC span sender call [`Attempts::attempt`] once per request sent, the exporters [`Attempts::request`] once per
 //!   request made), so the retries are known ([`Attempts::retries`]) and
 //!   [`FailureReport`](super::report::FailureReport) names them.
 
