@@ -226,7 +226,9 @@ fn a_temporary_file_left_by_a_process_killed_mid_dump_is_removed_by_the_next_dum
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let (done, partial) = dump_files(&dumps);
-            if !partial.is_empty() {
+            // Killed once the dump has written something: a half-written file, not an empty one.
+            let written = |f: &std::path::PathBuf| std::fs::metadata(f).is_ok_and(|m| m.len() > 0);
+            if partial.iter().any(written) {
                 trainer.signal(libc::SIGKILL);
                 break;
             }
